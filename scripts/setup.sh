@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Sets up a new Debian 12 machine for flashserve and builds it (Release, into build/).
+# Idempotent: packages already present are skipped, an existing build is updated.
+#
+#   scripts/setup.sh            install what is missing, configure, build
+#   SKIP_APT=1 scripts/setup.sh only configure and build
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Everything the build and the tests need, from Debian's archive. The CUDA toolkit comes from
+# NVIDIA's packages and is optional: without nvcc the CPU build is complete.
+packages=(
+  build-essential cmake ninja-build pkg-config git python3
+  nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev libpcre2-dev
+  libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev
+)
+
+if [[ "${SKIP_APT:-0}" != 1 ]]; then
+  missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "setup: installing ${missing[*]}"
+    sudo_cmd=()
+    [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
+    "${sudo_cmd[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+fi
+
+# nvcc is often installed outside PATH.
+if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${FLASHSERVE_CMAKE_ARGS:-}
+cmake --build build --parallel "$(nproc)"
+echo "setup: built $(pwd)/build/src/flashserve"

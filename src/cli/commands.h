@@ -1,0 +1,15 @@
+// Subcommands of the flashserve command line. Each registers itself on the CLI11 app and returns
+// the process exit code from its run function.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace fs::cli {
+
+// The action to run after parsing; set by whichever subcommand the user chose.
+using Action = std::function<int()>;
+
+void add_inspect_command(CLI::App& app, Action& action);
+
+}  // namespace fs::cli

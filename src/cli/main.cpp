@@ -1,0 +1,18 @@
+// flashserve: the command line. Subcommands are in their own files (cli/*_command.cpp).
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"flashserve: inference for MTP Flash models (Qwen 3.8 Flash Next, DeepSeek V4 Flash, GLM 5.3 Flash)"};
+  app.require_subcommand(1);
+  fs::cli::Action action;
+  fs::cli::add_inspect_command(app, action);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return action ? action() : 0;
+}
