@@ -1,0 +1,115 @@
+// The contract between a model family and everything above it (decode, session, server).
+//
+// A family implements `Model` (the forward pass) and builds a `ModelState` from typed
+// `LayerCache`s (DESIGN principle 2). Decode sees models only through these interfaces;
+// session code sees states only through `tensors()`/`load()`/`compare_states()`.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/family.h"
+#include "model/types.h"
+#include "tensor/tensor_view.h"
+#include "util/status.h"
+
+namespace fs {
+
+// One named float32 tensor of a cache, viewed (not owned).
+struct StateTensorView {
+  std::string name;
+  Shape shape;
+  std::span<const float> data;
+};
+
+// One typed cache of one layer: attention KV, recurrent state, conv tail, n-gram context,
+// indexer buffers, MTP history...
+class LayerCache {
+ public:
+  virtual ~LayerCache() = default;
+
+  // Short stable name of the cache type ("gdn", "qsa_kv", "ple", ...): part of tensor names.
+  virtual std::string kind() const = 0;
+  // Tokens this cache has absorbed.
+  virtual std::int64_t covered_tokens() const = 0;
+  virtual std::unique_ptr<LayerCache> clone() const = 0;
+  // Forgets every token at position >= length. A cache that cannot (a recurrent state has no
+  // history) returns failed_precondition unless length == covered_tokens().
+  virtual Status truncate(std::int64_t length) = 0;
+  virtual std::size_t bytes() const = 0;
+  // The contents as named float32 tensors, enough to rebuild the cache exactly.
+  virtual std::vector<StateTensorView> tensors() const = 0;
+  // Rebuilds the contents from tensors() of an equal cache; `covered` is its covered_tokens().
+  // Names or shapes that do not fit this cache's config are an error, never a partial load.
+  virtual Status load(std::span<const StateTensorView> tensors, std::int64_t covered) = 0;
+};
+
+// The full decode state of a sequence: one or more caches per layer, in a fixed order.
+class ModelState {
+ public:
+  ModelState() = default;
+  explicit ModelState(std::vector<std::unique_ptr<LayerCache>> caches) : caches_(std::move(caches)) {}
+
+  std::span<const std::unique_ptr<LayerCache>> caches() const { return caches_; }
+  LayerCache& cache(std::size_t i) { return *caches_.at(i); }
+  const LayerCache& cache(std::size_t i) const { return *caches_.at(i); }
+  std::size_t cache_count() const { return caches_.size(); }
+
+  // The tokens every cache has absorbed; an error naming the first cache that disagrees.
+  Expected<std::int64_t> covered_tokens() const;
+  std::unique_ptr<ModelState> clone() const;
+  std::size_t bytes() const;
+  Status truncate(std::int64_t length);
+  // Every cache's tensors, named "<index>.<kind>.<name>".
+  std::vector<StateTensorView> tensors() const;
+
+ private:
+  std::vector<std::unique_ptr<LayerCache>> caches_;
+};
+
+struct TensorDifference {
+  std::string name;
+  double max_abs = 0;
+  bool shape_mismatch = false;
+};
+
+// Tensor-by-tensor comparison of two states (names, shapes, max |a - b|). Tensors present in
+// one state only are reported with shape_mismatch.
+std::vector<TensorDifference> compare_states(const ModelState& a, const ModelState& b);
+double max_difference(const std::vector<TensorDifference>& diffs);
+
+// Which rows of logits a forward call returns.
+enum class LogitsRows { kAll, kLast, kNone };
+
+struct ForwardOutput {
+  std::int64_t rows = 0;        // rows of logits returned
+  std::vector<float> logits;    // [rows x vocab]
+  std::int64_t hidden_width = 0;
+  std::vector<float> hidden;    // [tokens x hidden_width]: the trunk's final stream (MTP input)
+};
+
+struct ModelInfo {
+  Family family = Family::kQwenNext;
+  std::int64_t vocab_size = 0;
+  std::int64_t hidden_size = 0;
+  std::vector<TokenId> eos_token_ids;
+  bool has_mtp = false;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelInfo& info() const = 0;
+  // A fresh state that covers no tokens.
+  virtual std::unique_ptr<ModelState> new_state() const = 0;
+  // Feeds `tokens` through `state` (which advances by tokens.size()) and returns the logits of
+  // the requested rows. Any split of a sequence into calls gives the same logits and state.
+  // On error the state is unspecified and must not be used.
+  virtual Status forward(ModelState& state, std::span<const TokenId> tokens, LogitsRows rows,
+                         ForwardOutput& out) = 0;
+};
+
+}  // namespace fs
