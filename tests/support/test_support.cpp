@@ -11,7 +11,12 @@
 namespace fs::test {
 
 std::string fixture_path(const std::string& rel) {
-  return (std::filesystem::path(FLASHSERVE_FIXTURES) / rel).string();
+  const auto root = std::filesystem::path(FLASHSERVE_FIXTURES);
+  if (!std::filesystem::exists(root)) {
+    throw std::runtime_error("test fixtures not found at " + root.string() +
+                             " (configure with -DFLASHSERVE_FIXTURES=DIR)");
+  }
+  return (root / rel).string();
 }
 
 std::string hf_tiny(const std::string& family) { return fixture_path("hf-tiny/" + family); }
