@@ -11,9 +11,12 @@ namespace fs {
 
 std::string family_name(Family f) {
   switch (f) {
-    case Family::kQwenNext: return "qwen4_exp";
-    case Family::kDeepseekV4: return "deepseek_v4";
-    case Family::kGlm5: return "glm5_next";
+    case Family::kQwenNext:
+      return "qwen4_exp";
+    case Family::kDeepseekV4:
+      return "deepseek_v4";
+    case Family::kGlm5:
+      return "glm5_next";
   }
   return "?";
 }
@@ -25,7 +28,8 @@ Expected<Family> family_from_model_type(const std::string& t) {
   return unsupported("model_type '" + t + "' is not one of qwen4_exp, deepseek_v4, glm5_next");
 }
 
-Expected<ModelDescription> describe_model_config(const std::string& text, const std::string& source) {
+Expected<ModelDescription> describe_model_config(const std::string& text,
+                                                 const std::string& source) {
   auto reader = ConfigReader::parse(text, source);
   if (!reader.ok()) return reader.status();
   // model_type lives in text_config for multimodal checkpoints; the merged view holds either.
@@ -74,8 +78,9 @@ Expected<ModelDescription> describe_model_config(const std::string& text, const 
 Expected<ModelDescription> describe_model(const std::string& model_dir) {
   namespace stdfs = std::filesystem;
   std::error_code ec;
-  const std::string path =
-      stdfs::is_directory(model_dir, ec) ? (stdfs::path(model_dir) / "config.json").string() : model_dir;
+  const std::string path = stdfs::is_directory(model_dir, ec)
+                               ? (stdfs::path(model_dir) / "config.json").string()
+                               : model_dir;
   auto text = read_text_file(path);
   if (!text.ok()) return text.status();
   return describe_model_config(*text, path);

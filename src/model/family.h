@@ -49,7 +49,8 @@ struct ModelDescription {
 Expected<Family> family_from_model_type(const std::string& model_type);
 // Reads DIR/config.json (or the file itself) into a description.
 Expected<ModelDescription> describe_model(const std::string& model_dir);
-Expected<ModelDescription> describe_model_config(const std::string& config_text, const std::string& source);
+Expected<ModelDescription> describe_model_config(const std::string& config_text,
+                                                 const std::string& source);
 
 bool is_mtp_tensor(const ModelDescription& d, const std::string& canonical_name);
 

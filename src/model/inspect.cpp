@@ -31,7 +31,8 @@ InspectReport inspect_checkpoint(const ModelDescription& d, const Checkpoint& ck
     if (!shape_matches(spec.shape, view->shape) || !dtype_ok) {
       r.mismatched_tensors.push_back(spec.name + ": expected " + shape_to_string(spec.shape) +
                                      (spec.integer ? " integer" : " float") + ", found " +
-                                     shape_to_string(view->shape) + " " + std::string(dtype_name(view->dtype)));
+                                     shape_to_string(view->shape) + " " +
+                                     std::string(dtype_name(view->dtype)));
     }
   }
   for (const auto& [name, stored] : ck.tensors()) {

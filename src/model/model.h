@@ -39,6 +39,9 @@ class LayerCache {
   // Forgets every token at position >= length. A cache that cannot (a recurrent state has no
   // history) returns failed_precondition unless length == covered_tokens().
   virtual Status truncate(std::int64_t length) = 0;
+  // Whether truncate() can go below covered_tokens(). Speculative rollback snapshots (clones)
+  // only the caches that cannot.
+  virtual bool can_truncate() const { return false; }
   virtual std::size_t bytes() const = 0;
   // The contents as named float32 tensors, enough to rebuild the cache exactly.
   virtual std::vector<StateTensorView> tensors() const = 0;
@@ -51,12 +54,16 @@ class LayerCache {
 class ModelState {
  public:
   ModelState() = default;
-  explicit ModelState(std::vector<std::unique_ptr<LayerCache>> caches) : caches_(std::move(caches)) {}
+  explicit ModelState(std::vector<std::unique_ptr<LayerCache>> caches)
+      : caches_(std::move(caches)) {}
 
   std::span<const std::unique_ptr<LayerCache>> caches() const { return caches_; }
   LayerCache& cache(std::size_t i) { return *caches_.at(i); }
   const LayerCache& cache(std::size_t i) const { return *caches_.at(i); }
   std::size_t cache_count() const { return caches_.size(); }
+  void replace_cache(std::size_t i, std::unique_ptr<LayerCache> cache) {
+    caches_.at(i) = std::move(cache);
+  }
 
   // The tokens every cache has absorbed; an error naming the first cache that disagrees.
   Expected<std::int64_t> covered_tokens() const;
@@ -85,10 +92,10 @@ double max_difference(const std::vector<TensorDifference>& diffs);
 enum class LogitsRows { kAll, kLast, kNone };
 
 struct ForwardOutput {
-  std::int64_t rows = 0;        // rows of logits returned
-  std::vector<float> logits;    // [rows x vocab]
+  std::int64_t rows = 0;      // rows of logits returned
+  std::vector<float> logits;  // [rows x vocab]
   std::int64_t hidden_width = 0;
-  std::vector<float> hidden;    // [tokens x hidden_width]: the trunk's final stream (MTP input)
+  std::vector<float> hidden;  // [tokens x hidden_width]: the trunk's final stream (MTP input)
 };
 
 struct ModelInfo {
@@ -98,6 +105,8 @@ struct ModelInfo {
   std::vector<TokenId> eos_token_ids;
   bool has_mtp = false;
 };
+
+class MtpHead;
 
 class Model {
  public:
@@ -110,6 +119,8 @@ class Model {
   // On error the state is unspecified and must not be used.
   virtual Status forward(ModelState& state, std::span<const TokenId> tokens, LogitsRows rows,
                          ForwardOutput& out) = 0;
+  // The checkpoint's multi-token-prediction head, or nullptr when it has none.
+  virtual MtpHead* mtp() { return nullptr; }
 };
 
 }  // namespace fs

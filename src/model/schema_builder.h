@@ -23,6 +23,8 @@ class SchemaBuilder {
   std::vector<TensorSpec>& out_;
 };
 
-inline std::string layer_prefix(std::int64_t i) { return "layers." + std::to_string(i) + "."; }
+inline std::string layer_prefix(std::int64_t i) {
+  return "layers." + std::to_string(i) + ".";
+}
 
 }  // namespace fs

@@ -1,0 +1,133 @@
+#include "decode/decode_state.h"
+
+#include <algorithm>
+
+namespace fs {
+
+Status DecodeState::check_invariant() const {
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  if (!trunk) return internal_error("decode state has no trunk state");
+  auto covered = trunk->covered_tokens();
+  if (!covered.ok()) return covered.status();
+  if (*covered != n) {
+    return internal_error("trunk covers " + std::to_string(*covered) + " tokens but the key has " +
+                          std::to_string(n));
+  }
+  if (mtp_history) {
+    auto rows = mtp_history->covered_tokens();
+    if (!rows.ok()) return rows.status();
+    const auto want = std::max<std::int64_t>(n - 1, 0);
+    if (*rows != want) {
+      return internal_error("MTP history has " + std::to_string(*rows) + " rows for " +
+                            std::to_string(n) + " tokens (want " + std::to_string(want) + ")");
+    }
+  }
+  if (n > 0 && next_logits.empty())
+    return internal_error("decode state covers tokens but has no logits");
+  return {};
+}
+
+DecodeState DecodeState::clone() const {
+  DecodeState c;
+  c.tokens = tokens;
+  c.trunk = trunk ? trunk->clone() : nullptr;
+  c.mtp_history = mtp_history ? mtp_history->clone() : nullptr;
+  c.next_logits = next_logits;
+  c.last_hidden = last_hidden;
+  return c;
+}
+
+DecodeState new_decode_state(Model& model) {
+  DecodeState s;
+  s.trunk = model.new_state();
+  if (MtpHead* head = model.mtp()) s.mtp_history = head->new_history();
+  return s;
+}
+
+Status absorb(Model& model, DecodeState& state, std::span<const TokenId> tokens,
+              const ForwardOutput& out) {
+  if (tokens.empty()) return {};
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  const auto vocab = model.info().vocab_size;
+  if (out.rows < 1 || static_cast<std::int64_t>(out.logits.size()) < vocab) {
+    return internal_error("forward returned no logits row");
+  }
+  if (state.mtp_history) {
+    MtpHead* head = model.mtp();
+    const auto w = out.hidden_width;
+    if (!head || w != head->hidden_width() ||
+        static_cast<std::int64_t>(out.hidden.size()) != n * w) {
+      return internal_error("forward returned no hidden rows for the MTP history");
+    }
+    // Row for tokens[i] pairs it with the hidden of the position before it: the previous call's
+    // last hidden for i = 0, this call's row i-1 otherwise. The very first token has no row.
+    std::vector<float> pair_hidden;
+    std::vector<TokenId> pair_tokens;
+    std::int64_t first = 0;
+    if (state.tokens.empty()) {
+      first = 1;
+    } else {
+      pair_hidden.insert(pair_hidden.end(), state.last_hidden.begin(), state.last_hidden.end());
+      pair_tokens.push_back(tokens[0]);
+      first = 1;
+    }
+    for (std::int64_t i = first; i < n; ++i) {
+      const auto row = out.hidden.begin() + (i - 1) * w;
+      pair_hidden.insert(pair_hidden.end(), row, row + w);
+      pair_tokens.push_back(tokens[static_cast<std::size_t>(i)]);
+    }
+    if (!pair_tokens.empty()) {
+      ForwardOutput ignored;
+      if (auto s = head->forward(*state.mtp_history, pair_hidden, pair_tokens, LogitsRows::kNone,
+                                 ignored);
+          !s.ok()) {
+        return s.with_context("MTP history");
+      }
+    }
+  }
+  state.tokens.insert(state.tokens.end(), tokens.begin(), tokens.end());
+  const auto last = out.logits.end() - vocab;
+  state.next_logits.assign(last, out.logits.end());
+  if (out.hidden_width > 0 && static_cast<std::int64_t>(out.hidden.size()) >= out.hidden_width) {
+    state.last_hidden.assign(out.hidden.end() - out.hidden_width, out.hidden.end());
+  }
+  return {};
+}
+
+Status extend(Model& model, DecodeState& state, std::span<const TokenId> tokens,
+              std::int64_t chunk) {
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  const std::int64_t step = chunk > 0 ? chunk : std::max<std::int64_t>(n, 1);
+  for (std::int64_t at = 0; at < n; at += step) {
+    const auto part = tokens.subspan(static_cast<std::size_t>(at),
+                                     static_cast<std::size_t>(std::min(step, n - at)));
+    ForwardOutput out;
+    if (auto s = model.forward(*state.trunk, part, LogitsRows::kLast, out); !s.ok()) return s;
+    if (auto s = absorb(model, state, part, out); !s.ok()) return s;
+  }
+  return {};
+}
+
+RollbackPoint RollbackPoint::take(const ModelState& state) {
+  RollbackPoint p;
+  p.length_ = state.cache_count() ? state.cache(0).covered_tokens() : 0;
+  for (std::size_t i = 0; i < state.cache_count(); ++i) {
+    p.clones_.push_back(state.cache(i).can_truncate() ? nullptr : state.cache(i).clone());
+  }
+  return p;
+}
+
+Status RollbackPoint::restore(ModelState& state) const {
+  if (state.cache_count() != clones_.size())
+    return internal_error("rollback point taken on another state");
+  for (std::size_t i = 0; i < clones_.size(); ++i) {
+    if (clones_[i]) {
+      state.replace_cache(i, clones_[i]->clone());
+    } else if (auto s = state.cache(i).truncate(length_); !s.ok()) {
+      return s;
+    }
+  }
+  return {};
+}
+
+}  // namespace fs

@@ -1,0 +1,56 @@
+// The committed state of a sequence, and the only ways tokens enter it.
+//
+// `tokens` is the key: exactly the tokens the trunk has absorbed. Tokens enter through
+// extend() (a forward) or absorb() (the output of a forward already run, e.g. a verify), and
+// both append to the key, the trunk and the MTP history together. A token that was emitted but
+// not forwarded is therefore never part of the key: the key cannot claim more than the state
+// covers (the DS4Server bug class).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "model/model.h"
+#include "model/mtp.h"
+
+namespace fs {
+
+struct DecodeState {
+  std::vector<TokenId> tokens;
+  std::unique_ptr<ModelState> trunk;
+  // One row per token t >= 1: head(h_{t-1}, x_t). Null when the model has no MTP head.
+  std::unique_ptr<ModelState> mtp_history;
+  std::vector<float> next_logits;  // the distribution of the token after `tokens`
+  std::vector<float> last_hidden;  // trunk hidden at the last position (MTP input)
+
+  // trunk and history coverage agree with the key; logits present once a token is covered.
+  Status check_invariant() const;
+  DecodeState clone() const;
+};
+
+DecodeState new_decode_state(Model& model);
+
+// Forwards `tokens` through the trunk in calls of at most `chunk` tokens (0: one call) and
+// absorbs them.
+Status extend(Model& model, DecodeState& state, std::span<const TokenId> tokens,
+              std::int64_t chunk = 0);
+
+// Records `tokens`, which the trunk has just absorbed with output `out` (logits of at least the
+// last row, hidden of every row), in the key, the MTP history, next_logits and last_hidden.
+Status absorb(Model& model, DecodeState& state, std::span<const TokenId> tokens,
+              const ForwardOutput& out);
+
+// What speculative rollback needs: clones of the caches that cannot truncate, and the length.
+class RollbackPoint {
+ public:
+  static RollbackPoint take(const ModelState& state);
+  // Returns `state` to the taken point. The point stays valid for another restore.
+  Status restore(ModelState& state) const;
+
+ private:
+  std::int64_t length_ = 0;
+  std::vector<std::unique_ptr<LayerCache>> clones_;  // null for caches that truncate
+};
+
+}  // namespace fs

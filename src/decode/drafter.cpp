@@ -1,0 +1,39 @@
+#include "decode/drafter.h"
+
+namespace fs {
+
+Status MtpDrafter::propose(DecodeState& state, TokenId primary, int depth,
+                           const SamplerConfig& sampler, Rng& rng, std::vector<DraftToken>& out) {
+  out.clear();
+  MtpHead* head = model_.mtp();
+  if (!head || !state.mtp_history) return failed_precondition("the model has no MTP head");
+  if (state.last_hidden.empty())
+    return failed_precondition("MTP drafting needs a trunk hidden state");
+  std::vector<float> hidden = state.last_hidden;
+  TokenId next = primary;
+  for (int d = 0; d < depth; ++d) {
+    ForwardOutput o;
+    const TokenId in[1] = {next};
+    if (auto s = head->forward(*state.mtp_history, hidden, in, LogitsRows::kLast, o); !s.ok())
+      return s;
+    DraftToken draft;
+    draft.q = target_distribution(o.logits, sampler);
+    draft.token = sampler.greedy() ? draft.q.ids.front() : sample(draft.q, rng);
+    out.push_back(draft);
+    hidden = std::move(o.hidden);
+    next = draft.token;
+  }
+  return {};
+}
+
+Status ScriptedDrafter::propose(DecodeState& state, TokenId primary, int depth,
+                                const SamplerConfig&, Rng&, std::vector<DraftToken>& out) {
+  out.clear();
+  for (TokenId t : script_(state.tokens, primary, depth)) {
+    if (static_cast<int>(out.size()) == depth) break;
+    out.push_back({t, TokenDistribution::point(t)});
+  }
+  return {};
+}
+
+}  // namespace fs

@@ -1,0 +1,57 @@
+// Where speculative drafts come from: the model's MTP head, or (tests) a script.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "decode/decode_state.h"
+#include "decode/sampler.h"
+
+namespace fs {
+
+struct DraftToken {
+  TokenId token = 0;
+  // The distribution the draft was drawn from (q in the acceptance test). A point mass when the
+  // draft was chosen greedily or by a script.
+  TokenDistribution q;
+};
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  // Proposes up to `depth` tokens to follow `primary`, the emitted token the trunk has not yet
+  // absorbed (state covers everything before it). May append speculative rows to
+  // state.mtp_history; the decoder truncates them away afterwards. Draws from `rng` only for
+  // sampled drafts, one draw per draft.
+  virtual Status propose(DecodeState& state, TokenId primary, int depth,
+                         const SamplerConfig& sampler, Rng& rng, std::vector<DraftToken>& out) = 0;
+};
+
+// Drafts with the model's MTP head, applied recursively on its own hidden output: depth 1 reads
+// (h of the position before primary, primary), depth d+1 reads (head hidden at depth d, draft d).
+// Drafts are sampled with the target's sampler (no penalties: they only change q, and a q that
+// differs from p lowers acceptance but never exactness).
+class MtpDrafter : public Drafter {
+ public:
+  explicit MtpDrafter(Model& model) : model_(model) {}
+  Status propose(DecodeState& state, TokenId primary, int depth, const SamplerConfig& sampler,
+                 Rng& rng, std::vector<DraftToken>& out) override;
+
+ private:
+  Model& model_;
+};
+
+// Test drafter: the script sees the committed tokens and the primary and names the drafts.
+class ScriptedDrafter : public Drafter {
+ public:
+  using Script = std::function<std::vector<TokenId>(const std::vector<TokenId>& committed,
+                                                    TokenId primary, int depth)>;
+  explicit ScriptedDrafter(Script script) : script_(std::move(script)) {}
+  Status propose(DecodeState& state, TokenId primary, int depth, const SamplerConfig& sampler,
+                 Rng& rng, std::vector<DraftToken>& out) override;
+
+ private:
+  Script script_;
+};
+
+}  // namespace fs

@@ -1,0 +1,267 @@
+#include "decode/generator.h"
+
+#include <algorithm>
+#include <optional>
+
+namespace fs {
+
+std::string finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
+  }
+  return "?";
+}
+
+std::string exit_path_name(ExitPath p) {
+  switch (p) {
+    case ExitPath::kHeadStop:
+      return "head_stop";
+    case ExitPath::kHeadCap:
+      return "head_cap";
+    case ExitPath::kDraftStop:
+      return "draft_stop";
+    case ExitPath::kCorrectionStop:
+      return "correction_stop";
+    case ExitPath::kLoopCap:
+      return "loop_cap";
+    case ExitPath::kCancelled:
+      return "cancelled";
+    case ExitPath::kError:
+      return "error";
+  }
+  return "?";
+}
+
+namespace {
+
+class Turn {
+ public:
+  Turn(Model& model, DecodeState& state, const GenerateOptions& options)
+      : model_(model),
+        state_(state),
+        opt_(options),
+        rng_(options.seed),
+        prompt_length_(state.tokens.size()) {}
+
+  GenerateResult run() {
+    if (auto s = validate(); !s.ok()) {
+      result_.error = s;
+      result_.finish_reason = FinishReason::kError;
+      return std::move(result_);
+    }
+    MtpDrafter mtp_drafter(model_);
+    Drafter* drafter = opt_.drafter ? opt_.drafter : &mtp_drafter;
+    std::optional<TokenId> pending;
+    Status failure;
+    bool stopped = false, cancelled = false;
+    ExitPath exit = ExitPath::kLoopCap;
+
+    while (emitted() < opt_.max_tokens) {
+      if (opt_.cancelled && opt_.cancelled()) {
+        cancelled = true;
+        exit = ExitPath::kCancelled;
+        break;
+      }
+      ++result_.stats.rounds;
+      TokenId primary;
+      if (pending) {
+        primary = *pending;
+        pending.reset();
+      } else {
+        primary = pick(state_.next_logits, counts_);
+        emit(primary);
+      }
+      if (is_stop(primary) || emitted() >= opt_.max_tokens) {
+        pending = primary;  // forwarded by finish_turn, never left out of the state
+        stopped = is_stop(primary);
+        exit = stopped ? ExitPath::kHeadStop : ExitPath::kHeadCap;
+        break;
+      }
+      const int depth =
+          static_cast<int>(std::min<std::int64_t>(opt_.mtp_depth, opt_.max_tokens - emitted()));
+      RoundOutcome outcome;
+      result_.exit_after_full_accept = false;
+      failure = depth == 0 ? autoregressive_step(primary)
+                           : speculative_round(*drafter, primary, depth, outcome);
+      if (!failure.ok()) {
+        exit = ExitPath::kError;
+        break;
+      }
+      result_.exit_after_full_accept = outcome.full_accept;
+      if (outcome.correction) {
+        emit(*outcome.correction);
+        pending = outcome.correction;
+        if (is_stop(*outcome.correction)) {
+          stopped = true;
+          exit = ExitPath::kCorrectionStop;
+          break;
+        }
+      }
+      if (outcome.stopped) {
+        stopped = true;
+        exit = ExitPath::kDraftStop;
+        break;
+      }
+    }
+
+    const FinishReason reason = !failure.ok() ? FinishReason::kError
+                                : cancelled   ? FinishReason::kCancelled
+                                : stopped     ? FinishReason::kStop
+                                              : FinishReason::kLength;
+    result_.exit_path = exit;
+    result_.exit_with_pending = pending.has_value();
+    finish_turn(pending, reason, failure);
+    return std::move(result_);
+  }
+
+ private:
+  struct RoundOutcome {
+    bool stopped = false;               // an accepted draft was a stop token
+    bool full_accept = false;           // every draft was accepted
+    std::optional<TokenId> correction;  // sampled rejection: emitted and pending
+  };
+
+  Status validate() const {
+    if (opt_.max_tokens < 0) return invalid_argument("max_tokens must be >= 0");
+    if (opt_.mtp_depth < 0 || opt_.mtp_depth > kMaxMtpDepth) {
+      return invalid_argument("mtp depth must be in [0, " + std::to_string(kMaxMtpDepth) + "]");
+    }
+    if (auto s = opt_.sampler.validate(); !s.ok()) return s;
+    if (state_.next_logits.empty())
+      return failed_precondition("generate needs a prefilled prompt (no logits yet)");
+    if (opt_.mtp_depth > 0 && !opt_.drafter && !model_.mtp()) {
+      return failed_precondition(
+          "MTP depth " + std::to_string(opt_.mtp_depth) +
+          " needs a checkpoint with an MTP head; this one has none (use depth 0)");
+    }
+    return state_.check_invariant();
+  }
+
+  std::int64_t emitted() const { return static_cast<std::int64_t>(result_.tokens.size()); }
+
+  bool is_stop(TokenId t) const {
+    return std::find(opt_.stop_tokens.begin(), opt_.stop_tokens.end(), t) != opt_.stop_tokens.end();
+  }
+
+  void emit(TokenId t) {
+    result_.tokens.push_back(t);
+    ++counts_[t];
+    if (opt_.on_token) opt_.on_token(t);
+  }
+
+  TokenId pick(std::span<const float> logits, const TokenCounts& counts) {
+    const auto penalised = apply_penalties(logits, counts, opt_.sampler);
+    if (opt_.sampler.greedy()) return argmax(penalised);
+    return sample(target_distribution(penalised, opt_.sampler), rng_);
+  }
+
+  Status autoregressive_step(TokenId primary) {
+    const TokenId in[1] = {primary};
+    return extend(model_, state_, in);
+  }
+
+  Status speculative_round(Drafter& drafter, TokenId primary, int depth, RoundOutcome& outcome) {
+    std::vector<DraftToken> drafts;
+    const auto covered = static_cast<std::int64_t>(state_.tokens.size());
+    const std::int64_t history_rows = std::max<std::int64_t>(covered - 1, 0);
+    if (auto s = drafter.propose(state_, primary, depth, opt_.sampler, rng_, drafts); !s.ok())
+      return s;
+    // Rows the drafter appended are speculative; committed rows come from the trunk's hiddens.
+    if (state_.mtp_history) {
+      if (auto s = state_.mtp_history->truncate(history_rows); !s.ok()) return s;
+    }
+    if (drafts.empty()) return autoregressive_step(primary);
+
+    std::vector<TokenId> verify_in = {primary};
+    for (const auto& d : drafts) verify_in.push_back(d.token);
+    const auto rollback = RollbackPoint::take(*state_.trunk);
+    ForwardOutput verify;
+    if (auto s = model_.forward(*state_.trunk, verify_in, LogitsRows::kAll, verify); !s.ok())
+      return s;
+    const auto vocab = static_cast<std::size_t>(model_.info().vocab_size);
+
+    std::size_t accepted = 0;
+    TokenCounts row_counts = counts_;
+    for (std::size_t j = 0; j < drafts.size(); ++j) ++result_.stats.drafted[j];
+    for (std::size_t j = 0; j < drafts.size(); ++j) {
+      const std::span<const float> row(verify.logits.data() + j * vocab, vocab);
+      const auto penalised = apply_penalties(row, row_counts, opt_.sampler);
+      const TokenId x = drafts[j].token;
+      bool accept;
+      if (opt_.sampler.greedy()) {
+        accept = argmax(penalised) == x;
+      } else {
+        const auto p = target_distribution(penalised, opt_.sampler);
+        const double px = p.prob(x), qx = drafts[j].q.prob(x);
+        const double accept_prob = qx > 0 ? std::min(1.0, px / qx) : (px > 0 ? 1.0 : 0.0);
+        accept = rng_.uniform() <= accept_prob;
+        if (!accept) outcome.correction = sample(residual_distribution(p, drafts[j].q), rng_);
+      }
+      if (!accept) break;
+      ++result_.stats.accepted[j];
+      ++accepted;
+      ++row_counts[x];
+      emit(x);
+      if (is_stop(x)) {
+        outcome.stopped = true;
+        break;
+      }
+    }
+
+    outcome.full_accept = accepted == drafts.size();
+    const std::size_t keep = 1 + accepted;
+    const std::span<const TokenId> kept(verify_in.data(), keep);
+    if (keep == verify_in.size()) return absorb(model_, state_, kept, verify);
+    ++result_.stats.rollbacks;
+    if (auto s = rollback.restore(*state_.trunk); !s.ok()) return s;
+    return extend(model_, state_, kept);
+  }
+
+  // The one commit path: every exit comes here exactly once.
+  void finish_turn(std::optional<TokenId> pending, FinishReason reason, const Status& failure) {
+    ++result_.stats.final_commits;
+    result_.finish_reason = reason;
+    result_.error = failure;
+    if (reason == FinishReason::kError || reason == FinishReason::kCancelled) {
+      result_.state_complete = false;
+      return;
+    }
+    if (pending) {
+      const TokenId in[1] = {*pending};
+      if (auto s = extend(model_, state_, in); !s.ok()) {
+        result_.error = s;
+        result_.finish_reason = FinishReason::kError;
+        result_.state_complete = false;
+        return;
+      }
+    }
+    const bool key_matches =
+        state_.tokens.size() == prompt_length_ + result_.tokens.size() &&
+        std::equal(result_.tokens.begin(), result_.tokens.end(),
+                   state_.tokens.begin() + static_cast<std::ptrdiff_t>(prompt_length_));
+    result_.state_complete = key_matches && state_.check_invariant().ok();
+  }
+
+  Model& model_;
+  DecodeState& state_;
+  const GenerateOptions& opt_;
+  Rng rng_;
+  std::size_t prompt_length_;
+  TokenCounts counts_;
+  GenerateResult result_;
+};
+
+}  // namespace
+
+GenerateResult generate(Model& model, DecodeState& state, const GenerateOptions& options) {
+  return Turn(model, state, options).run();
+}
+
+}  // namespace fs

@@ -1,0 +1,95 @@
+// One turn of generation: autoregressive (depth 0) or MTP speculative (depth 1-3), exact at any
+// temperature, with one commit path for every exit.
+//
+// A round (mtplx.md 1.4-1.14, simplified):
+//   1. Round head. The primary is the pending token if there is one (a sampled correction or a
+//      token emitted at the previous exit check), else a fresh sample from next_logits (after a
+//      full acceptance this row is the bonus distribution, so the bonus is simply the next
+//      round's fresh primary). A fresh primary is emitted at once.
+//   2. Exit check: a stop token or max_tokens makes the primary pending and ends the loop; the
+//      final commit forwards it (the DS4Server fix, by construction).
+//   3. Drafting: min(depth, room) drafts; their MTP-history rows are speculative and dropped.
+//   4. Verify: one trunk forward over [primary, drafts...] from a rollback point.
+//   5. Acceptance per draft j against verify row j (penalties counted over the completion plus
+//      drafts[:j]): greedy accepts iff argmax == draft; sampled accepts iff u <= p(x)/q(x), and
+//      on reject draws the correction from normalise(max(p - q, 0)). An accepted stop ends it.
+//   6. Commit of primary + accepted drafts: when all verified tokens are kept the verify output is
+//      absorbed as is; otherwise the trunk is rolled back and the kept tokens re-forwarded (exact
+//      by construction; per-position captures are an optimisation for later). A sampled
+//      correction becomes pending; a greedy correction is the next round's fresh argmax.
+// After the loop, finish_turn() runs exactly once on every exit: it forwards the pending token
+// (unless the turn was cancelled or failed) and reports whether the state covers the prompt and
+// every emitted token.
+//
+// Order of random draws (sampled mode; greedy draws nothing), per round: one for a fresh primary;
+// one per sampled draft, depth 1 first; one uniform per verified draft until the first reject;
+// one for the residual on a reject.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "decode/decode_state.h"
+#include "decode/drafter.h"
+#include "decode/sampler.h"
+
+namespace fs {
+
+inline constexpr int kMaxMtpDepth = 3;
+
+enum class FinishReason { kStop, kLength, kCancelled, kError };
+std::string finish_reason_name(FinishReason r);
+
+// Where the loop ended (telemetry, and how tests prove they reached every path).
+enum class ExitPath {
+  kHeadStop,        // the round's primary was a stop token (fresh, bonus or pending correction)
+  kHeadCap,         // the round's primary filled max_tokens
+  kDraftStop,       // an accepted draft was a stop token
+  kCorrectionStop,  // a sampled correction was a stop token
+  kLoopCap,         // max_tokens reached by a commit (full acceptance, or a pending correction)
+  kCancelled,
+  kError,
+};
+std::string exit_path_name(ExitPath p);
+
+struct GenerateOptions {
+  std::int64_t max_tokens = 16;
+  int mtp_depth = 0;  // 0: autoregressive
+  SamplerConfig sampler;
+  std::uint64_t seed = 0;
+  std::vector<TokenId> stop_tokens;
+  std::function<bool()> cancelled;        // polled at every round head
+  std::function<void(TokenId)> on_token;  // every emitted token, in order
+  Drafter* drafter = nullptr;             // depth > 0 without one: the model's MTP head
+  std::int64_t prefill_chunk = 0;         // unused by generate(); for callers that prefill
+};
+
+struct GenerateStats {
+  std::int64_t rounds = 0;
+  std::array<std::int64_t, kMaxMtpDepth> drafted{};   // drafts proposed at depth d+1
+  std::array<std::int64_t, kMaxMtpDepth> accepted{};  // of those, accepted
+  std::int64_t final_commits = 0;                     // exactly 1 per turn
+  std::int64_t rollbacks = 0;                         // verifies that kept fewer tokens than fed
+};
+
+struct GenerateResult {
+  std::vector<TokenId> tokens;
+  FinishReason finish_reason = FinishReason::kLength;
+  ExitPath exit_path = ExitPath::kLoopCap;
+  bool exit_after_full_accept = false;  // the last verify kept every draft
+  bool exit_with_pending = false;       // finish_turn had a token to forward
+  GenerateStats stats;
+  // The state covers the prompt and every emitted token, and its invariant holds: only then may
+  // it be published to a session bank or a checkpoint.
+  bool state_complete = false;
+  Status error;
+};
+
+// Generates from `state` (a prefilled prompt: next_logits present). Leaves in `state` the turn's
+// committed state; see GenerateResult::state_complete.
+GenerateResult generate(Model& model, DecodeState& state, const GenerateOptions& options);
+
+}  // namespace fs

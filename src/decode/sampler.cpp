@@ -1,0 +1,136 @@
+#include "decode/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+
+namespace fs {
+
+Status SamplerConfig::validate() const {
+  if (!std::isfinite(temperature) || temperature < 0 || temperature > 100) {
+    return invalid_argument("temperature must be in [0, 100], got " + std::to_string(temperature));
+  }
+  if (top_k < 0) return invalid_argument("top_k must be >= 0, got " + std::to_string(top_k));
+  if (!(top_p > 0 && top_p <= 1))
+    return invalid_argument("top_p must be in (0, 1], got " + std::to_string(top_p));
+  if (!(min_p >= 0 && min_p <= 1))
+    return invalid_argument("min_p must be in [0, 1], got " + std::to_string(min_p));
+  if (!(presence_penalty >= -2 && presence_penalty <= 2)) {
+    return invalid_argument("presence_penalty must be in [-2, 2], got " +
+                            std::to_string(presence_penalty));
+  }
+  if (!(frequency_penalty >= -2 && frequency_penalty <= 2)) {
+    return invalid_argument("frequency_penalty must be in [-2, 2], got " +
+                            std::to_string(frequency_penalty));
+  }
+  return {};
+}
+
+double TokenDistribution::prob(TokenId id) const {
+  const auto it = std::lower_bound(ids.begin(), ids.end(), id);
+  return (it != ids.end() && *it == id) ? probs[static_cast<std::size_t>(it - ids.begin())] : 0.0;
+}
+
+std::vector<float> apply_penalties(std::span<const float> logits, const TokenCounts& counts,
+                                   const SamplerConfig& c) {
+  std::vector<float> out(logits.begin(), logits.end());
+  if (!c.has_penalties()) return out;
+  for (const auto& [id, n] : counts) {
+    if (id < 0 || static_cast<std::size_t>(id) >= out.size() || n <= 0) continue;
+    out[static_cast<std::size_t>(id)] -=
+        static_cast<float>(c.frequency_penalty * n + c.presence_penalty);
+  }
+  return out;
+}
+
+TokenId argmax(std::span<const float> logits) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < logits.size(); ++i) {
+    if (logits[i] > logits[best]) best = i;  // strict: the first (lowest id) of equals wins
+  }
+  return static_cast<TokenId>(best);
+}
+
+TokenDistribution target_distribution(std::span<const float> logits, const SamplerConfig& c) {
+  if (c.greedy()) return TokenDistribution::point(argmax(logits));
+  const std::size_t n = logits.size();
+  double max_logit = -INFINITY;
+  for (float l : logits) max_logit = std::max(max_logit, static_cast<double>(l));
+  std::vector<double> p(n);
+  double total = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    p[i] = std::exp((static_cast<double>(logits[i]) - max_logit) / c.temperature);
+    total += p[i];
+  }
+  for (auto& v : p) v /= total;
+
+  // Rank by probability, ties by lower id, and keep the shortest of the three prefixes.
+  std::vector<TokenId> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](TokenId a, TokenId b) {
+    const double pa = p[static_cast<std::size_t>(a)], pb = p[static_cast<std::size_t>(b)];
+    return pa != pb ? pa > pb : a < b;
+  });
+  std::size_t keep = n;
+  if (c.top_k > 0) keep = std::min(keep, static_cast<std::size_t>(c.top_k));
+  if (c.top_p < 1.0) {
+    double before = 0;
+    std::size_t k = 0;
+    while (k < n && before < c.top_p) before += p[static_cast<std::size_t>(order[k++])];
+    keep = std::min(keep, std::max<std::size_t>(k, 1));
+  }
+  if (c.min_p > 0.0) {
+    const double floor = c.min_p * p[static_cast<std::size_t>(order[0])];
+    std::size_t k = 0;
+    while (k < n && p[static_cast<std::size_t>(order[k])] >= floor) ++k;
+    keep = std::min(keep, std::max<std::size_t>(k, 1));
+  }
+  // Drop zero-probability tails (underflow at tiny temperatures) but always keep the top token.
+  while (keep > 1 && p[static_cast<std::size_t>(order[keep - 1])] <= 0.0) --keep;
+
+  std::vector<TokenId> kept(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep));
+  std::sort(kept.begin(), kept.end());
+  TokenDistribution d;
+  double mass = 0;
+  for (TokenId id : kept) mass += p[static_cast<std::size_t>(id)];
+  for (TokenId id : kept) {
+    d.ids.push_back(id);
+    d.probs.push_back(p[static_cast<std::size_t>(id)] / mass);
+  }
+  return d;
+}
+
+TokenId sample_with(const TokenDistribution& d, double u) {
+  double total = 0;
+  for (double v : d.probs) total += v;
+  const double target = u * total;
+  double cum = 0;
+  for (std::size_t i = 0; i < d.ids.size(); ++i) {
+    cum += d.probs[i];
+    if (target < cum) return d.ids[i];
+  }
+  // u*total rounded up to the full mass: the last token with any mass.
+  for (std::size_t i = d.ids.size(); i-- > 0;) {
+    if (d.probs[i] > 0) return d.ids[i];
+  }
+  return d.ids.empty() ? 0 : d.ids.back();
+}
+
+TokenDistribution residual_distribution(const TokenDistribution& p, const TokenDistribution& q) {
+  TokenDistribution r;
+  double mass = 0;
+  for (std::size_t i = 0; i < p.ids.size(); ++i) {
+    const double v = p.probs[i] - q.prob(p.ids[i]);
+    if (v > 0) {
+      r.ids.push_back(p.ids[i]);
+      r.probs.push_back(v);
+      mass += v;
+    }
+  }
+  if (!(mass > 0) || !std::isfinite(mass)) return p;
+  for (auto& v : r.probs) v /= mass;
+  return r;
+}
+
+}  // namespace fs

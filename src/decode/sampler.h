@@ -1,0 +1,67 @@
+// Turning a row of logits into a token: penalties, temperature, top-k / top-p / min-p, and the
+// draw. Distributions are computed in double on the host so that the speculative acceptance test
+// p(x)/q(x) and the residual max(p - q, 0) are exact up to double rounding.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "decode/philox.h"
+#include "model/types.h"
+#include "util/status.h"
+
+namespace fs {
+
+struct SamplerConfig {
+  double temperature = 0.0;  // <= 0: greedy
+  std::int32_t top_k = 0;    // 0: off
+  double top_p = 1.0;        // 1: off
+  double min_p = 0.0;        // 0: off
+  double presence_penalty = 0.0;
+  double frequency_penalty = 0.0;
+
+  bool greedy() const { return temperature <= 0.0; }
+  bool has_penalties() const { return presence_penalty != 0.0 || frequency_penalty != 0.0; }
+  // Names the first out-of-range parameter.
+  Status validate() const;
+};
+
+// Occurrences of each token among the completion so far (the prompt is not counted, as in
+// OpenAI's and vLLM's penalties).
+using TokenCounts = std::unordered_map<TokenId, std::int32_t>;
+
+// A distribution over the kept tokens, ids ascending, probabilities summing to 1.
+struct TokenDistribution {
+  std::vector<TokenId> ids;
+  std::vector<double> probs;
+
+  double prob(TokenId id) const;
+  bool empty() const { return ids.empty(); }
+  static TokenDistribution point(TokenId id) { return {{id}, {1.0}}; }
+};
+
+// logit[j] -= frequency * count[j] + presence * (count[j] > 0). A copy; unchanged when both are 0.
+std::vector<float> apply_penalties(std::span<const float> logits, const TokenCounts& counts,
+                                   const SamplerConfig& config);
+
+// The highest logit; ties go to the lowest token id.
+TokenId argmax(std::span<const float> logits);
+
+// softmax(logits / T) restricted to the intersection of the top-k, top-p and min-p sets, each
+// computed on the full tempered distribution, renormalised. Candidates are ranked by probability,
+// ties by lower id; top-p keeps a token when the mass ranked before it is < top_p. Greedy configs
+// give the point mass at argmax. Penalties are not applied here.
+TokenDistribution target_distribution(std::span<const float> logits, const SamplerConfig& config);
+
+// Inverse CDF over ids ascending with one uniform u in [0, 1).
+TokenId sample_with(const TokenDistribution& d, double u);
+inline TokenId sample(const TokenDistribution& d, Rng& rng) {
+  return sample_with(d, rng.uniform());
+}
+
+// normalise(max(p - q, 0)); p itself when that has no mass (p == q).
+TokenDistribution residual_distribution(const TokenDistribution& p, const TokenDistribution& q);
+
+}  // namespace fs

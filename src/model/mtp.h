@@ -1,0 +1,27 @@
+// A multi-token-prediction head: given the trunk's hidden state h_{t-1} and the embedding of token
+// x_t it predicts x_{t+1}, and returns its own hidden state so it can be applied again (depth 2,
+// 3) on its own output. Its cache, the MTP history, holds one row per committed token t >= 1:
+// row t = head(h_{t-1}, x_t).
+#pragma once
+
+#include <memory>
+#include <span>
+
+#include "model/model.h"
+
+namespace fs {
+
+class MtpHead {
+ public:
+  virtual ~MtpHead() = default;
+  // A history that covers no rows.
+  virtual std::unique_ptr<ModelState> new_history() const = 0;
+  // Width of the hidden rows the head consumes and returns (the trunk's ForwardOutput.hidden).
+  virtual std::int64_t hidden_width() const = 0;
+  // Appends one row per i, (hidden[i], tokens[i]), to `history`, and returns logits (of `rows`)
+  // and the head's output hidden for every row.
+  virtual Status forward(ModelState& history, std::span<const float> hidden,
+                         std::span<const TokenId> tokens, LogitsRows rows, ForwardOutput& out) = 0;
+};
+
+}  // namespace fs

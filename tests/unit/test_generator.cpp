@@ -1,0 +1,378 @@
+// The decoder on the toy model: greedy MTP emits exactly the autoregressive tokens; every exit
+// path, at every depth, greedy and sampled, leaves a state equal to the cold prefill of its key
+// with the final commit run exactly once; sampled MTP has the autoregressive distribution.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "decode/generator.h"
+#include "toy_model.h"
+
+namespace fs {
+namespace {
+
+using test::ToyConfig;
+using test::ToyModel;
+
+std::vector<TokenId> make_prompt(std::uint32_t seed, std::size_t length, std::int64_t vocab) {
+  std::vector<TokenId> p;
+  std::uint32_t x = seed * 2654435761u + 1;
+  for (std::size_t i = 0; i < length; ++i) {
+    x = x * 1664525u + 1013904223u;
+    p.push_back(static_cast<TokenId>((x >> 16) % static_cast<std::uint32_t>(vocab)));
+  }
+  return p;
+}
+
+DecodeState prefill(Model& model, std::span<const TokenId> tokens, std::int64_t chunk = 0) {
+  DecodeState s = new_decode_state(model);
+  const Status st = extend(model, s, tokens, chunk);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return s;
+}
+
+// The warm state must equal the cold prefill of its key, and continue identically.
+void expect_equals_cold(Model& model, const DecodeState& warm) {
+  ASSERT_TRUE(warm.check_invariant().ok()) << warm.check_invariant().to_string();
+  DecodeState cold = prefill(model, warm.tokens);
+  EXPECT_EQ(max_difference(compare_states(*warm.trunk, *cold.trunk)), 0.0);
+  if (warm.mtp_history) {
+    EXPECT_EQ(max_difference(compare_states(*warm.mtp_history, *cold.mtp_history)), 0.0);
+  }
+  EXPECT_EQ(warm.next_logits, cold.next_logits);
+  EXPECT_EQ(warm.last_hidden, cold.last_hidden);
+  // The next turn: two more tokens through both.
+  DecodeState w = warm.clone();
+  const std::vector<TokenId> more = {3, 5};
+  ASSERT_TRUE(extend(model, w, more).ok());
+  ASSERT_TRUE(extend(model, cold, more).ok());
+  EXPECT_EQ(w.next_logits, cold.next_logits);
+}
+
+GenerateResult run(Model& model, std::span<const TokenId> prompt, GenerateOptions opt,
+                   DecodeState* out = nullptr) {
+  DecodeState s = prefill(model, prompt);
+  auto r = generate(model, s, opt);
+  if (out) *out = std::move(s);
+  return r;
+}
+
+TEST(Generator, PrefillIsSplitInvariant) {
+  ToyModel model;
+  const auto prompt = make_prompt(1, 23, model.info().vocab_size);
+  const DecodeState one = prefill(model, prompt);
+  for (std::int64_t chunk : {1, 2, 5, 22}) {
+    const DecodeState split = prefill(model, prompt, chunk);
+    EXPECT_EQ(max_difference(compare_states(*one.trunk, *split.trunk)), 0.0);
+    EXPECT_EQ(max_difference(compare_states(*one.mtp_history, *split.mtp_history)), 0.0);
+    EXPECT_EQ(one.next_logits, split.next_logits);
+  }
+  EXPECT_EQ(one.mtp_history->covered_tokens().value(), 22);
+}
+
+TEST(Generator, GreedyMtpEmitsTheAutoregressiveTokens) {
+  ToyModel model;
+  int compared = 0;
+  for (std::uint32_t seed = 0; seed < 12; ++seed) {
+    const auto prompt = make_prompt(seed, 3 + seed % 9, model.info().vocab_size);
+    for (std::int64_t max_tokens : {1, 2, 7, 30, 64}) {
+      GenerateOptions opt;
+      opt.max_tokens = max_tokens;
+      const auto ar = run(model, prompt, opt);
+      ASSERT_TRUE(ar.error.ok());
+      ASSERT_EQ(static_cast<std::int64_t>(ar.tokens.size()), max_tokens);
+      for (int depth = 1; depth <= kMaxMtpDepth; ++depth) {
+        opt.mtp_depth = depth;
+        DecodeState state;
+        const auto mtp = run(model, prompt, opt, &state);
+        ASSERT_TRUE(mtp.error.ok()) << mtp.error.to_string();
+        EXPECT_EQ(mtp.tokens, ar.tokens)
+            << "seed " << seed << " depth " << depth << " max " << max_tokens;
+        EXPECT_TRUE(mtp.state_complete);
+        EXPECT_EQ(mtp.stats.final_commits, 1);
+        expect_equals_cold(model, state);
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 12 * 5 * 3);
+}
+
+TEST(Generator, MtpAcceptsOnTheToyModel) {
+  // The toy head predicts the trunk's next hidden, so acceptance is well above zero.
+  ToyModel model;
+  GenerateOptions opt;
+  opt.max_tokens = 200;
+  opt.mtp_depth = 3;
+  const auto r = run(model, make_prompt(3, 8, model.info().vocab_size), opt);
+  ASSERT_TRUE(r.error.ok());
+  EXPECT_GT(r.stats.drafted[0], 10);
+  EXPECT_GT(r.stats.accepted[0], r.stats.drafted[0] / 10);
+  EXPECT_LT(r.stats.rounds, 200);
+}
+
+// Drafts that follow the model's own greedy continuation (full acceptance in greedy mode),
+// optionally corrupted at one depth (a rejection there).
+ScriptedDrafter oracle_drafter(ToyModel& model, int wrong_at) {
+  return ScriptedDrafter(
+      [&model, wrong_at](const std::vector<TokenId>& committed, TokenId primary, int depth) {
+        DecodeState s = prefill(model, committed);
+        std::vector<TokenId> out;
+        TokenId next = primary;
+        for (int d = 0; d < depth; ++d) {
+          const TokenId in[1] = {next};
+          EXPECT_TRUE(extend(model, s, in).ok());
+          TokenId t = argmax(s.next_logits);
+          if (d == wrong_at) t = static_cast<TokenId>((t + 1) % model.info().vocab_size);
+          out.push_back(t);
+          next = t;
+        }
+        return out;
+      });
+}
+
+struct PathKey {
+  ExitPath path;
+  bool after_full_accept;
+  auto operator<=>(const PathKey&) const = default;
+};
+
+TEST(Generator, EveryExitPathCommitsExactlyOnceAndMatchesColdPrefill) {
+  ToyModel model;
+  const auto V = model.info().vocab_size;
+  for (bool sampled : {false, true}) {
+    for (int depth = 1; depth <= kMaxMtpDepth; ++depth) {
+      SCOPED_TRACE((sampled ? "sampled depth " : "greedy depth ") + std::to_string(depth));
+      std::set<PathKey> seen;
+      int runs = 0;
+      for (std::uint32_t seed = 0; seed < 3; ++seed) {
+        const auto prompt = make_prompt(seed + 100, 4 + seed, V);
+        for (std::int64_t max_tokens : {1, 2, 3, 4, 6, 9}) {
+          for (int stop = -1; stop < V; stop += 2) {
+            for (int drafter_kind = 0; drafter_kind < 5;
+                 ++drafter_kind) {  // MTP, oracle, wrong at 0/1/2
+              GenerateOptions opt;
+              opt.max_tokens = max_tokens;
+              opt.mtp_depth = depth;
+              opt.seed = seed * 1000 + static_cast<std::uint64_t>(max_tokens);
+              if (sampled) opt.sampler.temperature = 0.6;
+              if (stop >= 0) opt.stop_tokens = {stop};
+              ScriptedDrafter scripted = oracle_drafter(model, drafter_kind - 2);
+              if (drafter_kind > 0) opt.drafter = &scripted;
+              DecodeState state;
+              const auto r = run(model, prompt, opt, &state);
+              ++runs;
+              ASSERT_TRUE(r.error.ok()) << r.error.to_string();
+              ASSERT_EQ(r.stats.final_commits, 1);
+              ASSERT_TRUE(r.state_complete) << exit_path_name(r.exit_path);
+              ASSERT_EQ(state.tokens.size(), prompt.size() + r.tokens.size());
+              expect_equals_cold(model, state);
+              if (HasFatalFailure()) return;
+              seen.insert({r.exit_path, r.exit_after_full_accept});
+            }
+          }
+        }
+      }
+      // Every path this mode can take was reached.
+      std::vector<PathKey> required = {
+          {ExitPath::kHeadStop, false},  // a fresh or corrected primary is a stop
+          {ExitPath::kHeadStop, true},   // the bonus is a stop
+          {ExitPath::kHeadCap, false},   // the primary fills max_tokens
+          {ExitPath::kHeadCap, true},    // the cap right after a bonus
+          {ExitPath::kDraftStop, true},  // full acceptance ending in a stop
+          {ExitPath::kLoopCap, true},    // full acceptance fills max_tokens exactly
+      };
+      // A stop inside accepted drafts with more drafts after it needs two drafts.
+      if (depth >= 2) required.push_back({ExitPath::kDraftStop, false});
+      if (sampled) required.push_back({ExitPath::kCorrectionStop, false});
+      for (const auto& k : required) {
+        EXPECT_TRUE(seen.count(k))
+            << "never reached " << exit_path_name(k.path)
+            << (k.after_full_accept ? " after full acceptance" : "") << " in " << runs << " runs";
+      }
+    }
+  }
+}
+
+TEST(Generator, CancellationAndFailureNeverPublishACompleteState) {
+  ToyModel model;
+  const auto prompt = make_prompt(5, 6, model.info().vocab_size);
+  GenerateOptions opt;
+  opt.max_tokens = 20;
+  opt.mtp_depth = 2;
+  int polls = 0;
+  opt.cancelled = [&] { return ++polls > 3; };
+  const auto c = run(model, prompt, opt);
+  EXPECT_EQ(c.finish_reason, FinishReason::kCancelled);
+  EXPECT_FALSE(c.state_complete);
+  EXPECT_EQ(c.stats.final_commits, 1);
+
+  opt.cancelled = nullptr;
+  DecodeState s = prefill(model, prompt);
+  model.fail_in = 2;  // a verify forward fails mid-turn
+  const auto f = generate(model, s, opt);
+  EXPECT_EQ(f.finish_reason, FinishReason::kError);
+  EXPECT_FALSE(f.error.ok());
+  EXPECT_FALSE(f.state_complete);
+  EXPECT_EQ(f.stats.final_commits, 1);
+}
+
+TEST(Generator, StateInvariantCatchesAKeyLongerThanTheState) {
+  ToyModel model;
+  DecodeState s = prefill(model, make_prompt(9, 5, model.info().vocab_size));
+  ASSERT_TRUE(s.check_invariant().ok());
+  s.tokens.push_back(1);  // DS4Server's corruption: a key one token longer than the state
+  const Status st = s.check_invariant();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("covers 5 tokens but the key has 6"), std::string::npos)
+      << st.message();
+}
+
+TEST(Generator, BadOptionsAreErrors) {
+  ToyModel plain(ToyConfig{.with_mtp = false});
+  const auto prompt = make_prompt(1, 4, plain.info().vocab_size);
+  GenerateOptions opt;
+  opt.mtp_depth = 1;
+  auto r = run(plain, prompt, opt);
+  EXPECT_NE(r.error.message().find("MTP head"), std::string::npos);
+  opt.mtp_depth = 4;
+  EXPECT_FALSE(run(plain, prompt, opt).error.ok());
+  opt.mtp_depth = 0;
+  opt.sampler.top_p = 0;
+  EXPECT_NE(run(plain, prompt, opt).error.message().find("top_p"), std::string::npos);
+  DecodeState empty = new_decode_state(plain);
+  opt.sampler.top_p = 1;
+  EXPECT_FALSE(generate(plain, empty, opt).error.ok());
+}
+
+TEST(Generator, SameSeedSameOutput) {
+  ToyModel model;
+  const auto prompt = make_prompt(4, 7, model.info().vocab_size);
+  GenerateOptions opt;
+  opt.max_tokens = 40;
+  opt.mtp_depth = 3;
+  opt.sampler.temperature = 0.8;
+  opt.sampler.top_p = 0.95;
+  opt.seed = 1234;
+  const auto a = run(model, prompt, opt);
+  const auto b = run(model, prompt, opt);
+  EXPECT_EQ(a.tokens, b.tokens);
+  opt.seed = 1235;
+  EXPECT_NE(run(model, prompt, opt).tokens, a.tokens);
+}
+
+// Exact marginal distribution of the k-th generated token under autoregressive sampling,
+// by enumeration over all prefixes (penalties counted over the completion).
+std::vector<double> exact_marginal(ToyModel& model, const std::vector<TokenId>& prompt,
+                                   const SamplerConfig& c, int k) {
+  const auto V = static_cast<std::size_t>(model.info().vocab_size);
+  std::vector<double> out(V, 0.0);
+  std::function<void(DecodeState&, TokenCounts&, std::vector<TokenId>&, double)> walk =
+      [&](DecodeState& s, TokenCounts& counts, std::vector<TokenId>& gen, double mass) {
+        const auto d = target_distribution(apply_penalties(s.next_logits, counts, c), c);
+        for (std::size_t i = 0; i < d.ids.size(); ++i) {
+          const TokenId x = d.ids[i];
+          const double m = mass * d.probs[i];
+          if (static_cast<int>(gen.size()) == k) {
+            out[static_cast<std::size_t>(x)] += m;
+            continue;
+          }
+          DecodeState next = s.clone();
+          const TokenId in[1] = {x};
+          ASSERT_TRUE(extend(model, next, in).ok());
+          ++counts[x];
+          gen.push_back(x);
+          walk(next, counts, gen, m);
+          gen.pop_back();
+          --counts[x];
+        }
+      };
+  DecodeState s = prefill(model, prompt);
+  TokenCounts counts;
+  std::vector<TokenId> gen;
+  walk(s, counts, gen, 1.0);
+  return out;
+}
+
+// Pearson's chi-square of observed counts against expected probabilities, cells with an
+// expected count below 5 pooled; returns (statistic, degrees of freedom).
+std::pair<double, int> chi_square(const std::vector<std::int64_t>& observed,
+                                  const std::vector<double>& p, std::int64_t n) {
+  double stat = 0, pooled_e = 0;
+  std::int64_t pooled_o = 0;
+  int cells = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const double e = p[i] * static_cast<double>(n);
+    if (e < 5) {
+      pooled_e += e;
+      pooled_o += observed[i];
+      continue;
+    }
+    stat += (static_cast<double>(observed[i]) - e) * (static_cast<double>(observed[i]) - e) / e;
+    ++cells;
+  }
+  if (pooled_e >= 5) {
+    stat += (static_cast<double>(pooled_o) - pooled_e) *
+            (static_cast<double>(pooled_o) - pooled_e) / pooled_e;
+    ++cells;
+  } else if (pooled_o > 0 && pooled_e == 0) {
+    stat = INFINITY;  // a token the exact distribution gives no mass
+  }
+  return {stat, cells - 1};
+}
+
+// Upper 0.1% point of chi-square (Wilson-Hilferty approximation).
+double chi_square_critical(int df) {
+  const double z = 3.0902, a = 2.0 / (9.0 * df);
+  return df * std::pow(1 - a + z * std::sqrt(a), 3);
+}
+
+TEST(Generator, SampledMtpHasTheAutoregressiveDistribution) {
+  ToyModel model(ToyConfig{.vocab = 8, .logit_scale = 1.5f});
+  const auto prompt = make_prompt(11, 5, 8);
+  for (const bool with_penalties : {false, true}) {
+    SamplerConfig c;
+    c.temperature = 1.0;
+    c.top_p = 0.98;
+    if (with_penalties) {
+      c.presence_penalty = 0.7;
+      c.frequency_penalty = 0.3;
+    }
+    const int positions = 3;
+    std::vector<std::vector<double>> exact;
+    for (int k = 0; k < positions; ++k) exact.push_back(exact_marginal(model, prompt, c, k));
+    const std::int64_t draws = 20000;
+    for (int depth = 0; depth <= kMaxMtpDepth; ++depth) {
+      std::vector<std::vector<std::int64_t>> counts(positions, std::vector<std::int64_t>(8, 0));
+      DecodeState base = prefill(model, prompt);
+      for (std::int64_t i = 0; i < draws; ++i) {
+        GenerateOptions opt;
+        opt.max_tokens = 4;
+        opt.mtp_depth = depth;
+        opt.sampler = c;
+        opt.seed =
+            static_cast<std::uint64_t>(i) + 1'000'000u * static_cast<std::uint64_t>(depth + 1);
+        DecodeState s = base.clone();
+        const auto r = generate(model, s, opt);
+        ASSERT_TRUE(r.error.ok());
+        ASSERT_GE(r.tokens.size(), static_cast<std::size_t>(positions));
+        for (int k = 0; k < positions; ++k)
+          ++counts[static_cast<std::size_t>(k)]
+                  [static_cast<std::size_t>(r.tokens[static_cast<std::size_t>(k)])];
+      }
+      for (int k = 0; k < positions; ++k) {
+        const auto [stat, df] = chi_square(counts[static_cast<std::size_t>(k)],
+                                           exact[static_cast<std::size_t>(k)], draws);
+        const double crit = chi_square_critical(df);
+        std::printf("penalties %d depth %d token %d: chi2 %.2f df %d (0.1%% critical %.2f)\n",
+                    with_penalties, depth, k + 1, stat, df, crit);
+        EXPECT_LT(stat, crit) << "depth " << depth << " token " << k + 1;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fs

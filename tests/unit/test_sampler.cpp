@@ -1,0 +1,108 @@
+// Philox known answers, and the sampler's filters, penalties, residual and draw.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "decode/philox.h"
+#include "decode/sampler.h"
+
+namespace fs {
+namespace {
+
+TEST(Philox, KnownAnswers) {
+  // Known-answer vectors of Philox4x32-10 published with the Random123 library.
+  EXPECT_EQ(philox4x32_10({0, 0, 0, 0}, {0, 0}),
+            (PhiloxBlock{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}));
+  EXPECT_EQ(philox4x32_10({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
+                          {0xffffffffu, 0xffffffffu}),
+            (PhiloxBlock{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}));
+  EXPECT_EQ(philox4x32_10({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u},
+                          {0xa4093822u, 0x299f31d0u}),
+            (PhiloxBlock{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}));
+}
+
+TEST(Philox, StreamIsReproducibleAndUniform) {
+  Rng a(42), b(42), c(43);
+  double sum = 0;
+  int differ = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const double u = a.uniform();
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    ASSERT_EQ(u, b.uniform());
+    differ += u != c.uniform();
+    sum += u;
+  }
+  EXPECT_EQ(a.draws(), 20000u);
+  EXPECT_GT(differ, 19990);
+  EXPECT_NEAR(sum / 20000, 0.5, 0.01);
+}
+
+TEST(Sampler, ArgmaxTiesGoToLowestId) {
+  const std::vector<float> l = {0.5f, 2.0f, 1.0f, 2.0f};
+  EXPECT_EQ(argmax(l), 1);
+  SamplerConfig greedy;
+  const auto d = target_distribution(l, greedy);
+  ASSERT_EQ(d.ids.size(), 1u);
+  EXPECT_EQ(d.ids[0], 1);
+}
+
+TEST(Sampler, TemperatureSoftmax) {
+  const std::vector<float> l = {0.0f, std::log(3.0f)};
+  SamplerConfig c;
+  c.temperature = 1.0;
+  const auto d = target_distribution(l, c);
+  EXPECT_NEAR(d.prob(0), 0.25, 1e-6);
+  EXPECT_NEAR(d.prob(1), 0.75, 1e-6);
+  c.temperature = 0.5;  // p ~ 1 : 9
+  const auto d2 = target_distribution(l, c);
+  EXPECT_NEAR(d2.prob(1), 0.9, 1e-6);
+}
+
+TEST(Sampler, TopKTopPMinPKeepTheShortestPrefix) {
+  // probs 0.4, 0.3, 0.2, 0.1 at T=1 (ids 3, 0, 2, 1)
+  const std::vector<float> l = {std::log(0.3f), std::log(0.1f), std::log(0.2f), std::log(0.4f)};
+  SamplerConfig c;
+  c.temperature = 1.0;
+  c.top_k = 3;
+  EXPECT_EQ(target_distribution(l, c).ids, (std::vector<TokenId>{0, 2, 3}));
+  c.top_k = 0;
+  c.top_p = 0.7;  // mass before id 0 is 0.4 < 0.7: kept; before id 2 is 0.7: dropped
+  auto d = target_distribution(l, c);
+  EXPECT_EQ(d.ids, (std::vector<TokenId>{0, 3}));
+  EXPECT_NEAR(d.prob(3), 0.4 / 0.7, 1e-6);
+  c.top_p = 1.0;
+  c.min_p = 0.45;  // keep p >= 0.18
+  EXPECT_EQ(target_distribution(l, c).ids, (std::vector<TokenId>{0, 2, 3}));
+  c.top_k = 1;  // intersection with top-1
+  EXPECT_EQ(target_distribution(l, c).ids, (std::vector<TokenId>{3}));
+}
+
+TEST(Sampler, PenaltiesFollowTheOpenAiFormula) {
+  const std::vector<float> l = {1.0f, 1.0f, 1.0f};
+  SamplerConfig c;
+  c.presence_penalty = 0.5;
+  c.frequency_penalty = 0.25;
+  const auto p = apply_penalties(l, {{1, 2}, {2, 1}}, c);
+  EXPECT_FLOAT_EQ(p[0], 1.0f);
+  EXPECT_FLOAT_EQ(p[1], 1.0f - 0.5f - 0.5f);
+  EXPECT_FLOAT_EQ(p[2], 1.0f - 0.25f - 0.5f);
+  c.presence_penalty = 3;
+  EXPECT_FALSE(c.validate().ok());
+}
+
+TEST(Sampler, ResidualAndDraw) {
+  TokenDistribution p{{0, 1, 2}, {0.5, 0.3, 0.2}};
+  TokenDistribution q{{0, 1}, {0.8, 0.2}};
+  const auto r = residual_distribution(p, q);  // max(p-q,0) = {0, 0.1, 0.2} -> {1/3, 2/3}
+  EXPECT_EQ(r.ids, (std::vector<TokenId>{1, 2}));
+  EXPECT_NEAR(r.prob(1), 1.0 / 3, 1e-12);
+  EXPECT_EQ(residual_distribution(p, p).ids, p.ids);  // no mass: fall back to p
+  EXPECT_EQ(sample_with(p, 0.0), 0);
+  EXPECT_EQ(sample_with(p, 0.49), 0);
+  EXPECT_EQ(sample_with(p, 0.51), 1);
+  EXPECT_EQ(sample_with(p, 0.999999), 2);
+}
+
+}  // namespace
+}  // namespace fs
