@@ -11,5 +11,6 @@ namespace fs::cli {
 using Action = std::function<int()>;
 
 void add_inspect_command(CLI::App& app, Action& action);
+void add_state_command(CLI::App& app, Action& action);
 
 }  // namespace fs::cli

@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   fs::cli::Action action;
   fs::cli::add_inspect_command(app, action);
+  fs::cli::add_state_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,258 @@
+// Session checkpoints on the toy model: bitwise roundtrip, and every kind of bad file refused
+// with its own reason before any state is built.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "decode/generator.h"
+#include "session/checkpoint.h"
+#include "test_support.h"
+#include "toy_model.h"
+#include "util/atomic_file.h"
+#include "util/hash.h"
+
+namespace fs {
+namespace {
+
+using test::ScratchDir;
+using test::ToyModel;
+
+DecodeState prefilled(Model& model, std::vector<TokenId> tokens) {
+  DecodeState s = new_decode_state(model);
+  EXPECT_TRUE(extend(model, s, tokens).ok());
+  return s;
+}
+
+CheckpointIdentity toy_identity() {
+  return {Family::kQwenNext, "toy-model-1", 0, kEnginePolicyVersion};
+}
+
+std::string load_reason(const std::string& path, Model& model,
+                        CheckpointIdentity id = toy_identity()) {
+  std::string reason;
+  auto r = load_checkpoint(path, model, id, &reason);
+  EXPECT_FALSE(r.ok()) << "a bad checkpoint loaded";
+  return r.ok() ? "loaded" : reason;
+}
+
+TEST(Checkpoint, RoundTripIsBitwiseAndTheNextTurnMatches) {
+  ToyModel model;
+  ScratchDir dir;
+  DecodeState s = prefilled(model, {1, 2, 3, 4, 5, 6, 7});
+  GenerateOptions opt;
+  opt.max_tokens = 9;
+  opt.mtp_depth = 2;
+  ASSERT_TRUE(generate(model, s, opt).state_complete);
+  ASSERT_TRUE(save_checkpoint(dir.file("a.fsck"), s, toy_identity()).ok());
+  auto loaded = load_checkpoint(dir.file("a.fsck"), model, toy_identity());
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  DecodeState& l = loaded->state;
+  EXPECT_EQ(l.tokens, s.tokens);
+  EXPECT_EQ(max_difference(compare_states(*l.trunk, *s.trunk)), 0.0);
+  EXPECT_EQ(max_difference(compare_states(*l.mtp_history, *s.mtp_history)), 0.0);
+  EXPECT_EQ(l.next_logits, s.next_logits);
+  EXPECT_EQ(l.last_hidden, s.last_hidden);
+  // The next turn from the loaded state equals the next turn of the never-saved one.
+  opt.seed = 5;
+  opt.sampler.temperature = 0.7;
+  const auto a = generate(model, s, opt);
+  const auto b = generate(model, l, opt);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(s.next_logits, l.next_logits);
+  // No temporary file is left behind.
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    EXPECT_EQ(e.path().filename().string().find(kTempSuffix), std::string::npos);
+  }
+}
+
+TEST(Checkpoint, IncompleteStateIsNeverSaved) {
+  ToyModel model;
+  ScratchDir dir;
+  DecodeState s = prefilled(model, {1, 2, 3});
+  s.tokens.push_back(4);  // a key one token longer than the state
+  const Status st = save_checkpoint(dir.file("x.fsck"), s, toy_identity());
+  EXPECT_FALSE(st.ok());
+  EXPECT_FALSE(std::filesystem::exists(dir.file("x.fsck")));
+}
+
+class CheckpointRejection : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    state_ = prefilled(model_, {3, 1, 4, 1, 5, 9, 2, 6});
+    ASSERT_TRUE(save_checkpoint(dir_.file("good.fsck"), state_, toy_identity()).ok());
+    good_ = test::read_bytes(dir_.file("good.fsck"));
+  }
+  std::string write(const std::string& name, const std::vector<std::uint8_t>& bytes) {
+    test::write_bytes(dir_.file(name), bytes);
+    return dir_.file(name);
+  }
+  ToyModel model_;
+  ScratchDir dir_;
+  DecodeState state_;
+  std::vector<std::uint8_t> good_;
+};
+
+TEST_F(CheckpointRejection, OlderFormatVersion) {
+  auto bytes = good_;
+  bytes[8] = 0;  // format version 1 -> 0
+  EXPECT_EQ(load_reason(write("v0.fsck", bytes), model_), "version");
+}
+
+TEST_F(CheckpointRejection, OlderEnginePolicy) {
+  auto bytes = good_;
+  bytes[12] = 0;
+  EXPECT_EQ(load_reason(write("p0.fsck", bytes), model_), "policy");
+}
+
+TEST_F(CheckpointRejection, AnotherModel) {
+  CheckpointIdentity other = toy_identity();
+  other.model_fingerprint = "another-model";
+  EXPECT_EQ(load_reason(dir_.file("good.fsck"), model_, other), "fingerprint");
+  other = toy_identity();
+  other.family = Family::kGlm5;
+  EXPECT_EQ(load_reason(dir_.file("good.fsck"), model_, other), "fingerprint");
+}
+
+TEST_F(CheckpointRejection, TruncatedAtManyOffsets) {
+  for (std::size_t cut :
+       {std::size_t{0}, std::size_t{7}, std::size_t{39}, std::size_t{41}, std::size_t{200},
+        good_.size() / 2, good_.size() - 65, good_.size() - 1}) {
+    SCOPED_TRACE(cut);
+    const std::vector<std::uint8_t> bytes(good_.begin(),
+                                          good_.begin() + static_cast<std::ptrdiff_t>(cut));
+    const auto reason = load_reason(write("cut.fsck", bytes), model_);
+    EXPECT_TRUE(reason == "truncated" || reason == "header_checksum") << reason;
+  }
+}
+
+TEST_F(CheckpointRejection, FlippedBits) {
+  auto header = parse_checkpoint(good_);
+  ASSERT_TRUE(header.ok());
+  auto flip = [&](std::size_t at) {
+    auto bytes = good_;
+    bytes[at] ^= 0x10;
+    return load_reason(write("flip.fsck", bytes), model_);
+  };
+  EXPECT_EQ(flip(0), "magic");
+  EXPECT_EQ(flip(kCheckpointPrefixBytes + 5), "header_checksum");  // the header JSON
+  // Inside the tensor table: the table is part of the checksummed header.
+  const std::string text(good_.begin() + kCheckpointPrefixBytes,
+                         good_.begin() + static_cast<std::ptrdiff_t>(header->payload_offset));
+  EXPECT_EQ(flip(kCheckpointPrefixBytes + text.find("\"tensors\"") + 20), "header_checksum");
+  // A payload byte of each tensor.
+  for (const auto& t : header->tensors) {
+    if (t.bytes == 0) continue;
+    EXPECT_EQ(flip(header->payload_offset + t.offset + t.bytes / 2), "tensor_checksum") << t.name;
+  }
+}
+
+TEST_F(CheckpointRejection, KeyOneTokenLongerThanTheStateCovers) {
+  // Re-encode a well-formed file (valid checksums) whose key claims one more token: what
+  // DS4Server wrote after its MTP loop left the last emitted token out of the state.
+  auto header = parse_checkpoint(good_);
+  ASSERT_TRUE(header.ok());
+  CheckpointHeader h = *header;
+  h.key.push_back(7);
+  const auto head = encode_checkpoint_head(h);
+  std::vector<std::uint8_t> bytes = head;
+  bytes.insert(bytes.end(), good_.begin() + static_cast<std::ptrdiff_t>(header->payload_offset),
+               good_.end());
+  const auto path = write("long_key.fsck", bytes);
+  ASSERT_TRUE(parse_checkpoint(bytes).ok());             // structurally fine...
+  EXPECT_EQ(load_reason(path, model_), "key_coverage");  // ...but it lies about what it covers
+}
+
+TEST_F(CheckpointRejection, GarbageAndMissingFiles) {
+  EXPECT_EQ(load_reason(write("junk.fsck", std::vector<std::uint8_t>(4096, 0x5a)), model_),
+            "magic");
+  EXPECT_EQ(load_reason(dir_.file("absent.fsck"), model_), "io");
+}
+
+// A writer killed at random points never leaves a file that loads with wrong content.
+TEST(CheckpointCrashSafety, KilledWritersNeverLeaveAWrongFile) {
+  ToyModel model;
+  ScratchDir dir;
+  const auto path = dir.file("s.fsck");
+  // Two states of different content; the file must always be one of them, whole.
+  std::vector<DecodeState> states;
+  std::vector<TokenId> tokens;
+  for (int i = 0; i < 2; ++i) {
+    tokens.clear();
+    for (int t = 0; t < 200 + 50 * i; ++t) tokens.push_back(static_cast<TokenId>((t * 7 + i) % 12));
+    states.push_back(prefilled(model, tokens));
+  }
+  int loaded_ok = 0;
+  for (int round = 0; round < 30; ++round) {
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      for (int i = 0;; ++i) {
+        if (!save_checkpoint(path, states[static_cast<std::size_t>(i % 2)], toy_identity()).ok())
+          _exit(3);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(300 + 997 * (round % 7)));
+    kill(child, SIGKILL);
+    int status = 0;
+    waitpid(child, &status, 0);
+    if (!std::filesystem::exists(path)) continue;
+    auto l = load_checkpoint(path, model, toy_identity());
+    ASSERT_TRUE(l.ok()) << "round " << round << ": " << l.status().to_string();
+    const bool is_a = l->state.tokens == states[0].tokens,
+               is_b = l->state.tokens == states[1].tokens;
+    ASSERT_TRUE(is_a || is_b);
+    const auto& want = is_a ? states[0] : states[1];
+    EXPECT_EQ(max_difference(compare_states(*l->state.trunk, *want.trunk)), 0.0);
+    ++loaded_ok;
+  }
+  EXPECT_GT(loaded_ok, 0);
+}
+
+}  // namespace
+}  // namespace fs
+
+namespace fs {
+namespace {
+
+TEST(StateCli, InspectAndDiff) {
+  test::ToyModel model;
+  test::ScratchDir dir;
+  DecodeState a = prefilled(model, {1, 2, 3, 4});
+  DecodeState b = prefilled(model, {1, 2, 3, 4});
+  DecodeState c = prefilled(model, {1, 2, 3, 5});
+  for (auto [name, s] : {std::pair<const char*, DecodeState*>{"a", &a}, {"b", &b}, {"c", &c}}) {
+    ASSERT_TRUE(save_checkpoint(dir.file(name), *s, toy_identity()).ok());
+  }
+  const auto bin = test::flashserve_binary();
+  std::string out;
+  ASSERT_EQ(test::run_command(bin + " state inspect " + dir.file("a"), &out), 0) << out;
+  const auto header = nlohmann::json::parse(out);
+  EXPECT_EQ(header["key"], nlohmann::json({1, 2, 3, 4}));
+  EXPECT_EQ(header["model_fingerprint"], "toy-model-1");
+
+  ASSERT_EQ(test::run_command(bin + " state diff " + dir.file("a") + " " + dir.file("b"), &out), 0)
+      << out;
+  EXPECT_EQ(nlohmann::json::parse(out)["max_abs"], 0.0);
+  ASSERT_EQ(test::run_command(bin + " state diff " + dir.file("a") + " " + dir.file("c"), &out), 1)
+      << out;
+  const auto diff = nlohmann::json::parse(out);
+  EXPECT_FALSE(diff["keys_equal"].get<bool>());
+  EXPECT_GT(diff["max_abs"].get<double>(), 0.0);
+
+  auto bytes = test::read_bytes(dir.file("a"));
+  bytes.resize(bytes.size() - 3);
+  test::write_bytes(dir.file("bad"), bytes);
+  EXPECT_EQ(test::run_command(bin + " state inspect " + dir.file("bad"), &out), 2);
+  EXPECT_NE(out.find("bytes; the header says"), std::string::npos) << out;
+  EXPECT_EQ(test::run_command(bin + " state diff " + dir.file("a") + " " + dir.file("bad"), &out),
+            2);
+}
+
+}  // namespace
+}  // namespace fs
