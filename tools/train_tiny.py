@@ -55,19 +55,31 @@ def log(*a):
     print(f"[{time.strftime('%H:%M:%S')}]", *a, flush=True)
 
 
-def corpus(heldout_fraction=0.03):
-    root = sysconfig.get_paths()["stdlib"]
-    files = sorted(f for f in glob.glob(os.path.join(root, "**", "*.py"), recursive=True)
-                   if "site-packages" not in f and "dist-packages" not in f)
-    train, held = [], []
-    for f in files:
-        try:
-            text = open(f, encoding="utf-8").read()
-        except (UnicodeDecodeError, OSError):
-            continue
-        # A stable split by path: the held-out files never reach the tokenizer or the model.
-        (held if (hash_path(f) % 1000) < heldout_fraction * 1000 else train).append(text)
-    return root, train, held
+def corpus(heldout_fraction=0.03, max_bytes=80 << 20):
+    """Python sources present on the machine: the standard library first, then the installed
+    packages (torch, transformers, numpy, ...), up to max_bytes; files over 1 MB (generated
+    tables) are skipped."""
+    import site
+    roots = [sysconfig.get_paths()["stdlib"]] + [p for p in site.getsitepackages() if os.path.isdir(p)]
+    train, held, total, seen = [], [], 0, set()
+    for root in roots:
+        for f in sorted(glob.glob(os.path.join(root, "**", "*.py"), recursive=True)):
+            if total >= max_bytes:
+                break
+            real = os.path.realpath(f)
+            if real in seen or (root == roots[0] and ("site-packages" in f or "dist-packages" in f)):
+                continue
+            seen.add(real)
+            try:
+                if os.path.getsize(f) > (1 << 20):
+                    continue
+                text = open(f, encoding="utf-8").read()
+            except (UnicodeDecodeError, OSError):
+                continue
+            total += len(text)
+            # A stable split by path: held-out files never reach the tokenizer or the model.
+            (held if (hash_path(f) % 1000) < heldout_fraction * 1000 else train).append(text)
+    return ", ".join(roots), train, held
 
 
 def hash_path(p):
@@ -243,7 +255,14 @@ def main():
     log(f"corpus: {len(train_texts)} train files, {len(held_texts)} held-out, from {root}")
     if args.smoke:
         train_texts = train_texts[:200]
-    tok = train_tokenizer(train_texts, args.vocab)
+    rng = random.Random(0)
+    tok_sample, size = [], 0
+    for t in rng.sample(train_texts, len(train_texts)):
+        if size > (24 << 20):
+            break
+        tok_sample.append(t)
+        size += len(t)
+    tok = train_tokenizer(tok_sample, args.vocab)
     V = tok.get_vocab_size()
     eos = tok.token_to_id("<|endoftext|>")
     assert eos == 0, eos
