@@ -11,5 +11,7 @@ namespace fs::cli {
 using Action = std::function<int()>;
 
 void add_inspect_command(CLI::App& app, Action& action);
+void add_logits_command(CLI::App& app, Action& action);
+void add_convert_command(CLI::App& app, Action& action);
 
 }  // namespace fs::cli

@@ -9,6 +9,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   fs::cli::Action action;
   fs::cli::add_inspect_command(app, action);
+  fs::cli::add_logits_command(app, action);
+  fs::cli::add_convert_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
