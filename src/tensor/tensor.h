@@ -25,7 +25,11 @@ class Tensor {
   std::size_t rank() const { return shape_.size(); }
   std::int64_t numel() const { return static_cast<std::int64_t>(data_.size()); }
   // Rows = product of all but the last dim; cols = the last dim.
-  std::int64_t rows() const { return shape_.empty() ? 0 : numel() / shape_.back(); }
+  std::int64_t rows() const {
+    std::int64_t r = shape_.empty() ? 0 : 1;
+    for (std::size_t i = 0; i + 1 < shape_.size(); ++i) r *= shape_[i];
+    return r;
+  }
   std::int64_t cols() const { return shape_.empty() ? 0 : shape_.back(); }
 
   float* data() { return data_.data(); }

@@ -18,11 +18,8 @@ constexpr std::int64_t kTileRows = 64;
 // y[:, col0 : col0+n] = x · w_rows^T, w_rows [n, in] f32 contiguous.
 void gemm_block(const Tensor& x, const float* w, std::int64_t n, std::int64_t col0, Tensor& y) {
   const auto S = x.rows(), in = x.cols(), out = y.cols();
-  if (S == 1) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(n), static_cast<int>(in), 1.0f, w,
-                static_cast<int>(in), x.data(), 1, 0.0f, y.data() + col0, 1);
-    return;
-  }
+  // sgemm for every row count (no gemv special case): a row's result then depends less on
+  // how many rows share the call, which keeps split and one-call states closer.
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(S), static_cast<int>(n),
               static_cast<int>(in), 1.0f, x.data(), static_cast<int>(in), w, static_cast<int>(in),
               0.0f, y.data() + col0, static_cast<int>(out));
