@@ -39,6 +39,8 @@ class LayerCache {
   // Forgets every token at position >= length. A cache that cannot (a recurrent state has no
   // history) returns failed_precondition unless length == covered_tokens().
   virtual Status truncate(std::int64_t length) = 0;
+  // Whether truncate(length) would succeed; ModelState asks every cache before changing any.
+  virtual bool can_truncate(std::int64_t length) const { return length == covered_tokens(); }
   virtual std::size_t bytes() const = 0;
   // The contents as named float32 tensors, enough to rebuild the cache exactly.
   virtual std::vector<StateTensorView> tensors() const = 0;
@@ -51,7 +53,8 @@ class LayerCache {
 class ModelState {
  public:
   ModelState() = default;
-  explicit ModelState(std::vector<std::unique_ptr<LayerCache>> caches) : caches_(std::move(caches)) {}
+  explicit ModelState(std::vector<std::unique_ptr<LayerCache>> caches)
+      : caches_(std::move(caches)) {}
 
   std::span<const std::unique_ptr<LayerCache>> caches() const { return caches_; }
   LayerCache& cache(std::size_t i) { return *caches_.at(i); }
@@ -85,10 +88,10 @@ double max_difference(const std::vector<TensorDifference>& diffs);
 enum class LogitsRows { kAll, kLast, kNone };
 
 struct ForwardOutput {
-  std::int64_t rows = 0;        // rows of logits returned
-  std::vector<float> logits;    // [rows x vocab]
+  std::int64_t rows = 0;      // rows of logits returned
+  std::vector<float> logits;  // [rows x vocab]
   std::int64_t hidden_width = 0;
-  std::vector<float> hidden;    // [tokens x hidden_width]: the trunk's final stream (MTP input)
+  std::vector<float> hidden;  // [tokens x hidden_width]: the trunk's final stream (MTP input)
 };
 
 struct ModelInfo {

@@ -165,6 +165,14 @@ TEST(QwenState, TruncateSemantics) {
   }
   // The recurrent caches now disagree with the truncated ones: covered_tokens() says so.
   EXPECT_FALSE(a->covered_tokens().ok());
+  // ModelState::truncate refuses as a whole and changes nothing.
+  auto whole = m->new_state();
+  run_splits(*m, *whole, tokens, {22});
+  auto before = whole->clone();
+  EXPECT_EQ(whole->truncate(18).code(), ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(*whole->covered_tokens(), 22);
+  EXPECT_EQ(max_difference(compare_states(*whole, *before)), 0.0);
+  EXPECT_TRUE(whole->truncate(22).ok());
   auto fresh = m->new_state();
   EXPECT_EQ(*fresh->covered_tokens(), 0);
   EXPECT_TRUE(fresh->truncate(0).ok());

@@ -60,6 +60,9 @@ class QsaCache final : public LayerCache {
   std::int64_t covered_tokens() const override { return keys.rows(); }
   std::unique_ptr<LayerCache> clone() const override;
   Status truncate(std::int64_t length) override;
+  bool can_truncate(std::int64_t length) const override {
+    return length >= 0 && length <= covered_tokens();
+  }
   std::size_t bytes() const override;
   std::vector<StateTensorView> tensors() const override;
   Status load(std::span<const StateTensorView> tensors, std::int64_t covered) override;
