@@ -37,8 +37,8 @@ Status ModelState::truncate(std::int64_t length) {
   for (std::size_t i = 0; i < caches_.size(); ++i) {
     const auto covered = caches_[i]->covered_tokens();
     if (length > covered) {
-      return out_of_range("cannot truncate cache " + std::to_string(i) + " to " +
-                          std::to_string(length) + " tokens: it covers " + std::to_string(covered));
+      return out_of_range("cannot truncate cache " + std::to_string(i) + " to " + std::to_string(length) +
+                          " tokens: it covers " + std::to_string(covered));
     }
     if (!caches_[i]->can_truncate(length)) {
       return failed_precondition("cache " + std::to_string(i) + " (" + caches_[i]->kind() +
@@ -71,8 +71,7 @@ std::vector<TensorDifference> compare_states(const ModelState& a, const ModelSta
     TensorDifference d;
     d.name = t.name;
     const auto it = right.find(t.name);
-    if (it == right.end() || it->second.shape != t.shape ||
-        it->second.data.size() != t.data.size()) {
+    if (it == right.end() || it->second.shape != t.shape || it->second.data.size() != t.data.size()) {
       d.shape_mismatch = true;
     } else {
       for (std::size_t i = 0; i < t.data.size(); ++i) {

@@ -53,8 +53,7 @@ class LayerCache {
 class ModelState {
  public:
   ModelState() = default;
-  explicit ModelState(std::vector<std::unique_ptr<LayerCache>> caches)
-      : caches_(std::move(caches)) {}
+  explicit ModelState(std::vector<std::unique_ptr<LayerCache>> caches) : caches_(std::move(caches)) {}
 
   std::span<const std::unique_ptr<LayerCache>> caches() const { return caches_; }
   LayerCache& cache(std::size_t i) { return *caches_.at(i); }
@@ -88,10 +87,10 @@ double max_difference(const std::vector<TensorDifference>& diffs);
 enum class LogitsRows { kAll, kLast, kNone };
 
 struct ForwardOutput {
-  std::int64_t rows = 0;      // rows of logits returned
-  std::vector<float> logits;  // [rows x vocab]
+  std::int64_t rows = 0;        // rows of logits returned
+  std::vector<float> logits;    // [rows x vocab]
   std::int64_t hidden_width = 0;
-  std::vector<float> hidden;  // [tokens x hidden_width]: the trunk's final stream (MTP input)
+  std::vector<float> hidden;    // [tokens x hidden_width]: the trunk's final stream (MTP input)
 };
 
 struct ModelInfo {
