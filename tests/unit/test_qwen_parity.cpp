@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "format/safetensors.h"
 #include "model/convert.h"
@@ -107,6 +109,28 @@ TEST(QwenParity, ShardedPleTableGivesIdenticalLogits) {
   auto s2 = single->new_state();
   EXPECT_EQ(run_splits(*sharded, *s1, c.tokens, c.splits),
             run_splits(*single, *s2, c.tokens, c.splits));
+}
+
+// A checkpoint that does not fit its config is refused with the tensor's name, before any use.
+TEST(QwenParity, LoaderNamesMismatchedAndMissingTensors) {
+  test::ScratchDir dir;
+  const auto src = hf_tiny("qwen4_exp");
+  std::filesystem::copy_file(src + "/model.safetensors", dir.file("model.safetensors"));
+  auto config = nlohmann::json::parse(test::read_bytes(src + "/config.json"));
+  config["num_experts"] = 9;
+  test::write_text(dir.file("config.json"), config.dump());
+  auto m = load_model(dir.path().string());
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(m.status().message().find("layers.0.mlp.gate.weight"), std::string::npos)
+      << m.status().to_string();
+  config["num_experts"] = 8;
+  config["split_ngram_parts"] = 2;  // the table is stored whole: the shards are missing
+  test::write_text(dir.file("config.json"), config.dump());
+  m = load_model(dir.path().string());
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), ErrorCode::kNotFound);
+  EXPECT_NE(m.status().message().find("shard_0"), std::string::npos) << m.status().to_string();
 }
 
 TEST(QwenParity, LoaderRejectsOtherFamilies) {

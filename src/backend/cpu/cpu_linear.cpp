@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstdint>
 #include <thread>
 #include <vector>
 
@@ -34,7 +35,9 @@ void CpuBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
   shape.back() = out;
   if (y.shape() != shape) y.reset(shape);
   if (x.rows() == 0) return;
-  if (w.dtype == DType::kF32) {
+  // f32 weights are used in place when aligned (safetensors does not promise alignment of a
+  // tensor that follows an odd-sized bf16 one); otherwise they take the tile path as bf16 does.
+  if (w.dtype == DType::kF32 && reinterpret_cast<std::uintptr_t>(w.data) % alignof(float) == 0) {
     gemm_block(x, reinterpret_cast<const float*>(w.data), out, 0, y);
     return;
   }

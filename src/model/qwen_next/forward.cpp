@@ -221,8 +221,9 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
   // No final RMSNorm: the mixer's grouped hc_norm is the last normalisation (Q4M 1493).
   Tensor mixed;
   hyper_connection_read(be, weights_.final_mixer, h, mixed, nullptr);
-  out.hidden_width = config_.hidden_size;
-  out.hidden = mixed.storage();
+  // The MTP head reads the widened stream (all hc streams), before the mixer.
+  out.hidden_width = config_.stream_width();
+  out.hidden = std::move(h.storage());
   if (rows == LogitsRows::kNone) return {};
   Tensor last, logits;
   const Tensor* src = &mixed;
