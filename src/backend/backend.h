@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "backend/weight.h"
-#include "model/types.h"
 #include "tensor/tensor.h"
 
 namespace fs {
@@ -104,7 +103,7 @@ class Backend {
   // Rotate-half RoPE on the first `rotary_dim` columns of every `head_dim`-wide head of each row,
   // in place; row r of x is at positions[r]; inv_freq[i] = theta^(-2i/rotary_dim).
   virtual void rope(Tensor& x, std::int64_t head_dim, std::int64_t rotary_dim,
-                    std::span<const Position> positions, double theta) = 0;
+                    std::span<const std::int64_t> positions, double theta) = 0;
 
   // --- sequence mixing -----------------------------------------------------------------------
   // Causal depthwise conv over time, per channel: y_t = sum_j w[c, j] * x_{t - (K-1-j)*dilation},

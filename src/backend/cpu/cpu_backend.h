@@ -50,7 +50,7 @@ class CpuBackend final : public Backend {
   void grouped_dot(const Tensor& a, const Tensor& b, std::int64_t group, Tensor& out) override;
 
   void rope(Tensor& x, std::int64_t head_dim, std::int64_t rotary_dim,
-            std::span<const Position> positions, double theta) override;
+            std::span<const std::int64_t> positions, double theta) override;
 
   void causal_conv1d(const Tensor& x, const Tensor& w, std::int64_t dilation, Tensor& tail,
                      Tensor& y) override;

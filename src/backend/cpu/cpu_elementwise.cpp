@@ -197,7 +197,7 @@ void CpuBackend::grouped_dot(const Tensor& a, const Tensor& b, std::int64_t grou
 }
 
 void CpuBackend::rope(Tensor& x, std::int64_t head_dim, std::int64_t rotary_dim,
-                      std::span<const Position> positions, double theta) {
+                      std::span<const std::int64_t> positions, double theta) {
   const auto half = rotary_dim / 2;
   const auto heads = x.cols() / head_dim;
   std::vector<float> cosv(static_cast<std::size_t>(half)), sinv(static_cast<std::size_t>(half));

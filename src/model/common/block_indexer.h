@@ -8,6 +8,7 @@
 #include <span>
 
 #include "backend/backend.h"
+#include "model/types.h"
 
 namespace fs {
 
