@@ -16,8 +16,12 @@ std::vector<float> read_f32(const std::string& path) {
   return out;
 }
 
-std::vector<QwenCase> qwen_cases() {
-  const auto dir = hf_tiny("qwen4_exp");
+std::string qwen_variant_fixture() {
+  return QWEN_VARIANT_FIXTURE;
+}
+
+std::vector<QwenCase> qwen_cases(const std::string& which) {
+  const auto dir = which.empty() ? hf_tiny("qwen4_exp") : which;
   std::ifstream f(dir + "/golden.json");
   const auto g = nlohmann::json::parse(f);
   std::vector<QwenCase> out;

@@ -15,7 +15,11 @@ struct QwenCase {
   std::vector<float> full, inc;  // reference logits [L x vocab]
 };
 
-std::vector<QwenCase> qwen_cases();
+// The cases of the hf-tiny qwen4_exp fixture, or of another fixture folder of the same format.
+std::vector<QwenCase> qwen_cases(const std::string& dir = "");
+// tests/fixtures/qwen4_exp_variant: PLE on two layers, silu gate, no top-k renormalisation,
+// hc_count 3, attention biases, two QSA layers (tools/oracle/qwen_variant_oracle.py).
+std::string qwen_variant_fixture();
 std::vector<float> read_f32(const std::string& path);
 
 // Feeds `tokens` in calls of `splits` through `state`, concatenating the logits of every row.

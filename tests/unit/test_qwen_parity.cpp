@@ -31,11 +31,14 @@ std::unique_ptr<Model> load(const std::string& dir) {
 // The float32 engine against float64 reference logits: measured max 1.5e-5 (README).
 constexpr double kF32Tolerance = 1e-3;
 
-TEST(QwenParity, FullAndIncrementalMatchReference) {
-  auto m = load(hf_tiny("qwen4_exp"));
+class QwenParityAll : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(QwenParityAll, FullAndIncrementalMatchReference) {
+  const auto dir = GetParam() == "shared" ? hf_tiny("qwen4_exp") : test::qwen_variant_fixture();
+  auto m = load(dir);
   ASSERT_NE(m, nullptr);
   const auto V = m->info().vocab_size;
-  for (const auto& c : qwen_cases()) {
+  for (const auto& c : qwen_cases(dir)) {
     auto full_state = m->new_state();
     const auto full =
         run_splits(*m, *full_state, c.tokens, {static_cast<std::int64_t>(c.tokens.size())});
@@ -43,8 +46,8 @@ TEST(QwenParity, FullAndIncrementalMatchReference) {
     auto inc_state = m->new_state();
     const auto inc = run_splits(*m, *inc_state, c.tokens, c.splits);
     const auto di = diff_logits(inc, c.inc, V);
-    std::printf("[parity] L=%zu full max|d|=%.3g inc max|d|=%.3g\n", c.tokens.size(), df.max_abs,
-                di.max_abs);
+    std::printf("[parity %s] L=%zu full max|d|=%.3g inc max|d|=%.3g\n", GetParam().c_str(),
+                c.tokens.size(), df.max_abs, di.max_abs);
     EXPECT_LE(df.max_abs, kF32Tolerance);
     EXPECT_LE(di.max_abs, kF32Tolerance);
     EXPECT_EQ(df.argmax_mismatches, 0);
@@ -59,6 +62,8 @@ TEST(QwenParity, FullAndIncrementalMatchReference) {
 constexpr double kBf16MaxTolerance = 0.6;
 constexpr double kBf16MedianRowTolerance = 0.03;
 constexpr double kBf16ArgmaxAgreement = 0.85;
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, QwenParityAll, ::testing::Values("shared", "variant"));
 
 TEST(QwenParity, Bf16CheckpointWithinMeasuredTolerance) {
   test::ScratchDir dir;

@@ -44,25 +44,35 @@ double tolerance_for(const std::string& tensor_name) {
                                                         : kRecurrentStateTolerance;
 }
 
-TEST(QwenState, SplitsGiveTheStateAndLogitsOfOneCall) {
-  auto m = tiny_model();
-  ASSERT_NE(m, nullptr);
-  const auto tokens = long_tokens();
+class QwenSplits : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(QwenSplits, SplitsGiveTheStateAndLogitsOfOneCall) {
+  const auto dir = GetParam() == "shared" ? hf_tiny("qwen4_exp") : test::qwen_variant_fixture();
+  auto model = load_model(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto& m = *model;
+  const auto tokens = test::qwen_cases(dir).back().tokens;
   const auto L = static_cast<std::int64_t>(tokens.size());
   auto whole = m->new_state();
   const auto ref = run_splits(*m, *whole, tokens, {L});
   std::vector<std::int64_t> singles(static_cast<std::size_t>(L), 1);
-  // Odd sizes across the 64-token GDN chunks and the 4-token indexer blocks.
-  const std::vector<std::vector<std::int64_t>> plans = {
-      singles, {1, 2, 3, 58, 1, 1, 65, 5, 24}, {63, 2, 62, 33}, {4, 4, 61, 3, 88}};
+  // Odd sizes across the 64-token GDN chunks and the 4-token indexer blocks; the last call takes
+  // the rest.
+  std::vector<std::vector<std::int64_t>> plans = {
+      singles, {1, 2, 3, 58, 1, 1, 5}, {63, 2, 3}, {4, 4, 61, 3}};
+  for (std::size_t i = 1; i < plans.size(); ++i) {
+    std::int64_t used = 0;
+    for (const auto n : plans[i]) used += n;
+    plans[i].push_back(L - used);
+  }
   for (const auto& plan : plans) {
     auto state = m->new_state();
     const auto got = run_splits(*m, *state, tokens, plan);
     const auto d = diff_logits(got, ref, m->info().vocab_size);
     const auto diffs = compare_states(*state, *whole);
     const double sd = max_difference(diffs);
-    std::printf("[split] %zu calls: state max|d|=%.3g logits max|d|=%.3g\n", plan.size(), sd,
-                d.max_abs);
+    std::printf("[split %s] %zu calls: state max|d|=%.3g logits max|d|=%.3g\n", GetParam().c_str(),
+                plan.size(), sd, d.max_abs);
     double recurrent = 0, attention = 0;
     for (const auto& t : diffs) {
       EXPECT_LE(t.max_abs, tolerance_for(t.name)) << t.name;
@@ -77,6 +87,8 @@ TEST(QwenState, SplitsGiveTheStateAndLogitsOfOneCall) {
     EXPECT_EQ(*state->covered_tokens(), L);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, QwenSplits, ::testing::Values("shared", "variant"));
 
 TEST(QwenState, TensorsLoadRoundTrip) {
   auto m = tiny_model();
