@@ -201,6 +201,13 @@ TEST(QwenState, ForwardRejectsBadTokensAndForeignStates) {
   ModelState empty;
   const std::vector<TokenId> ok = {1, 2};
   EXPECT_FALSE(m->forward(empty, ok, LogitsRows::kAll, out).ok());
+  // The state of another model (the variant has more layers and PLE caches) is refused untouched.
+  auto variant = load_model(test::qwen_variant_fixture());
+  ASSERT_TRUE(variant.ok());
+  auto foreign = (*variant)->new_state();
+  auto before = foreign->clone();
+  EXPECT_FALSE(m->forward(*foreign, ok, LogitsRows::kAll, out).ok());
+  EXPECT_EQ(max_difference(compare_states(*foreign, *before)), 0.0);
   // kLast returns the last row of kAll.
   auto s1 = m->new_state();
   auto s2 = m->new_state();

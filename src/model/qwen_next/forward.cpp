@@ -192,32 +192,47 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
   be.embedding({&weights_.embed_tokens, 1}, ids, e);
   be.repeat_cols(e, config_.hc_count, h);  // every stream starts as the embedding (Q4M 1480)
 
+  // Bind every layer to its caches before touching any, so a foreign state changes nothing.
+  struct LayerCaches {
+    GatedDeltaNetCache* gdn = nullptr;
+    PleCache* ple = nullptr;
+    QsaCache* qsa = nullptr;
+  };
+  std::vector<LayerCaches> bound(weights_.layers.size());
   std::size_t ci = 0;
-  for (std::int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-    const auto& lw = weights_.layers[static_cast<std::size_t>(i)];
+  for (std::size_t i = 0; i < weights_.layers.size(); ++i) {
+    const auto& lw = weights_.layers[i];
     if (lw.kind == QwenLayerKind::kLinearAttention) {
       auto gdn = typed_cache<GatedDeltaNetCache>(state, ci++);
       if (!gdn.ok()) return gdn.status();
+      bound[i].gdn = *gdn;
       if (lw.ple) {
         auto ple = typed_cache<PleCache>(state, ci++);
         if (!ple.ok()) return ple.status();
-        ple_inject(*lw.ple, **ple, tokens, h);
+        bound[i].ple = *ple;
       }
-      hyper_connection_read(be, lw.attn_hc, h, x, &inject);
-      gated_delta_net(*lw.gdn, **gdn, x, y);
     } else {
       auto qsa = typed_cache<QsaCache>(state, ci++);
       if (!qsa.ok()) return qsa.status();
-      hyper_connection_read(be, lw.attn_hc, h, x, &inject);
-      qsa_attention(*lw.qsa, **qsa, positions, x, y);
+      bound[i].qsa = *qsa;
+    }
+  }
+  if (ci != state.cache_count()) return invalid_argument("state has more caches than this model");
+
+  for (std::size_t i = 0; i < weights_.layers.size(); ++i) {
+    const auto& lw = weights_.layers[i];
+    if (lw.ple) ple_inject(*lw.ple, *bound[i].ple, tokens, h);
+    hyper_connection_read(be, lw.attn_hc, h, x, &inject);
+    if (lw.kind == QwenLayerKind::kLinearAttention) {
+      gated_delta_net(*lw.gdn, *bound[i].gdn, x, y);
+    } else {
+      qsa_attention(*lw.qsa, *bound[i].qsa, positions, x, y);
     }
     hyper_connection_write(be, h, y, inject);
     hyper_connection_read(be, lw.mlp_hc, h, x, &inject);
     moe(be, lw.moe, x, y);
     hyper_connection_write(be, h, y, inject);
   }
-  if (ci != state.cache_count()) return invalid_argument("state has more caches than this model");
-
   // No final RMSNorm: the mixer's grouped hc_norm is the last normalisation (Q4M 1493).
   Tensor mixed;
   hyper_connection_read(be, weights_.final_mixer, h, mixed, nullptr);
