@@ -44,7 +44,9 @@ void QwenNextModel::ple_inject(const PleWeights& w, PleCache& cache,
   const auto S = static_cast<std::int64_t>(tokens.size()), H = config_.hidden_size;
   const auto eps = static_cast<float>(config_.rms_norm_eps);
   std::vector<std::int64_t> ids;
-  ngram_ids(w.hash, cache.context, tokens, ids);
+  auto context = cache.context_ids();
+  ngram_ids(w.hash, context, tokens, ids);
+  cache.set_context_ids(context);
   Tensor emb, key, value, query, gate, gated, normed, conv;
   be.embedding(w.table_shards, ids, emb);   // [S*NH, de]
   emb.reshape({S, config_.ple_embed_dim});  // heads concatenated per token

@@ -71,8 +71,10 @@ Status GatedDeltaNetCache::load(std::span<const StateTensorView> t, std::int64_t
 // -------------------------------------------------------------------------------------
 
 PleCache::PleCache(const QwenNextConfig& c)
-    : context(static_cast<std::size_t>(c.ngram_size - 1),
-              c.eos_token_ids.empty() ? 0 : c.eos_token_ids.front()),
+    : context({c.ngram_size - 1},
+              std::vector<float>(
+                  static_cast<std::size_t>(c.ngram_size - 1),
+                  static_cast<float>(c.eos_token_ids.empty() ? 0 : c.eos_token_ids.front()))),
       conv_tail({(c.ple_conv_kernel_size - 1) * c.ngram_size, c.stream_width()}) {}
 
 std::unique_ptr<LayerCache> PleCache::clone() const {
@@ -82,24 +84,26 @@ Status PleCache::truncate(std::int64_t length) {
   return refuse_truncate("ple", covered, length);
 }
 std::size_t PleCache::bytes() const {
-  return context.size() * sizeof(std::int64_t) +
-         static_cast<std::size_t>(conv_tail.numel()) * sizeof(float);
+  return static_cast<std::size_t>(context.numel() + conv_tail.numel()) * sizeof(float);
+}
+std::vector<std::int64_t> PleCache::context_ids() const {
+  return {context.span().begin(), context.span().end()};
+}
+void PleCache::set_context_ids(const std::vector<std::int64_t>& ids) {
+  for (std::size_t i = 0; i < ids.size(); ++i) context.data()[i] = static_cast<float>(ids[i]);
 }
 std::vector<StateTensorView> PleCache::tensors() const {
-  context_f32_.assign(context.begin(), context.end());
-  return {{"context", {static_cast<std::int64_t>(context.size())}, context_f32_},
-          view_of("conv_tail", conv_tail)};
+  return {view_of("context", context), view_of("conv_tail", conv_tail)};
 }
 Status PleCache::load(std::span<const StateTensorView> t, std::int64_t n) {
-  auto ctx = find(t, "context", {static_cast<std::int64_t>(context.size())});
-  if (!ctx.ok()) return ctx.status();
-  Tensor tail;
+  Tensor ctx, tail;
+  if (auto s = load_into(t, "context", ctx, context.shape()); !s.ok()) return s;
   if (auto s = load_into(t, "conv_tail", tail, conv_tail.shape()); !s.ok()) return s;
-  for (const float v : (*ctx)->data) {
+  for (const float v : ctx.span()) {
     if (v < 0 || v != static_cast<float>(static_cast<std::int64_t>(v)))
       return invalid_argument("ple context holds a value that is not a token id");
   }
-  context.assign((*ctx)->data.begin(), (*ctx)->data.end());
+  context = std::move(ctx);
   conv_tail = std::move(tail);
   covered = n;
   return {};

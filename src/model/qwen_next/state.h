@@ -44,13 +44,14 @@ class PleCache final : public LayerCache {
   std::vector<StateTensorView> tensors() const override;
   Status load(std::span<const StateTensorView> tensors, std::int64_t covered) override;
 
-  std::vector<std::int64_t> context;  // last N-1 token ids, eos-padded
-  Tensor conv_tail;                   // [(Kp-1)*N, hc*H]
+  // The last N-1 token ids, eos-padded; stored as float like every state tensor (token ids are
+  // below 2^24, so exact). Use context_ids()/set_context_ids() for the integer view.
+  Tensor context;    // [N-1]
+  Tensor conv_tail;  // [(Kp-1)*N, hc*H]
   std::int64_t covered = 0;
 
- private:
-  // tensors() exposes the context as floats (ids < 2^24 are exact); kept in sync by tensors().
-  mutable std::vector<float> context_f32_;
+  std::vector<std::int64_t> context_ids() const;
+  void set_context_ids(const std::vector<std::int64_t>& ids);
 };
 
 class QsaCache final : public LayerCache {
