@@ -10,6 +10,8 @@ int main(int argc, char** argv) {
   fs::cli::Action action;
   fs::cli::add_inspect_command(app, action);
   fs::cli::add_state_command(app, action);
+  fs::cli::add_logits_command(app, action);
+  fs::cli::add_convert_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -112,7 +112,11 @@ RollbackPoint RollbackPoint::take(const ModelState& state) {
   RollbackPoint p;
   p.length_ = state.cache_count() ? state.cache(0).covered_tokens() : 0;
   for (std::size_t i = 0; i < state.cache_count(); ++i) {
-    p.clones_.push_back(state.cache(i).can_truncate() ? nullptr : state.cache(i).clone());
+    // A cache that can give back its last token can be truncated to this point later; the
+    // others (recurrent state) are cloned.
+    const LayerCache& c = state.cache(i);
+    const bool truncatable = c.covered_tokens() > 0 && c.can_truncate(c.covered_tokens() - 1);
+    p.clones_.push_back(truncatable ? nullptr : c.clone());
   }
   return p;
 }

@@ -40,6 +40,11 @@ Status ModelState::truncate(std::int64_t length) {
       return out_of_range("cannot truncate cache " + std::to_string(i) + " to " +
                           std::to_string(length) + " tokens: it covers " + std::to_string(covered));
     }
+    if (!caches_[i]->can_truncate(length)) {
+      return failed_precondition("cache " + std::to_string(i) + " (" + caches_[i]->kind() +
+                                 ") cannot go back from " + std::to_string(covered) + " to " +
+                                 std::to_string(length) + " tokens");
+    }
   }
   for (auto& c : caches_) {
     if (auto s = c->truncate(length); !s.ok()) return s;

@@ -39,9 +39,8 @@ class LayerCache {
   // Forgets every token at position >= length. A cache that cannot (a recurrent state has no
   // history) returns failed_precondition unless length == covered_tokens().
   virtual Status truncate(std::int64_t length) = 0;
-  // Whether truncate() can go below covered_tokens(). Speculative rollback snapshots (clones)
-  // only the caches that cannot.
-  virtual bool can_truncate() const { return false; }
+  // Whether truncate(length) would succeed; ModelState asks every cache before changing any.
+  virtual bool can_truncate(std::int64_t length) const { return length == covered_tokens(); }
   virtual std::size_t bytes() const = 0;
   // The contents as named float32 tensors, enough to rebuild the cache exactly.
   virtual std::vector<StateTensorView> tensors() const = 0;

@@ -28,7 +28,9 @@ class RowsCache : public LayerCache {
   std::string kind() const override { return kind_; }
   std::int64_t covered_tokens() const override { return covered_; }
   std::unique_ptr<LayerCache> clone() const override { return std::make_unique<RowsCache>(*this); }
-  bool can_truncate() const override { return positional_; }
+  bool can_truncate(std::int64_t length) const override {
+    return length == covered_ || (positional_ && length >= 0 && length <= covered_);
+  }
   Status truncate(std::int64_t length) override {
     if (length == covered_) return {};
     if (!positional_ || length > covered_ || length < 0) {

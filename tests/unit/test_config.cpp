@@ -15,7 +15,9 @@ nlohmann::json fixture_config(const std::string& family) {
   return nlohmann::json::parse(*read_text_file(test::hf_tiny(family) + "/config.json"));
 }
 
-Status describe_status(const nlohmann::json& j) { return describe_model_config(j.dump(), "config.json").status(); }
+Status describe_status(const nlohmann::json& j) {
+  return describe_model_config(j.dump(), "config.json").status();
+}
 
 void expect_field_error(const nlohmann::json& j, const std::string& field) {
   const auto s = describe_status(j);

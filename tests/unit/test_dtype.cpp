@@ -8,7 +8,8 @@ namespace fs {
 namespace {
 
 TEST(DType, NamesRoundTrip) {
-  for (DType t : {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3, DType::kI64, DType::kI32, DType::kU8}) {
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3, DType::kI64, DType::kI32,
+                  DType::kU8}) {
     const auto back = dtype_from_name(dtype_name(t));
     ASSERT_TRUE(back.has_value());
     EXPECT_EQ(*back, t);
@@ -34,8 +35,8 @@ TEST(DType, F16AndF8Decode) {
   EXPECT_EQ(f16_to_f32(0xc000), -2.0f);
   EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
   EXPECT_TRUE(std::isinf(f16_to_f32(0x7c00)));
-  EXPECT_EQ(f8e4m3_to_f32(0x38), 1.0f);     // exponent 7 = bias
-  EXPECT_EQ(f8e4m3_to_f32(0x7e), 448.0f);   // largest finite
+  EXPECT_EQ(f8e4m3_to_f32(0x38), 1.0f);    // exponent 7 = bias
+  EXPECT_EQ(f8e4m3_to_f32(0x7e), 448.0f);  // largest finite
   EXPECT_EQ(f8e4m3_to_f32(0xb8), -1.0f);
   EXPECT_EQ(f8e4m3_to_f32(0x01), std::ldexp(1.0f, -9));  // smallest subnormal
   EXPECT_TRUE(std::isnan(f8e4m3_to_f32(0x7f)));

@@ -48,9 +48,11 @@ TEST(Inspect, ReportsMissingUnexpectedAndMismatched) {
   const std::vector<float> extra(64, 0.5f);
   const auto* p = reinterpret_cast<const std::uint8_t*>(extra.data());
   copy_fixture("qwen4_exp", dir.path().string(), [&](std::vector<TensorToWrite>& t) {
-    std::erase_if(t, [](const TensorToWrite& x) { return x.name == "model.layers.2.linear_attn.A_log"; });
+    std::erase_if(
+        t, [](const TensorToWrite& x) { return x.name == "model.layers.2.linear_attn.A_log"; });
     for (auto& x : t) {
-      if (x.name == "model.layers.0.linear_attn.dt_bias") x.shape = {2, 2};  // same bytes, wrong shape
+      if (x.name == "model.layers.0.linear_attn.dt_bias")
+        x.shape = {2, 2};  // same bytes, wrong shape
     }
     t.push_back({"model.layers.9.bogus.weight", DType::kF32, {64}, {p, 256}});
     t.push_back({"mtp.layers.0.norm.weight", DType::kF32, {64}, {p, 256}});
@@ -67,7 +69,8 @@ TEST(Inspect, ReportsMissingUnexpectedAndMismatched) {
 
 TEST(InspectCli, JsonShowsScheduleAndEmptyLists) {
   std::string out;
-  const int rc = test::run_command(test::flashserve_binary() + " inspect --json --model " + test::hf_tiny("deepseek_v4"), &out);
+  const int rc = test::run_command(
+      test::flashserve_binary() + " inspect --json --model " + test::hf_tiny("deepseek_v4"), &out);
   ASSERT_EQ(rc, 0) << out;
   const auto j = nlohmann::json::parse(out);
   EXPECT_EQ(j["family"], "deepseek_v4");
@@ -84,13 +87,15 @@ TEST(InspectCli, CorruptCheckpointExitsNonZeroNamingTheProblem) {
   bytes.resize(bytes.size() / 2);
   test::write_bytes(dir.file("model.safetensors"), bytes);
   std::string out;
-  int rc = test::run_command(test::flashserve_binary() + " inspect --model " + dir.path().string(), &out);
+  int rc = test::run_command(test::flashserve_binary() + " inspect --model " + dir.path().string(),
+                             &out);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("out of range"), std::string::npos) << out;
   EXPECT_NE(out.find("model.safetensors"), std::string::npos) << out;
 
   test::write_text(dir.file("config.json"), "{\"model_type\": \"qwen4_exp\"}");
-  rc = test::run_command(test::flashserve_binary() + " inspect --model " + dir.path().string(), &out);
+  rc = test::run_command(test::flashserve_binary() + " inspect --model " + dir.path().string(),
+                         &out);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("'vocab_size' is required"), std::string::npos) << out;
 }

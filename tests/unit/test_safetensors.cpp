@@ -47,7 +47,8 @@ TEST(Safetensors, EveryFixtureLoadsWithEveryTensorInBounds) {
     for (const auto& [name, e] : file->tensors()) {
       const auto view = file->view(name);
       ASSERT_TRUE(view.has_value());
-      EXPECT_EQ(view->bytes.size(), static_cast<std::size_t>(view->numel()) * dtype_size(view->dtype));
+      EXPECT_EQ(view->bytes.size(),
+                static_cast<std::size_t>(view->numel()) * dtype_size(view->dtype));
       payload += e.end - e.begin;
     }
     EXPECT_LE(payload, size);
@@ -100,23 +101,31 @@ TEST(SafetensorsCorrupt, HeaderLengthPastEndOrHuge) {
 }
 
 TEST(SafetensorsCorrupt, OffsetsOutOfRange) {
-  expect_error(parse_status(raw_file(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 12)),
-               ErrorCode::kCorrupt, "out of range");
-  expect_error(parse_status(raw_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", 12)),
-               ErrorCode::kCorrupt, "before begin");
-  expect_error(parse_status(raw_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", 12)),
-               ErrorCode::kCorrupt, "negative");
+  expect_error(
+      parse_status(raw_file(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 12)),
+      ErrorCode::kCorrupt, "out of range");
+  expect_error(
+      parse_status(raw_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", 12)),
+      ErrorCode::kCorrupt, "before begin");
+  expect_error(
+      parse_status(raw_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", 12)),
+      ErrorCode::kCorrupt, "negative");
 }
 
 TEST(SafetensorsCorrupt, DtypeShapeSizeMismatch) {
-  expect_error(parse_status(raw_file(R"({"w":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,24]}})", 24)),
-               ErrorCode::kCorrupt, "size mismatch");
-  expect_error(parse_status(raw_file(R"({"w":{"dtype":"Q4_K","shape":[2],"data_offsets":[0,2]}})", 2)),
-               ErrorCode::kUnsupported, "unsupported dtype 'Q4_K'");
-  expect_error(parse_status(raw_file(R"({"w":{"dtype":"F32","shape":[2,"x"],"data_offsets":[0,8]}})", 8)),
-               ErrorCode::kCorrupt, "shape entry");
-  expect_error(parse_status(raw_file(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,8]}})", 8)),
-               ErrorCode::kCorrupt, "overflows");
+  expect_error(
+      parse_status(raw_file(R"({"w":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,24]}})", 24)),
+      ErrorCode::kCorrupt, "size mismatch");
+  expect_error(
+      parse_status(raw_file(R"({"w":{"dtype":"Q4_K","shape":[2],"data_offsets":[0,2]}})", 2)),
+      ErrorCode::kUnsupported, "unsupported dtype 'Q4_K'");
+  expect_error(
+      parse_status(raw_file(R"({"w":{"dtype":"F32","shape":[2,"x"],"data_offsets":[0,8]}})", 8)),
+      ErrorCode::kCorrupt, "shape entry");
+  expect_error(
+      parse_status(raw_file(
+          R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,8]}})", 8)),
+      ErrorCode::kCorrupt, "overflows");
   expect_error(parse_status(raw_file(R"({"w":{"dtype":"F32","data_offsets":[0,8]}})", 8)),
                ErrorCode::kCorrupt, "missing field 'shape'");
 }
@@ -129,7 +138,8 @@ TEST(SafetensorsCorrupt, OverlappingTensors) {
 }
 
 TEST(SafetensorsCorrupt, BadJson) {
-  expect_error(parse_status(raw_file(R"({"a":{"dtype":"F32",)", 0)), ErrorCode::kCorrupt, "not valid JSON");
+  expect_error(parse_status(raw_file(R"({"a":{"dtype":"F32",)", 0)), ErrorCode::kCorrupt,
+               "not valid JSON");
   expect_error(parse_status(raw_file("[1,2,3]", 0)), ErrorCode::kCorrupt, "not an object");
   expect_error(parse_status(raw_file(R"({"__metadata__":{"format":3}})", 0)), ErrorCode::kCorrupt,
                "__metadata__");
@@ -150,7 +160,8 @@ void write_sharded(const std::string& src, const std::string& out_dir, bool drop
   auto file = SafetensorsFile::open(src);
   ASSERT_TRUE(file.ok());
   std::vector<TensorToWrite> first, second;
-  nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
+  nlohmann::json index = {{"metadata", {{"total_size", 0}}},
+                          {"weight_map", nlohmann::json::object()}};
   std::size_t i = 0;
   for (const auto& [name, e] : file->tensors()) {
     const auto view = *file->view(name);
@@ -191,7 +202,8 @@ TEST(Checkpoint, MissingShardIsNamed) {
   auto ck = Checkpoint::open(dir.path().string());
   ASSERT_FALSE(ck.ok());
   EXPECT_EQ(ck.status().code(), ErrorCode::kNotFound);
-  EXPECT_NE(ck.status().message().find("missing shard model-00002-of-00002.safetensors"), std::string::npos)
+  EXPECT_NE(ck.status().message().find("missing shard model-00002-of-00002.safetensors"),
+            std::string::npos)
       << ck.status().message();
 }
 
@@ -199,13 +211,17 @@ TEST(Checkpoint, IndexMustAgreeWithShards) {
   ScratchDir dir;
   const std::vector<float> v = {1, 2};
   const auto* p = reinterpret_cast<const std::uint8_t*>(v.data());
-  ASSERT_TRUE(write_safetensors(dir.file("a.safetensors"), {{"model.norm.weight", DType::kF32, {2}, {p, 8}}}).ok());
-  test::write_text(dir.file("model.safetensors.index.json"),
-                   R"({"weight_map": {"model.norm.weight": "a.safetensors", "lm_head.weight": "a.safetensors"}})");
+  ASSERT_TRUE(write_safetensors(dir.file("a.safetensors"),
+                                {{"model.norm.weight", DType::kF32, {2}, {p, 8}}})
+                  .ok());
+  test::write_text(
+      dir.file("model.safetensors.index.json"),
+      R"({"weight_map": {"model.norm.weight": "a.safetensors", "lm_head.weight": "a.safetensors"}})");
   auto ck = Checkpoint::open(dir.path().string());
   ASSERT_FALSE(ck.ok());
   EXPECT_NE(ck.status().message().find("lm_head.weight"), std::string::npos);
-  test::write_text(dir.file("model.safetensors.index.json"), R"({"weight_map": {"x": "../a.safetensors"}})");
+  test::write_text(dir.file("model.safetensors.index.json"),
+                   R"({"weight_map": {"x": "../a.safetensors"}})");
   EXPECT_FALSE(Checkpoint::open(dir.path().string()).ok());
   test::write_text(dir.file("model.safetensors.index.json"), R"({"weight_map": )");
   auto bad_json = Checkpoint::open(dir.path().string());
@@ -214,7 +230,8 @@ TEST(Checkpoint, IndexMustAgreeWithShards) {
 
 TEST(Checkpoint, PrefixesResolveAndVisionIsIgnored) {
   EXPECT_EQ(canonical_tensor_name("model.layers.0.mlp.gate.weight"), "layers.0.mlp.gate.weight");
-  EXPECT_EQ(canonical_tensor_name("model.language_model.layers.0.mlp.gate.weight"), "layers.0.mlp.gate.weight");
+  EXPECT_EQ(canonical_tensor_name("model.language_model.layers.0.mlp.gate.weight"),
+            "layers.0.mlp.gate.weight");
   EXPECT_EQ(canonical_tensor_name("lm_head.weight"), "lm_head.weight");
   EXPECT_EQ(canonical_tensor_name("mtp.layers.0.norm.weight"), "mtp.layers.0.norm.weight");
   EXPECT_FALSE(canonical_tensor_name("model.visual.blocks.0.attn.qkv.weight").has_value());

@@ -3,13 +3,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
-#include <nlohmann/json.hpp>
 
 #include "test_support.h"
 
@@ -77,7 +76,9 @@ TEST(Watchdog, KillsOnTimeoutWithTheWholeGroup) {
 
 TEST(Watchdog, KillsOnMemoryAndReportsPeak) {
   // tail keeps the whole last "line" (here 2 GB without a newline) in memory.
-  const auto o = watch("--max-rss-mb 200 --timeout-s 60 -- sh -c 'head -c 2000000000 /dev/zero | tail -c 1000000000 >/dev/null'");
+  const auto o = watch(
+      "--max-rss-mb 200 --timeout-s 60 -- sh -c 'head -c 2000000000 /dev/zero | tail -c 1000000000 "
+      ">/dev/null'");
   EXPECT_EQ(o.rc, 137);
   EXPECT_EQ(o.report["reason"], "memory");
   EXPECT_GT(o.report["peak_rss_mb"].get<double>(), 200.0);

@@ -1,0 +1,258 @@
+#include "model/qwen_next/forward.h"
+
+#include <cmath>
+
+#include "model/common/block_indexer.h"
+#include "model/common/hyper_connection.h"
+#include "model/common/moe.h"
+#include "model/common/ngram_hash.h"
+
+namespace fs {
+namespace {
+
+Activation gate_activation(const std::string& name) {
+  return name == "silu" ? Activation::kSilu : Activation::kSigmoid;
+}
+
+template <typename T>
+Expected<T*> typed_cache(ModelState& state, std::size_t index) {
+  if (index >= state.cache_count())
+    return invalid_argument("state has too few caches for this model");
+  auto* c = dynamic_cast<T*>(&state.cache(index));
+  if (c == nullptr)
+    return invalid_argument("state cache " + std::to_string(index) + " has the wrong type");
+  return c;
+}
+
+}  // namespace
+
+QwenNextModel::QwenNextModel(QwenNextConfig config, QwenNextWeights weights,
+                             std::unique_ptr<Backend> backend)
+    : config_(std::move(config)), weights_(std::move(weights)), backend_(std::move(backend)) {
+  info_.family = Family::kQwenNext;
+  info_.vocab_size = config_.vocab_size;
+  info_.hidden_size = config_.hidden_size;
+  for (const auto e : config_.eos_token_ids) info_.eos_token_ids.push_back(static_cast<TokenId>(e));
+  info_.has_mtp = false;  // the MTP head is not part of the trunk yet
+}
+
+// PLE (Q4M 1235-1255): hashed n-gram embeddings gate a shared value per stream; a dilated causal
+// conv adds local context; the result is added to every stream before the attention read.
+void QwenNextModel::ple_inject(const PleWeights& w, PleCache& cache,
+                               std::span<const TokenId> tokens, Tensor& h) {
+  auto& be = *backend_;
+  const auto S = static_cast<std::int64_t>(tokens.size()), H = config_.hidden_size;
+  const auto eps = static_cast<float>(config_.rms_norm_eps);
+  std::vector<std::int64_t> ids;
+  auto context = cache.context_ids();
+  ngram_ids(w.hash, context, tokens, ids);
+  cache.set_context_ids(context);
+  Tensor emb, key, value, query, gate, gated, normed, conv;
+  be.embedding(w.table_shards, ids, emb);   // [S*NH, de]
+  emb.reshape({S, config_.ple_embed_dim});  // heads concatenated per token
+  be.linear(emb, w.key_proj, key);
+  be.rms_norm(key, w.norm_key, H, eps, true, key);
+  be.linear(emb, w.value_proj, value);
+  be.rms_norm(h, w.norm_query, H, eps, true, query);
+  be.grouped_dot(key, query, H, gate);  // [S, hc]
+  be.scale(gate, 1.0f / std::sqrt(static_cast<float>(H)));
+  be.signed_sqrt(gate, 1e-6f);
+  be.activate(gate, Activation::kSigmoid);
+  gated.reset({S, config_.stream_width()});
+  be.add_scaled_streams(gated, value, gate);
+  be.rms_norm(gated, w.norm_conv, H, eps, true, normed);
+  be.causal_conv1d(normed, w.conv1d, config_.ngram_size, cache.conv_tail, conv);
+  be.activate(conv, Activation::kSilu);
+  be.add(gated, conv);
+  be.add(h, gated);
+  cache.covered += S;
+}
+
+// GatedDeltaNet (Q4M 510-625).
+void QwenNextModel::gated_delta_net(const GatedDeltaNetWeights& w, GatedDeltaNetCache& cache,
+                                    const Tensor& x, Tensor& y) {
+  auto& be = *backend_;
+  const auto S = x.rows(), Hk = config_.linear_num_key_heads, Hv = config_.linear_num_value_heads;
+  const auto dk = config_.linear_key_head_dim, dv = config_.linear_value_head_dim;
+  const auto key_dim = config_.gdn_key_dim(), value_dim = config_.gdn_value_dim();
+  Tensor qkv, mixed, z, b, a, q, k, v;
+  be.linear(x, w.in_proj_qkv, qkv);
+  be.linear(x, w.in_proj_z, z);
+  be.linear(x, w.in_proj_b, b);
+  be.linear(x, w.in_proj_a, a);
+  be.causal_conv1d(qkv, w.conv1d, 1, cache.conv_tail, mixed);
+  be.activate(mixed, Activation::kSilu);
+  be.slice_cols(mixed, 0, key_dim, q);
+  be.slice_cols(mixed, key_dim, key_dim, k);
+  be.slice_cols(mixed, 2 * key_dim, value_dim, v);
+  // beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias), the log decay (Q4M 579-581).
+  be.activate(b, Activation::kSigmoid);
+  be.add_bias(a, w.dt_bias);
+  be.activate(a, Activation::kSoftplus);
+  be.mul_cols(a, w.decay_rate);
+  // l2norm of q and k (eps 1e-6, FLA's convention), then q * dk^-0.5 (Q4M 300-310).
+  be.l2_norm(q, dk, 1e-6f);
+  be.l2_norm(k, dk, 1e-6f);
+  be.scale(q, 1.0f / std::sqrt(static_cast<float>(dk)));
+  Tensor core;
+  // The reference's kernel choice (Q4M 586-612): recurrent only for one token on a warm state.
+  if (S == 1 && cache.covered > 0) {
+    be.gated_delta_rule_recurrent(q, k, v, a, b, Hk, cache.recurrent, core);
+  } else {
+    be.gated_delta_rule_chunked(q, k, v, a, b, Hk, cache.recurrent, core);
+  }
+  core.reshape({S * Hv, dv});
+  z.reshape({S * Hv, dv});
+  Tensor normed;
+  be.rms_norm_gated(core, w.norm, z, static_cast<float>(config_.rms_norm_eps),
+                    gate_activation(config_.output_gate_type), normed);
+  normed.reshape({S, value_dim});
+  be.linear(normed, w.out_proj, y);
+  cache.covered += S;
+}
+
+void QwenNextModel::qsa_indexer(const QsaWeights& w, QsaCache& cache,
+                                std::span<const Position> positions, const Tensor& x,
+                                KeySelection& sel) {
+  auto& be = *backend_;
+  const auto nI = config_.indexer_n_heads, dI = config_.indexer_head_dim, c = cache.block;
+  const auto eps = static_cast<float>(config_.rms_norm_eps);
+  Tensor qk, q, raw;
+  be.linear(x, w.index_qk_proj, qk);
+  be.slice_cols(qk, 0, nI * dI, q);
+  be.slice_cols(qk, nI * dI, dI, raw);
+  be.rms_norm(q, w.index_q_norm, dI, eps, true, q);
+  be.rope(q, dI, config_.rotary_dim(), positions, config_.rope_theta);
+  be.append_rows(cache.index_keys, raw);
+  // Blocks completed by this call: mean of raw keys (fp32), k_layernorm, RoPE at the block's
+  // first position (Q4M 741-752). They never change afterwards, so they are cached.
+  const auto done = cache.blocks.rows(), total = cache.index_keys.rows() / c;
+  if (total > done) {
+    Tensor pooled;
+    be.block_mean(cache.index_keys, done * c, total - done, c, pooled);
+    be.rms_norm(pooled, w.index_k_norm, dI, eps, true, pooled);
+    std::vector<Position> starts;
+    for (auto b = done; b < total; ++b) starts.push_back(b * c);
+    be.rope(pooled, dI, config_.rotary_dim(), starts, config_.rope_theta);
+    be.append_rows(cache.blocks, pooled);
+  }
+  Tensor scores;
+  be.index_scores(q, cache.blocks, nI, 1.0f / std::sqrt(static_cast<float>(dI)), scores);
+  select_block_tokens(be, scores, positions, c, config_.indexer_budget / c, sel);
+}
+
+// QSA attention (Q4M 847-901): gated GQA attention over the indexer's selection.
+void QwenNextModel::qsa_attention(const QsaWeights& w, QsaCache& cache,
+                                  std::span<const Position> positions, const Tensor& x, Tensor& y) {
+  auto& be = *backend_;
+  const auto Hq = config_.num_attention_heads, Hkv = config_.num_key_value_heads,
+             D = config_.head_dim;
+  const auto eps = static_cast<float>(config_.rms_norm_eps);
+  KeySelection sel;
+  qsa_indexer(w, cache, positions, x, sel);
+  Tensor qg, q, gate, k, v, o;
+  be.linear(x, w.q_proj, qg);
+  if (!w.q_bias.empty()) be.add_bias(qg, w.q_bias);
+  be.split_interleaved(qg, Hq, D, q, gate);  // per head [query | output gate]
+  be.linear(x, w.k_proj, k);
+  if (!w.k_bias.empty()) be.add_bias(k, w.k_bias);
+  be.linear(x, w.v_proj, v);
+  if (!w.v_bias.empty()) be.add_bias(v, w.v_bias);
+  be.rms_norm(q, w.q_norm, D, eps, true, q);
+  be.rms_norm(k, w.k_norm, D, eps, true, k);
+  be.rope(q, D, config_.rotary_dim(), positions, config_.rope_theta);
+  be.rope(k, D, config_.rotary_dim(), positions, config_.rope_theta);
+  be.append_rows(cache.keys, k);
+  be.append_rows(cache.values, v);
+  be.attention(q, cache.keys, cache.values, Hq, Hkv, sel, 1.0f / std::sqrt(static_cast<float>(D)),
+               o);
+  be.activate(gate, Activation::kSigmoid);
+  be.mul(o, gate);
+  be.linear(o, w.o_proj, y);
+  if (!w.o_bias.empty()) be.add_bias(y, w.o_bias);
+}
+
+Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens, LogitsRows rows,
+                              ForwardOutput& out) {
+  auto& be = *backend_;
+  const auto S = static_cast<std::int64_t>(tokens.size());
+  for (const auto t : tokens) {
+    if (t < 0 || t >= config_.vocab_size)
+      return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                              std::to_string(config_.vocab_size) + ")");
+  }
+  auto covered = state.covered_tokens();
+  if (!covered.ok()) return covered.status();
+  const Position start = *covered;
+  std::vector<Position> positions(static_cast<std::size_t>(S));
+  for (std::int64_t i = 0; i < S; ++i) positions[static_cast<std::size_t>(i)] = start + i;
+
+  out = ForwardOutput{};
+  if (S == 0) return {};
+  std::vector<std::int64_t> ids(tokens.begin(), tokens.end());
+  Tensor e, h, x, inject, y;
+  be.embedding({&weights_.embed_tokens, 1}, ids, e);
+  be.repeat_cols(e, config_.hc_count, h);  // every stream starts as the embedding (Q4M 1480)
+
+  // Bind every layer to its caches before touching any, so a foreign state changes nothing.
+  struct LayerCaches {
+    GatedDeltaNetCache* gdn = nullptr;
+    PleCache* ple = nullptr;
+    QsaCache* qsa = nullptr;
+  };
+  std::vector<LayerCaches> bound(weights_.layers.size());
+  std::size_t ci = 0;
+  for (std::size_t i = 0; i < weights_.layers.size(); ++i) {
+    const auto& lw = weights_.layers[i];
+    if (lw.kind == QwenLayerKind::kLinearAttention) {
+      auto gdn = typed_cache<GatedDeltaNetCache>(state, ci++);
+      if (!gdn.ok()) return gdn.status();
+      bound[i].gdn = *gdn;
+      if (lw.ple) {
+        auto ple = typed_cache<PleCache>(state, ci++);
+        if (!ple.ok()) return ple.status();
+        bound[i].ple = *ple;
+      }
+    } else {
+      auto qsa = typed_cache<QsaCache>(state, ci++);
+      if (!qsa.ok()) return qsa.status();
+      bound[i].qsa = *qsa;
+    }
+  }
+  if (ci != state.cache_count()) return invalid_argument("state has more caches than this model");
+
+  for (std::size_t i = 0; i < weights_.layers.size(); ++i) {
+    const auto& lw = weights_.layers[i];
+    if (lw.ple) ple_inject(*lw.ple, *bound[i].ple, tokens, h);
+    hyper_connection_read(be, lw.attn_hc, h, x, &inject);
+    if (lw.kind == QwenLayerKind::kLinearAttention) {
+      gated_delta_net(*lw.gdn, *bound[i].gdn, x, y);
+    } else {
+      qsa_attention(*lw.qsa, *bound[i].qsa, positions, x, y);
+    }
+    hyper_connection_write(be, h, y, inject);
+    hyper_connection_read(be, lw.mlp_hc, h, x, &inject);
+    moe(be, lw.moe, x, y);
+    hyper_connection_write(be, h, y, inject);
+  }
+  // No final RMSNorm: the mixer's grouped hc_norm is the last normalisation (Q4M 1493).
+  Tensor mixed;
+  hyper_connection_read(be, weights_.final_mixer, h, mixed, nullptr);
+  // The MTP head reads the widened stream (all hc streams), before the mixer.
+  out.hidden_width = config_.stream_width();
+  out.hidden = std::move(h.storage());
+  if (rows == LogitsRows::kNone) return {};
+  Tensor last, logits;
+  const Tensor* src = &mixed;
+  if (rows == LogitsRows::kLast) {
+    const std::int32_t last_row[] = {static_cast<std::int32_t>(S - 1)};
+    be.gather_rows(mixed, last_row, last);
+    src = &last;
+  }
+  be.linear(*src, weights_.lm_head, logits);
+  out.rows = logits.rows();
+  out.logits = std::move(logits.storage());
+  return {};
+}
+
+}  // namespace fs

@@ -1,0 +1,48 @@
+// The Qwen 3.8 Flash Next trunk (HF qwen4_exp, arch-qwen.md section 2) on the backend op
+// interface: embeddings repeated into hc streams, then per layer
+//   [ple_inject] -> hyper_connection_read -> gated_delta_net | qsa_attention -> write
+//                -> hyper_connection_read -> moe -> write,
+// then the final mixer and lm_head.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model.h"
+#include "model/qwen_next/config.h"
+#include "model/qwen_next/state.h"
+#include "model/qwen_next/weights.h"
+
+namespace fs {
+
+class QwenNextModel final : public Model {
+ public:
+  QwenNextModel(QwenNextConfig config, QwenNextWeights weights, std::unique_ptr<Backend> backend);
+
+  const ModelInfo& info() const override { return info_; }
+  std::unique_ptr<ModelState> new_state() const override { return new_qwen_next_state(config_); }
+  Status forward(ModelState& state, std::span<const TokenId> tokens, LogitsRows rows,
+                 ForwardOutput& out) override;
+
+  const QwenNextConfig& config() const { return config_; }
+
+ private:
+  // One function per block, named as the reference names them. `h` is [S, hc*H], `x` [S, H].
+  void ple_inject(const PleWeights& w, PleCache& cache, std::span<const TokenId> tokens, Tensor& h);
+  void gated_delta_net(const GatedDeltaNetWeights& w, GatedDeltaNetCache& cache, const Tensor& x,
+                       Tensor& y);
+  void qsa_attention(const QsaWeights& w, QsaCache& cache, std::span<const Position> positions,
+                     const Tensor& x, Tensor& y);
+  // The indexer's token selection for the current queries (Q4M 693-779); updates the cache's
+  // raw keys and pooled blocks.
+  void qsa_indexer(const QsaWeights& w, QsaCache& cache, std::span<const Position> positions,
+                   const Tensor& x, KeySelection& sel);
+
+  QwenNextConfig config_;
+  QwenNextWeights weights_;
+  std::unique_ptr<Backend> backend_;
+  ModelInfo info_;
+};
+
+}  // namespace fs

@@ -1,0 +1,80 @@
+// Typed decode caches of Qwen 3.8 Flash Next (arch-qwen.md section 3), one or two per layer:
+//   linear layer:  GatedDeltaNetCache ("gdn": recurrent state S [Hv, dk, dv] fp32 + conv tail
+//                  [K-1, conv_dim]); PLE layers add PleCache ("ple": n-gram context [N-1] and the
+//                  dilated conv tail [(Kp-1)*N, hc*H]).
+//   QSA layer:     QsaCache ("qsa": keys/values [T, Hkv*D] after norm+RoPE, the indexer's raw keys
+//                  [T, dI], and pooled block keys [T/c, dI] after k_layernorm + RoPE).
+// Recurrent caches (gdn, ple) hold no history: they truncate only to their own length.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/model.h"
+#include "model/qwen_next/config.h"
+#include "tensor/tensor.h"
+
+namespace fs {
+
+class GatedDeltaNetCache final : public LayerCache {
+ public:
+  explicit GatedDeltaNetCache(const QwenNextConfig& c);
+  std::string kind() const override { return "gdn"; }
+  std::int64_t covered_tokens() const override { return covered; }
+  std::unique_ptr<LayerCache> clone() const override;
+  Status truncate(std::int64_t length) override;
+  std::size_t bytes() const override;
+  std::vector<StateTensorView> tensors() const override;
+  Status load(std::span<const StateTensorView> tensors, std::int64_t covered) override;
+
+  Tensor recurrent;  // [Hv, dk, dv]
+  Tensor conv_tail;  // [K-1, conv_dim], oldest row first
+  std::int64_t covered = 0;
+};
+
+class PleCache final : public LayerCache {
+ public:
+  explicit PleCache(const QwenNextConfig& c);
+  std::string kind() const override { return "ple"; }
+  std::int64_t covered_tokens() const override { return covered; }
+  std::unique_ptr<LayerCache> clone() const override;
+  Status truncate(std::int64_t length) override;
+  std::size_t bytes() const override;
+  std::vector<StateTensorView> tensors() const override;
+  Status load(std::span<const StateTensorView> tensors, std::int64_t covered) override;
+
+  // The last N-1 token ids, eos-padded; stored as float like every state tensor (token ids are
+  // below 2^24, so exact). Use context_ids()/set_context_ids() for the integer view.
+  Tensor context;    // [N-1]
+  Tensor conv_tail;  // [(Kp-1)*N, hc*H]
+  std::int64_t covered = 0;
+
+  std::vector<std::int64_t> context_ids() const;
+  void set_context_ids(const std::vector<std::int64_t>& ids);
+};
+
+class QsaCache final : public LayerCache {
+ public:
+  explicit QsaCache(const QwenNextConfig& c);
+  std::string kind() const override { return "qsa"; }
+  std::int64_t covered_tokens() const override { return keys.rows(); }
+  std::unique_ptr<LayerCache> clone() const override;
+  Status truncate(std::int64_t length) override;
+  bool can_truncate(std::int64_t length) const override {
+    return length >= 0 && length <= covered_tokens();
+  }
+  std::size_t bytes() const override;
+  std::vector<StateTensorView> tensors() const override;
+  Status load(std::span<const StateTensorView> tensors, std::int64_t covered) override;
+
+  Tensor keys, values;  // [T, Hkv*D]
+  Tensor index_keys;    // [T, dI] raw
+  Tensor blocks;        // [T / c, dI] pooled, normed, rotated at the block's first position
+  std::int64_t block = 1;
+};
+
+// The caches of a fresh sequence, in layer order (gdn[, ple] per linear layer, qsa per QSA layer).
+std::unique_ptr<ModelState> new_qwen_next_state(const QwenNextConfig& c);
+
+}  // namespace fs

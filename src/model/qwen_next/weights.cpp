@@ -1,0 +1,186 @@
+#include "model/qwen_next/weights.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "model/qwen_next/schema.h"
+#include "model/schema_builder.h"
+
+namespace fs {
+namespace {
+
+// Looks tensors up by canonical name; the schema has already validated names, shapes and dtypes.
+class Source {
+ public:
+  explicit Source(const Checkpoint& ck) : ck_(ck) {}
+  Weight weight(const std::string& name) const { return Weight::from_view(*ck_.view(name)); }
+  std::vector<float> vec(const std::string& name) const {
+    const auto v = *ck_.view(name);
+    std::vector<float> out(static_cast<std::size_t>(v.numel()));
+    convert_to_f32(v.dtype, v.bytes.data(), out.data(), out.size());
+    return out;
+  }
+  // A [C, 1, K] depthwise conv kernel as [C, K].
+  Tensor conv(const std::string& name) const {
+    const auto v = *ck_.view(name);
+    return Tensor({v.dim(0), v.dim(2)}, vec(name));
+  }
+  std::vector<std::int64_t> ints(const std::string& name) const {
+    const auto v = *ck_.view(name);
+    std::vector<std::int64_t> out(static_cast<std::size_t>(v.numel()));
+    std::memcpy(out.data(), v.bytes.data(), out.size() * sizeof(std::int64_t));
+    return out;
+  }
+
+ private:
+  const Checkpoint& ck_;
+};
+
+Status check_schema(const QwenNextConfig& c, const Checkpoint& ck) {
+  for (const auto& spec : qwen_next_tensors(c)) {
+    const auto v = ck.view(spec.name);
+    if (!v) return not_found("checkpoint lacks tensor " + spec.name);
+    if (spec.integer ? v->dtype != DType::kI64
+                     : (v->dtype != DType::kF32 && v->dtype != DType::kBF16)) {
+      return unsupported("tensor " + spec.name + " has dtype " + std::string(dtype_name(v->dtype)) +
+                         (spec.integer ? ", expected I64" : ", expected F32 or BF16"));
+    }
+    bool match = v->shape.size() == spec.shape.size();
+    for (std::size_t i = 0; match && i < spec.shape.size(); ++i)
+      match = spec.shape[i] < 0 || spec.shape[i] == v->shape[i];
+    if (!match) {
+      return corrupt("tensor " + spec.name + " has shape " + shape_to_string(v->shape) +
+                     ", the config implies " + shape_to_string(spec.shape));
+    }
+  }
+  return {};
+}
+
+HyperConnectionWeights hc_weights(const QwenNextConfig& c, const Source& s, const std::string& p,
+                                  bool inject) {
+  HyperConnectionWeights w;
+  w.norm = s.vec(p + "hc_norm.weight");
+  w.mix_down = s.weight(p + "input_mix_weight_down.weight");
+  w.mix_up = s.weight(p + "input_mix_weight_up.weight");
+  if (inject) w.inject = s.weight(p + "block_inject_weight.weight");
+  w.streams = c.hc_count;
+  w.width = c.hidden_size;
+  w.eps = static_cast<float>(c.rms_norm_eps);
+  return w;
+}
+
+Expected<PleWeights> ple_weights(const QwenNextConfig& c, const Source& s, const std::string& p,
+                                 std::int64_t ple_index) {
+  PleWeights w;
+  if (c.split_ngram_parts <= 1) {
+    w.table_shards.push_back(s.weight(p + "ple_embedding.ngram_embedding.weight"));
+  } else {
+    for (std::int64_t i = 0; i < c.split_ngram_parts; ++i)
+      w.table_shards.push_back(
+          s.weight(p + "ple_embedding.ngram_embedding.shard_" + std::to_string(i) + ".weight"));
+  }
+  auto& h = w.hash;
+  h.ngram_size = c.ngram_size;
+  h.heads_per_ngram = c.heads_per_ngram;
+  h.eos = c.eos_token_ids.empty() ? 0 : c.eos_token_ids.front();
+  h.head_sizes = ple_head_vocab_sizes(c, ple_index);
+  std::int64_t off = 0;
+  for (const auto size : h.head_sizes) {
+    h.head_offsets.push_back(off);
+    off += size;
+  }
+  h.multipliers = ngram_layer_multipliers(c.vocab_size, c.ngram_size, ple_index, c.seed);
+  // The stored buffers are a pure function of the config: a mismatch means another hashing.
+  const std::pair<const char*, const std::vector<std::int64_t>*> buffers[] = {
+      {"ple_embedding.layer_multipliers", &h.multipliers},
+      {"ple_embedding.ngram_heads_vocab_sizes", &h.head_sizes},
+      {"ple_embedding.ngram_heads_offsets", &h.head_offsets}};
+  for (const auto& [name, expected] : buffers) {
+    if (s.ints(p + name) != *expected)
+      return corrupt("tensor " + p + name + " differs from the values the config implies");
+  }
+  w.key_proj = s.weight(p + "key_proj.weight");
+  w.value_proj = s.weight(p + "value_proj.weight");
+  w.norm_key = s.vec(p + "norm_key.weight");
+  w.norm_query = s.vec(p + "norm_query.weight");
+  w.norm_conv = s.vec(p + "norm_conv.weight");
+  w.conv1d = s.conv(p + "conv1d.weight");
+  return w;
+}
+
+}  // namespace
+
+Expected<QwenNextWeights> load_qwen_next_weights(const QwenNextConfig& c, const std::string& dir) {
+  auto ck = Checkpoint::open(dir);
+  if (!ck.ok()) return ck.status();
+  QwenNextWeights w;
+  w.checkpoint = std::make_unique<Checkpoint>(std::move(ck).value());
+  if (auto st = check_schema(c, *w.checkpoint); !st.ok()) return st.with_context(dir);
+  const Source s(*w.checkpoint);
+  w.embed_tokens = s.weight("embed_tokens.weight");
+  w.dtype = w.embed_tokens.dtype;
+  w.lm_head = c.tie_word_embeddings ? w.embed_tokens : s.weight("lm_head.weight");
+  w.final_mixer = hc_weights(c, s, "hyper_connection_mixer.", /*inject=*/false);
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const auto L = layer_prefix(i);
+    QwenLayerWeights lw;
+    lw.kind = c.layer_types[static_cast<std::size_t>(i)];
+    lw.attn_hc = hc_weights(c, s, L + "attn_hyper_connection.", true);
+    lw.mlp_hc = hc_weights(c, s, L + "mlp_hyper_connection.", true);
+    if (lw.kind == QwenLayerKind::kLinearAttention) {
+      const auto a = L + "linear_attn.";
+      GatedDeltaNetWeights g;
+      g.in_proj_qkv = s.weight(a + "in_proj_qkv.weight");
+      g.in_proj_z = s.weight(a + "in_proj_z.weight");
+      g.in_proj_b = s.weight(a + "in_proj_b.weight");
+      g.in_proj_a = s.weight(a + "in_proj_a.weight");
+      g.out_proj = s.weight(a + "out_proj.weight");
+      g.conv1d = s.conv(a + "conv1d.weight");
+      g.dt_bias = s.vec(a + "dt_bias");
+      for (const float v : s.vec(a + "A_log")) g.decay_rate.push_back(-std::exp(v));
+      g.norm = s.vec(a + "norm.weight");
+      lw.gdn = std::move(g);
+    } else {
+      const auto a = L + "self_attn.";
+      QsaWeights q;
+      q.q_proj = s.weight(a + "q_proj.weight");
+      q.k_proj = s.weight(a + "k_proj.weight");
+      q.v_proj = s.weight(a + "v_proj.weight");
+      q.o_proj = s.weight(a + "o_proj.weight");
+      if (c.attention_bias) {
+        q.q_bias = s.vec(a + "q_proj.bias");
+        q.k_bias = s.vec(a + "k_proj.bias");
+        q.v_bias = s.vec(a + "v_proj.bias");
+        q.o_bias = s.vec(a + "o_proj.bias");
+      }
+      q.q_norm = s.vec(a + "q_norm.weight");
+      q.k_norm = s.vec(a + "k_norm.weight");
+      q.index_qk_proj = s.weight(a + "indexer.index_qk_proj.weight");
+      q.index_q_norm = s.vec(a + "indexer.q_layernorm.weight");
+      q.index_k_norm = s.vec(a + "indexer.k_layernorm.weight");
+      lw.qsa = std::move(q);
+    }
+    if (const auto pi = c.ple_layer_index(i); pi >= 0) {
+      auto p = ple_weights(c, s, L + "ple.", pi);
+      if (!p.ok()) return p.status().with_context(dir);
+      lw.ple = std::move(p).value();
+    }
+    const auto m = L + "mlp.";
+    auto& moe = lw.moe;
+    moe.router = s.weight(m + "gate.weight");
+    moe.gate_up = s.weight(m + "experts.gate_up_proj");
+    moe.down = s.weight(m + "experts.down_proj");
+    moe.shared_gate_proj = s.weight(m + "shared_expert.gate_proj.weight");
+    moe.shared_up_proj = s.weight(m + "shared_expert.up_proj.weight");
+    moe.shared_down_proj = s.weight(m + "shared_expert.down_proj.weight");
+    moe.shared_expert_gate = s.weight(m + "shared_expert_gate.weight");
+    moe.experts = c.num_experts;
+    moe.top_k = c.num_experts_per_tok;
+    moe.norm_topk_prob = c.norm_topk_prob;
+    w.layers.push_back(std::move(lw));
+  }
+  return w;
+}
+
+}  // namespace fs
