@@ -28,12 +28,14 @@ Expected<QwenNextConfig> parse_qwen_next_config(ConfigReader& r) {
     if (!rp.is_object()) {
       r.fail("rope_parameters", "must be an object");
     } else {
-      if (rp.contains("rope_theta") && rp["rope_theta"].is_number()) c.rope_theta = rp["rope_theta"].get<double>();
+      if (rp.contains("rope_theta") && rp["rope_theta"].is_number())
+        c.rope_theta = rp["rope_theta"].get<double>();
       if (rp.contains("partial_rotary_factor") && rp["partial_rotary_factor"].is_number()) {
         c.partial_rotary_factor = rp["partial_rotary_factor"].get<double>();
       }
       const auto type = rp.value("rope_type", std::string("default"));
-      if (type != "default") r.fail("rope_parameters.rope_type", "'" + type + "' is not supported (only 'default')");
+      if (type != "default")
+        r.fail("rope_parameters.rope_type", "'" + type + "' is not supported (only 'default')");
     }
   } else {
     c.rope_theta = r.number_or("rope_theta", 10000.0);
@@ -91,8 +93,9 @@ Expected<QwenNextConfig> parse_qwen_next_config(ConfigReader& r) {
   } else {
     const auto interval = r.integer_or("full_attention_interval", 4);
     for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      c.layer_types.push_back(interval > 0 && (i + 1) % interval == 0 ? QwenLayerKind::kSparseAttention
-                                                                      : QwenLayerKind::kLinearAttention);
+      c.layer_types.push_back(interval > 0 && (i + 1) % interval == 0
+                                  ? QwenLayerKind::kSparseAttention
+                                  : QwenLayerKind::kLinearAttention);
     }
   }
   if (!r.status().ok()) return r.status();
@@ -134,9 +137,11 @@ Expected<QwenNextConfig> parse_qwen_next_config(ConfigReader& r) {
                               std::to_string(c.num_hidden_layers) + " layers");
   }
   if (c.partial_rotary_factor <= 0 || c.partial_rotary_factor > 1 || c.rotary_dim() % 2 != 0) {
-    r.fail("rope_parameters.partial_rotary_factor", "must give an even rotary width in (0, head_dim]");
+    r.fail("rope_parameters.partial_rotary_factor",
+           "must give an even rotary width in (0, head_dim]");
   }
-  const bool any_sparse = std::count(c.layer_types.begin(), c.layer_types.end(), QwenLayerKind::kSparseAttention) > 0;
+  const bool any_sparse =
+      std::count(c.layer_types.begin(), c.layer_types.end(), QwenLayerKind::kSparseAttention) > 0;
   if (any_sparse) {
     positive("indexer_n_heads", c.indexer_n_heads);
     positive("indexer_head_dim", c.indexer_head_dim);
@@ -146,7 +151,8 @@ Expected<QwenNextConfig> parse_qwen_next_config(ConfigReader& r) {
     if (c.indexer_compress_ratio > 0 && c.indexer_budget % c.indexer_compress_ratio != 0) {
       r.fail("indexer_budget", "must be a multiple of indexer_compress_ratio");
     }
-    if (c.rotary_dim() > c.indexer_head_dim) r.fail("indexer_head_dim", "must be at least the rotary width");
+    if (c.rotary_dim() > c.indexer_head_dim)
+      r.fail("indexer_head_dim", "must be at least the rotary width");
   }
   if (!c.ple_layer_ids.empty()) {
     positive("ngram_size", c.ngram_size - 1);
@@ -161,12 +167,15 @@ Expected<QwenNextConfig> parse_qwen_next_config(ConfigReader& r) {
     }
     for (const auto id : c.ple_layer_ids) {
       if (id < 1 || id > c.num_hidden_layers) {
-        r.fail("ple_layer_ids", "entry " + std::to_string(id) + " is outside [1, num_hidden_layers]");
-      } else if (c.layer_types[static_cast<std::size_t>(id - 1)] != QwenLayerKind::kLinearAttention) {
+        r.fail("ple_layer_ids",
+               "entry " + std::to_string(id) + " is outside [1, num_hidden_layers]");
+      } else if (c.layer_types[static_cast<std::size_t>(id - 1)] !=
+                 QwenLayerKind::kLinearAttention) {
         r.fail("ple_layer_ids", "entry " + std::to_string(id) + " is not a linear_attention layer");
       }
     }
-    if (c.eos_token_ids.empty()) r.fail("eos_token_id", "is required when PLE is on (n-gram boundary token)");
+    if (c.eos_token_ids.empty())
+      r.fail("eos_token_id", "is required when PLE is on (n-gram boundary token)");
   }
   if (!r.status().ok()) return r.status();
   return c;
@@ -188,7 +197,8 @@ std::vector<std::int64_t> ple_head_vocab_sizes(const QwenNextConfig& c, std::int
   const std::int64_t skip = ple_index * nh;  // primes used by earlier PLE layers
   std::vector<std::int64_t> sizes;
   std::int64_t seen = 0;
-  for (std::int64_t n = c.ngram_vocab_size_base; static_cast<std::int64_t>(sizes.size()) < nh; ++n) {
+  for (std::int64_t n = c.ngram_vocab_size_base; static_cast<std::int64_t>(sizes.size()) < nh;
+       ++n) {
     if (!is_prime(n)) continue;
     if (seen++ >= skip) sizes.push_back(n);
   }

@@ -71,13 +71,15 @@ struct QwenNextConfig {
   std::int64_t mtp_num_hidden_layers = 0;
 
   // Derived values, named as in arch-qwen.md.
-  std::int64_t rotary_dim() const { return static_cast<std::int64_t>(head_dim * partial_rotary_factor); }
+  std::int64_t rotary_dim() const {
+    return static_cast<std::int64_t>(head_dim * partial_rotary_factor);
+  }
   std::int64_t gdn_key_dim() const { return linear_num_key_heads * linear_key_head_dim; }
   std::int64_t gdn_value_dim() const { return linear_num_value_heads * linear_value_head_dim; }
   std::int64_t gdn_conv_dim() const { return 2 * gdn_key_dim() + gdn_value_dim(); }
   std::int64_t ngram_heads() const { return (ngram_size - 1) * heads_per_ngram; }  // NH
-  std::int64_t ple_head_dim() const { return ple_embed_dim / ngram_heads(); }     // de
-  std::int64_t stream_width() const { return hc_count * hidden_size; }          // hc*H
+  std::int64_t ple_head_dim() const { return ple_embed_dim / ngram_heads(); }      // de
+  std::int64_t stream_width() const { return hc_count * hidden_size; }             // hc*H
   // Index of decoder layer `layer` (0-based) among the PLE layers, or -1 when it has none.
   std::int64_t ple_layer_index(std::int64_t layer) const;
 };

@@ -6,6 +6,7 @@
 #include "model/common/hyper_connection.h"
 #include "model/common/moe.h"
 #include "model/common/ngram_hash.h"
+#include "model/qwen_next/mtp.h"
 
 namespace fs {
 namespace {
@@ -33,7 +34,28 @@ QwenNextModel::QwenNextModel(QwenNextConfig config, QwenNextWeights weights,
   info_.vocab_size = config_.vocab_size;
   info_.hidden_size = config_.hidden_size;
   for (const auto e : config_.eos_token_ids) info_.eos_token_ids.push_back(static_cast<TokenId>(e));
-  info_.has_mtp = false;  // the MTP head is not part of the trunk yet
+  if (weights_.mtp) mtp_ = std::make_unique<QwenNextMtpHead>(*this, *weights_.mtp);
+  info_.has_mtp = mtp_ != nullptr;
+}
+
+QwenNextModel::~QwenNextModel() = default;
+
+void QwenNextModel::decoder_layer(const QwenLayerWeights& lw, const LayerCaches& caches,
+                                  std::span<const Position> positions,
+                                  std::span<const TokenId> tokens, Tensor& h) {
+  auto& be = *backend_;
+  Tensor x, y, inject;
+  if (lw.ple) ple_inject(*lw.ple, *caches.ple, tokens, h);
+  hyper_connection_read(be, lw.attn_hc, h, x, &inject);
+  if (lw.kind == QwenLayerKind::kLinearAttention) {
+    gated_delta_net(*lw.gdn, *caches.gdn, x, y);
+  } else {
+    qsa_attention(*lw.qsa, *caches.qsa, positions, x, y);
+  }
+  hyper_connection_write(be, h, y, inject);
+  hyper_connection_read(be, lw.mlp_hc, h, x, &inject);
+  moe(be, lw.moe, x, y);
+  hyper_connection_write(be, h, y, inject);
 }
 
 // PLE (Q4M 1235-1255): hashed n-gram embeddings gate a shared value per stream; a dilated causal
@@ -190,16 +212,11 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
   out = ForwardOutput{};
   if (S == 0) return {};
   std::vector<std::int64_t> ids(tokens.begin(), tokens.end());
-  Tensor e, h, x, inject, y;
+  Tensor e, h;
   be.embedding({&weights_.embed_tokens, 1}, ids, e);
   be.repeat_cols(e, config_.hc_count, h);  // every stream starts as the embedding (Q4M 1480)
 
   // Bind every layer to its caches before touching any, so a foreign state changes nothing.
-  struct LayerCaches {
-    GatedDeltaNetCache* gdn = nullptr;
-    PleCache* ple = nullptr;
-    QsaCache* qsa = nullptr;
-  };
   std::vector<LayerCaches> bound(weights_.layers.size());
   std::size_t ci = 0;
   for (std::size_t i = 0; i < weights_.layers.size(); ++i) {
@@ -222,18 +239,7 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
   if (ci != state.cache_count()) return invalid_argument("state has more caches than this model");
 
   for (std::size_t i = 0; i < weights_.layers.size(); ++i) {
-    const auto& lw = weights_.layers[i];
-    if (lw.ple) ple_inject(*lw.ple, *bound[i].ple, tokens, h);
-    hyper_connection_read(be, lw.attn_hc, h, x, &inject);
-    if (lw.kind == QwenLayerKind::kLinearAttention) {
-      gated_delta_net(*lw.gdn, *bound[i].gdn, x, y);
-    } else {
-      qsa_attention(*lw.qsa, *bound[i].qsa, positions, x, y);
-    }
-    hyper_connection_write(be, h, y, inject);
-    hyper_connection_read(be, lw.mlp_hc, h, x, &inject);
-    moe(be, lw.moe, x, y);
-    hyper_connection_write(be, h, y, inject);
+    decoder_layer(weights_.layers[i], bound[i], positions, tokens, h);
   }
   // No final RMSNorm: the mixer's grouped hc_norm is the last normalisation (Q4M 1493).
   Tensor mixed;

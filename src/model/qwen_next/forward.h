@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "model/model.h"
+#include "model/mtp.h"
 #include "model/qwen_next/config.h"
 #include "model/qwen_next/state.h"
 #include "model/qwen_next/weights.h"
@@ -19,6 +20,7 @@ namespace fs {
 class QwenNextModel final : public Model {
  public:
   QwenNextModel(QwenNextConfig config, QwenNextWeights weights, std::unique_ptr<Backend> backend);
+  ~QwenNextModel() override;
 
   const ModelInfo& info() const override { return info_; }
   std::unique_ptr<ModelState> new_state() const override { return new_qwen_next_state(config_); }
@@ -26,8 +28,21 @@ class QwenNextModel final : public Model {
                  ForwardOutput& out) override;
 
   const QwenNextConfig& config() const { return config_; }
+  MtpHead* mtp() override { return mtp_.get(); }
 
  private:
+  friend class QwenNextMtpHead;
+  struct LayerCaches {
+    GatedDeltaNetCache* gdn = nullptr;
+    PleCache* ple = nullptr;
+    QsaCache* qsa = nullptr;
+  };
+  // One decoder layer on the widened stream h [S, hc*H] (Q4M 1273-1310):
+  // [ple_inject] -> read -> gated_delta_net | qsa_attention -> write -> read -> moe -> write.
+  void decoder_layer(const QwenLayerWeights& lw, const LayerCaches& caches,
+                     std::span<const Position> positions, std::span<const TokenId> tokens,
+                     Tensor& h);
+
   // One function per block, named as the reference names them. `h` is [S, hc*H], `x` [S, H].
   void ple_inject(const PleWeights& w, PleCache& cache, std::span<const TokenId> tokens, Tensor& h);
   void gated_delta_net(const GatedDeltaNetWeights& w, GatedDeltaNetCache& cache, const Tensor& x,
@@ -43,6 +58,7 @@ class QwenNextModel final : public Model {
   QwenNextWeights weights_;
   std::unique_ptr<Backend> backend_;
   ModelInfo info_;
+  std::unique_ptr<MtpHead> mtp_;
 };
 
 }  // namespace fs

@@ -4,11 +4,57 @@
 
 namespace fs {
 
+namespace {
+
+void add_hyper_connection(SchemaBuilder& b, const QwenNextConfig& c, const std::string& p,
+                          bool inject) {
+  const auto W = c.stream_width(), r = c.hc_lowrank;
+  b.add(p, "hc_norm.weight", {W});
+  b.add(p, "input_mix_weight_down.weight", {r, W});
+  b.add(p, "input_mix_weight_up.weight", {W, r});
+  if (inject) b.add(p, "block_inject_weight.weight", {c.hc_count, W});
+}
+
+void add_moe(SchemaBuilder& b, const QwenNextConfig& c, const std::string& m) {
+  const auto H = c.hidden_size, E = c.num_experts, I = c.moe_intermediate_size;
+  const auto Is = c.shared_expert_intermediate_size;
+  b.add(m, "gate.weight", {E, H});
+  b.add(m, "experts.gate_up_proj", {E, 2 * I, H});
+  b.add(m, "experts.down_proj", {E, H, I});
+  b.add(m, "shared_expert.gate_proj.weight", {Is, H});
+  b.add(m, "shared_expert.up_proj.weight", {Is, H});
+  b.add(m, "shared_expert.down_proj.weight", {H, Is});
+  b.add(m, "shared_expert_gate.weight", {1, H});
+}
+
+void add_qsa(SchemaBuilder& b, const QwenNextConfig& c, const std::string& a) {
+  const auto H = c.hidden_size, D = c.head_dim, Hq = c.num_attention_heads,
+             Hkv = c.num_key_value_heads;
+  b.add(a, "q_proj.weight", {2 * Hq * D, H});  // query and output gate, interleaved per head
+  b.add(a, "k_proj.weight", {Hkv * D, H});
+  b.add(a, "v_proj.weight", {Hkv * D, H});
+  b.add(a, "o_proj.weight", {H, Hq * D});
+  if (c.attention_bias) {
+    b.add(a, "q_proj.bias", {2 * Hq * D});
+    b.add(a, "k_proj.bias", {Hkv * D});
+    b.add(a, "v_proj.bias", {Hkv * D});
+    b.add(a, "o_proj.bias", {H});
+  }
+  b.add(a, "q_norm.weight", {D});
+  b.add(a, "k_norm.weight", {D});
+  b.add(a, "indexer.index_qk_proj.weight", {(c.indexer_n_heads + 1) * c.indexer_head_dim, H});
+  b.add(a, "indexer.q_layernorm.weight", {c.indexer_head_dim});
+  b.add(a, "indexer.k_layernorm.weight", {c.indexer_head_dim});
+}
+
+}  // namespace
+
 std::vector<LayerSchedule> qwen_next_schedule(const QwenNextConfig& c) {
   std::vector<LayerSchedule> out;
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
     LayerSchedule s;
-    const bool linear = c.layer_types[static_cast<std::size_t>(i)] == QwenLayerKind::kLinearAttention;
+    const bool linear =
+        c.layer_types[static_cast<std::size_t>(i)] == QwenLayerKind::kLinearAttention;
     s.attention = linear ? "linear_attention" : "qwen_sparse_attention";
     s.mlp = "moe";
     if (c.ple_layer_index(i) >= 0) s.features.push_back("ple");
@@ -20,32 +66,15 @@ std::vector<LayerSchedule> qwen_next_schedule(const QwenNextConfig& c) {
 std::vector<TensorSpec> qwen_next_tensors(const QwenNextConfig& c) {
   std::vector<TensorSpec> out;
   SchemaBuilder b(out);
-  const auto H = c.hidden_size, V = c.vocab_size, W = c.stream_width(), r = c.hc_lowrank;
+  const auto H = c.hidden_size, V = c.vocab_size, W = c.stream_width();
   b.add("", "embed_tokens.weight", {V, H});
   if (!c.tie_word_embeddings) b.add("", "lm_head.weight", {V, H});
-  for (const char* p : {"hyper_connection_mixer."}) {
-    b.add(p, "hc_norm.weight", {W});
-    b.add(p, "input_mix_weight_down.weight", {r, W});
-    b.add(p, "input_mix_weight_up.weight", {W, r});
-  }
+  add_hyper_connection(b, c, "hyper_connection_mixer.", false);
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const auto L = layer_prefix(i);
-    for (const char* hc : {"attn_hyper_connection.", "mlp_hyper_connection."}) {
-      const auto p = L + hc;
-      b.add(p, "hc_norm.weight", {W});
-      b.add(p, "input_mix_weight_down.weight", {r, W});
-      b.add(p, "input_mix_weight_up.weight", {W, r});
-      b.add(p, "block_inject_weight.weight", {c.hc_count, W});
-    }
-    const auto m = L + "mlp.";
-    const auto E = c.num_experts, I = c.moe_intermediate_size, Is = c.shared_expert_intermediate_size;
-    b.add(m, "gate.weight", {E, H});
-    b.add(m, "experts.gate_up_proj", {E, 2 * I, H});
-    b.add(m, "experts.down_proj", {E, H, I});
-    b.add(m, "shared_expert.gate_proj.weight", {Is, H});
-    b.add(m, "shared_expert.up_proj.weight", {Is, H});
-    b.add(m, "shared_expert.down_proj.weight", {H, Is});
-    b.add(m, "shared_expert_gate.weight", {1, H});
+    add_hyper_connection(b, c, L + "attn_hyper_connection.", true);
+    add_hyper_connection(b, c, L + "mlp_hyper_connection.", true);
+    add_moe(b, c, L + "mlp.");
 
     if (c.layer_types[static_cast<std::size_t>(i)] == QwenLayerKind::kLinearAttention) {
       const auto a = L + "linear_attn.";
@@ -60,23 +89,7 @@ std::vector<TensorSpec> qwen_next_tensors(const QwenNextConfig& c) {
       b.add(a, "norm.weight", {c.linear_value_head_dim});
       b.add(a, "out_proj.weight", {H, c.gdn_value_dim()});
     } else {
-      const auto a = L + "self_attn.";
-      const auto D = c.head_dim, Hq = c.num_attention_heads, Hkv = c.num_key_value_heads;
-      b.add(a, "q_proj.weight", {2 * Hq * D, H});  // query and output gate, interleaved per head
-      b.add(a, "k_proj.weight", {Hkv * D, H});
-      b.add(a, "v_proj.weight", {Hkv * D, H});
-      b.add(a, "o_proj.weight", {H, Hq * D});
-      if (c.attention_bias) {
-        b.add(a, "q_proj.bias", {2 * Hq * D});
-        b.add(a, "k_proj.bias", {Hkv * D});
-        b.add(a, "v_proj.bias", {Hkv * D});
-        b.add(a, "o_proj.bias", {H});
-      }
-      b.add(a, "q_norm.weight", {D});
-      b.add(a, "k_norm.weight", {D});
-      b.add(a, "indexer.index_qk_proj.weight", {(c.indexer_n_heads + 1) * c.indexer_head_dim, H});
-      b.add(a, "indexer.q_layernorm.weight", {c.indexer_head_dim});
-      b.add(a, "indexer.k_layernorm.weight", {c.indexer_head_dim});
+      add_qsa(b, c, L + "self_attn.");
     }
 
     const auto ple = c.ple_layer_index(i);
@@ -104,6 +117,22 @@ std::vector<TensorSpec> qwen_next_tensors(const QwenNextConfig& c) {
       b.add(p, "conv1d.weight", {W, 1, c.ple_conv_kernel_size});
     }
   }
+  return out;
+}
+
+std::vector<TensorSpec> qwen_next_mtp_tensors(const QwenNextConfig& c) {
+  std::vector<TensorSpec> out;
+  SchemaBuilder b(out);
+  const auto H = c.hidden_size;
+  b.add("mtp.", "hidden_norm.weight", {c.stream_width()});
+  b.add("mtp.", "embed_norm.weight", {H});
+  b.add("mtp.", "fc_hidden.weight", {H, H});
+  b.add("mtp.", "fc_embedding.weight", {H, H});
+  add_hyper_connection(b, c, "mtp.layers.0.attn_hyper_connection.", true);
+  add_hyper_connection(b, c, "mtp.layers.0.mlp_hyper_connection.", true);
+  add_qsa(b, c, "mtp.layers.0.self_attn.");
+  add_moe(b, c, "mtp.layers.0.mlp.");
+  add_hyper_connection(b, c, "mtp.hyper_connection_mixer.", false);
   return out;
 }
 

@@ -37,8 +37,8 @@ class Source {
   const Checkpoint& ck_;
 };
 
-Status check_schema(const QwenNextConfig& c, const Checkpoint& ck) {
-  for (const auto& spec : qwen_next_tensors(c)) {
+Status check_specs(const std::vector<TensorSpec>& specs, const Checkpoint& ck) {
+  for (const auto& spec : specs) {
     const auto v = ck.view(spec.name);
     if (!v) return not_found("checkpoint lacks tensor " + spec.name);
     if (spec.integer ? v->dtype != DType::kI64
@@ -109,6 +109,64 @@ Expected<PleWeights> ple_weights(const QwenNextConfig& c, const Source& s, const
   return w;
 }
 
+QsaWeights qsa_weights(const QwenNextConfig& c, const Source& s, const std::string& a) {
+  QsaWeights q;
+  q.q_proj = s.weight(a + "q_proj.weight");
+  q.k_proj = s.weight(a + "k_proj.weight");
+  q.v_proj = s.weight(a + "v_proj.weight");
+  q.o_proj = s.weight(a + "o_proj.weight");
+  if (c.attention_bias) {
+    q.q_bias = s.vec(a + "q_proj.bias");
+    q.k_bias = s.vec(a + "k_proj.bias");
+    q.v_bias = s.vec(a + "v_proj.bias");
+    q.o_bias = s.vec(a + "o_proj.bias");
+  }
+  q.q_norm = s.vec(a + "q_norm.weight");
+  q.k_norm = s.vec(a + "k_norm.weight");
+  q.index_qk_proj = s.weight(a + "indexer.index_qk_proj.weight");
+  q.index_q_norm = s.vec(a + "indexer.q_layernorm.weight");
+  q.index_k_norm = s.vec(a + "indexer.k_layernorm.weight");
+  return q;
+}
+
+MoeWeights moe_weights(const QwenNextConfig& c, const Source& s, const std::string& m) {
+  MoeWeights moe;
+  moe.router = s.weight(m + "gate.weight");
+  moe.gate_up = s.weight(m + "experts.gate_up_proj");
+  moe.down = s.weight(m + "experts.down_proj");
+  moe.shared_gate_proj = s.weight(m + "shared_expert.gate_proj.weight");
+  moe.shared_up_proj = s.weight(m + "shared_expert.up_proj.weight");
+  moe.shared_down_proj = s.weight(m + "shared_expert.down_proj.weight");
+  moe.shared_expert_gate = s.weight(m + "shared_expert_gate.weight");
+  moe.experts = c.num_experts;
+  moe.top_k = c.num_experts_per_tok;
+  moe.norm_topk_prob = c.norm_topk_prob;
+  return moe;
+}
+
+// The MTP head (docs/MTP.md), when the checkpoint carries one; its tensors are validated like
+// the trunk's.
+Expected<std::optional<QwenMtpWeights>> mtp_weights(const QwenNextConfig& c, const Checkpoint& ck,
+                                                    const Source& s) {
+  const auto specs = qwen_next_mtp_tensors(c);
+  std::size_t present = 0;
+  for (const auto& spec : specs) present += ck.contains(spec.name);
+  if (present == 0) return std::optional<QwenMtpWeights>{};
+  if (auto st = check_specs(specs, ck); !st.ok()) return st.with_context("MTP head");
+  QwenMtpWeights w;
+  w.hidden_norm = s.vec("mtp.hidden_norm.weight");
+  w.embed_norm = s.vec("mtp.embed_norm.weight");
+  w.fc_hidden = s.weight("mtp.fc_hidden.weight");
+  w.fc_embedding = s.weight("mtp.fc_embedding.weight");
+  w.layer.kind = QwenLayerKind::kSparseAttention;
+  w.layer.attn_hc = hc_weights(c, s, "mtp.layers.0.attn_hyper_connection.", true);
+  w.layer.mlp_hc = hc_weights(c, s, "mtp.layers.0.mlp_hyper_connection.", true);
+  w.layer.qsa = qsa_weights(c, s, "mtp.layers.0.self_attn.");
+  w.layer.moe = moe_weights(c, s, "mtp.layers.0.mlp.");
+  w.mixer = hc_weights(c, s, "mtp.hyper_connection_mixer.", false);
+  return std::optional<QwenMtpWeights>(std::move(w));
+}
+
 }  // namespace
 
 Expected<QwenNextWeights> load_qwen_next_weights(const QwenNextConfig& c, const std::string& dir) {
@@ -116,7 +174,8 @@ Expected<QwenNextWeights> load_qwen_next_weights(const QwenNextConfig& c, const 
   if (!ck.ok()) return ck.status();
   QwenNextWeights w;
   w.checkpoint = std::make_unique<Checkpoint>(std::move(ck).value());
-  if (auto st = check_schema(c, *w.checkpoint); !st.ok()) return st.with_context(dir);
+  if (auto st = check_specs(qwen_next_tensors(c), *w.checkpoint); !st.ok())
+    return st.with_context(dir);
   const Source s(*w.checkpoint);
   w.embed_tokens = s.weight("embed_tokens.weight");
   w.dtype = w.embed_tokens.dtype;
@@ -142,44 +201,19 @@ Expected<QwenNextWeights> load_qwen_next_weights(const QwenNextConfig& c, const 
       g.norm = s.vec(a + "norm.weight");
       lw.gdn = std::move(g);
     } else {
-      const auto a = L + "self_attn.";
-      QsaWeights q;
-      q.q_proj = s.weight(a + "q_proj.weight");
-      q.k_proj = s.weight(a + "k_proj.weight");
-      q.v_proj = s.weight(a + "v_proj.weight");
-      q.o_proj = s.weight(a + "o_proj.weight");
-      if (c.attention_bias) {
-        q.q_bias = s.vec(a + "q_proj.bias");
-        q.k_bias = s.vec(a + "k_proj.bias");
-        q.v_bias = s.vec(a + "v_proj.bias");
-        q.o_bias = s.vec(a + "o_proj.bias");
-      }
-      q.q_norm = s.vec(a + "q_norm.weight");
-      q.k_norm = s.vec(a + "k_norm.weight");
-      q.index_qk_proj = s.weight(a + "indexer.index_qk_proj.weight");
-      q.index_q_norm = s.vec(a + "indexer.q_layernorm.weight");
-      q.index_k_norm = s.vec(a + "indexer.k_layernorm.weight");
-      lw.qsa = std::move(q);
+      lw.qsa = qsa_weights(c, s, L + "self_attn.");
     }
     if (const auto pi = c.ple_layer_index(i); pi >= 0) {
       auto p = ple_weights(c, s, L + "ple.", pi);
       if (!p.ok()) return p.status().with_context(dir);
       lw.ple = std::move(p).value();
     }
-    const auto m = L + "mlp.";
-    auto& moe = lw.moe;
-    moe.router = s.weight(m + "gate.weight");
-    moe.gate_up = s.weight(m + "experts.gate_up_proj");
-    moe.down = s.weight(m + "experts.down_proj");
-    moe.shared_gate_proj = s.weight(m + "shared_expert.gate_proj.weight");
-    moe.shared_up_proj = s.weight(m + "shared_expert.up_proj.weight");
-    moe.shared_down_proj = s.weight(m + "shared_expert.down_proj.weight");
-    moe.shared_expert_gate = s.weight(m + "shared_expert_gate.weight");
-    moe.experts = c.num_experts;
-    moe.top_k = c.num_experts_per_tok;
-    moe.norm_topk_prob = c.norm_topk_prob;
+    lw.moe = moe_weights(c, s, L + "mlp.");
     w.layers.push_back(std::move(lw));
   }
+  auto mtp = mtp_weights(c, *w.checkpoint, s);
+  if (!mtp.ok()) return mtp.status().with_context(dir);
+  w.mtp = std::move(mtp).value();
   return w;
 }
 

@@ -53,13 +53,24 @@ struct QwenLayerWeights {
   MoeWeights moe;
 };
 
+// The MTP head (docs/MTP.md): input norms and projections, one QSA + MoE decoder layer with both
+// hyper-connections, and its own final mixer; it shares the trunk's embedding and lm_head.
+struct QwenMtpWeights {
+  std::vector<float> hidden_norm;  // [hc*H], grouped (1+w)
+  std::vector<float> embed_norm;   // [H], (1+w)
+  Weight fc_hidden, fc_embedding;  // [H, H]
+  QwenLayerWeights layer;
+  HyperConnectionWeights mixer;
+};
+
 struct QwenNextWeights {
   // Owns the mappings every Weight points into.
   std::unique_ptr<Checkpoint> checkpoint;
   Weight embed_tokens, lm_head;
   HyperConnectionWeights final_mixer;
   std::vector<QwenLayerWeights> layers;
-  DType dtype = DType::kF32;  // of the largest weights (embed_tokens)
+  DType dtype = DType::kF32;          // of the largest weights (embed_tokens)
+  std::optional<QwenMtpWeights> mtp;  // absent: the checkpoint runs autoregressively
 };
 
 Expected<QwenNextWeights> load_qwen_next_weights(const QwenNextConfig& c, const std::string& dir);

@@ -1,0 +1,78 @@
+#include "model/qwen_next/mtp.h"
+
+#include "model/common/hyper_connection.h"
+#include "model/qwen_next/forward.h"
+
+namespace fs {
+
+std::unique_ptr<ModelState> QwenNextMtpHead::new_history() const {
+  std::vector<std::unique_ptr<LayerCache>> caches;
+  caches.push_back(std::make_unique<QsaCache>(model_.config_));
+  return std::make_unique<ModelState>(std::move(caches));
+}
+
+std::int64_t QwenNextMtpHead::hidden_width() const {
+  return model_.config_.stream_width();
+}
+
+Status QwenNextMtpHead::forward(ModelState& history, std::span<const float> hidden,
+                                std::span<const TokenId> tokens, LogitsRows rows,
+                                ForwardOutput& out) {
+  const auto& c = model_.config_;
+  auto& be = *model_.backend_;
+  const auto S = static_cast<std::int64_t>(tokens.size()), H = c.hidden_size, hc = c.hc_count;
+  const auto W = c.stream_width();
+  if (static_cast<std::int64_t>(hidden.size()) != S * W) {
+    return invalid_argument("MTP head: " + std::to_string(hidden.size()) + " hidden values for " +
+                            std::to_string(S) + " rows of width " + std::to_string(W));
+  }
+  for (const auto t : tokens) {
+    if (t < 0 || t >= c.vocab_size)
+      return invalid_argument("MTP head: token id " + std::to_string(t) + " out of range");
+  }
+  if (history.cache_count() != 1) return invalid_argument("MTP history has the wrong shape");
+  auto* cache = dynamic_cast<QsaCache*>(&history.cache(0));
+  if (cache == nullptr) return invalid_argument("MTP history cache has the wrong type");
+  out = ForwardOutput{};
+  if (S == 0) return {};
+  const Position start = cache->covered_tokens();
+  std::vector<Position> positions(static_cast<std::size_t>(S));
+  for (std::int64_t i = 0; i < S; ++i) positions[static_cast<std::size_t>(i)] = start + i;
+  const auto eps = static_cast<float>(c.rms_norm_eps);
+
+  // x = fc_hidden(norm(h)) per stream + fc_embedding(norm(embed(token))) broadcast to the streams.
+  Tensor h({S, W}, std::vector<float>(hidden.begin(), hidden.end()));
+  Tensor n, projected, e, e_normed, e_projected, e_streams;
+  be.rms_norm(h, w_.hidden_norm, H, eps, true, n);
+  n.reshape({S * hc, H});
+  be.linear(n, w_.fc_hidden, projected);
+  projected.reshape({S, W});
+  std::vector<std::int64_t> ids(tokens.begin(), tokens.end());
+  be.embedding({&model_.weights_.embed_tokens, 1}, ids, e);
+  be.rms_norm(e, w_.embed_norm, H, eps, true, e_normed);
+  be.linear(e_normed, w_.fc_embedding, e_projected);
+  be.repeat_cols(e_projected, hc, e_streams);
+  be.add(projected, e_streams);
+
+  QwenNextModel::LayerCaches caches;
+  caches.qsa = cache;
+  model_.decoder_layer(w_.layer, caches, positions, tokens, projected);
+
+  out.hidden_width = W;
+  out.hidden = projected.storage();
+  if (rows == LogitsRows::kNone) return {};
+  Tensor mixed, last, logits;
+  hyper_connection_read(be, w_.mixer, projected, mixed, nullptr);
+  const Tensor* src = &mixed;
+  if (rows == LogitsRows::kLast) {
+    const std::int32_t last_row[] = {static_cast<std::int32_t>(S - 1)};
+    be.gather_rows(mixed, last_row, last);
+    src = &last;
+  }
+  be.linear(*src, model_.weights_.lm_head, logits);
+  out.rows = logits.rows();
+  out.logits = std::move(logits.storage());
+  return {};
+}
+
+}  // namespace fs

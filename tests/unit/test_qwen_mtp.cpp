@@ -1,0 +1,244 @@
+// The embedded model's MTP head against the training framework, and MTP decoding on a real
+// Qwen 3.8 Flash Next model: greedy MTP emits the autoregressive tokens, every exit leaves the
+// cold-prefill state, and drafts are accepted at useful rates on held-out code.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "decode/generator.h"
+#include "model/loader.h"
+#include "test_support.h"
+
+namespace fs {
+namespace {
+
+const std::string kModel = EMBEDDED_MODEL_DIR;
+
+std::vector<TokenId> parity_tokens() {
+  const auto bytes = test::read_bytes(kModel + "/parity/tokens.json");
+  return nlohmann::json::parse(std::string(bytes.begin(), bytes.end())).get<std::vector<TokenId>>();
+}
+
+std::vector<float> read_f32(const std::string& path) {
+  const auto bytes = test::read_bytes(path);
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
+class EmbeddedModel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto m = load_model(kModel);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    model_ = std::move(m).value().release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;  // NOLINT: suite-lifetime fixture
+    model_ = nullptr;
+  }
+  static Model* model_;
+
+  DecodeState prefill(std::span<const TokenId> tokens) {
+    DecodeState s = new_decode_state(*model_);
+    const Status st = extend(*model_, s, tokens);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    return s;
+  }
+};
+Model* EmbeddedModel::model_ = nullptr;
+
+TEST_F(EmbeddedModel, HasAnMtpHead) {
+  EXPECT_TRUE(model_->info().has_mtp);
+  ASSERT_NE(model_->mtp(), nullptr);
+}
+
+TEST_F(EmbeddedModel, TrunkAndMtpLogitsMatchTheTrainingFramework) {
+  const auto tokens = parity_tokens();
+  const auto V = static_cast<std::size_t>(model_->info().vocab_size);
+  const auto ref_trunk = read_f32(kModel + "/parity/trunk_logits.f32");
+  const auto ref_mtp = read_f32(kModel + "/parity/mtp_logits.f32");
+  ASSERT_EQ(ref_trunk.size(), tokens.size() * V);
+  ASSERT_EQ(ref_mtp.size(), (tokens.size() - 1) * V);
+
+  auto state = model_->new_state();
+  ForwardOutput trunk;
+  ASSERT_TRUE(model_->forward(*state, tokens, LogitsRows::kAll, trunk).ok());
+  // Rows t = 1..n-1 of the head: (h_{t-1}, x_t).
+  auto history = model_->mtp()->new_history();
+  ForwardOutput head;
+  const auto w = static_cast<std::size_t>(trunk.hidden_width);
+  ASSERT_TRUE(model_->mtp()
+                  ->forward(*history, std::span(trunk.hidden).first((tokens.size() - 1) * w),
+                            std::span(tokens).subspan(1), LogitsRows::kAll, head)
+                  .ok());
+  auto compare = [&](const std::vector<float>& got, const std::vector<float>& want,
+                     const char* what) {
+    ASSERT_EQ(got.size(), want.size());
+    double max_abs = 0;
+    std::size_t same_argmax = 0, rows = want.size() / V;
+    for (std::size_t r = 0; r < rows; ++r) {
+      std::size_t ag = 0, aw = 0;
+      for (std::size_t i = 0; i < V; ++i) {
+        max_abs =
+            std::max(max_abs, std::fabs(static_cast<double>(got[r * V + i]) - want[r * V + i]));
+        if (got[r * V + i] > got[r * V + ag]) ag = i;
+        if (want[r * V + i] > want[r * V + aw]) aw = i;
+      }
+      same_argmax += ag == aw;
+    }
+    std::printf(
+        "%s: max |logits - training framework| = %.3g over %zu rows, argmax agrees on %zu\n", what,
+        max_abs, rows, same_argmax);
+    EXPECT_LE(max_abs, 1e-3) << what;
+    EXPECT_EQ(same_argmax, rows) << what;
+  };
+  compare(trunk.logits, ref_trunk, "trunk");
+  compare(head.logits, ref_mtp, "mtp head");
+}
+
+TEST_F(EmbeddedModel, GreedyMtpEmitsTheAutoregressiveTokens) {
+  const auto all = parity_tokens();
+  for (std::size_t length : {5, 23, 61}) {
+    const std::span<const TokenId> prompt(all.data(), length);
+    for (std::int64_t max_tokens : {1, 9, 40}) {
+      GenerateOptions opt;
+      opt.max_tokens = max_tokens;
+      DecodeState ar_state = prefill(prompt);
+      const auto ar = generate(*model_, ar_state, opt);
+      ASSERT_TRUE(ar.error.ok()) << ar.error.to_string();
+      for (int depth = 1; depth <= kMaxMtpDepth; ++depth) {
+        opt.mtp_depth = depth;
+        DecodeState s = prefill(prompt);
+        const auto r = generate(*model_, s, opt);
+        ASSERT_TRUE(r.error.ok()) << r.error.to_string();
+        EXPECT_EQ(r.tokens, ar.tokens)
+            << "prompt " << length << " depth " << depth << " max " << max_tokens;
+        EXPECT_TRUE(r.state_complete);
+        EXPECT_EQ(r.stats.final_commits, 1);
+      }
+    }
+  }
+}
+
+// Drafts from the model's own greedy continuation (accepted in greedy mode), optionally wrong at
+// one depth: reaches the exit paths on demand.
+ScriptedDrafter oracle(Model& model, int wrong_at) {
+  return ScriptedDrafter(
+      [&model, wrong_at](const std::vector<TokenId>& committed, TokenId primary, int depth) {
+        auto state = model.new_state();
+        ForwardOutput out;
+        std::vector<TokenId> seq = committed;
+        seq.push_back(primary);
+        EXPECT_TRUE(model.forward(*state, seq, LogitsRows::kLast, out).ok());
+        std::vector<TokenId> drafts;
+        for (int d = 0; d < depth; ++d) {
+          TokenId t = argmax(out.logits);
+          if (d == wrong_at) t = (t + 1) % static_cast<TokenId>(model.info().vocab_size);
+          drafts.push_back(t);
+          const TokenId in[1] = {t};
+          EXPECT_TRUE(model.forward(*state, in, LogitsRows::kLast, out).ok());
+        }
+        return drafts;
+      });
+}
+
+TEST_F(EmbeddedModel, EveryExitLeavesTheColdPrefillState) {
+  const auto all = parity_tokens();
+  const std::span<const TokenId> prompt(all.data(), 30);
+  GenerateOptions probe;
+  probe.max_tokens = 6;
+  DecodeState probe_state = prefill(prompt);
+  const auto continuation = generate(*model_, probe_state, probe).tokens;  // stop candidates
+  double worst_state = 0, worst_logits = 0;
+  int runs = 0;
+  for (const bool sampled : {false, true}) {
+    std::set<std::pair<ExitPath, bool>> seen;
+    for (int depth = 1; depth <= kMaxMtpDepth; ++depth) {
+      for (std::int64_t max_tokens : {1, 3, 6}) {
+        for (int stop_index : {-1, 0, 3}) {
+          for (int drafter_kind = 0; drafter_kind < 3;
+               ++drafter_kind) {  // MTP head, oracle, wrong at 1
+            GenerateOptions opt;
+            opt.max_tokens = max_tokens;
+            opt.mtp_depth = depth;
+            opt.seed = 7 + static_cast<std::uint64_t>(depth * 100 + max_tokens);
+            if (sampled) opt.sampler.temperature = 0.6;
+            if (stop_index >= 0)
+              opt.stop_tokens = {continuation[static_cast<std::size_t>(stop_index)]};
+            ScriptedDrafter scripted = oracle(*model_, drafter_kind == 2 ? 1 : -1);
+            if (drafter_kind > 0) opt.drafter = &scripted;
+            DecodeState warm = prefill(prompt);
+            const auto r = generate(*model_, warm, opt);
+            ++runs;
+            ASSERT_TRUE(r.error.ok()) << r.error.to_string();
+            ASSERT_EQ(r.stats.final_commits, 1);
+            ASSERT_TRUE(r.state_complete) << exit_path_name(r.exit_path);
+            seen.insert({r.exit_path, r.exit_after_full_accept});
+            // Against the cold, teacher-forced prefill of the same key.
+            DecodeState cold = prefill(warm.tokens);
+            worst_state =
+                std::max({worst_state, max_difference(compare_states(*warm.trunk, *cold.trunk)),
+                          max_difference(compare_states(*warm.mtp_history, *cold.mtp_history))});
+            for (std::size_t i = 0; i < cold.next_logits.size(); ++i) {
+              worst_logits = std::max(
+                  worst_logits,
+                  std::fabs(static_cast<double>(warm.next_logits[i]) - cold.next_logits[i]));
+            }
+            // The next turn from both.
+            const std::vector<TokenId> more = {all[40], all[41]};
+            ASSERT_TRUE(extend(*model_, warm, more).ok());
+            ASSERT_TRUE(extend(*model_, cold, more).ok());
+            for (std::size_t i = 0; i < cold.next_logits.size(); ++i) {
+              worst_logits = std::max(
+                  worst_logits,
+                  std::fabs(static_cast<double>(warm.next_logits[i]) - cold.next_logits[i]));
+            }
+          }
+        }
+      }
+    }
+    for (const auto& need : std::vector<std::pair<ExitPath, bool>>{{ExitPath::kHeadStop, false},
+                                                                   {ExitPath::kHeadCap, false},
+                                                                   {ExitPath::kHeadCap, true},
+                                                                   {ExitPath::kDraftStop, true},
+                                                                   {ExitPath::kLoopCap, true}}) {
+      EXPECT_TRUE(seen.count(need))
+          << (sampled ? "sampled: " : "greedy: ") << "never reached " << exit_path_name(need.first)
+          << (need.second ? " after full acceptance" : "");
+    }
+  }
+  std::printf("%d turns: max |warm - cold| state %.3g, logits %.3g\n", runs, worst_state,
+              worst_logits);
+  EXPECT_LE(worst_state, 1e-5);
+  EXPECT_LE(worst_logits, 1e-4);
+}
+
+TEST_F(EmbeddedModel, DraftsAreAcceptedOnHeldOutCode) {
+  const auto all = parity_tokens();
+  const std::span<const TokenId> prompt(all.data(), 40);
+  for (int depth = 1; depth <= kMaxMtpDepth; ++depth) {
+    GenerateOptions opt;
+    opt.max_tokens = 64;
+    opt.mtp_depth = depth;
+    DecodeState s = prefill(prompt);
+    const auto r = generate(*model_, s, opt);
+    ASSERT_TRUE(r.error.ok());
+    std::printf("depth %d: %lld tokens in %lld rounds; accepted/drafted per depth:", depth,
+                static_cast<long long>(r.tokens.size()), static_cast<long long>(r.stats.rounds));
+    for (int d = 0; d < depth; ++d) {
+      std::printf(" %lld/%lld",
+                  static_cast<long long>(r.stats.accepted[static_cast<std::size_t>(d)]),
+                  static_cast<long long>(r.stats.drafted[static_cast<std::size_t>(d)]));
+    }
+    std::printf("\n");
+    EXPECT_GT(r.stats.accepted[0], r.stats.drafted[0] / 4) << "depth-1 acceptance below 25%";
+    EXPECT_LT(r.stats.rounds, 64);
+  }
+}
+
+}  // namespace
+}  // namespace fs
