@@ -14,5 +14,6 @@ void add_inspect_command(CLI::App& app, Action& action);
 void add_state_command(CLI::App& app, Action& action);
 void add_logits_command(CLI::App& app, Action& action);
 void add_convert_command(CLI::App& app, Action& action);
+void add_generate_command(CLI::App& app, Action& action);
 
 }  // namespace fs::cli

@@ -1,34 +1,17 @@
 // flashserve logits --model DIR --tokens 1,2,3 [--splits 37,1,3] [--backend cpu] --out F
 // Writes float32 little-endian [n_tokens x vocab] logits (one row per position) and prints one
 // JSON line {"n_tokens", "vocab", "backend", "ms"}.
-#include <charconv>
 #include <chrono>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "model/loader.h"
 
 namespace fs::cli {
 namespace {
-
-// "1,2,3" -> {1,2,3}; every item must be a non-negative decimal integer.
-Expected<std::vector<std::int64_t>> parse_list(const std::string& text, const char* what) {
-  std::vector<std::int64_t> out;
-  std::size_t pos = 0;
-  while (pos <= text.size()) {
-    const auto end = std::min(text.find(',', pos), text.size());
-    const std::string item = text.substr(pos, end - pos);
-    std::int64_t v = 0;
-    const auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (item.empty() || ec != std::errc() || p != item.data() + item.size() || v < 0)
-      return invalid_argument(std::string(what) + ": '" + item + "' is not a non-negative integer");
-    out.push_back(v);
-    pos = end + 1;
-  }
-  return out;
-}
 
 int fail(const Status& s) {
   std::cerr << "flashserve logits: " << s.to_string() << "\n";

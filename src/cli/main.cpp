@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   fs::cli::add_state_command(app, action);
   fs::cli::add_logits_command(app, action);
   fs::cli::add_convert_command(app, action);
+  fs::cli::add_generate_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
