@@ -11,5 +11,8 @@ namespace fs::cli {
 using Action = std::function<int()>;
 
 void add_inspect_command(CLI::App& app, Action& action);
+void add_tokenize_command(CLI::App& app, Action& action);
+void add_detokenize_command(CLI::App& app, Action& action);
+void add_render_command(CLI::App& app, Action& action);
 
 }  // namespace fs::cli

@@ -9,6 +9,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   fs::cli::Action action;
   fs::cli::add_inspect_command(app, action);
+  fs::cli::add_tokenize_command(app, action);
+  fs::cli::add_detokenize_command(app, action);
+  fs::cli::add_render_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
