@@ -14,8 +14,10 @@ std::string default_text() {
   const std::string block =
       "The quick brown fox jumps over the lazy dog. It's 2026 and tokenizers still matter; "
       "they've got to be fast.\n\n"
-      "def encode(self, text: str) -> list[int]:\n    return [self.vocab[t] for t in text.split()]\n\t// 42 + 3.14159\n"
-      "机器学习是人工智能的一个分支。日本語のテキストも少し。Привет, мир! مرحبا بالعالم. नमस्ते दुनिया। สวัสดีครับ 👩‍💻🚀\n";
+      "def encode(self, text: str) -> list[int]:\n    return [self.vocab[t] for t in "
+      "text.split()]\n\t// 42 + 3.14159\n"
+      "机器学习是人工智能的一个分支。日本語のテキストも少し。Привет, мир! مرحبا بالعالم. नमस्ते "
+      "दुनिया। สวัสดีครับ 👩‍💻🚀\n";
   std::string text;
   while (text.size() < 100 * 1024) text += block + std::to_string(text.size()) + "\n";
   return text;
@@ -34,7 +36,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tokenizer_bench: %s\n", bundle.status().to_string().c_str());
     return 1;
   }
-  const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
+  const double load_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
   std::string text = default_text();
   if (argc >= 3) {
     auto content = fs::read_text_file(argv[2]);
@@ -65,9 +68,11 @@ int main(int argc, char** argv) {
   const auto stats = tok.cache_stats();
   const double mb = static_cast<double>(text.size()) / 1e6;
   std::printf(
-      "{\"bytes\": %zu, \"tokens\": %zu, \"load_ms\": %.1f, \"cold_ms\": %.3f, \"warm_best_ms\": %.3f, "
-      "\"warm_mean_ms\": %.3f, \"warm_MB_per_s\": %.1f, \"warm_tokens_per_s\": %.0f, \"cache_entries\": %zu}\n",
-      text.size(), n_tokens, load_ms, cold_ms, best, total / repeats, mb / (best / 1e3), n_tokens / (best / 1e3),
-      stats.entries);
+      "{\"bytes\": %zu, \"tokens\": %zu, \"load_ms\": %.1f, \"cold_ms\": %.3f, \"warm_best_ms\": "
+      "%.3f, "
+      "\"warm_mean_ms\": %.3f, \"warm_MB_per_s\": %.1f, \"warm_tokens_per_s\": %.0f, "
+      "\"cache_entries\": %zu}\n",
+      text.size(), n_tokens, load_ms, cold_ms, best, total / repeats, mb / (best / 1e3),
+      n_tokens / (best / 1e3), stats.entries);
   return 0;
 }

@@ -15,14 +15,20 @@ void add_render_command(CLI::App& app, Action& action) {
     bool generation_prompt = false;
   };
   auto opts = std::make_shared<Options>();
-  auto* cmd = app.add_subcommand("render", "The chat prompt the family's template makes of an OpenAI message list");
-  cmd->add_option("--tokenizer", opts->tokenizer, "Model or tokenizer folder (tokenizer_config.json)")->required();
+  auto* cmd = app.add_subcommand(
+      "render", "The chat prompt the family's template makes of an OpenAI message list");
+  cmd->add_option("--tokenizer", opts->tokenizer,
+                  "Model or tokenizer folder (tokenizer_config.json)")
+      ->required();
   cmd->add_option("--messages", opts->messages,
-                  "JSON file: a message list, or {\"messages\": [...], \"tools\": [...]}")->required();
-  cmd->add_flag("--add-generation-prompt", opts->generation_prompt, "End with the assistant turn's opening");
+                  "JSON file: a message list, or {\"messages\": [...], \"tools\": [...]}")
+      ->required();
+  cmd->add_flag("--add-generation-prompt", opts->generation_prompt,
+                "End with the assistant turn's opening");
   cmd->add_option("--enable-thinking", opts->thinking, "true or false (default: the template's)")
       ->check(CLI::IsMember({"true", "false"}));
-  cmd->add_option("--family", opts->family, "qwen, deepseek or glm (default: detected from the folder)");
+  cmd->add_option("--family", opts->family,
+                  "qwen, deepseek or glm (default: detected from the folder)");
   cmd->callback([opts, &action] {
     action = [opts] {
       auto fail = [](const Status& s) {

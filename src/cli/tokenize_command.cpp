@@ -51,15 +51,18 @@ void add_tokenize_command(CLI::App& app, Action& action) {
     bool json = false;
   };
   auto opts = std::make_shared<Options>();
-  auto* cmd = app.add_subcommand("tokenize", "Token ids of raw text (no special tokens added), as JSON");
+  auto* cmd =
+      app.add_subcommand("tokenize", "Token ids of raw text (no special tokens added), as JSON");
   cmd->add_option("--tokenizer", opts->tokenizer, "Folder with tokenizer.json")->required();
   auto* text = cmd->add_option("--text", opts->text, "The text to encode");
-  auto* file = cmd->add_option("--file", opts->file, "A JSON file holding a list of strings; prints one array per string");
+  auto* file = cmd->add_option(
+      "--file", opts->file, "A JSON file holding a list of strings; prints one array per string");
   text->excludes(file);
   cmd->add_flag("--json", opts->json, "JSON output (always on: the output is a JSON array)");
   cmd->callback([opts, &action, text, file] {
     action = [opts, text, file] {
-      if (text->count() == 0 && file->count() == 0) return fail("tokenize", invalid_argument("give --text or --file"));
+      if (text->count() == 0 && file->count() == 0)
+        return fail("tokenize", invalid_argument("give --text or --file"));
       auto bundle = load_tokenizer_dir(opts->tokenizer);
       if (!bundle.ok()) return fail("tokenize", bundle.status());
       if (text->count()) {
@@ -77,15 +80,19 @@ void add_tokenize_command(CLI::App& app, Action& action) {
       } catch (const nlohmann::json::parse_error& e) {
         return fail("tokenize", invalid_argument(opts->file + ": not valid JSON: " + e.what()));
       }
-      if (!list.is_array()) return fail("tokenize", invalid_argument(opts->file + ": expected a JSON list of strings"));
+      if (!list.is_array())
+        return fail("tokenize", invalid_argument(opts->file + ": expected a JSON list of strings"));
       std::ostringstream out;
       out << "[\n";
       for (std::size_t i = 0; i < list.size(); ++i) {
         if (!list[i].is_string()) {
-          return fail("tokenize", invalid_argument(opts->file + ": item " + std::to_string(i) + " is not a string"));
+          return fail("tokenize", invalid_argument(opts->file + ": item " + std::to_string(i) +
+                                                   " is not a string"));
         }
         auto ids = bundle->tokenizer.encode(list[i].get_ref<const std::string&>());
-        if (!ids.ok()) return fail("tokenize", ids.status().with_context(opts->file + " item " + std::to_string(i)));
+        if (!ids.ok())
+          return fail("tokenize",
+                      ids.status().with_context(opts->file + " item " + std::to_string(i)));
         print_ids(out, *ids);
         out << (i + 1 < list.size() ? ",\n" : "\n");
       }

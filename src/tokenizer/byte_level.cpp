@@ -19,7 +19,8 @@ struct Tables {
     };
     int extra = 0;
     for (int b = 0; b < 256; ++b) {
-      const char32_t cp = printable(b) ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + extra++);
+      const char32_t cp =
+          printable(b) ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + extra++);
       cp_of_byte[b] = cp;
       byte_of_cp[cp] = b;
       utf8::append(strings[b], cp);
@@ -34,9 +35,13 @@ const Tables& tables() {
 
 }  // namespace
 
-char32_t char_of_byte(std::uint8_t b) { return tables().cp_of_byte[b]; }
+char32_t char_of_byte(std::uint8_t b) {
+  return tables().cp_of_byte[b];
+}
 
-const std::array<std::string, 256>& byte_strings() { return tables().strings; }
+const std::array<std::string, 256>& byte_strings() {
+  return tables().strings;
+}
 
 std::string token_to_bytes(std::string_view token) {
   const Tables& t = tables();

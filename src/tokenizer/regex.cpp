@@ -10,7 +10,8 @@ namespace {
 
 std::string pcre2_message(int code) {
   PCRE2_UCHAR buffer[256];
-  if (pcre2_get_error_message(code, buffer, sizeof buffer) < 0) return "PCRE2 error " + std::to_string(code);
+  if (pcre2_get_error_message(code, buffer, sizeof buffer) < 0)
+    return "PCRE2 error " + std::to_string(code);
   return reinterpret_cast<const char*>(buffer);
 }
 
@@ -69,7 +70,9 @@ Expected<std::string> translate_js_regex(std::string_view pattern) {
   return out;
 }
 
-void Regex::CodeDeleter::operator()(void* code) const { pcre2_code_free(static_cast<pcre2_code*>(code)); }
+void Regex::CodeDeleter::operator()(void* code) const {
+  pcre2_code_free(static_cast<pcre2_code*>(code));
+}
 
 Expected<Regex> Regex::compile(std::string_view pattern, const std::string& source) {
   auto translated = translate_js_regex(pattern);
@@ -79,11 +82,12 @@ Expected<Regex> Regex::compile(std::string_view pattern, const std::string& sour
   r.source_ = source;
   int error = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(r.pattern_.data()), r.pattern_.size(),
-                                   PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(r.pattern_.data()), r.pattern_.size(),
+                    PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
   if (code == nullptr) {
-    return invalid_argument(source + ": cannot compile the regex at offset " + std::to_string(offset) +
-                            ": " + pcre2_message(error));
+    return invalid_argument(source + ": cannot compile the regex at offset " +
+                            std::to_string(offset) + ": " + pcre2_message(error));
   }
   r.code_.reset(code);
   // JIT makes the split several times faster; when the platform has no JIT the interpreter
@@ -95,20 +99,23 @@ Expected<Regex> Regex::compile(std::string_view pattern, const std::string& sour
 template <typename OnMatch>
 Status Regex::for_each_match(std::string_view subject, OnMatch&& on_match) const {
   auto* code = static_cast<const pcre2_code*>(code_.get());
-  std::unique_ptr<pcre2_match_data, MatchDataDeleter> md(pcre2_match_data_create_from_pattern(code, nullptr));
+  std::unique_ptr<pcre2_match_data, MatchDataDeleter> md(
+      pcre2_match_data_create_from_pattern(code, nullptr));
   if (!md) return internal_error(source_ + ": out of memory for regex match data");
   std::unique_ptr<pcre2_match_context, MatchContextDeleter> context;
   std::unique_ptr<pcre2_jit_stack, JitStackDeleter> jit_stack;
   const auto* subj = reinterpret_cast<PCRE2_SPTR>(subject.data());
   std::size_t start = 0;
   while (start <= subject.size()) {
-    int rc = pcre2_match(code, subj, subject.size(), start, PCRE2_NO_UTF_CHECK, md.get(), context.get());
+    int rc =
+        pcre2_match(code, subj, subject.size(), start, PCRE2_NO_UTF_CHECK, md.get(), context.get());
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !jit_stack) {
       // A very long run (e.g. megabytes of spaces) can outgrow the default 32 KiB JIT stack;
       // retry this and later matches with a larger one.
       context.reset(pcre2_match_context_create(nullptr));
       jit_stack.reset(pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, nullptr));
-      if (!context || !jit_stack) return internal_error(source_ + ": out of memory for the regex JIT stack");
+      if (!context || !jit_stack)
+        return internal_error(source_ + ": out of memory for the regex JIT stack");
       pcre2_jit_stack_assign(context.get(), nullptr, jit_stack.get());
       continue;
     }

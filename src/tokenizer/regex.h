@@ -39,7 +39,8 @@ class Regex {
   template <typename OnMatch>
   Status for_each_match(std::string_view subject, OnMatch&& on_match) const;
 
-  std::unique_ptr<void, CodeDeleter> code_;  // pcre2_code_8, opaque here to keep PCRE2 out of headers
+  std::unique_ptr<void, CodeDeleter>
+      code_;  // pcre2_code_8, opaque here to keep PCRE2 out of headers
   std::string pattern_;
   std::string source_;
 };

@@ -6,7 +6,8 @@ namespace fs {
 
 Expected<std::string> StreamDecoder::push(TokenId id) {
   const auto bytes = tokenizer_->token_bytes(id);
-  if (!bytes) return invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary");
+  if (!bytes)
+    return invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary");
   if (skip_special_ && tokenizer_->is_special(id)) return std::string();
   pending_.append(*bytes);
   // Invalid bytes are decided by what precedes them, so repairing the complete part now gives

@@ -1,9 +1,9 @@
 #include "tokenizer/tokenizer.h"
 
+#include <unicode/bytestream.h>
 #include <unicode/normalizer2.h>
 #include <unicode/stringpiece.h>
 #include <unicode/uchar.h>
-#include <unicode/bytestream.h>
 
 #include <algorithm>
 #include <array>
@@ -37,7 +37,8 @@ template <typename V>
 using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
 
 std::uint64_t pair_key(TokenId a, TokenId b) {
-  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) |
+         static_cast<std::uint32_t>(b);
 }
 
 // One step of the pre-tokenizer Sequence. ByteLevel with use_regex=false does not split (the
@@ -51,7 +52,10 @@ struct SplitStep {
 constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-std::string field_type(const json& j) { return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : ""; }
+std::string field_type(const json& j) {
+  return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>()
+                                                                      : "";
+}
 
 }  // namespace
 
@@ -117,9 +121,11 @@ Status Tokenizer::Impl::load_model(const json& model) {
   if (!model.is_object()) return corrupt(source + ": field 'model' is missing or not an object");
   const std::string type = field_type(model);
   if (type != "BPE" && !(type.empty() && model.contains("merges"))) {
-    return unsupported(source + ": model type '" + type + "' is not supported (only byte-level BPE)");
+    return unsupported(source + ": model type '" + type +
+                       "' is not supported (only byte-level BPE)");
   }
-  if (model.value("byte_fallback", false)) return unsupported(source + ": BPE byte_fallback is not supported");
+  if (model.value("byte_fallback", false))
+    return unsupported(source + ": BPE byte_fallback is not supported");
   for (const char* f : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (model.contains(f) && model[f].is_string() && !model[f].get<std::string>().empty()) {
       return unsupported(source + ": BPE " + f + " is not supported");
@@ -127,10 +133,12 @@ Status Tokenizer::Impl::load_model(const json& model) {
   }
   ignore_merges = model.value("ignore_merges", false);
   const auto vit = model.find("vocab");
-  if (vit == model.end() || !vit->is_object()) return corrupt(source + ": field 'model.vocab' is missing or not an object");
+  if (vit == model.end() || !vit->is_object())
+    return corrupt(source + ": field 'model.vocab' is missing or not an object");
   vocab.reserve(vit->size());
   for (auto it = vit->begin(); it != vit->end(); ++it) {
-    if (!it->is_number_integer() || it->get<std::int64_t>() < 0 || it->get<std::int64_t>() >= kMaxTokenId) {
+    if (!it->is_number_integer() || it->get<std::int64_t>() < 0 ||
+        it->get<std::int64_t>() >= kMaxTokenId) {
       return corrupt(source + ": vocab entry '" + it.key() + "' has an invalid id " + it->dump());
     }
     const auto id = static_cast<TokenId>(it->get<std::int64_t>());
@@ -141,13 +149,14 @@ Status Tokenizer::Impl::load_model(const json& model) {
   for (int b = 0; b < 256; ++b) {
     const auto f = vocab.find(strings[b]);
     if (f == vocab.end()) {
-      return corrupt(source + ": the vocabulary lacks the byte-level token of byte " + std::to_string(b) +
-                     " (not a byte-level BPE vocabulary)");
+      return corrupt(source + ": the vocabulary lacks the byte-level token of byte " +
+                     std::to_string(b) + " (not a byte-level BPE vocabulary)");
     }
     byte_ids[b] = f->second;
   }
   const auto mit = model.find("merges");
-  if (mit == model.end() || !mit->is_array()) return corrupt(source + ": field 'model.merges' is missing or not a list");
+  if (mit == model.end() || !mit->is_array())
+    return corrupt(source + ": field 'model.merges' is missing or not a list");
   merges.reserve(mit->size());
   std::int32_t rank = 0;
   for (const auto& m : *mit) {
@@ -156,8 +165,10 @@ Status Tokenizer::Impl::load_model(const json& model) {
       // The older serialisation "left right"; byte-level tokens never contain a raw space.
       const auto& s = m.get_ref<const std::string&>();
       const auto sp = s.find(' ');
-      if (sp == std::string::npos || sp == 0 || sp + 1 == s.size() || s.find(' ', sp + 1) != std::string::npos) {
-        return corrupt(source + ": merge " + std::to_string(rank) + " '" + s + "' is not two tokens");
+      if (sp == std::string::npos || sp == 0 || sp + 1 == s.size() ||
+          s.find(' ', sp + 1) != std::string::npos) {
+        return corrupt(source + ": merge " + std::to_string(rank) + " '" + s +
+                       "' is not two tokens");
       }
       a = s.substr(0, sp);
       b = s.substr(sp + 1);
@@ -165,11 +176,13 @@ Status Tokenizer::Impl::load_model(const json& model) {
       a = m[0].get<std::string>();
       b = m[1].get<std::string>();
     } else {
-      return corrupt(source + ": merge " + std::to_string(rank) + " is neither \"a b\" nor [\"a\", \"b\"]: " + m.dump());
+      return corrupt(source + ": merge " + std::to_string(rank) +
+                     " is neither \"a b\" nor [\"a\", \"b\"]: " + m.dump());
     }
     const auto fa = vocab.find(a), fb = vocab.find(b), fm = vocab.find(a + b);
     if (fa == vocab.end() || fb == vocab.end() || fm == vocab.end()) {
-      return corrupt(source + ": merge " + std::to_string(rank) + " (" + a + " " + b + ") names a token outside the vocabulary");
+      return corrupt(source + ": merge " + std::to_string(rank) + " (" + a + " " + b +
+                     ") names a token outside the vocabulary");
     }
     // The first (lowest-rank) occurrence of a pair wins, as in the reference.
     merges.emplace(pair_key(fa->second, fb->second), Merge{rank, fm->second});
@@ -192,12 +205,18 @@ Status Tokenizer::Impl::load_normalizer(const json& n) {
   }
   UErrorCode err = U_ZERO_ERROR;
   const icu::Normalizer2* form = nullptr;
-  if (type == "NFC") form = icu::Normalizer2::getNFCInstance(err);
-  else if (type == "NFD") form = icu::Normalizer2::getNFDInstance(err);
-  else if (type == "NFKC") form = icu::Normalizer2::getNFKCInstance(err);
-  else if (type == "NFKD") form = icu::Normalizer2::getNFKDInstance(err);
-  else return unsupported(source + ": normalizer '" + type + "' is not supported");
-  if (U_FAILURE(err) || form == nullptr) return internal_error(source + ": ICU has no " + type + " normalizer");
+  if (type == "NFC")
+    form = icu::Normalizer2::getNFCInstance(err);
+  else if (type == "NFD")
+    form = icu::Normalizer2::getNFDInstance(err);
+  else if (type == "NFKC")
+    form = icu::Normalizer2::getNFKCInstance(err);
+  else if (type == "NFKD")
+    form = icu::Normalizer2::getNFKDInstance(err);
+  else
+    return unsupported(source + ": normalizer '" + type + "' is not supported");
+  if (U_FAILURE(err) || form == nullptr)
+    return internal_error(source + ": ICU has no " + type + " normalizer");
   normalizers.push_back(form);
   return {};
 }
@@ -215,7 +234,8 @@ Status Tokenizer::Impl::load_pre_tokenizer(const json& p) {
     return {};
   }
   if (type == "ByteLevel") {
-    if (p.value("add_prefix_space", false)) return unsupported(source + ": ByteLevel add_prefix_space is not supported");
+    if (p.value("add_prefix_space", false))
+      return unsupported(source + ": ByteLevel add_prefix_space is not supported");
     if (p.value("use_regex", true)) {
       auto re = Regex::compile(kGpt2Pattern, source + ": ByteLevel regex");
       if (!re.ok()) return re.status();
@@ -224,7 +244,8 @@ Status Tokenizer::Impl::load_pre_tokenizer(const json& p) {
     return {};
   }
   if (type == "Split") {
-    if (p.value("invert", false)) return unsupported(source + ": Split with invert=true is not supported");
+    if (p.value("invert", false))
+      return unsupported(source + ": Split with invert=true is not supported");
     const std::string behavior = p.value("behavior", std::string("Isolated"));
     if (behavior != "Isolated" && behavior != "Removed") {
       return unsupported(source + ": Split behaviour '" + behavior + "' is not supported");
@@ -236,7 +257,8 @@ Status Tokenizer::Impl::load_pre_tokenizer(const json& p) {
     } else if (pat.is_object() && pat.contains("String") && pat["String"].is_string()) {
       // A literal: escape every ASCII punctuation character.
       for (const char c : pat["String"].get<std::string>()) {
-        if (static_cast<unsigned char>(c) < 0x80 && !std::isalnum(static_cast<unsigned char>(c))) regex += '\\';
+        if (static_cast<unsigned char>(c) < 0x80 && !std::isalnum(static_cast<unsigned char>(c)))
+          regex += '\\';
         regex += c;
       }
     } else {
@@ -254,9 +276,10 @@ Status Tokenizer::Impl::load_added(const json& list) {
   if (list.is_null()) return {};
   if (!list.is_array()) return corrupt(source + ": field 'added_tokens' is not a list");
   for (const auto& a : list) {
-    if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") ||
-        !a["content"].is_string()) {
-      return corrupt(source + ": an added token lacks an integer 'id' or a string 'content': " + a.dump());
+    if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
+        !a.contains("content") || !a["content"].is_string()) {
+      return corrupt(source +
+                     ": an added token lacks an integer 'id' or a string 'content': " + a.dump());
     }
     AddedToken t;
     t.content = a["content"].get<std::string>();
@@ -302,14 +325,17 @@ Status Tokenizer::Impl::load(const json& root) {
   if (Status s = load_pre_tokenizer(root.value("pre_tokenizer", json())); !s.ok()) return s;
   const json decoder = root.value("decoder", json());
   if (field_type(decoder) != "ByteLevel") {
-    return unsupported(source + ": decoder '" + field_type(decoder) + "' is not supported (only ByteLevel)");
+    return unsupported(source + ": decoder '" + field_type(decoder) +
+                       "' is not supported (only ByteLevel)");
   }
   return load_added(root.value("added_tokens", json()));
 }
 
 namespace {
 
-bool is_word_char(char32_t cp) { return cp == '_' || u_isalnum(static_cast<UChar32>(cp)); }
+bool is_word_char(char32_t cp) {
+  return cp == '_' || u_isalnum(static_cast<UChar32>(cp));
+}
 
 char32_t char_before(std::string_view s, std::size_t i) {
   std::size_t start = i - 1;
@@ -319,7 +345,8 @@ char32_t char_before(std::string_view s, std::size_t i) {
 
 }  // namespace
 
-std::int32_t Tokenizer::Impl::match_added(std::string_view text, std::size_t i, std::size_t& length) const {
+std::int32_t Tokenizer::Impl::match_added(std::string_view text, std::size_t i,
+                                          std::size_t& length) const {
   std::size_t node = 0;
   std::int32_t best = -1;
   for (std::size_t j = i; j < text.size(); ++j) {
@@ -332,11 +359,11 @@ std::int32_t Tokenizer::Impl::match_added(std::string_view text, std::size_t i, 
       const AddedToken& t = added[trie[node].token];
       const std::size_t end = j + 1;
       // single_word: the match must not sit inside a word on either side.
-      if (t.single_word && ((i > 0 && is_word_char(char_before(text, i))) ||
-                            (end < text.size() && [&] {
-                              std::size_t k = end;
-                              return is_word_char(utf8::next(text, k));
-                            }()))) {
+      if (t.single_word &&
+          ((i > 0 && is_word_char(char_before(text, i))) || (end < text.size() && [&] {
+             std::size_t k = end;
+             return is_word_char(utf8::next(text, k));
+           }()))) {
         continue;
       }
       best = trie[node].token;
@@ -435,16 +462,19 @@ Status Tokenizer::Impl::encode_section(std::string_view section, std::vector<Tok
     for (const icu::Normalizer2* form : normalizers) {
       UErrorCode err = U_ZERO_ERROR;
       // Most text is already normalized; the quick check skips the copy.
-      if (form->isNormalizedUTF8(icu::StringPiece(normalized.data(), static_cast<int32_t>(normalized.size())), err) &&
+      if (form->isNormalizedUTF8(
+              icu::StringPiece(normalized.data(), static_cast<int32_t>(normalized.size())), err) &&
           U_SUCCESS(err)) {
         continue;
       }
       err = U_ZERO_ERROR;
       std::string next;
       icu::StringByteSink<std::string> sink(&next);
-      form->normalizeUTF8(0, icu::StringPiece(normalized.data(), static_cast<int32_t>(normalized.size())), sink,
-                          nullptr, err);
-      if (U_FAILURE(err)) return internal_error(source + ": Unicode normalization failed: " + u_errorName(err));
+      form->normalizeUTF8(
+          0, icu::StringPiece(normalized.data(), static_cast<int32_t>(normalized.size())), sink,
+          nullptr, err);
+      if (U_FAILURE(err))
+        return internal_error(source + ": Unicode normalization failed: " + u_errorName(err));
       normalized = std::move(next);
     }
     section = normalized;
@@ -454,7 +484,8 @@ Status Tokenizer::Impl::encode_section(std::string_view section, std::vector<Tok
   for (const SplitStep& step : splits) {
     next.clear();
     for (const std::string_view p : pieces) {
-      Status s = step.removed ? step.regex.split_removed(p, next) : step.regex.split_isolated(p, next);
+      Status s =
+          step.removed ? step.regex.split_removed(p, next) : step.regex.split_isolated(p, next);
       if (!s.ok()) return s;
     }
     pieces.swap(next);
@@ -518,7 +549,8 @@ Expected<std::vector<TokenId>> Tokenizer::encode(std::string_view text) const {
   for (std::size_t k = 0; k < sections.size(); ++k) {
     if (sections[k].added < 0) continue;
     const AddedToken& t = m.added[sections[k].added];
-    if (t.lstrip && k > 0 && sections[k - 1].added < 0) sections[k - 1].text = utf8::trim_end(sections[k - 1].text);
+    if (t.lstrip && k > 0 && sections[k - 1].added < 0)
+      sections[k - 1].text = utf8::trim_end(sections[k - 1].text);
     if (t.rstrip && k + 1 < sections.size() && sections[k + 1].added < 0) {
       sections[k + 1].text = utf8::trim_start(sections[k + 1].text);
     }
@@ -539,7 +571,8 @@ Expected<std::string> Tokenizer::decode(std::span<const TokenId> ids, bool skip_
   std::string bytes;
   for (const TokenId id : ids) {
     const auto b = token_bytes(id);
-    if (!b) return invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary");
+    if (!b)
+      return invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary");
     if (skip_special && impl_->id_special[id]) continue;
     bytes.append(*b);
   }
@@ -547,7 +580,8 @@ Expected<std::string> Tokenizer::decode(std::span<const TokenId> ids, bool skip_
 }
 
 std::optional<std::string_view> Tokenizer::token_bytes(TokenId id) const {
-  if (id < 0 || static_cast<std::size_t>(id) >= impl_->id_bytes.size() || !impl_->id_present[id]) return std::nullopt;
+  if (id < 0 || static_cast<std::size_t>(id) >= impl_->id_bytes.size() || !impl_->id_present[id])
+    return std::nullopt;
   return std::string_view(impl_->id_bytes[id]);
 }
 
@@ -560,12 +594,17 @@ std::optional<TokenId> Tokenizer::token_to_id(std::string_view token) const {
 }
 
 bool Tokenizer::is_special(TokenId id) const {
-  return id >= 0 && static_cast<std::size_t>(id) < impl_->id_special.size() && impl_->id_special[id];
+  return id >= 0 && static_cast<std::size_t>(id) < impl_->id_special.size() &&
+         impl_->id_special[id];
 }
 
-std::size_t Tokenizer::id_space() const { return impl_->id_bytes.size(); }
+std::size_t Tokenizer::id_space() const {
+  return impl_->id_bytes.size();
+}
 
-const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->added; }
+const std::vector<AddedToken>& Tokenizer::added_tokens() const {
+  return impl_->added;
+}
 
 Tokenizer::CacheStats Tokenizer::cache_stats() const {
   std::lock_guard lock(impl_->cache_mu);

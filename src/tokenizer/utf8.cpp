@@ -90,7 +90,8 @@ char32_t next(std::string_view s, std::size_t& i) {
   int n = b0 >= 0xF0 ? 3 : b0 >= 0xE0 ? 2 : 1;
   char32_t cp = b0 & (0x3F >> n);
   ++i;
-  for (; n > 0 && i < s.size(); --n, ++i) cp = (cp << 6) | (static_cast<unsigned char>(s[i]) & 0x3F);
+  for (; n > 0 && i < s.size(); --n, ++i)
+    cp = (cp << 6) | (static_cast<unsigned char>(s[i]) & 0x3F);
   return cp;
 }
 
@@ -113,13 +114,9 @@ void append(std::string& out, char32_t cp) {
 }
 
 bool is_js_space(char32_t cp) {
-  switch (cp) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20: case 0xA0: case 0x1680:
-    case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000: case 0xFEFF:
-      return true;
-    default:
-      return cp >= 0x2000 && cp <= 0x200A;
-  }
+  if (cp <= 0x20) return cp == 0x20 || (cp >= 0x09 && cp <= 0x0D);
+  return cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
+         cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000 || cp == 0xFEFF;
 }
 
 const char* const kJsSpaceClassBody =
@@ -148,6 +145,8 @@ std::string_view trim_end(std::string_view s) {
   return s.substr(0, end);
 }
 
-std::string_view trim(std::string_view s) { return trim_end(trim_start(s)); }
+std::string_view trim(std::string_view s) {
+  return trim_end(trim_start(s));
+}
 
 }  // namespace fs::utf8

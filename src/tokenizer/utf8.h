@@ -12,7 +12,9 @@ namespace fs::utf8 {
 
 // Length of the longest prefix of `s` that is valid, complete UTF-8.
 std::size_t valid_prefix(std::string_view s);
-inline bool is_valid(std::string_view s) { return valid_prefix(s) == s.size(); }
+inline bool is_valid(std::string_view s) {
+  return valid_prefix(s) == s.size();
+}
 
 // Number of trailing bytes of `s` that form an incomplete (but so far valid) sequence, which more
 // bytes could complete: 0..3. A streaming decoder holds these back.

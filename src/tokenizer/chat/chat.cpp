@@ -21,8 +21,10 @@ Expected<std::optional<std::string>> parse_content(const ojson& m, std::size_t i
   if (it->is_array()) {
     std::string joined;
     for (const auto& part : *it) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
-        return unsupported(where + ": only content parts of type \"text\" are supported, got " + part.dump());
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+          !part["text"].is_string()) {
+        return unsupported(where + ": only content parts of type \"text\" are supported, got " +
+                           part.dump());
       }
       joined += part["text"].get<std::string>();
     }
@@ -35,12 +37,14 @@ Expected<ChatToolCall> parse_tool_call(const ojson& t, const std::string& where)
   if (!t.is_object()) return invalid_argument(where + ": a tool call must be an object");
   ChatToolCall call;
   if (t.contains("type")) {
-    if (!t["type"].is_string()) return invalid_argument(where + ": tool call 'type' must be a string");
+    if (!t["type"].is_string())
+      return invalid_argument(where + ": tool call 'type' must be a string");
     call.type = t["type"].get<std::string>();
   }
   // OpenAI nests name/arguments under "function"; accept them at the top level too.
   const ojson& f = t.contains("function") && t["function"].is_object() ? t["function"] : t;
-  if (!f.contains("name") || !f["name"].is_string()) return invalid_argument(where + ": tool call has no function name");
+  if (!f.contains("name") || !f["name"].is_string())
+    return invalid_argument(where + ": tool call has no function name");
   call.name = f["name"].get<std::string>();
   if (f.contains("arguments")) {
     call.arguments = f["arguments"];
@@ -73,27 +77,33 @@ Expected<ChatRequest> parse_chat_request(const ojson& j) {
     const std::string where = "message " + std::to_string(i);
     if (!m.is_object()) return invalid_argument(where + ": not an object");
     ChatMessage msg;
-    if (!m.contains("role") || !m["role"].is_string()) return invalid_argument(where + ": 'role' is missing or not a string");
+    if (!m.contains("role") || !m["role"].is_string())
+      return invalid_argument(where + ": 'role' is missing or not a string");
     msg.role = m["role"].get<std::string>();
-    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool") {
-      return invalid_argument(where + ": unknown role '" + msg.role + "' (system, user, assistant or tool)");
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" &&
+        msg.role != "tool") {
+      return invalid_argument(where + ": unknown role '" + msg.role +
+                              "' (system, user, assistant or tool)");
     }
     auto content = parse_content(m, i);
     if (!content.ok()) return content.status();
     msg.content = std::move(*content);
     if (m.contains("reasoning_content") && !m["reasoning_content"].is_null()) {
-      if (!m["reasoning_content"].is_string()) return invalid_argument(where + ": 'reasoning_content' must be a string");
+      if (!m["reasoning_content"].is_string())
+        return invalid_argument(where + ": 'reasoning_content' must be a string");
       msg.reasoning_content = m["reasoning_content"].get<std::string>();
     }
     if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
-      if (!m["tool_calls"].is_array()) return invalid_argument(where + ": 'tool_calls' must be a list");
+      if (!m["tool_calls"].is_array())
+        return invalid_argument(where + ": 'tool_calls' must be a list");
       for (std::size_t k = 0; k < m["tool_calls"].size(); ++k) {
         auto call = parse_tool_call(m["tool_calls"][k], where + " tool call " + std::to_string(k));
         if (!call.ok()) return call.status();
         msg.tool_calls.push_back(std::move(*call));
       }
     }
-    if (m.contains("tool_call_id") && m["tool_call_id"].is_string()) msg.tool_call_id = m["tool_call_id"].get<std::string>();
+    if (m.contains("tool_call_id") && m["tool_call_id"].is_string())
+      msg.tool_call_id = m["tool_call_id"].get<std::string>();
     req.messages.push_back(std::move(msg));
   }
   return req;
@@ -115,9 +125,12 @@ Expected<ChatRequest> parse_chat_request_file(const std::string& path) {
 
 std::string_view chat_family_name(ChatFamily f) {
   switch (f) {
-    case ChatFamily::kQwen: return "qwen";
-    case ChatFamily::kDeepSeek: return "deepseek";
-    case ChatFamily::kGlm: return "glm";
+    case ChatFamily::kQwen:
+      return "qwen";
+    case ChatFamily::kDeepSeek:
+      return "deepseek";
+    case ChatFamily::kGlm:
+      return "glm";
   }
   return "?";
 }
@@ -126,7 +139,8 @@ Expected<ChatFamily> chat_family_from_name(std::string_view name) {
   if (name == "qwen") return ChatFamily::kQwen;
   if (name == "deepseek") return ChatFamily::kDeepSeek;
   if (name == "glm") return ChatFamily::kGlm;
-  return invalid_argument("unknown chat family '" + std::string(name) + "' (qwen, deepseek or glm)");
+  return invalid_argument("unknown chat family '" + std::string(name) +
+                          "' (qwen, deepseek or glm)");
 }
 
 Expected<ChatFamily> detect_chat_family(const std::string& dir, const std::string& chat_template) {
@@ -143,16 +157,23 @@ Expected<ChatFamily> detect_chat_family(const std::string& dir, const std::strin
     }
   }
   if (chat_template.find("<|im_start|>") != std::string::npos) return ChatFamily::kQwen;
-  if (chat_template.find("<\xEF\xBD\x9CUser\xEF\xBD\x9C>") != std::string::npos) return ChatFamily::kDeepSeek;
+  if (chat_template.find("<\xEF\xBD\x9CUser\xEF\xBD\x9C>") != std::string::npos)
+    return ChatFamily::kDeepSeek;
   if (chat_template.find("[gMASK]") != std::string::npos) return ChatFamily::kGlm;
-  return unsupported(dir + ": cannot tell the chat family (no config.json model_type, no known template); pass --family");
+  return unsupported(dir +
+                     ": cannot tell the chat family (no config.json model_type, no known "
+                     "template); pass --family");
 }
 
-Expected<std::string> render_chat(ChatFamily family, const ChatRequest& request, const ChatSpecialTokens& tokens) {
+Expected<std::string> render_chat(ChatFamily family, const ChatRequest& request,
+                                  const ChatSpecialTokens& tokens) {
   switch (family) {
-    case ChatFamily::kQwen: return render_qwen3(request);
-    case ChatFamily::kDeepSeek: return render_deepseek_v3(request, tokens);
-    case ChatFamily::kGlm: return render_glm(request);
+    case ChatFamily::kQwen:
+      return render_qwen3(request);
+    case ChatFamily::kDeepSeek:
+      return render_deepseek_v3(request, tokens);
+    case ChatFamily::kGlm:
+      return render_glm(request);
   }
   return internal_error("unknown chat family");
 }
@@ -165,13 +186,27 @@ void append_json_string(std::string& out, const std::string& s) {
   for (const char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           out += "\\u00";
@@ -211,12 +246,24 @@ void append_js_number(std::string& out, double v) {
 
 void append_json(std::string& out, const ojson& j) {
   switch (j.type()) {
-    case ojson::value_t::null: out += "null"; break;
-    case ojson::value_t::boolean: out += j.get<bool>() ? "true" : "false"; break;
-    case ojson::value_t::number_integer: out += std::to_string(j.get<std::int64_t>()); break;
-    case ojson::value_t::number_unsigned: out += std::to_string(j.get<std::uint64_t>()); break;
-    case ojson::value_t::number_float: append_js_number(out, j.get<double>()); break;
-    case ojson::value_t::string: append_json_string(out, j.get_ref<const std::string&>()); break;
+    case ojson::value_t::null:
+      out += "null";
+      break;
+    case ojson::value_t::boolean:
+      out += j.get<bool>() ? "true" : "false";
+      break;
+    case ojson::value_t::number_integer:
+      out += std::to_string(j.get<std::int64_t>());
+      break;
+    case ojson::value_t::number_unsigned:
+      out += std::to_string(j.get<std::uint64_t>());
+      break;
+    case ojson::value_t::number_float:
+      append_js_number(out, j.get<double>());
+      break;
+    case ojson::value_t::string:
+      append_json_string(out, j.get_ref<const std::string&>());
+      break;
     case ojson::value_t::array: {
       out += '[';
       bool first = true;
@@ -241,7 +288,9 @@ void append_json(std::string& out, const ojson& j) {
       out += '}';
       break;
     }
-    default: out += "null"; break;
+    default:
+      out += "null";
+      break;
   }
 }
 

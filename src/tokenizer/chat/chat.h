@@ -42,7 +42,8 @@ struct ChatMessage {
 
 struct ChatRequest {
   std::vector<ChatMessage> messages;
-  nlohmann::ordered_json tools = nlohmann::ordered_json::array();  // OpenAI tool definitions, as given
+  nlohmann::ordered_json tools =
+      nlohmann::ordered_json::array();  // OpenAI tool definitions, as given
   bool add_generation_prompt = false;
   std::optional<bool> enable_thinking;  // nullopt: the template's default
 };
@@ -64,11 +65,13 @@ struct ChatSpecialTokens {
 };
 
 // The prompt text for `request` in `family`'s format.
-Expected<std::string> render_chat(ChatFamily family, const ChatRequest& request, const ChatSpecialTokens& tokens);
+Expected<std::string> render_chat(ChatFamily family, const ChatRequest& request,
+                                  const ChatSpecialTokens& tokens);
 
 // The family renderers (one file each).
 Expected<std::string> render_qwen3(const ChatRequest& request);
-Expected<std::string> render_deepseek_v3(const ChatRequest& request, const ChatSpecialTokens& tokens);
+Expected<std::string> render_deepseek_v3(const ChatRequest& request,
+                                         const ChatSpecialTokens& tokens);
 Expected<std::string> render_glm(const ChatRequest& request);
 
 // Appends each part in order (the renderers' string building).

@@ -25,16 +25,19 @@ constexpr std::string_view kOutputBegin = "<｜tool▁output▁begin｜>";
 constexpr std::string_view kOutputEnd = "<｜tool▁output▁end｜>";
 
 std::string arguments_text(const ChatToolCall& call) {
-  return call.arguments.is_string() ? call.arguments.get<std::string>() : to_json_text(call.arguments);
+  return call.arguments.is_string() ? call.arguments.get<std::string>()
+                                    : to_json_text(call.arguments);
 }
 
 void append_call(std::string& out, const ChatToolCall& call) {
-  append_all(out, {kCallBegin, call.type, kSep, call.name, "\n```json\n", arguments_text(call), "\n```", kCallEnd});
+  append_all(out, {kCallBegin, call.type, kSep, call.name, "\n```json\n", arguments_text(call),
+                   "\n```", kCallEnd});
 }
 
 }  // namespace
 
-Expected<std::string> render_deepseek_v3(const ChatRequest& request, const ChatSpecialTokens& tokens) {
+Expected<std::string> render_deepseek_v3(const ChatRequest& request,
+                                         const ChatSpecialTokens& tokens) {
   std::string system;
   bool first_system = true;
   for (const ChatMessage& m : request.messages) {

@@ -19,15 +19,18 @@ constexpr std::string_view kToolsHeader =
     "<|system|>\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
     "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n";
 constexpr std::string_view kToolsFooter =
-    "</tools>\n\nFor each function call, output the function name and arguments within the following XML "
-    "format:\n<tool_call>{function-name}\n<arg_key>{arg-key-1}</arg_key>\n<arg_value>{arg-value-1}</arg_value>\n"
+    "</tools>\n\nFor each function call, output the function name and arguments within the "
+    "following XML "
+    "format:\n<tool_call>{function-name}\n<arg_key>{arg-key-1}</"
+    "arg_key>\n<arg_value>{arg-value-1}</arg_value>\n"
     "<arg_key>{arg-key-2}</arg_key>\n<arg_value>{arg-value-2}</arg_value>\n...\n</tool_call>";
 
 void append_tool_call(std::string& out, const ChatToolCall& call) {
   append_all(out, {"\n<tool_call>", call.name});
   nlohmann::ordered_json args = call.arguments;
   if (args.is_string()) {
-    args = nlohmann::ordered_json::parse(args.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    args =
+        nlohmann::ordered_json::parse(args.get<std::string>(), nullptr, /*allow_exceptions=*/false);
   }
   if (args.is_object()) {
     for (auto it = args.begin(); it != args.end(); ++it) {
@@ -37,7 +40,8 @@ void append_tool_call(std::string& out, const ChatToolCall& call) {
     }
   } else {
     // Arguments that are not a JSON object are passed through as one value.
-    append_all(out, {"\n<arg_value>", call.arguments.get_ref<const std::string&>(), "</arg_value>"});
+    append_all(out,
+               {"\n<arg_value>", call.arguments.get_ref<const std::string&>(), "</arg_value>"});
   }
   out += "\n</tool_call>";
 }

@@ -16,11 +16,14 @@ constexpr std::string_view kToolsPreamble =
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
     "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
 constexpr std::string_view kToolsPostamble =
-    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+    "within "
     "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
     "<args-json-object>}\n</tool_call><|im_end|>\n";
 
-bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool starts_with(std::string_view s, std::string_view p) {
+  return s.substr(0, p.size()) == p;
+}
 bool ends_with(std::string_view s, std::string_view p) {
   return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
 }
@@ -75,12 +78,13 @@ Expected<std::string> render_qwen3(const ChatRequest& request) {
         const std::string after = content.substr(content.rfind("</think>") + 8);
         const std::string_view head = utf8::trim_end(before);
         const auto open = head.rfind("<think>");
-        reasoning = std::string(utf8::trim_start(open == std::string_view::npos ? head : head.substr(open + 7)));
+        reasoning = std::string(
+            utf8::trim_start(open == std::string_view::npos ? head : head.substr(open + 7)));
         content = std::string(utf8::trim_start(after));
       }
       if (i > last_query && (last || !reasoning.empty())) {
-        append_all(out, {"<|im_start|>assistant\n<think>\n", utf8::trim(reasoning), "\n</think>\n\n",
-                         utf8::trim_start(content)});
+        append_all(out, {"<|im_start|>assistant\n<think>\n", utf8::trim(reasoning),
+                         "\n</think>\n\n", utf8::trim_start(content)});
       } else {
         append_all(out, {"<|im_start|>assistant\n", content});
       }
@@ -88,7 +92,8 @@ Expected<std::string> render_qwen3(const ChatRequest& request) {
         const ChatToolCall& call = m.tool_calls[k];
         if (k > 0 || !content.empty()) out += "\n";
         append_all(out, {"<tool_call>\n{\"name\": \"", call.name, "\", \"arguments\": "});
-        out += call.arguments.is_string() ? call.arguments.get<std::string>() : to_json_text(call.arguments);
+        out += call.arguments.is_string() ? call.arguments.get<std::string>()
+                                          : to_json_text(call.arguments);
         out += "}\n</tool_call>";
       }
       out += "<|im_end|>\n";
