@@ -1,8 +1,10 @@
 // Encode throughput of the tokenizer on one core: tokenizer_bench TOKENIZER_DIR [FILE] [REPEATS]
-// Without FILE, encodes a built-in ~100 KB mix of prose, code and CJK. Prints cold (empty piece
-// cache) and warm figures; bench/NOTES.md records them with the command.
+// FILE is a text file, or a JSON list of strings (joined by newlines, repeated to 100 KB).
+// Without FILE (or with FILE ""), encodes a built-in ~100 KB mix of prose, code and CJK. Prints
+// cold (empty piece cache) and warm figures; bench/NOTES.md records them with the command.
 #include <chrono>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "tokenizer/metadata.h"
@@ -39,13 +41,25 @@ int main(int argc, char** argv) {
   const double load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
   std::string text = default_text();
-  if (argc >= 3) {
+  if (argc >= 3 && argv[2][0] != '\0') {
     auto content = fs::read_text_file(argv[2]);
     if (!content.ok()) {
       std::fprintf(stderr, "tokenizer_bench: %s\n", content.status().to_string().c_str());
       return 1;
     }
     text = std::move(*content);
+    // A JSON list of strings (the parity corpus) is joined by newlines and repeated to 100 KB.
+    if (!text.empty() && text[0] == '[') {
+      const auto list = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (!list.is_array() || list.empty()) {
+        std::fprintf(stderr, "tokenizer_bench: %s is not a JSON list of strings\n", argv[2]);
+        return 1;
+      }
+      text.clear();
+      for (std::size_t i = 0; text.size() < 100 * 1024; ++i) {
+        text += list[i % list.size()].get<std::string>() + "\n";
+      }
+    }
   }
   const int repeats = argc >= 4 ? std::stoi(argv[3]) : 20;
   const fs::Tokenizer& tok = bundle->tokenizer;
