@@ -49,6 +49,26 @@ Expected<TokenizerMetadata> load_tokenizer_metadata(const std::string& dir) {
       if (!v.ok()) return v.status();
       *slot = *v;
     }
+    if (const auto it = root.find("added_tokens_decoder"); it != root.end() && !it->is_null()) {
+      if (!it->is_object())
+        return invalid_argument(config_path + ": field 'added_tokens_decoder' is not an object");
+      for (auto e = it->begin(); e != it->end(); ++e) {
+        std::size_t used = 0;
+        long long id = -1;
+        try {
+          id = std::stoll(e.key(), &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != e.key().size() || id < 0 || id > INT32_MAX) {
+          return invalid_argument(config_path + ": added_tokens_decoder key '" + e.key() +
+                                  "' is not a token id");
+        }
+        auto t = added_token_from_json(e.value(), static_cast<TokenId>(id), config_path);
+        if (!t.ok()) return t.status();
+        meta.added_tokens.push_back(std::move(*t));
+      }
+    }
     if (const auto it = root.find("add_bos_token"); it != root.end() && it->is_boolean())
       meta.add_bos_token = it->get<bool>();
     if (const auto it = root.find("chat_template"); it != root.end() && !it->is_null()) {
@@ -99,10 +119,11 @@ std::vector<TokenId> stop_token_ids(const TokenizerMetadata& meta, const Tokeniz
 Expected<TokenizerBundle> load_tokenizer_dir(const std::string& dir) {
   if (!std::filesystem::is_directory(dir))
     return not_found("tokenizer folder " + dir + " does not exist");
-  auto tokenizer = Tokenizer::from_file((std::filesystem::path(dir) / "tokenizer.json").string());
-  if (!tokenizer.ok()) return tokenizer.status();
   auto meta = load_tokenizer_metadata(dir);
   if (!meta.ok()) return meta.status();
+  auto tokenizer = Tokenizer::from_file((std::filesystem::path(dir) / "tokenizer.json").string(),
+                                        meta->added_tokens);
+  if (!tokenizer.ok()) return tokenizer.status();
   return TokenizerBundle{std::move(*tokenizer), std::move(*meta)};
 }
 

@@ -17,6 +17,7 @@ struct TokenizerMetadata {
   std::optional<std::string> bos_token, eos_token, pad_token;
   bool add_bos_token = false;
   std::string chat_template;  // the default template's source; empty when the folder has none
+  std::vector<AddedToken> added_tokens;     // tokenizer_config.json added_tokens_decoder
   std::vector<TokenId> generation_eos_ids;  // generation_config.json eos_token_id
   std::optional<TokenId> generation_bos_id;
 };

@@ -96,6 +96,7 @@ struct Tokenizer::Impl {
   Status load_normalizer(const json& n);
   Status load_pre_tokenizer(const json& p);
   Status load_added(const json& list);
+  void add_tokens(std::vector<AddedToken> tokens);
   void set_id(TokenId id, std::string bytes, bool special);
 
   // Longest added token starting at text[i]; returns its index or -1.
@@ -275,29 +276,25 @@ Status Tokenizer::Impl::load_pre_tokenizer(const json& p) {
 Status Tokenizer::Impl::load_added(const json& list) {
   if (list.is_null()) return {};
   if (!list.is_array()) return corrupt(source + ": field 'added_tokens' is not a list");
+  std::vector<AddedToken> tokens;
   for (const auto& a : list) {
-    if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
-        !a.contains("content") || !a["content"].is_string()) {
-      return corrupt(source +
-                     ": an added token lacks an integer 'id' or a string 'content': " + a.dump());
-    }
-    AddedToken t;
-    t.content = a["content"].get<std::string>();
-    const auto id = a["id"].get<std::int64_t>();
-    if (id < 0 || id >= kMaxTokenId || t.content.empty() || !utf8::is_valid(t.content)) {
-      return corrupt(source + ": added token " + a.dump() + " has an invalid id or content");
-    }
-    t.id = static_cast<TokenId>(id);
-    t.special = a.value("special", false);
-    t.lstrip = a.value("lstrip", false);
-    t.rstrip = a.value("rstrip", false);
-    t.normalized = a.value("normalized", false);
-    t.single_word = a.value("single_word", false);
+    auto t = added_token_from_json(a, std::nullopt, source);
+    if (!t.ok()) return t.status();
+    tokens.push_back(std::move(*t));
+  }
+  add_tokens(std::move(tokens));
+  return {};
+}
+
+void Tokenizer::Impl::add_tokens(std::vector<AddedToken> tokens) {
+  for (AddedToken& t : tokens) {
     set_id(t.id, t.content, t.special);
     added_by_content[t.content] = added.size();
     added.push_back(std::move(t));
   }
-  // Later duplicates of a content replace earlier ones, so build the trie from the map.
+  // Later duplicates of a content replace earlier ones, so the trie is built from the map.
+  trie.assign(1, TrieNode{});
+  added_first_byte.fill(false);
   for (const auto& [content, index] : added_by_content) {
     std::size_t node = 0;
     for (const char ch : content) {
@@ -315,7 +312,6 @@ Status Tokenizer::Impl::load_added(const json& list) {
     trie[node].token = static_cast<std::int32_t>(index);
     added_first_byte[static_cast<unsigned char>(content[0])] = true;
   }
-  return {};
 }
 
 Status Tokenizer::Impl::load(const json& root) {
@@ -499,12 +495,21 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-Expected<Tokenizer> Tokenizer::from_json(std::string_view json_text, const std::string& source) {
+Expected<Tokenizer> Tokenizer::from_json(std::string_view json_text, const std::string& source,
+                                         std::span<const AddedToken> extra_added) {
   auto impl = std::make_unique<Impl>();
   impl->source = source;
   try {
     const json root = json::parse(json_text);
     if (Status s = impl->load(root); !s.ok()) return s;
+    std::vector<AddedToken> extra;
+    for (const AddedToken& t : extra_added) {
+      const bool known = impl->added_by_content.count(t.content) > 0 ||
+                         std::any_of(impl->added.begin(), impl->added.end(),
+                                     [&](const AddedToken& a) { return a.id == t.id; });
+      if (!known) extra.push_back(t);
+    }
+    if (!extra.empty()) impl->add_tokens(std::move(extra));
   } catch (const json::parse_error& e) {
     return corrupt(source + ": not valid JSON: " + e.what());
   } catch (const json::exception& e) {
@@ -514,10 +519,38 @@ Expected<Tokenizer> Tokenizer::from_json(std::string_view json_text, const std::
   return Tokenizer(std::move(impl));
 }
 
-Expected<Tokenizer> Tokenizer::from_file(const std::string& path) {
+Expected<Tokenizer> Tokenizer::from_file(const std::string& path,
+                                         std::span<const AddedToken> extra_added) {
   auto text = read_text_file(path, 512u << 20);
   if (!text.ok()) return text.status();
-  return from_json(*text, path);
+  return from_json(*text, path, extra_added);
+}
+
+Expected<AddedToken> added_token_from_json(const nlohmann::json& a, std::optional<TokenId> id,
+                                           const std::string& source) {
+  const bool has_id =
+      id.has_value() || (a.is_object() && a.contains("id") && a["id"].is_number_integer());
+  if (!a.is_object() || !has_id || !a.contains("content") || !a["content"].is_string()) {
+    return corrupt(source +
+                   ": an added token lacks an integer 'id' or a string 'content': " + a.dump());
+  }
+  AddedToken t;
+  t.content = a["content"].get<std::string>();
+  const std::int64_t raw_id = id ? *id : a["id"].get<std::int64_t>();
+  if (raw_id < 0 || raw_id >= kMaxTokenId || t.content.empty() || !utf8::is_valid(t.content)) {
+    return corrupt(source + ": added token " + a.dump() + " has an invalid id or content");
+  }
+  for (auto [field, slot] : {std::pair{"special", &t.special}, std::pair{"lstrip", &t.lstrip},
+                             std::pair{"rstrip", &t.rstrip}, std::pair{"normalized", &t.normalized},
+                             std::pair{"single_word", &t.single_word}}) {
+    const auto it = a.find(field);
+    if (it == a.end() || it->is_null()) continue;
+    if (!it->is_boolean())
+      return corrupt(source + ": added token field '" + field + "' is not a boolean: " + a.dump());
+    *slot = it->get<bool>();
+  }
+  t.id = static_cast<TokenId>(raw_id);
+  return t;
 }
 
 Expected<std::vector<TokenId>> Tokenizer::encode(std::string_view text) const {

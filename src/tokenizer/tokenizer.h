@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
@@ -30,11 +31,20 @@ struct AddedToken {
   bool single_word = false;  // matches only between non-word characters
 };
 
+// Reads one added-token entry ({"id", "content", "special", "lstrip", ...}); `id` supplies the id
+// when the entry is keyed by it (tokenizer_config.json) rather than holding it.
+Expected<AddedToken> added_token_from_json(const nlohmann::json& entry, std::optional<TokenId> id,
+                                           const std::string& source);
+
 class Tokenizer {
  public:
-  // Parses tokenizer.json text; `source` names it in messages.
-  static Expected<Tokenizer> from_json(std::string_view json_text, const std::string& source);
-  static Expected<Tokenizer> from_file(const std::string& path);
+  // Parses tokenizer.json text; `source` names it in messages. `extra_added` are added tokens
+  // declared elsewhere (tokenizer_config.json's added_tokens_decoder); those whose id or content
+  // tokenizer.json already has are ignored.
+  static Expected<Tokenizer> from_json(std::string_view json_text, const std::string& source,
+                                       std::span<const AddedToken> extra_added = {});
+  static Expected<Tokenizer> from_file(const std::string& path,
+                                       std::span<const AddedToken> extra_added = {});
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;

@@ -262,7 +262,7 @@ TEST(Tokenizer, MalformedFilesGiveClearErrors) {
        },
        ErrorCode::kCorrupt, "added"},
       {"added type", [](ojson& j) { j["added_tokens"][0]["special"] = "yes"; }, ErrorCode::kCorrupt,
-       "structure"},
+       "special"},
   };
   for (const auto& c : cases) {
     ojson j = tiny_tokenizer();
@@ -282,7 +282,9 @@ TEST(TokenizerMetadata, ReadsConfigAndGenerationConfig) {
   test::write_text(
       dir.file("tokenizer_config.json"),
       R"({"bos_token": {"content": "<s>", "lstrip": false}, "eos_token": "<|end|>", "add_bos_token": true,
-                       "chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]})");
+                       "chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}],
+                       "added_tokens_decoder": {"1000": {"content": "<|end|>", "special": true},
+                                                "1010": {"content": "<extra>", "special": false}}})");
   test::write_text(dir.file("generation_config.json"),
                    R"({"eos_token_id": [7, 1000], "bos_token_id": 3})");
   auto b = load_tokenizer_dir(dir.path().string());
@@ -294,6 +296,10 @@ TEST(TokenizerMetadata, ReadsConfigAndGenerationConfig) {
   EXPECT_EQ(b->metadata.generation_eos_ids, (std::vector<TokenId>{7, 1000}));
   EXPECT_EQ(b->metadata.generation_bos_id.value_or(-1), 3);
   EXPECT_EQ(stop_token_ids(b->metadata, b->tokenizer), (std::vector<TokenId>{7, 1000}));
+  // An added token declared only in tokenizer_config.json is matched too.
+  EXPECT_EQ(ids_of(b->tokenizer, "he<extra>"),
+            (std::vector<TokenId>{id(b->tokenizer, "he"), 1010}));
+  EXPECT_EQ(b->tokenizer.added_tokens().size(), 5u);
 
   // eos_token_id as a single int; the tokenizer's eos is added to the stop ids.
   test::write_text(dir.file("generation_config.json"), R"({"eos_token_id": 7})");
@@ -306,6 +312,9 @@ TEST(TokenizerMetadata, ReadsConfigAndGenerationConfig) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("eos_token_id"), std::string::npos);
   test::write_text(dir.file("generation_config.json"), "{}");
+  test::write_text(dir.file("tokenizer_config.json"),
+                   R"({"added_tokens_decoder": {"x": {"content": "a"}}})");
+  EXPECT_FALSE(load_tokenizer_dir(dir.path().string()).ok());
   test::write_text(dir.file("tokenizer_config.json"), "{oops");
   auto bad_config = load_tokenizer_dir(dir.path().string());
   ASSERT_FALSE(bad_config.ok());
