@@ -276,6 +276,33 @@ TEST(Tokenizer, MalformedFilesGiveClearErrors) {
   }
 }
 
+TEST(Tokenizer, TruncatedOrMutatedFilesNeverCrash) {
+  const std::string good = tiny_tokenizer().dump();
+  std::size_t rejected = 0;
+  for (std::size_t cut = 0; cut < good.size(); cut += 97) {
+    rejected += !Tokenizer::from_json(good.substr(0, cut), "t.json").ok();
+  }
+  EXPECT_GT(rejected, 0u);
+  // Flip bytes at fixed positions: whatever loads must still encode and decode safely.
+  std::uint32_t state = 12345;
+  for (int round = 0; round < 200; ++round) {
+    std::string bad = good;
+    for (int k = 0; k < 3; ++k) {
+      state = state * 1664525u + 1013904223u;
+      bad[state % bad.size()] = static_cast<char>(state >> 24);
+    }
+    auto t = Tokenizer::from_json(bad, "t.json");
+    if (!t.ok()) {
+      EXPECT_FALSE(t.status().message().empty());
+      continue;
+    }
+    auto ids = t->encode("hello world <|end|> \xE4\xB8\xAD");
+    if (ids.ok()) {
+      EXPECT_TRUE(t->decode(*ids).ok());
+    }
+  }
+}
+
 TEST(TokenizerMetadata, ReadsConfigAndGenerationConfig) {
   test::ScratchDir dir;
   test::write_text(dir.file("tokenizer.json"), tiny_tokenizer().dump());
