@@ -23,17 +23,9 @@ Expected<std::vector<TokenId>> parse_id_list(const std::string& text) {
   std::stringstream in(text);
   std::string item;
   while (std::getline(in, item, ',')) {
-    std::size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size() || v < 0 || v > INT32_MAX) {
-      return invalid_argument("--ids: '" + item + "' is not a token id");
-    }
-    ids.push_back(static_cast<TokenId>(v));
+    const auto id = parse_token_id(item);
+    if (!id) return invalid_argument("--ids: '" + item + "' is not a token id");
+    ids.push_back(*id);
   }
   return ids;
 }

@@ -53,18 +53,12 @@ Expected<TokenizerMetadata> load_tokenizer_metadata(const std::string& dir) {
       if (!it->is_object())
         return invalid_argument(config_path + ": field 'added_tokens_decoder' is not an object");
       for (auto e = it->begin(); e != it->end(); ++e) {
-        std::size_t used = 0;
-        long long id = -1;
-        try {
-          id = std::stoll(e.key(), &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != e.key().size() || id < 0 || id > INT32_MAX) {
+        const auto id = parse_token_id(e.key());
+        if (!id) {
           return invalid_argument(config_path + ": added_tokens_decoder key '" + e.key() +
                                   "' is not a token id");
         }
-        auto t = added_token_from_json(e.value(), static_cast<TokenId>(id), config_path);
+        auto t = added_token_from_json(e.value(), *id, config_path);
         if (!t.ok()) return t.status();
         meta.added_tokens.push_back(std::move(*t));
       }

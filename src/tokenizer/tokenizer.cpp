@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
