@@ -67,7 +67,10 @@ function randomCodePoint(rand, total) {
   return "x";
 }
 
-export function makeCorpus(count = 2400, seed = 20260601) {
+// `wide` extra strings of code points drawn from all of U+0000..U+2FFFF (surrogates excluded),
+// for one-off checks beyond the test corpus: they include characters assigned after Unicode 14,
+// where PCRE2's tables and node's differ (see docs/ARCHITECTURE.md).
+export function makeCorpus(count = 2400, seed = 20260601, wide = 0) {
   const rand = mulberry32(seed);
   const total = RANGES.reduce((s, r) => s + r[2], 0);
   const out = [...HAND];
@@ -87,6 +90,16 @@ export function makeCorpus(count = 2400, seed = 20260601) {
       if (rand() < 0.4) parts.push(" ");
     }
     out.push(parts.join(""));
+  }
+  for (let i = 0; i < wide; ++i) {
+    let w = "";
+    const n = 1 + Math.floor(rand() * 20);
+    for (let j = 0; j < n; ++j) {
+      const cp = Math.floor(rand() * 0x30000);
+      w += cp >= 0xd800 && cp <= 0xdfff ? "A" : String.fromCodePoint(cp);
+      if (rand() < 0.3) w += " ";
+    }
+    out.push(w);
   }
   return out;
 }

