@@ -45,12 +45,13 @@ async function load(spec) {
 
 // The same adaptation of OpenAI messages to template variables that flashserve's parser makes
 // (src/tokenizer/chat/chat.cpp): text parts joined, a null content read as "" except on DeepSeek's
-// assistant turns (whose template tests `content is none`), tool-call type "function" by default.
+// assistant turns (whose template tests `content is none`), tool-call type "function" by default,
+// "developer" read as "system".
 function templateMessages(messages, chat) {
   return messages.map((m) => {
     let content = Array.isArray(m.content) ? m.content.map((p) => p.text).join("") : m.content ?? null;
     if (content === null && !(chat === "deepseek" && m.role === "assistant")) content = "";
-    const out = { role: m.role, content };
+    const out = { role: m.role === "developer" ? "system" : m.role, content };
     if (m.reasoning_content != null) out.reasoning_content = m.reasoning_content;
     if (m.tool_calls) out.tool_calls = m.tool_calls.map((t) => ({ ...t, type: t.type ?? "function" }));
     if (m.tool_call_id) out.tool_call_id = m.tool_call_id;

@@ -33,6 +33,7 @@ TEST(Chat, ParsesOpenAiMessages) {
   EXPECT_EQ(r.messages[1].tool_calls[0].arguments, "{\"x\": 1}");
   EXPECT_EQ(r.messages[2].tool_call_id, "1");
   EXPECT_EQ(r.tools.size(), 1u);
+  EXPECT_EQ(parse(R"([{"role": "developer", "content": "x"}])").messages[0].role, "system");
 }
 
 TEST(Chat, RejectsMalformedMessages) {

@@ -80,6 +80,8 @@ Expected<ChatRequest> parse_chat_request(const ojson& j) {
     if (!m.contains("role") || !m["role"].is_string())
       return invalid_argument(where + ": 'role' is missing or not a string");
     msg.role = m["role"].get<std::string>();
+    // OpenAI's newer name for the system role; the templates know only "system".
+    if (msg.role == "developer") msg.role = "system";
     if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" &&
         msg.role != "tool") {
       return invalid_argument(where + ": unknown role '" + msg.role +
