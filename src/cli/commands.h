@@ -15,6 +15,7 @@ void add_state_command(CLI::App& app, Action& action);
 void add_logits_command(CLI::App& app, Action& action);
 void add_convert_command(CLI::App& app, Action& action);
 void add_generate_command(CLI::App& app, Action& action);
+void add_run_command(CLI::App& app, Action& action);
 void add_tokenize_command(CLI::App& app, Action& action);
 void add_detokenize_command(CLI::App& app, Action& action);
 void add_render_command(CLI::App& app, Action& action);

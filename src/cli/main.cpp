@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   fs::cli::add_logits_command(app, action);
   fs::cli::add_convert_command(app, action);
   fs::cli::add_generate_command(app, action);
+  fs::cli::add_run_command(app, action);
   fs::cli::add_tokenize_command(app, action);
   fs::cli::add_detokenize_command(app, action);
   fs::cli::add_render_command(app, action);

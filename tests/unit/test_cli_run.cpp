@@ -1,0 +1,48 @@
+// flashserve run with the embedded default model: it answers, reproducibly, and an interactive
+// conversation reuses the warm state of the previous turn.
+#include <gtest/gtest.h>
+
+#include "test_support.h"
+
+namespace fs {
+namespace {
+
+TEST(RunCli, EmbeddedModelCompletesACodePrompt) {
+  std::string a, b;
+  const auto cmd =
+      test::flashserve_binary() + " run --max-tokens 24 --seed 3 --quiet 'def fibonacci(n):'";
+  ASSERT_EQ(test::run_command(cmd, &a), 0) << a;
+  ASSERT_EQ(test::run_command(cmd, &b), 0) << b;
+  EXPECT_EQ(a.rfind("def fibonacci(n):", 0), 0u) << a;  // the prompt, then its continuation
+  EXPECT_GT(a.size(), std::string("def fibonacci(n):").size() + 10);
+  EXPECT_EQ(a, b);  // same seed, same text
+}
+
+TEST(RunCli, GreedyMtpAndAutoregressiveAgree) {
+  std::string ar, mtp;
+  const auto base =
+      test::flashserve_binary() + " run --max-tokens 40 --temperature 0 --quiet 'import os\n'";
+  ASSERT_EQ(test::run_command(base + " --mtp-depth 0", &ar), 0) << ar;
+  ASSERT_EQ(test::run_command(base + " --mtp-depth 3", &mtp), 0) << mtp;
+  EXPECT_EQ(ar, mtp);
+}
+
+TEST(RunCli, SecondChatTurnIsAWarmSessionHit) {
+  std::string out;
+  const int rc = test::run_command(
+      "printf 'hello\\nwhat is a list?\\n' | " + test::flashserve_binary() + " run --max-tokens 8",
+      &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("[cold prompt"), std::string::npos) << out;
+  EXPECT_NE(out.find("[ram prompt"), std::string::npos) << out;
+}
+
+TEST(RunCli, MissingModelIsAClearError) {
+  std::string out;
+  EXPECT_EQ(test::run_command(test::flashserve_binary() + " run --model /nonexistent 'x'", &out),
+            1);
+  EXPECT_NE(out.find("/nonexistent"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace fs
