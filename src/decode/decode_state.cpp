@@ -63,15 +63,11 @@ Status absorb(Model& model, DecodeState& state, std::span<const TokenId> tokens,
     // last hidden for i = 0, this call's row i-1 otherwise. The very first token has no row.
     std::vector<float> pair_hidden;
     std::vector<TokenId> pair_tokens;
-    std::int64_t first = 0;
-    if (state.tokens.empty()) {
-      first = 1;
-    } else {
+    if (!state.tokens.empty()) {
       pair_hidden.insert(pair_hidden.end(), state.last_hidden.begin(), state.last_hidden.end());
       pair_tokens.push_back(tokens[0]);
-      first = 1;
     }
-    for (std::int64_t i = first; i < n; ++i) {
+    for (std::int64_t i = 1; i < n; ++i) {
       const auto row = out.hidden.begin() + (i - 1) * w;
       pair_hidden.insert(pair_hidden.end(), row, row + w);
       pair_tokens.push_back(tokens[static_cast<std::size_t>(i)]);

@@ -95,6 +95,7 @@ class Turn {
         break;
       }
       result_.exit_after_full_accept = outcome.full_accept;
+      if (opt_.on_commit) opt_.on_commit(state_);
       if (outcome.correction) {
         emit(*outcome.correction);
         pending = outcome.correction;

@@ -63,8 +63,10 @@ struct GenerateOptions {
   std::vector<TokenId> stop_tokens;
   std::function<bool()> cancelled;        // polled at every round head
   std::function<void(TokenId)> on_token;  // every emitted token, in order
-  Drafter* drafter = nullptr;             // depth > 0 without one: the model's MTP head
-  std::int64_t prefill_chunk = 0;         // unused by generate(); for callers that prefill
+  // After every round's commit, with the committed state (complete for its own key; a pending
+  // token is not part of it). Sessions persist long generations from here.
+  std::function<void(const DecodeState&)> on_commit;
+  Drafter* drafter = nullptr;  // depth > 0 without one: the model's MTP head
 };
 
 struct GenerateStats {

@@ -5,6 +5,7 @@
 
 #include "util/atomic_file.h"
 #include "util/hash.h"
+#include "util/log.h"
 #include "util/mapped_file.h"
 
 namespace fs {
@@ -37,7 +38,10 @@ Expected<std::unique_ptr<DiskStore>> DiskStore::open(DiskStoreOptions options) {
     if (!header.ok() || header->family != store->options_.identity.family ||
         header->model_fingerprint != store->options_.identity.model_fingerprint) {
       // Unreadable, or another model's: it can never serve this store.
-      ++store->stats_.rejections[header.ok() ? "fingerprint" : "header"];
+      const std::string reason = header.ok() ? "fingerprint" : "header";
+      ++store->stats_.rejections[reason];
+      log_warning("session checkpoint " + path.string() + " removed (" + reason +
+                  "): " + (header.ok() ? "made for another model" : header.status().to_string()));
       stdfs::remove(path, ec);
       continue;
     }
@@ -175,7 +179,12 @@ std::optional<SessionBank::Hit> DiskStore::lookup(std::span<const TokenId> promp
       return SessionBank::Hit{std::move(loaded->state), m->length};
     }
     // Never trusted: the file goes, the reason is counted, and a shorter entry may still serve.
-    ++stats_.rejections[loaded.ok() ? "key_coverage" : reason];
+    const std::string why = loaded.ok() ? "key_coverage" : reason;
+    ++stats_.rejections[why];
+    log_warning(
+        "session checkpoint " + path + " refused (" + why + "): " +
+        (loaded.ok() ? "its key does not match its index entry" : loaded.status().to_string()) +
+        "; recomputing");
     remove_locked(m->id, true);
   }
 }

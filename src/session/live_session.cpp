@@ -1,6 +1,7 @@
 #include "session/live_session.h"
 
 #include <algorithm>
+#include <memory>
 
 namespace fs {
 
@@ -68,6 +69,21 @@ bool commit_session(const SessionTiers& tiers, const DecodeState& state, bool co
 }  // namespace fs
 
 namespace fs {
+
+std::function<void(const DecodeState&)> persist_at_frontiers(const SessionTiers& tiers,
+                                                             std::int64_t interval,
+                                                             std::int64_t start) {
+  if (!tiers.disk || interval <= 0) return nullptr;
+  DiskStore* disk = tiers.disk;
+  auto last = std::make_shared<std::int64_t>(start / interval);
+  return [disk, interval, last](const DecodeState& s) {
+    const auto frontier = static_cast<std::int64_t>(s.tokens.size()) / interval;
+    if (frontier > *last) {
+      *last = frontier;
+      (void)disk->persist(s);
+    }
+  };
+}
 
 void persist_evictions_to_disk(const SessionTiers& tiers) {
   if (!tiers.ram || !tiers.disk) return;

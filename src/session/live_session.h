@@ -3,6 +3,7 @@
 // if it is complete.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "decode/decode_state.h"
@@ -41,6 +42,14 @@ bool commit_session(const SessionTiers& tiers, const DecodeState& state, bool co
 }  // namespace fs
 
 namespace fs {
+
+// A GenerateOptions::on_commit callback that persists the committed state to disk each time a
+// long generation crosses a multiple of `interval` tokens (counting from `start`, the prompt's
+// length), so a restart mid-conversation resumes from the last frontier instead of recomputing
+// the whole generation. Null without a disk tier.
+std::function<void(const DecodeState&)> persist_at_frontiers(const SessionTiers& tiers,
+                                                             std::int64_t interval,
+                                                             std::int64_t start);
 
 // RAM evictions go to disk, so a restart or a returning conversation still finds them.
 void persist_evictions_to_disk(const SessionTiers& tiers);

@@ -104,6 +104,24 @@ TEST_F(CheckpointRejection, OlderFormatVersion) {
   EXPECT_EQ(load_reason(write("v0.fsck", bytes), model_), "version");
 }
 
+// A committed file written by the format's version 0 (tests/fixtures/checkpoints/toy_v0.fsck:
+// the toy model's state of {3,1,4,1,5,9,2,6}). Set FLASHSERVE_WRITE_FIXTURES=1 to rewrite it.
+TEST_F(CheckpointRejection, CommittedOlderVersionFixture) {
+  const std::string fixture = std::string(FLASHSERVE_TEST_FIXTURES) + "/checkpoints/toy_v0.fsck";
+  if (std::getenv("FLASHSERVE_WRITE_FIXTURES")) {
+    auto bytes = good_;
+    bytes[8] = 0;
+    test::write_bytes(fixture, bytes);
+  }
+  ASSERT_TRUE(std::filesystem::exists(fixture)) << fixture;
+  const auto bytes = test::read_bytes(fixture);
+  const auto parsed = parse_checkpoint(bytes);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("format version 0"), std::string::npos)
+      << parsed.status().message();
+  EXPECT_EQ(load_reason(fixture, model_), "version");
+}
+
 TEST_F(CheckpointRejection, OlderEnginePolicy) {
   auto bytes = good_;
   bytes[12] = 0;

@@ -10,6 +10,7 @@
 
 #include "decode/generator.h"
 #include "model/loader.h"
+#include "session/live_session.h"
 #include "test_support.h"
 
 namespace fs {
@@ -238,6 +239,92 @@ TEST_F(EmbeddedModel, DraftsAreAcceptedOnHeldOutCode) {
     EXPECT_GT(r.stats.accepted[0], r.stats.drafted[0] / 4) << "depth-1 acceptance below 25%";
     EXPECT_LT(r.stats.rounds, 64);
   }
+}
+
+// Sessions on the real model: a checkpoint roundtrip is bitwise, and a three-turn conversation
+// through the RAM bank and through the disk after restarts gives the tokens of recomputing.
+TEST_F(EmbeddedModel, ConversationThroughTheBankAndTheDiskEqualsRecomputing) {
+  const auto all = parity_tokens();
+  test::ScratchDir dir;
+  auto fingerprint = model_fingerprint(kModel);
+  ASSERT_TRUE(fingerprint.ok());
+  const CheckpointIdentity id{model_->info().family, *fingerprint, 0, kEnginePolicyVersion};
+  GenerateOptions opt;
+  opt.max_tokens = 12;
+  opt.mtp_depth = 2;
+  opt.sampler.temperature = 0.6;
+  auto user_turn = [&](int t) {
+    return std::vector<TokenId>(all.begin() + 20 * t, all.begin() + 20 * t + 14);
+  };
+
+  // From scratch: every turn prefills the whole conversation cold.
+  std::vector<TokenId> conversation;
+  std::vector<std::vector<TokenId>> expected;
+  for (int t = 0; t < 3; ++t) {
+    const auto u = user_turn(t);
+    conversation.insert(conversation.end(), u.begin(), u.end());
+    DecodeState s = prefill(conversation);
+    opt.seed = 100 + static_cast<std::uint64_t>(t);
+    const auto r = generate(*model_, s, opt);
+    expected.push_back(r.tokens);
+    conversation.insert(conversation.end(), r.tokens.begin(), r.tokens.end());
+  }
+
+  for (const bool through_disk : {false, true}) {
+    SCOPED_TRACE(through_disk ? "disk, restarted every turn" : "RAM bank");
+    SessionBank bank;
+    std::vector<TokenId> conv;
+    double worst = 0;
+    for (int t = 0; t < 3; ++t) {
+      std::unique_ptr<DiskStore> store;
+      SessionBank fresh;
+      SessionTiers tiers{&bank, nullptr};
+      if (through_disk) {
+        auto opened = DiskStore::open({.dir = dir.path().string(), .identity = id});
+        ASSERT_TRUE(opened.ok());
+        store = std::move(opened).value();
+        tiers = {&fresh, store.get()};
+      }
+      const auto u = user_turn(t);
+      conv.insert(conv.end(), u.begin(), u.end());
+      auto p =
+          prepare_session(*model_, tiers, conv, {.prefill_chunk = 8, .restore_point_interval = 0});
+      ASSERT_TRUE(p.ok());
+      EXPECT_EQ(p->tier, t == 0 ? "cold" : (through_disk ? "disk" : "ram"));
+      opt.seed = 100 + static_cast<std::uint64_t>(t);
+      const auto r = generate(*model_, p->state, opt);
+      ASSERT_TRUE(commit_session(tiers, p->state, r.state_complete));
+      EXPECT_EQ(r.tokens, expected[static_cast<std::size_t>(t)]) << "turn " << t;
+      conv.insert(conv.end(), r.tokens.begin(), r.tokens.end());
+      DecodeState cold = prefill(conv);
+      worst = std::max({worst, max_difference(compare_states(*p->state.trunk, *cold.trunk)),
+                        max_difference(compare_states(*p->state.mtp_history, *cold.mtp_history))});
+      if (through_disk) persist_all_to_disk(tiers);
+    }
+    std::printf("%s: max |warm - cold| state %.3g\n", through_disk ? "disk" : "ram", worst);
+    EXPECT_LE(worst, 1e-5);
+  }
+}
+
+TEST_F(EmbeddedModel, CheckpointRoundTripIsBitwise) {
+  const auto all = parity_tokens();
+  test::ScratchDir dir;
+  auto fingerprint = model_fingerprint(kModel);
+  ASSERT_TRUE(fingerprint.ok());
+  const CheckpointIdentity id{model_->info().family, *fingerprint, 0, kEnginePolicyVersion};
+  DecodeState s = prefill(std::span(all).first(50));
+  ASSERT_TRUE(save_checkpoint(dir.file("s.fsck"), s, id).ok());
+  auto loaded = load_checkpoint(dir.file("s.fsck"), *model_, id);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_EQ(max_difference(compare_states(*loaded->state.trunk, *s.trunk)), 0.0);
+  EXPECT_EQ(max_difference(compare_states(*loaded->state.mtp_history, *s.mtp_history)), 0.0);
+  EXPECT_EQ(loaded->state.next_logits, s.next_logits);
+  // Another model's fingerprint is refused.
+  std::string reason;
+  EXPECT_FALSE(load_checkpoint(dir.file("s.fsck"), *model_,
+                               {id.family, "other", 0, kEnginePolicyVersion}, &reason)
+                   .ok());
+  EXPECT_EQ(reason, "fingerprint");
 }
 
 }  // namespace

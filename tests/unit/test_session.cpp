@@ -319,5 +319,38 @@ TEST(LiveSession, ThreeTurnsThroughTheBankAndTheDiskEqualRecomputing) {
   EXPECT_EQ(tiers_seen, (std::vector<std::string>{"cold", "disk", "disk"}));
 }
 
+TEST(LiveSession, LongGenerationsPersistAtAlignedFrontiers) {
+  ToyModel model;
+  ScratchDir dir;
+  const CheckpointIdentity id{Family::kQwenNext, "toy", 0, kEnginePolicyVersion};
+  auto store = DiskStore::open({.dir = dir.path().string(), .identity = id});
+  ASSERT_TRUE(store.ok());
+  SessionBank bank;
+  const SessionTiers tiers{&bank, store->get()};
+  const auto prompt = seq(10, 8);
+  auto p = prepare_session(model, tiers, prompt, {.persist_after_tokens = 1 << 20});
+  ASSERT_TRUE(p.ok());
+  GenerateOptions opt;
+  opt.max_tokens = 70;
+  opt.mtp_depth = 3;
+  opt.on_commit = persist_at_frontiers(tiers, 16, static_cast<std::int64_t>(prompt.size()));
+  const auto r = generate(model, p->state, opt);
+  ASSERT_TRUE(r.state_complete);
+  (*store)->flush();
+  // 10 + 70 tokens cross 16, 32, 48, 64 (and 80 when a round, not the final commit, reaches it):
+  // one checkpoint each, just past the frontier, each the exact cold state of its key.
+  EXPECT_GE((*store)->entries(), 4u);
+  EXPECT_LE((*store)->entries(), 5u);
+  EXPECT_EQ((*store)->stats().writes, static_cast<std::int64_t>((*store)->entries()));
+  for (std::size_t frontier : {16u, 32u, 48u, 64u}) {
+    const std::span<const TokenId> query(p->state.tokens.data(), frontier + kMaxMtpDepth + 1);
+    auto hit = (*store)->lookup(query, model);
+    ASSERT_TRUE(hit) << frontier;
+    EXPECT_GE(hit->matched, frontier);
+    EXPECT_LT(hit->matched, frontier + kMaxMtpDepth + 2);
+    expect_same(hit->state, cold(model, std::span(p->state.tokens).first(hit->matched)));
+  }
+}
+
 }  // namespace
 }  // namespace fs
