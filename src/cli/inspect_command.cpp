@@ -17,7 +17,8 @@ nlohmann::json report_json(const InspectReport& r) {
   auto layers = nlohmann::json::array();
   for (std::size_t i = 0; i < r.description.layers.size(); ++i) {
     const auto& l = r.description.layers[i];
-    layers.push_back({{"layer", i}, {"attention", l.attention}, {"mlp", l.mlp}, {"features", l.features}});
+    layers.push_back(
+        {{"layer", i}, {"attention", l.attention}, {"mlp", l.mlp}, {"features", l.features}});
   }
   j["layers"] = layers;
   j["parameters"] = r.parameters;
@@ -59,7 +60,8 @@ void add_inspect_command(CLI::App& app, Action& action) {
     bool json = false;
   };
   auto opts = std::make_shared<Options>();
-  auto* cmd = app.add_subcommand("inspect", "Family, layer schedule, parameters and tensor check of a checkpoint");
+  auto* cmd = app.add_subcommand(
+      "inspect", "Family, layer schedule, parameters and tensor check of a checkpoint");
   cmd->add_option("--model", opts->model, "Model folder (config.json + safetensors)")->required();
   cmd->add_flag("--json", opts->json, "Print one JSON object");
   cmd->callback([opts, &action] {

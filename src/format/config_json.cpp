@@ -31,7 +31,8 @@ Expected<ConfigReader> ConfigReader::parse(const std::string& text, const std::s
     merged[it.key()] = it.value();
   }
   if (root.contains("text_config")) {
-    if (!root["text_config"].is_object()) return invalid_argument(source + ": field 'text_config' is not an object");
+    if (!root["text_config"].is_object())
+      return invalid_argument(source + ": field 'text_config' is not an object");
     for (auto it = root["text_config"].begin(); it != root["text_config"].end(); ++it) {
       merged[it.key()] = it.value();
     }
@@ -54,7 +55,9 @@ const json* ConfigReader::find(const std::string& field) const {
   return &*it;
 }
 
-bool ConfigReader::has(const std::string& field) const { return find(field) != nullptr; }
+bool ConfigReader::has(const std::string& field) const {
+  return find(field) != nullptr;
+}
 
 void ConfigReader::fail(const std::string& field, const std::string& why) {
   if (!first_error_) first_error_ = source_ + ": field '" + field + "' " + why;
@@ -70,7 +73,8 @@ std::int64_t ConfigReader::integer_or(const std::string& field, std::int64_t fal
   if (!v) return fallback;
   if (!v->is_number_integer()) {
     // 4.0 in a config written by Python for an int field is common; accept exact integers.
-    if (v->is_number_float() && v->get<double>() == static_cast<double>(static_cast<std::int64_t>(v->get<double>()))) {
+    if (v->is_number_float() &&
+        v->get<double>() == static_cast<double>(static_cast<std::int64_t>(v->get<double>()))) {
       return static_cast<std::int64_t>(v->get<double>());
     }
     fail(field, "must be an integer, got " + v->dump());

@@ -46,7 +46,8 @@ Expected<TensorEntry> parse_entry(const std::string& name, const json& v, std::u
   }
 
   const auto& off = v["data_offsets"];
-  if (!off.is_array() || off.size() != 2) return corrupt(where + ": data_offsets is not [begin, end]");
+  if (!off.is_array() || off.size() != 2)
+    return corrupt(where + ": data_offsets is not [begin, end]");
   auto begin = json_u64(off[0], where + ": data_offsets[0]");
   if (!begin.ok()) return begin.status();
   auto end = json_u64(off[1], where + ": data_offsets[1]");
@@ -105,7 +106,8 @@ Expected<SafetensorsHeader> parse_safetensors_header(std::span<const std::uint8_
     if (it.key() == "__metadata__") {
       if (!it.value().is_object()) return corrupt("__metadata__ is not an object");
       for (auto m = it.value().begin(); m != it.value().end(); ++m) {
-        if (!m.value().is_string()) return corrupt("__metadata__ value '" + m.key() + "' is not a string");
+        if (!m.value().is_string())
+          return corrupt("__metadata__ value '" + m.key() + "' is not a string");
         h.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
@@ -155,8 +157,10 @@ std::optional<TensorView> SafetensorsFile::view(const std::string& name) const {
 
 std::optional<std::string> canonical_tensor_name(const std::string& stored) {
   auto starts = [&](std::string_view p) { return stored.rfind(p, 0) == 0; };
-  if (starts("model.visual.") || starts("model.vision_tower.") || starts("visual.")) return std::nullopt;
-  if (starts("model.language_model.")) return stored.substr(std::string_view("model.language_model.").size());
+  if (starts("model.visual.") || starts("model.vision_tower.") || starts("visual."))
+    return std::nullopt;
+  if (starts("model.language_model."))
+    return stored.substr(std::string_view("model.language_model.").size());
   if (starts("model.")) return stored.substr(std::string_view("model.").size());
   return stored;
 }
@@ -184,7 +188,8 @@ Expected<Checkpoint> Checkpoint::open(const std::string& path) {
       }
       std::set<std::string> files;
       for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
-        if (!it.value().is_string()) return corrupt(index_path + ": weight_map['" + it.key() + "'] is not a string");
+        if (!it.value().is_string())
+          return corrupt(index_path + ": weight_map['" + it.key() + "'] is not a string");
         const auto file = it.value().get<std::string>();
         if (file.find('/') != std::string::npos || file == "..") {
           return corrupt(index_path + ": shard name '" + file + "' must be a plain file name");
@@ -225,7 +230,8 @@ Expected<Checkpoint> Checkpoint::open(const std::string& path) {
           return corrupt("tensor '" + stored + "' in " + shard_file + " is not in the index");
         }
         if (it->second != shard_file) {
-          return corrupt("tensor '" + stored + "' is in " + shard_file + " but the index names " + it->second);
+          return corrupt("tensor '" + stored + "' is in " + shard_file + " but the index names " +
+                         it->second);
         }
       }
       const auto canonical = canonical_tensor_name(stored);
@@ -235,15 +241,16 @@ Expected<Checkpoint> Checkpoint::open(const std::string& path) {
       }
       const auto [pos, inserted] = ck.tensors_.emplace(*canonical, Stored{stored, s, &entry});
       if (!inserted) {
-        return corrupt("tensor '" + *canonical + "' is stored twice, as '" + pos->second.stored_name +
-                       "' and as '" + stored + "'");
+        return corrupt("tensor '" + *canonical + "' is stored twice, as '" +
+                       pos->second.stored_name + "' and as '" + stored + "'");
       }
     }
   }
   for (const auto& [stored, file] : weight_map) {
     const auto canonical = canonical_tensor_name(stored);
     if (canonical && !ck.tensors_.count(*canonical)) {
-      return corrupt("the index names tensor '" + stored + "' in " + file + " but that shard lacks it");
+      return corrupt("the index names tensor '" + stored + "' in " + file +
+                     " but that shard lacks it");
     }
   }
   return ck;

@@ -5,18 +5,21 @@
 
 namespace fs {
 
-Expected<std::vector<std::uint8_t>> encode_safetensors(const std::vector<TensorToWrite>& tensors,
-                                                       const std::map<std::string, std::string>& metadata) {
+Expected<std::vector<std::uint8_t>> encode_safetensors(
+    const std::vector<TensorToWrite>& tensors, const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::uint64_t offset = 0;
   for (const auto& t : tensors) {
     const auto need = static_cast<std::uint64_t>(shape_numel(t.shape)) * dtype_size(t.dtype);
     if (need != t.bytes.size()) {
-      return invalid_argument("tensor '" + t.name + "': shape " + shape_to_string(t.shape) + " needs " +
-                              std::to_string(need) + " bytes, got " + std::to_string(t.bytes.size()));
+      return invalid_argument("tensor '" + t.name + "': shape " + shape_to_string(t.shape) +
+                              " needs " + std::to_string(need) + " bytes, got " +
+                              std::to_string(t.bytes.size()));
     }
-    header[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + need}}};
+    header[t.name] = {{"dtype", dtype_name(t.dtype)},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + need}}};
     offset += need;
   }
   std::string text = header.dump();
@@ -36,7 +39,8 @@ Status write_safetensors(const std::string& path, const std::vector<TensorToWrit
   if (!bytes.ok()) return bytes.status();
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return io_error("cannot write " + path);
-  out.write(reinterpret_cast<const char*>(bytes->data()), static_cast<std::streamsize>(bytes->size()));
+  out.write(reinterpret_cast<const char*>(bytes->data()),
+            static_cast<std::streamsize>(bytes->size()));
   if (!out) return io_error("short write to " + path);
   return {};
 }

@@ -21,8 +21,9 @@ struct TensorToWrite {
 };
 
 // The complete file contents.
-Expected<std::vector<std::uint8_t>> encode_safetensors(const std::vector<TensorToWrite>& tensors,
-                                                       const std::map<std::string, std::string>& metadata = {});
+Expected<std::vector<std::uint8_t>> encode_safetensors(
+    const std::vector<TensorToWrite>& tensors,
+    const std::map<std::string, std::string>& metadata = {});
 Status write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                          const std::map<std::string, std::string>& metadata = {});
 

@@ -8,26 +8,40 @@ namespace fs {
 
 std::size_t dtype_size(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kBF16: return 2;
-    case DType::kF16: return 2;
-    case DType::kF8E4M3: return 1;
-    case DType::kI64: return 8;
-    case DType::kI32: return 4;
-    case DType::kU8: return 1;
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+      return 2;
+    case DType::kF16:
+      return 2;
+    case DType::kF8E4M3:
+      return 1;
+    case DType::kI64:
+      return 8;
+    case DType::kI32:
+      return 4;
+    case DType::kU8:
+      return 1;
   }
   return 0;
 }
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "F32";
-    case DType::kBF16: return "BF16";
-    case DType::kF16: return "F16";
-    case DType::kF8E4M3: return "F8_E4M3";
-    case DType::kI64: return "I64";
-    case DType::kI32: return "I32";
-    case DType::kU8: return "U8";
+    case DType::kF32:
+      return "F32";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF16:
+      return "F16";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
+    case DType::kI64:
+      return "I64";
+    case DType::kI32:
+      return "I32";
+    case DType::kU8:
+      return "U8";
   }
   return "?";
 }
@@ -52,7 +66,8 @@ float f16_to_f32(std::uint16_t h) {
   if (exp == 0) {
     v = std::ldexp(static_cast<float>(mant), -24);  // subnormal
   } else if (exp == 31) {
-    v = mant == 0 ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
+    v = mant == 0 ? std::numeric_limits<float>::infinity()
+                  : std::numeric_limits<float>::quiet_NaN();
   } else {
     v = std::ldexp(static_cast<float>(mant | 0x400), exp - 25);
   }

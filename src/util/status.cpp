@@ -4,16 +4,26 @@ namespace fs {
 
 std::string_view error_code_name(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kOk: return "ok";
-    case ErrorCode::kInvalidArgument: return "invalid argument";
-    case ErrorCode::kNotFound: return "not found";
-    case ErrorCode::kCorrupt: return "corrupt";
-    case ErrorCode::kUnsupported: return "unsupported";
-    case ErrorCode::kIo: return "i/o error";
-    case ErrorCode::kFailedPrecondition: return "failed precondition";
-    case ErrorCode::kOutOfRange: return "out of range";
-    case ErrorCode::kCancelled: return "cancelled";
-    case ErrorCode::kInternal: return "internal error";
+    case ErrorCode::kOk:
+      return "ok";
+    case ErrorCode::kInvalidArgument:
+      return "invalid argument";
+    case ErrorCode::kNotFound:
+      return "not found";
+    case ErrorCode::kCorrupt:
+      return "corrupt";
+    case ErrorCode::kUnsupported:
+      return "unsupported";
+    case ErrorCode::kIo:
+      return "i/o error";
+    case ErrorCode::kFailedPrecondition:
+      return "failed precondition";
+    case ErrorCode::kOutOfRange:
+      return "out of range";
+    case ErrorCode::kCancelled:
+      return "cancelled";
+    case ErrorCode::kInternal:
+      return "internal error";
   }
   return "unknown";
 }

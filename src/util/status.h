@@ -45,23 +45,38 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status invalid_argument(std::string m) { return {ErrorCode::kInvalidArgument, std::move(m)}; }
-inline Status not_found(std::string m) { return {ErrorCode::kNotFound, std::move(m)}; }
-inline Status corrupt(std::string m) { return {ErrorCode::kCorrupt, std::move(m)}; }
-inline Status unsupported(std::string m) { return {ErrorCode::kUnsupported, std::move(m)}; }
-inline Status io_error(std::string m) { return {ErrorCode::kIo, std::move(m)}; }
+inline Status invalid_argument(std::string m) {
+  return {ErrorCode::kInvalidArgument, std::move(m)};
+}
+inline Status not_found(std::string m) {
+  return {ErrorCode::kNotFound, std::move(m)};
+}
+inline Status corrupt(std::string m) {
+  return {ErrorCode::kCorrupt, std::move(m)};
+}
+inline Status unsupported(std::string m) {
+  return {ErrorCode::kUnsupported, std::move(m)};
+}
+inline Status io_error(std::string m) {
+  return {ErrorCode::kIo, std::move(m)};
+}
 inline Status failed_precondition(std::string m) {
   return {ErrorCode::kFailedPrecondition, std::move(m)};
 }
-inline Status out_of_range(std::string m) { return {ErrorCode::kOutOfRange, std::move(m)}; }
-inline Status internal_error(std::string m) { return {ErrorCode::kInternal, std::move(m)}; }
+inline Status out_of_range(std::string m) {
+  return {ErrorCode::kOutOfRange, std::move(m)};
+}
+inline Status internal_error(std::string m) {
+  return {ErrorCode::kInternal, std::move(m)};
+}
 
 template <typename T>
 class [[nodiscard]] Expected {
  public:
-  Expected(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Expected(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Expected(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
-    assert(!std::get<Status>(v_).ok() && "an Expected holds an error or a value, never an ok status");
+    assert(!std::get<Status>(v_).ok() &&
+           "an Expected holds an error or a value, never an ok status");
   }
 
   bool ok() const { return std::holds_alternative<T>(v_); }

@@ -19,7 +19,9 @@ std::string fixture_path(const std::string& rel) {
   return (root / rel).string();
 }
 
-std::string hf_tiny(const std::string& family) { return fixture_path("hf-tiny/" + family); }
+std::string hf_tiny(const std::string& family) {
+  return fixture_path("hf-tiny/" + family);
+}
 
 ScratchDir::ScratchDir() {
   std::random_device rd;
@@ -47,7 +49,8 @@ std::vector<std::uint8_t> read_bytes(const std::string& path) {
 
 void write_bytes(const std::string& path, const std::vector<std::uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
   if (!out) throw std::runtime_error("cannot write " + path);
 }
 
@@ -67,7 +70,11 @@ int run_command(const std::string& command, std::string* output) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-std::string flashserve_binary() { return FLASHSERVE_BINARY; }
-std::string watchdog_binary() { return FLASHSERVE_WATCHDOG_BINARY; }
+std::string flashserve_binary() {
+  return FLASHSERVE_BINARY;
+}
+std::string watchdog_binary() {
+  return FLASHSERVE_WATCHDOG_BINARY;
+}
 
 }  // namespace fs::test

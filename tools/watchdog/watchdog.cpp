@@ -1,6 +1,7 @@
 // flashserve-watchdog: runs a command under a wall-clock limit and a resident-memory limit.
 //
-//   flashserve-watchdog [--timeout-s S] [--max-rss-mb M] [--poll-ms P] [--report FILE] -- CMD ARGS...
+//   flashserve-watchdog [--timeout-s S] [--max-rss-mb M] [--poll-ms P] [--report FILE] -- CMD
+//   ARGS...
 //
 // The command runs in a process group of its own. Every poll sums the resident set of every
 // process in that group (so a test that forks is measured whole); on a breach the whole group is
@@ -29,7 +30,9 @@ namespace {
 
 volatile sig_atomic_t g_forward_signal = 0;
 
-void on_signal(int sig) { g_forward_signal = sig; }
+void on_signal(int sig) {
+  g_forward_signal = sig;
+}
 
 // Resident bytes of every process whose process group is `pgid`, read from /proc/PID/stat.
 long long group_rss_bytes(pid_t pgid) {
@@ -117,7 +120,8 @@ int main(int argc, char** argv) {
   if (child == 0) {
     setpgid(0, 0);
     execvp(argv[i], &argv[i]);
-    std::fprintf(stderr, "flashserve-watchdog: cannot run '%s': %s\n", argv[i], std::strerror(errno));
+    std::fprintf(stderr, "flashserve-watchdog: cannot run '%s': %s\n", argv[i],
+                 std::strerror(errno));
     _exit(127);
   }
   setpgid(child, child);  // also in the parent, so the group exists before the first poll
@@ -134,7 +138,8 @@ int main(int argc, char** argv) {
     const pid_t done = waitpid(child, &status, WNOHANG);
     if (done == child) break;
     peak = std::max(peak, group_rss_bytes(pgid));
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (g_forward_signal != 0) {
       kill(-pgid, g_forward_signal);
       g_forward_signal = 0;
@@ -157,7 +162,8 @@ int main(int argc, char** argv) {
   struct rusage ru {};
   getrusage(RUSAGE_CHILDREN, &ru);
   peak = std::max(peak, static_cast<long long>(ru.ru_maxrss) * 1024);
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   int exit_code = 0;
   int signal_no = 0;
@@ -178,8 +184,8 @@ int main(int argc, char** argv) {
   std::snprintf(line, sizeof line,
                 "{\"reason\": \"%s\", \"exit_code\": %d, \"signal\": %d, \"wall_s\": %.3f, "
                 "\"peak_rss_mb\": %.1f, \"pgid\": %d}\n",
-                reason.c_str(), exit_code, signal_no, wall, static_cast<double>(peak) / (1024.0 * 1024.0),
-                static_cast<int>(pgid));
+                reason.c_str(), exit_code, signal_no, wall,
+                static_cast<double>(peak) / (1024.0 * 1024.0), static_cast<int>(pgid));
   if (report_path.empty()) {
     std::fputs(line, stderr);
   } else if (FILE* f = std::fopen(report_path.c_str(), "w")) {

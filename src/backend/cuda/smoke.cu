@@ -39,21 +39,30 @@ int device_count() {
   return n;
 }
 
-Status smoke_axpy(std::span<const float> a, std::span<const float> b, float scale, std::span<float> out) {
-  if (a.size() != b.size() || a.size() != out.size()) return invalid_argument("smoke_axpy: sizes differ");
+Status smoke_axpy(std::span<const float> a, std::span<const float> b, float scale,
+                  std::span<float> out) {
+  if (a.size() != b.size() || a.size() != out.size())
+    return invalid_argument("smoke_axpy: sizes differ");
   if (device_count() == 0) return unsupported("no CUDA device");
   const std::size_t n = a.size();
   auto da = device_alloc(n), db = device_alloc(n), dout = device_alloc(n);
   for (auto* buf : {&da, &db, &dout}) {
     if (!buf->ok()) return buf->status();
   }
-  if (auto s = check(cudaMemcpy(da->get(), a.data(), n * sizeof(float), cudaMemcpyHostToDevice), "copy a"); !s.ok()) return s;
-  if (auto s = check(cudaMemcpy(db->get(), b.data(), n * sizeof(float), cudaMemcpyHostToDevice), "copy b"); !s.ok()) return s;
+  if (auto s = check(cudaMemcpy(da->get(), a.data(), n * sizeof(float), cudaMemcpyHostToDevice),
+                     "copy a");
+      !s.ok())
+    return s;
+  if (auto s = check(cudaMemcpy(db->get(), b.data(), n * sizeof(float), cudaMemcpyHostToDevice),
+                     "copy b");
+      !s.ok())
+    return s;
   const int threads = 256;
   const int blocks = static_cast<int>((n + threads - 1) / threads);
   axpy_kernel<<<blocks, threads>>>(da->get(), db->get(), scale, dout->get(), static_cast<int>(n));
   if (auto s = check(cudaGetLastError(), "launch"); !s.ok()) return s;
-  return check(cudaMemcpy(out.data(), dout->get(), n * sizeof(float), cudaMemcpyDeviceToHost), "copy out");
+  return check(cudaMemcpy(out.data(), dout->get(), n * sizeof(float), cudaMemcpyDeviceToHost),
+               "copy out");
 }
 
 }  // namespace fs::cuda

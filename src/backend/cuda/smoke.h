@@ -12,6 +12,7 @@ namespace fs::cuda {
 int device_count();
 
 // out[i] = a[i] * scale + b[i], computed by a kernel on device 0.
-Status smoke_axpy(std::span<const float> a, std::span<const float> b, float scale, std::span<float> out);
+Status smoke_axpy(std::span<const float> a, std::span<const float> b, float scale,
+                  std::span<float> out);
 
 }  // namespace fs::cuda

@@ -19,7 +19,8 @@ Expected<DeepseekV4Config> parse_deepseek_v4_config(ConfigReader& r) {
   if (r.has("partial_rotary_factor")) {
     c.partial_rotary_factor = r.number("partial_rotary_factor");
   } else if (r.has("qk_rope_head_dim") && r.integer("qk_rope_head_dim") > 0 && c.head_dim > 0) {
-    c.partial_rotary_factor = static_cast<double>(r.integer("qk_rope_head_dim")) / static_cast<double>(c.head_dim);
+    c.partial_rotary_factor =
+        static_cast<double>(r.integer("qk_rope_head_dim")) / static_cast<double>(c.head_dim);
   } else {
     c.partial_rotary_factor = c.head_dim > 0 ? 64.0 / static_cast<double>(c.head_dim) : 0;
   }
@@ -28,8 +29,10 @@ Expected<DeepseekV4Config> parse_deepseek_v4_config(ConfigReader& r) {
     if (!cr.is_object()) {
       r.fail("compress_rates", "must be an object");
     } else {
-      if (cr.contains("compressed_sparse_attention")) c.csa_compress_rate = cr["compressed_sparse_attention"].get<std::int64_t>();
-      if (cr.contains("heavily_compressed_attention")) c.hca_compress_rate = cr["heavily_compressed_attention"].get<std::int64_t>();
+      if (cr.contains("compressed_sparse_attention"))
+        c.csa_compress_rate = cr["compressed_sparse_attention"].get<std::int64_t>();
+      if (cr.contains("heavily_compressed_attention"))
+        c.hca_compress_rate = cr["heavily_compressed_attention"].get<std::int64_t>();
     }
   }
   c.index_n_heads = r.integer("index_n_heads");
@@ -103,7 +106,8 @@ Expected<DeepseekV4Config> parse_deepseek_v4_config(ConfigReader& r) {
   if (c.num_experts_per_tok < 1 || c.num_experts_per_tok > c.n_routed_experts) {
     r.fail("num_experts_per_tok", "must be in [1, n_routed_experts]");
   }
-  if (c.scoring_func != "sqrtsoftplus" && c.scoring_func != "sigmoid" && c.scoring_func != "softmax") {
+  if (c.scoring_func != "sqrtsoftplus" && c.scoring_func != "sigmoid" &&
+      c.scoring_func != "softmax") {
     r.fail("scoring_func", "'" + c.scoring_func + "' is not supported");
   }
   if (static_cast<std::int64_t>(c.layer_types.size()) != c.num_hidden_layers) {

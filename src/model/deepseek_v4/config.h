@@ -53,9 +53,11 @@ struct DeepseekV4Config {
   std::vector<DsAttentionKind> layer_types;
   std::vector<DsMlpKind> mlp_layer_types;
 
-  std::int64_t rope_head_dim() const { return static_cast<std::int64_t>(head_dim * partial_rotary_factor); }
+  std::int64_t rope_head_dim() const {
+    return static_cast<std::int64_t>(head_dim * partial_rotary_factor);
+  }
   std::int64_t compress_rate(DsAttentionKind k) const {
-    return k == DsAttentionKind::kCompressedSparse ? csa_compress_rate
+    return k == DsAttentionKind::kCompressedSparse    ? csa_compress_rate
            : k == DsAttentionKind::kHeavilyCompressed ? hca_compress_rate
                                                       : 0;
   }

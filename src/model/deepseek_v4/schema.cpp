@@ -10,9 +10,15 @@ std::vector<LayerSchedule> deepseek_v4_schedule(const DeepseekV4Config& c) {
     const auto u = static_cast<std::size_t>(i);
     LayerSchedule s;
     switch (c.layer_types[u]) {
-      case DsAttentionKind::kSliding: s.attention = "sliding_attention"; break;
-      case DsAttentionKind::kCompressedSparse: s.attention = "compressed_sparse_attention"; break;
-      case DsAttentionKind::kHeavilyCompressed: s.attention = "heavily_compressed_attention"; break;
+      case DsAttentionKind::kSliding:
+        s.attention = "sliding_attention";
+        break;
+      case DsAttentionKind::kCompressedSparse:
+        s.attention = "compressed_sparse_attention";
+        break;
+      case DsAttentionKind::kHeavilyCompressed:
+        s.attention = "heavily_compressed_attention";
+        break;
     }
     s.mlp = c.mlp_layer_types[u] == DsMlpKind::kHashMoe ? "hash_moe" : "moe";
     if (const auto rate = c.compress_rate(c.layer_types[u]); rate > 0) {

@@ -69,7 +69,8 @@ Expected<Glm5Config> parse_glm5_config(ConfigReader& r) {
     }
   } else {
     for (std::int64_t i = 0; i < L; ++i) {
-      c.layer_types.push_back(i % 4 != 3 ? GlmAttentionKind::kLinearAttention : GlmAttentionKind::kSparseAttention);
+      c.layer_types.push_back(i % 4 != 3 ? GlmAttentionKind::kLinearAttention
+                                         : GlmAttentionKind::kSparseAttention);
     }
   }
   if (const auto mlp = r.strings_opt("mlp_layer_types")) {
@@ -83,7 +84,8 @@ Expected<Glm5Config> parse_glm5_config(ConfigReader& r) {
       }
     }
   } else {
-    for (std::int64_t i = 0; i < L; ++i) c.mlp_layer_types.push_back(i < 3 ? GlmMlpKind::kDense : GlmMlpKind::kSparse);
+    for (std::int64_t i = 0; i < L; ++i)
+      c.mlp_layer_types.push_back(i < 3 ? GlmMlpKind::kDense : GlmMlpKind::kSparse);
   }
   if (const auto idx = r.strings_opt("indexer_types")) {
     for (const auto& t : *idx) {
@@ -96,7 +98,8 @@ Expected<Glm5Config> parse_glm5_config(ConfigReader& r) {
       }
     }
   } else {
-    c.indexer_types.assign(static_cast<std::size_t>(std::max<std::int64_t>(L, 0)), GlmIndexerKind::kFull);
+    c.indexer_types.assign(static_cast<std::size_t>(std::max<std::int64_t>(L, 0)),
+                           GlmIndexerKind::kFull);
   }
   if (!r.status().ok()) return r.status();
 
@@ -118,14 +121,17 @@ Expected<Glm5Config> parse_glm5_config(ConfigReader& r) {
   if (c.num_attention_heads != c.num_key_value_heads) {
     r.fail("num_key_value_heads", "must equal num_attention_heads");
   }
-  if (c.qk_rope_head_dim > 0) r.fail("qk_rope_head_dim", "must be 0 (GLM 5.3 Flash attention has no RoPE)");
-  if (c.index_kpool > 0 && c.index_topk % c.index_kpool != 0) r.fail("index_topk", "must be a multiple of index_kpool");
+  if (c.qk_rope_head_dim > 0)
+    r.fail("qk_rope_head_dim", "must be 0 (GLM 5.3 Flash attention has no RoPE)");
+  if (c.index_kpool > 0 && c.index_topk % c.index_kpool != 0)
+    r.fail("index_topk", "must be a multiple of index_kpool");
   if (c.num_experts_per_tok < 1 || c.num_experts_per_tok > c.n_routed_experts) {
     r.fail("num_experts_per_tok", "must be in [1, n_routed_experts]");
   }
-  for (const auto& [name, size] : {std::pair<const char*, std::size_t>{"layer_types", c.layer_types.size()},
-                                   {"mlp_layer_types", c.mlp_layer_types.size()},
-                                   {"indexer_types", c.indexer_types.size()}}) {
+  for (const auto& [name, size] :
+       {std::pair<const char*, std::size_t>{"layer_types", c.layer_types.size()},
+        {"mlp_layer_types", c.mlp_layer_types.size()},
+        {"indexer_types", c.indexer_types.size()}}) {
     if (static_cast<std::int64_t>(size) != L) {
       r.fail(name, "has " + std::to_string(size) + " entries for " + std::to_string(L) + " layers");
     }
@@ -134,11 +140,13 @@ Expected<Glm5Config> parse_glm5_config(ConfigReader& r) {
   // A shared indexer reuses the top-k of the layer right before it, which must run a full one.
   for (std::int64_t i = 0; i < L; ++i) {
     const auto u = static_cast<std::size_t>(i);
-    if (c.layer_types[u] == GlmAttentionKind::kSparseAttention && c.indexer_types[u] == GlmIndexerKind::kShared) {
+    if (c.layer_types[u] == GlmAttentionKind::kSparseAttention &&
+        c.indexer_types[u] == GlmIndexerKind::kShared) {
       if (i == 0 || c.layer_types[u - 1] != GlmAttentionKind::kSparseAttention ||
           c.indexer_types[u - 1] != GlmIndexerKind::kFull) {
         r.fail("indexer_types", "layer " + std::to_string(i) + " shares an indexer but layer " +
-                                    std::to_string(i - 1) + " is not a full-indexer sparse attention layer");
+                                    std::to_string(i - 1) +
+                                    " is not a full-indexer sparse attention layer");
       }
     }
   }

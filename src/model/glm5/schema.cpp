@@ -12,7 +12,9 @@ std::vector<LayerSchedule> glm5_schedule(const Glm5Config& c) {
     const bool kda = c.layer_types[u] == GlmAttentionKind::kLinearAttention;
     s.attention = kda ? "linear_attention" : "deepseek_sparse_attention";
     s.mlp = c.mlp_layer_types[u] == GlmMlpKind::kDense ? "dense" : "moe";
-    if (!kda) s.features.push_back(c.indexer_types[u] == GlmIndexerKind::kFull ? "indexer:full" : "indexer:shared");
+    if (!kda)
+      s.features.push_back(c.indexer_types[u] == GlmIndexerKind::kFull ? "indexer:full"
+                                                                       : "indexer:shared");
     out.push_back(std::move(s));
   }
   return out;
