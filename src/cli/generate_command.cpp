@@ -2,12 +2,14 @@
 // the cold teacher-forced state of a token sequence, optionally saved as a session checkpoint.
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "decode/generator.h"
 #include "model/loader.h"
 #include "session/checkpoint.h"
+#include "tokenizer/metadata.h"
 
 namespace fs::cli {
 namespace {
@@ -43,7 +45,7 @@ Status save_state(const std::string& path, const std::string& model_dir, const M
 
 void add_generate_command(CLI::App& app, Action& action) {
   struct Options {
-    std::string model, tokens, save_state, backend = "cpu";
+    std::string model, tokens, prompt, save_state, backend = "cpu";
     std::int64_t max_tokens = 32;
     int mtp_depth = 0;
     SamplerConfig sampler;
@@ -56,7 +58,11 @@ void add_generate_command(CLI::App& app, Action& action) {
   auto* cmd =
       app.add_subcommand("generate", "Generate from token ids (autoregressive or MTP speculative)");
   cmd->add_option("--model", o->model, "Model folder")->required();
-  cmd->add_option("--tokens", o->tokens, "Prompt token ids, comma-separated")->required();
+  auto* tokens_opt = cmd->add_option("--tokens", o->tokens, "Prompt token ids, comma-separated");
+  auto* prompt_opt = cmd->add_option("--prompt", o->prompt,
+                                     "Prompt text (raw, encoded with the model's tokenizer)");
+  tokens_opt->excludes(prompt_opt);
+  cmd->require_option(1, 0);
   cmd->add_option("--max-tokens", o->max_tokens, "Tokens to generate at most")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--mtp-depth", o->mtp_depth,
@@ -79,8 +85,21 @@ void add_generate_command(CLI::App& app, Action& action) {
       auto model = load_model(o->model, {o->backend});
       if (!model.ok()) return fail("generate", model.status());
       Model& m = **model;
-      auto prompt = token_ids(o->tokens, m);
+      // Text in (or out) needs the folder's tokenizer; token ids alone do not.
+      std::optional<TokenizerBundle> tok;
+      if (!o->prompt.empty()) {
+        auto loaded = load_tokenizer_dir(o->model);
+        if (!loaded.ok()) return fail("generate", loaded.status());
+        tok.emplace(std::move(loaded).value());
+      }
+      Expected<std::vector<TokenId>> prompt = invalid_argument("give --tokens or --prompt");
+      if (tok) {
+        prompt = tok->tokenizer.encode(o->prompt);
+      } else if (!o->tokens.empty()) {
+        prompt = token_ids(o->tokens, m);
+      }
       if (!prompt.ok()) return fail("generate", prompt.status());
+      if (prompt->empty()) return fail("generate", invalid_argument("the prompt has no tokens"));
       DecodeState state = new_decode_state(m);
       if (auto s = extend(m, state, *prompt, o->prefill_chunk); !s.ok()) return fail("generate", s);
       GenerateOptions g;
@@ -100,6 +119,11 @@ void add_generate_command(CLI::App& app, Action& action) {
       nlohmann::json j;
       j["tokens"] = r.tokens;
       j["text"] = nullptr;  // token ids in, token ids out: no tokenizer involved
+      if (tok) {
+        auto text = tok->tokenizer.decode(r.tokens, /*skip_special=*/true);
+        if (!text.ok()) return fail("generate", text.status());
+        j["text"] = *text;
+      }
       j["finish_reason"] = finish_reason_name(r.finish_reason);
       j["stats"] = {
           {"rounds", r.stats.rounds},

@@ -2,6 +2,8 @@
 // conversation reuses the warm state of the previous turn.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "test_support.h"
 
 namespace fs {
@@ -35,6 +37,24 @@ TEST(RunCli, SecondChatTurnIsAWarmSessionHit) {
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("[cold prompt"), std::string::npos) << out;
   EXPECT_NE(out.find("[ram prompt"), std::string::npos) << out;
+}
+
+TEST(GenerateCli, PromptTextInTextOut) {
+  std::string out;
+  const auto model = test::flashserve_binary() + " generate --model " +
+                     std::string(FLASHSERVE_SOURCE_DIR) + "/models/qwen4-tiny-code";
+  ASSERT_EQ(test::run_command(
+                model + " --prompt 'def add(a, b):' --max-tokens 6 --mtp-depth 2 --json", &out),
+            0)
+      << out;
+  const auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["tokens"].size(), 6u);
+  EXPECT_TRUE(j["text"].is_string());
+  EXPECT_FALSE(j["text"].get<std::string>().empty());
+  EXPECT_EQ(j["stats"]["drafted"].size(), 2u);
+  EXPECT_NE(test::run_command(model + " --prompt x --tokens 1,2", &out), 0);  // one or the other
+  EXPECT_NE(test::run_command(model + " --tokens 1,99999", &out), 0);
+  EXPECT_NE(out.find("99999"), std::string::npos) << out;
 }
 
 TEST(RunCli, MissingModelIsAClearError) {
