@@ -63,6 +63,10 @@ void ConfigReader::fail(const std::string& field, const std::string& why) {
   if (!first_error_) first_error_ = source_ + ": field '" + field + "' " + why;
 }
 
+void ConfigReader::require_positive(const std::string& field, std::int64_t value) {
+  if (value <= 0) fail(field, "must be positive, got " + std::to_string(value));
+}
+
 Status ConfigReader::status() const {
   if (first_error_) return invalid_argument(*first_error_);
   return {};

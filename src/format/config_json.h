@@ -45,6 +45,8 @@ class ConfigReader {
 
   // Records a validation failure (the first one wins) of `field`.
   void fail(const std::string& field, const std::string& why);
+  // fail(field, ...) unless value > 0.
+  void require_positive(const std::string& field, std::int64_t value);
   Status status() const;
 
  private:

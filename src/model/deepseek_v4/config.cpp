@@ -82,23 +82,20 @@ Expected<DeepseekV4Config> parse_deepseek_v4_config(ConfigReader& r) {
   }
   if (!r.status().ok()) return r.status();
 
-  auto positive = [&](const char* name, std::int64_t v) {
-    if (v <= 0) r.fail(name, "must be positive, got " + std::to_string(v));
-  };
-  positive("vocab_size", c.vocab_size);
-  positive("hidden_size", c.hidden_size);
-  positive("num_hidden_layers", c.num_hidden_layers);
-  positive("num_attention_heads", c.num_attention_heads);
-  positive("head_dim", c.head_dim);
-  positive("q_lora_rank", c.q_lora_rank);
-  positive("o_groups", c.o_groups);
-  positive("o_lora_rank", c.o_lora_rank);
-  positive("sliding_window", c.sliding_window);
-  positive("n_routed_experts", c.n_routed_experts);
-  positive("moe_intermediate_size", c.moe_intermediate_size);
-  positive("hc_mult", c.hc_mult);
-  positive("compress_rates.compressed_sparse_attention", c.csa_compress_rate);
-  positive("compress_rates.heavily_compressed_attention", c.hca_compress_rate);
+  r.require_positive("vocab_size", c.vocab_size);
+  r.require_positive("hidden_size", c.hidden_size);
+  r.require_positive("num_hidden_layers", c.num_hidden_layers);
+  r.require_positive("num_attention_heads", c.num_attention_heads);
+  r.require_positive("head_dim", c.head_dim);
+  r.require_positive("q_lora_rank", c.q_lora_rank);
+  r.require_positive("o_groups", c.o_groups);
+  r.require_positive("o_lora_rank", c.o_lora_rank);
+  r.require_positive("sliding_window", c.sliding_window);
+  r.require_positive("n_routed_experts", c.n_routed_experts);
+  r.require_positive("moe_intermediate_size", c.moe_intermediate_size);
+  r.require_positive("hc_mult", c.hc_mult);
+  r.require_positive("compress_rates.compressed_sparse_attention", c.csa_compress_rate);
+  r.require_positive("compress_rates.heavily_compressed_attention", c.hca_compress_rate);
   if (c.num_key_value_heads != 1) r.fail("num_key_value_heads", "must be 1 (one shared K=V head)");
   if (c.o_groups > 0 && c.num_attention_heads % c.o_groups != 0) {
     r.fail("o_groups", "must divide num_attention_heads");

@@ -103,21 +103,18 @@ Expected<Glm5Config> parse_glm5_config(ConfigReader& r) {
   }
   if (!r.status().ok()) return r.status();
 
-  auto positive = [&](const char* name, std::int64_t v) {
-    if (v <= 0) r.fail(name, "must be positive, got " + std::to_string(v));
-  };
-  positive("vocab_size", c.vocab_size);
-  positive("hidden_size", c.hidden_size);
-  positive("num_hidden_layers", L);
-  positive("num_attention_heads", c.num_attention_heads);
-  positive("kv_lora_rank", c.kv_lora_rank);
-  positive("q_lora_rank", c.q_lora_rank);
-  positive("qk_nope_head_dim", c.qk_nope_head_dim);
-  positive("v_head_dim", c.v_head_dim);
-  positive("index_kpool", c.index_kpool);
-  positive("linear_head_dim", c.linear_head_dim);
-  positive("linear_num_heads", c.linear_num_heads);
-  positive("hc_mult", c.hc_mult);
+  r.require_positive("vocab_size", c.vocab_size);
+  r.require_positive("hidden_size", c.hidden_size);
+  r.require_positive("num_hidden_layers", L);
+  r.require_positive("num_attention_heads", c.num_attention_heads);
+  r.require_positive("kv_lora_rank", c.kv_lora_rank);
+  r.require_positive("q_lora_rank", c.q_lora_rank);
+  r.require_positive("qk_nope_head_dim", c.qk_nope_head_dim);
+  r.require_positive("v_head_dim", c.v_head_dim);
+  r.require_positive("index_kpool", c.index_kpool);
+  r.require_positive("linear_head_dim", c.linear_head_dim);
+  r.require_positive("linear_num_heads", c.linear_num_heads);
+  r.require_positive("hc_mult", c.hc_mult);
   if (c.num_attention_heads != c.num_key_value_heads) {
     r.fail("num_key_value_heads", "must equal num_attention_heads");
   }

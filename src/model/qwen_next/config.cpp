@@ -101,24 +101,21 @@ Expected<QwenNextConfig> parse_qwen_next_config(ConfigReader& r) {
   if (!r.status().ok()) return r.status();
 
   // validate_architecture (Q4C 188-257) and the sizes the model cannot run without.
-  auto positive = [&](const char* name, std::int64_t v) {
-    if (v <= 0) r.fail(name, "must be positive, got " + std::to_string(v));
-  };
-  positive("vocab_size", c.vocab_size);
-  positive("hidden_size", c.hidden_size);
-  positive("num_hidden_layers", c.num_hidden_layers);
-  positive("num_attention_heads", c.num_attention_heads);
-  positive("num_key_value_heads", c.num_key_value_heads);
-  positive("head_dim", c.head_dim);
-  positive("linear_key_head_dim", c.linear_key_head_dim);
-  positive("linear_value_head_dim", c.linear_value_head_dim);
-  positive("linear_num_key_heads", c.linear_num_key_heads);
-  positive("linear_num_value_heads", c.linear_num_value_heads);
-  positive("linear_conv_kernel_dim", c.linear_conv_kernel_dim);
-  positive("num_experts", c.num_experts);
-  positive("moe_intermediate_size", c.moe_intermediate_size);
-  positive("shared_expert_intermediate_size", c.shared_expert_intermediate_size);
-  positive("hc_lowrank", c.hc_lowrank);
+  r.require_positive("vocab_size", c.vocab_size);
+  r.require_positive("hidden_size", c.hidden_size);
+  r.require_positive("num_hidden_layers", c.num_hidden_layers);
+  r.require_positive("num_attention_heads", c.num_attention_heads);
+  r.require_positive("num_key_value_heads", c.num_key_value_heads);
+  r.require_positive("head_dim", c.head_dim);
+  r.require_positive("linear_key_head_dim", c.linear_key_head_dim);
+  r.require_positive("linear_value_head_dim", c.linear_value_head_dim);
+  r.require_positive("linear_num_key_heads", c.linear_num_key_heads);
+  r.require_positive("linear_num_value_heads", c.linear_num_value_heads);
+  r.require_positive("linear_conv_kernel_dim", c.linear_conv_kernel_dim);
+  r.require_positive("num_experts", c.num_experts);
+  r.require_positive("moe_intermediate_size", c.moe_intermediate_size);
+  r.require_positive("shared_expert_intermediate_size", c.shared_expert_intermediate_size);
+  r.require_positive("hc_lowrank", c.hc_lowrank);
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     r.fail("num_attention_heads", "must be a multiple of num_key_value_heads");
   }
@@ -143,10 +140,10 @@ Expected<QwenNextConfig> parse_qwen_next_config(ConfigReader& r) {
   const bool any_sparse =
       std::count(c.layer_types.begin(), c.layer_types.end(), QwenLayerKind::kSparseAttention) > 0;
   if (any_sparse) {
-    positive("indexer_n_heads", c.indexer_n_heads);
-    positive("indexer_head_dim", c.indexer_head_dim);
-    positive("indexer_budget", c.indexer_budget);
-    positive("indexer_compress_ratio", c.indexer_compress_ratio);
+    r.require_positive("indexer_n_heads", c.indexer_n_heads);
+    r.require_positive("indexer_head_dim", c.indexer_head_dim);
+    r.require_positive("indexer_budget", c.indexer_budget);
+    r.require_positive("indexer_compress_ratio", c.indexer_compress_ratio);
     if (c.indexer_kv_heads != 1) r.fail("indexer_kv_heads", "must be 1");
     if (c.indexer_compress_ratio > 0 && c.indexer_budget % c.indexer_compress_ratio != 0) {
       r.fail("indexer_budget", "must be a multiple of indexer_compress_ratio");
@@ -155,13 +152,13 @@ Expected<QwenNextConfig> parse_qwen_next_config(ConfigReader& r) {
       r.fail("indexer_head_dim", "must be at least the rotary width");
   }
   if (!c.ple_layer_ids.empty()) {
-    positive("ngram_size", c.ngram_size - 1);
-    positive("heads_per_ngram", c.heads_per_ngram);
-    positive("ple_embed_dim", c.ple_embed_dim);
-    positive("ple_conv_kernel_size", c.ple_conv_kernel_size);
-    positive("split_ngram_parts", c.split_ngram_parts);
-    positive("ngram_vocab_size_base", c.ngram_vocab_size_base);
-    positive("make_ngram_vocab_size_divisible_by", c.make_ngram_vocab_size_divisible_by);
+    r.require_positive("ngram_size", c.ngram_size - 1);
+    r.require_positive("heads_per_ngram", c.heads_per_ngram);
+    r.require_positive("ple_embed_dim", c.ple_embed_dim);
+    r.require_positive("ple_conv_kernel_size", c.ple_conv_kernel_size);
+    r.require_positive("split_ngram_parts", c.split_ngram_parts);
+    r.require_positive("ngram_vocab_size_base", c.ngram_vocab_size_base);
+    r.require_positive("make_ngram_vocab_size_divisible_by", c.make_ngram_vocab_size_divisible_by);
     if (c.ngram_heads() > 0 && c.ple_embed_dim % c.ngram_heads() != 0) {
       r.fail("ple_embed_dim", "must be a multiple of (ngram_size-1)*heads_per_ngram");
     }
