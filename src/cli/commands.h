@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
 
 namespace fs::cli {
 
@@ -18,5 +19,11 @@ void add_generate_command(CLI::App& app, Action& action);
 void add_tokenize_command(CLI::App& app, Action& action);
 void add_detokenize_command(CLI::App& app, Action& action);
 void add_render_command(CLI::App& app, Action& action);
+void add_serve_command(CLI::App& app, Action& action);
+
+// The embedded default model folder (models/qwen4-tiny-code): beside the executable's checkout
+// (build/src/flashserve -> ../../models), in an install's share/flashserve/models, or the source
+// tree the binary was built from. Empty when none exists.
+std::string default_model_dir();
 
 }  // namespace fs::cli
