@@ -227,7 +227,7 @@ ParsedRequest parse_openai_chat(std::string_view body, const RequestLimits& limi
     chat["tools"] = *tools;
   }
   auto c = parse_chat_request(chat);
-  if (!c.ok()) return ApiError::invalid("messages", c.status().message());
+  if (!c.ok()) return ApiError::invalid("messages", "'messages': " + c.status().message());
   r.chat = std::move(*c);
   r.chat.add_generation_prompt = true;
   return finish(f, std::move(r));
@@ -298,7 +298,7 @@ ParsedRequest parse_anthropic_messages(std::string_view body, const RequestLimit
     messages.push_back({{"role", *role}, {"content", std::get<std::string>(text)}});
   }
   auto c = parse_chat_request(json{{"messages", messages}});
-  if (!c.ok()) return ApiError::invalid("messages", c.status().message());
+  if (!c.ok()) return ApiError::invalid("messages", "'messages': " + c.status().message());
   r.chat = std::move(*c);
   r.chat.add_generation_prompt = true;
   return finish(f, std::move(r));
