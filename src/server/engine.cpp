@@ -26,7 +26,7 @@ std::optional<JobEvent> Job::next(std::chrono::milliseconds timeout) {
   return e;
 }
 
-Engine::Engine(EngineOptions options, std::unique_ptr<Model> model,
+Engine::Engine(Key, EngineOptions options, std::unique_ptr<Model> model,
                const TokenizerBundle& tokenizer, Metrics& metrics)
     : options_(std::move(options)),
       model_(std::move(model)),
@@ -59,8 +59,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(EngineOptions options,
     if (!opened.ok()) return opened.status();
     disk = std::move(*opened);
   }
-  // Not make_unique: the constructor is private to keep create() the only way in.
-  std::unique_ptr<Engine> e(new Engine(std::move(options), std::move(model), tokenizer, metrics));
+  auto e =
+      std::make_unique<Engine>(Key{}, std::move(options), std::move(model), tokenizer, metrics);
   e->disk_ = std::move(disk);
   persist_evictions_to_disk({&e->bank_, e->disk_.get()});
   e->worker_ = std::thread([raw = e.get()] { raw->worker_loop(); });
@@ -119,7 +119,16 @@ void Engine::worker_loop() {
       if (!job) return;  // stopping with nothing queued
       if (stopping_) job->cancelled = true;
     }
-    run(*job);
+    try {
+      run(*job);
+    } catch (const std::exception& e) {
+      // A bug or an allocation failure must answer the client, not end the process.
+      JobSummary s;
+      s.finish_reason = "error";
+      s.error = std::string("internal error: ") + e.what();
+      metrics_.count_finish(s.finish_reason);
+      job->push({true, {}, s});
+    }
   }
 }
 

@@ -73,12 +73,20 @@ class Job {
 };
 
 class Engine {
+  // Only create() can make the key, so create() is the one way in (make_unique needs a public
+  // constructor).
+  struct Key {
+    explicit Key() = default;
+  };
+
  public:
   // Takes the model; opens the disk tier when options.session_dir is set.
   static Expected<std::unique_ptr<Engine>> create(EngineOptions options,
                                                   std::unique_ptr<Model> model,
                                                   const TokenizerBundle& tokenizer,
                                                   Metrics& metrics);
+  Engine(Key, EngineOptions options, std::unique_ptr<Model> model, const TokenizerBundle& tokenizer,
+         Metrics& metrics);
   ~Engine();  // stops the worker; queued jobs finish as cancelled; banks persist to disk
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -90,8 +98,6 @@ class Engine {
   const ModelInfo& model_info() const { return model_->info(); }
 
  private:
-  Engine(EngineOptions options, std::unique_ptr<Model> model, const TokenizerBundle& tokenizer,
-         Metrics& metrics);
   void worker_loop();
   void run(Job& job);
 

@@ -90,6 +90,7 @@ std::int64_t model_context(const std::string& dir) {
 
 void handle_generation(Context& ctx, const httplib::Request& req, httplib::Response& res,
                        ApiKind kind) {
+  const auto arrived = std::chrono::steady_clock::now();  // time to first token counts from here
   const bool anthropic = kind == ApiKind::kMessages;
   ParsedRequest parsed = kind == ApiKind::kChat ? parse_openai_chat(req.body, ctx.options.limits)
                          : kind == ApiKind::kCompletion
@@ -122,6 +123,7 @@ void handle_generation(Context& ctx, const httplib::Request& req, httplib::Respo
                                         "context_length_exceeded"));
 
   auto job = std::make_shared<Job>();
+  job->received = arrived;
   job->prompt = std::move(*ids);
   // A completion cannot run past the context: shorten it rather than refuse the request.
   job->max_tokens = std::min(r.max_tokens, ctx.max_context - prompt_tokens);
