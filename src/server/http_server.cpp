@@ -228,7 +228,8 @@ bool authorized(const Context& ctx, const httplib::Request& req) {
 
 void install_routes(httplib::Server& svr, Context& ctx) {
   svr.set_payload_max_length(ctx.options.max_body_bytes);
-  svr.set_keep_alive_timeout(5);
+  // httplib's shutdown waits for idle keep-alive connections to time out, so keep this short.
+  svr.set_keep_alive_timeout(2);
   svr.set_read_timeout(30, 0);
 
   svr.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {

@@ -7,7 +7,9 @@
 // server and fails the run if anything hangs. Prints one line per test and a JSON summary with
 // the measured figures (load test requests/s, TTFT).
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync, writeSync, closeSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
@@ -466,6 +468,57 @@ await test('metrics: Prometheus text with the documented series', async () => {
     'flashserve_checkpoint_rejections_total'])
     assert.ok(text.includes(name), name);
   assert.ok(/# TYPE flashserve_time_to_first_token_seconds histogram/.test(text));
+});
+
+await test('disk tier: a restart restores the conversation from disk; a corrupt checkpoint is refused and counted', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'flashserve-api-sessions-'));
+  try {
+    const messages = [
+      { role: 'system', content: `disk ${nonce()}` },
+      { role: 'user', content: 'def load(path):' },
+    ];
+    const turn = async (server) => {
+      const c = new OpenAI({ baseURL: `${server.base}/v1`, apiKey: 'unused', maxRetries: 0 });
+      return c.chat.completions.create({ model: 'x', messages, max_tokens: 6, temperature: 0 });
+    };
+    const a = await startServer(['--session-dir', dir, '--session-disk-mb', '64']);
+    const t1 = await turn(a);
+    assert.equal((await stopServer(a)).code, 0);  // persists the RAM bank on the way out
+    assert.ok(readdirSync(dir).some((f) => f.endsWith('.fsck')), 'checkpoints were written');
+
+    messages.push({ role: 'assistant', content: t1.choices[0].message.content });
+    messages.push({ role: 'user', content: 'again' });
+    const b = await startServer(['--session-dir', dir, '--session-disk-mb', '64']);
+    const t2 = await turn(b);
+    const mb = await metrics(b.base);
+    assert.equal(mb.get('flashserve_session_lookups_total{tier="disk"}'), 1, 'turn 2 after a restart is a disk hit');
+    assert.ok(t2.usage.prompt_tokens_details.cached_tokens >= t1.usage.prompt_tokens);
+    assert.equal((await stopServer(b)).code, 0);
+
+    // Flip one payload byte of every checkpoint: each must be refused on load, never trusted.
+    for (const f of readdirSync(dir).filter((f) => f.endsWith('.fsck'))) {
+      const path = join(dir, f);
+      const size = statSync(path).size;
+      const fd = openSync(path, 'r+');
+      const byte = Buffer.alloc(1);
+      const { readSync } = await import('node:fs');
+      readSync(fd, byte, 0, 1, size - 3);
+      byte[0] ^= 0x5a;
+      writeSync(fd, byte, 0, 1, size - 3);
+      closeSync(fd);
+    }
+    const c = await startServer(['--session-dir', dir, '--session-disk-mb', '64']);
+    const t3 = await turn(c);
+    const mc = await metrics(c.base);
+    assert.equal(t3.choices[0].message.content, t2.choices[0].message.content, 'the cold recompute gives the same text');
+    assert.equal(mc.get('flashserve_session_lookups_total{tier="cold"}'), 1);
+    let rejected = 0;
+    for (const [k, v] of mc) if (k.startsWith('flashserve_checkpoint_rejections_total{')) rejected += v;
+    assert.ok(rejected >= 1, 'the corrupt checkpoint is counted by reason');
+    assert.equal((await stopServer(c)).code, 0);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 await test('second server: API key, CORS, a full queue answers 503 with Retry-After', async () => {
