@@ -68,8 +68,8 @@ void send_error(httplib::Response& res, bool anthropic, const ApiError& e) {
 
 // A bounded label set: unknown paths are counted together, so scanners cannot grow /metrics.
 std::string endpoint_label(const std::string& path) {
-  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/models",
-                            "/health", "/metrics"})
+  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/messages",
+                            "/v1/messages/count_tokens", "/v1/models", "/health", "/metrics"})
     if (path == known) return path;
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   return "other";
@@ -263,6 +263,18 @@ void install_routes(httplib::Server& svr, Context& ctx) {
   });
   svr.Post("/v1/messages", [&ctx](const httplib::Request& req, httplib::Response& res) {
     handle_generation(ctx, req, res, ApiKind::kMessages);
+  });
+  svr.Post("/v1/messages/count_tokens", [&ctx](const httplib::Request& req,
+                                               httplib::Response& res) {
+    ParsedRequest parsed = parse_anthropic_count_tokens(req.body, ctx.options.limits);
+    if (const auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, true, *e);
+    auto rendered = render_chat(ctx.family, std::get<GenerationRequest>(parsed).chat, ctx.special);
+    if (!rendered.ok())
+      return send_error(res, true, ApiError::invalid("messages", rendered.status().message()));
+    auto ids = ctx.tokenizer.tokenizer.encode(*rendered);
+    if (!ids.ok())
+      return send_error(res, true, ApiError::invalid("messages", ids.status().message()));
+    res.set_content(dump({{"input_tokens", ids->size()}}), "application/json");
   });
   svr.Get("/v1/models", [&ctx](const httplib::Request&, httplib::Response& res) {
     res.set_content(dump(model_list(ctx.model_id, ctx.created)), "application/json");

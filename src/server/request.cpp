@@ -258,7 +258,10 @@ ParsedRequest parse_openai_completion(std::string_view body, const RequestLimits
   return finish(f, std::move(r));
 }
 
-ParsedRequest parse_anthropic_messages(std::string_view body, const RequestLimits& limits) {
+namespace {
+
+ParsedRequest parse_anthropic(std::string_view body, const RequestLimits& limits,
+                              bool require_max_tokens) {
   auto parsed = parse_body(body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
   const json& j = std::get<json>(parsed);
@@ -266,7 +269,8 @@ ParsedRequest parse_anthropic_messages(std::string_view body, const RequestLimit
   r.kind = ApiKind::kMessages;
   Fields f(j);
   f.string("model", r.model);
-  if (!f.get("max_tokens")) return ApiError::invalid("max_tokens", "'max_tokens' is required");
+  if (require_max_tokens && !f.get("max_tokens"))
+    return ApiError::invalid("max_tokens", "'max_tokens' is required");
   read_max_tokens(f, r, "max_tokens", limits);
   read_sampling(f, r, 1.0);
   f.stop_list("stop_sequences", r.stop, false, limits);
@@ -302,6 +306,16 @@ ParsedRequest parse_anthropic_messages(std::string_view body, const RequestLimit
   r.chat = std::move(*c);
   r.chat.add_generation_prompt = true;
   return finish(f, std::move(r));
+}
+
+}  // namespace
+
+ParsedRequest parse_anthropic_messages(std::string_view body, const RequestLimits& limits) {
+  return parse_anthropic(body, limits, /*require_max_tokens=*/true);
+}
+
+ParsedRequest parse_anthropic_count_tokens(std::string_view body, const RequestLimits& limits) {
+  return parse_anthropic(body, limits, /*require_max_tokens=*/false);
 }
 
 }  // namespace fs::server

@@ -45,5 +45,7 @@ using ParsedRequest = std::variant<GenerationRequest, ApiError>;
 ParsedRequest parse_openai_chat(std::string_view body, const RequestLimits& limits);
 ParsedRequest parse_openai_completion(std::string_view body, const RequestLimits& limits);
 ParsedRequest parse_anthropic_messages(std::string_view body, const RequestLimits& limits);
+// /v1/messages/count_tokens: the same body, max_tokens not required.
+ParsedRequest parse_anthropic_count_tokens(std::string_view body, const RequestLimits& limits);
 
 }  // namespace fs::server

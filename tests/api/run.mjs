@@ -248,6 +248,45 @@ await test('anthropic: non-streaming and the streaming event sequence', async ()
   assert.ok(events.slice(2, -3).every((t) => t === 'content_block_delta'));
 });
 
+await test('anthropic: count_tokens equals the usage of the same messages', async () => {
+  const body = { model: 'x', system: 'Be brief.', messages: userMsg('def count(xs):') };
+  const counted = await anthropic.messages.countTokens(body);
+  const m = await anthropic.messages.create({ ...body, max_tokens: 2 });
+  assert.equal(counted.input_tokens, m.usage.input_tokens);
+  const bad = await postJson(base, '/v1/messages/count_tokens', { messages: 5 });
+  assert.equal(bad.status, 400);
+  assert.equal(bad.json.type, 'error');
+});
+
+await test('fuzz: 150 mutated bodies get JSON answers (200 or 4xx), never a crash or a hang', async () => {
+  const seeds = [
+    ['/v1/chat/completions', { model: 'x', messages: userMsg('hi'), max_tokens: 2, temperature: 0.5, stop: ['a'] }],
+    ['/v1/completions', { model: 'x', prompt: 'x = ', max_tokens: 2, top_p: 0.5 }],
+    ['/v1/messages', { model: 'x', max_tokens: 2, system: 's', messages: userMsg([{ type: 'text', text: 'q' }]) }],
+  ];
+  let state = 12345;
+  const rand = (n) => ((state = (state * 1103515245 + 12345) % 2147483648) % n);
+  const failures = [];
+  for (let i = 0; i < 150; ++i) {
+    const [path, body] = seeds[i % seeds.length];
+    let text = JSON.stringify(body);
+    const kind = rand(3);
+    if (kind === 0) text = text.slice(0, rand(text.length));
+    else if (kind === 1) {
+      const at = rand(text.length);
+      text = text.slice(0, at) + String.fromCharCode(rand(128)) + text.slice(at + 1);
+    } else {
+      const at = rand(text.length);
+      text = text.slice(0, at) + ['null', '[]', '{}', '-1', '1e309', '"\\u0000"', 'true'][rand(7)] + text.slice(at);
+    }
+    const r = await postJson(base, path, text);
+    if (!(r.status === 200 || (r.status >= 400 && r.status < 500)) || r.json === null)
+      failures.push(`${path} ${JSON.stringify(text)} -> ${r.status} ${r.text.slice(0, 120)}`);
+  }
+  assert.deepEqual(failures, []);
+  assert.ok((await fetch(`${base}/health`)).ok);
+});
+
 await test('multi-turn: the second turn is a RAM session hit', async () => {
   const before = await metrics(base);
   const messages = [
