@@ -26,6 +26,9 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--session-disk-mb", o->session_disk_mb, "Disk tier budget in MiB")
       ->check(CLI::Range(1, 1 << 30))
       ->capture_default_str();
+  cmd->add_option("--session-ram-mb", o->session_ram_mb, "RAM session bank budget in MiB")
+      ->check(CLI::Range(1, 1 << 30))
+      ->capture_default_str();
   cmd->add_option("--max-queue", o->max_queue, "Waiting requests before 503")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();

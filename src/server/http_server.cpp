@@ -376,6 +376,7 @@ Status run_server(const ServerOptions& options) {
   EngineOptions eo;
   eo.mtp_depth = options.mtp_depth;
   eo.max_queue = options.max_queue;
+  eo.ram_bank_bytes = options.session_ram_mb << 20;
   eo.session_dir = options.session_dir;
   eo.session_disk_bytes = options.session_disk_mb << 20;
   eo.model_dir = options.model_dir;
