@@ -34,13 +34,15 @@ if [[ "${SKIP_APT:-0}" != 1 ]]; then
   fi
 fi
 
-# The reference tokenizers and Jinja renderer for the parity tests, pinned by package-lock.json.
-# A node that came with the machine (not from apt) counts too.
+# The reference tokenizers and Jinja renderer for the parity tests, and the real OpenAI and
+# Anthropic clients for the API tests, pinned by their package-lock.json files. A node that came
+# with the machine (not from apt) counts too.
 if [[ "${SKIP_NPM:-0}" != 1 ]]; then
   if command -v npm >/dev/null; then
     (cd tests/tokenizer && npm ci --no-audit --no-fund --loglevel=error)
+    (cd tests/api && npm ci --no-audit --no-fund --loglevel=error)
   else
-    echo "setup: npm not found; the tokenizer reference tests (tests/tokenizer) will fail until it is installed" >&2
+    echo "setup: npm not found; the tokenizer reference tests (tests/tokenizer) and the API tests (tests/api) will fail until it is installed" >&2
   fi
 fi
 

@@ -5,7 +5,9 @@
 #include "cli/commands.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"flashserve: inference for MTP Flash models (Qwen 3.8 Flash Next, DeepSeek V4 Flash, GLM 5.3 Flash)"};
+  CLI::App app{
+      "flashserve: inference for MTP Flash models (Qwen 3.8 Flash Next, DeepSeek V4 Flash, GLM 5.3 "
+      "Flash)"};
   app.require_subcommand(1);
   fs::cli::Action action;
   fs::cli::add_inspect_command(app, action);
@@ -17,6 +19,7 @@ int main(int argc, char** argv) {
   fs::cli::add_tokenize_command(app, action);
   fs::cli::add_detokenize_command(app, action);
   fs::cli::add_render_command(app, action);
+  fs::cli::add_serve_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,67 @@
+// flashserve serve: the OpenAI- and Anthropic-compatible HTTP server (src/server).
+#include <iostream>
+
+#include "cli/commands.h"
+#include "cli/default_model.h"
+#include "server/http_server.h"
+
+namespace fs::cli {
+
+void add_serve_command(CLI::App& app, Action& action) {
+  auto o = std::make_shared<server::ServerOptions>();
+  auto* cmd = app.add_subcommand("serve", "OpenAI- and Anthropic-compatible HTTP server");
+  cmd->add_option("--model", o->model_dir,
+                  "Model folder (default: the embedded models/qwen4-tiny-code)");
+  cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", o->port, "Port (0: any free port; the bound port is printed)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_option("--api-key", o->api_key,
+                  "Require this key (Authorization: Bearer KEY or x-api-key: KEY) on /v1/*");
+  cmd->add_flag("--cors", o->cors, "Allow cross-origin requests from any origin");
+  cmd->add_option("--mtp-depth", o->mtp_depth, "Drafts per round from the MTP head (0: off)")
+      ->check(CLI::Range(0, 3))
+      ->capture_default_str();
+  cmd->add_option("--session-dir", o->session_dir,
+                  "Folder of the disk session tier (default: none)");
+  cmd->add_option("--session-disk-mb", o->session_disk_mb, "Disk tier budget in MiB")
+      ->check(CLI::Range(1, 1 << 30))
+      ->capture_default_str();
+  cmd->add_option("--session-ram-mb", o->session_ram_mb, "RAM session bank budget in MiB")
+      ->check(CLI::Range(1, 1 << 30))
+      ->capture_default_str();
+  cmd->add_option("--max-queue", o->max_queue, "Waiting requests before 503")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (413 beyond)")
+      ->check(CLI::Range(1024, 1 << 30))
+      ->capture_default_str();
+  cmd->add_option("--max-context", o->max_context,
+                  "Context limit in tokens (default: the model's max_position_embeddings)");
+  cmd->add_option("--max-tokens-limit", o->limits.max_tokens, "Largest max_tokens accepted")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  cmd->add_option("--http-threads", o->http_threads, "HTTP worker threads")
+      ->check(CLI::Range(2, 1024))
+      ->capture_default_str();
+  cmd->callback([o, &action] {
+    action = [o]() -> int {
+      if (o->model_dir.empty()) {
+        auto dir = default_model_dir();
+        if (!dir.ok()) {
+          std::cerr << "flashserve serve: " << dir.status().to_string() << "\n";
+          return 1;
+        }
+        o->model_dir = *dir;
+      }
+      const Status s = server::run_server(*o);
+      if (!s.ok()) {
+        std::cerr << "flashserve serve: " << s.to_string() << "\n";
+        return 1;
+      }
+      return 0;
+    };
+  });
+}
+
+}  // namespace fs::cli

@@ -1,0 +1,218 @@
+#include "server/engine.h"
+
+#include <algorithm>
+#include <iostream>
+
+#include "server/stop_matcher.h"
+#include "session/checkpoint.h"
+#include "session/live_session.h"
+#include "tokenizer/stream_decoder.h"
+
+namespace fs::server {
+
+void Job::push(JobEvent e) {
+  {
+    std::lock_guard lock(mu_);
+    events_.push_back(std::move(e));
+  }
+  cv_.notify_one();
+}
+
+std::optional<JobEvent> Job::next(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return std::nullopt;
+  JobEvent e = std::move(events_.front());
+  events_.pop_front();
+  return e;
+}
+
+Engine::Engine(Key, EngineOptions options, std::unique_ptr<Model> model,
+               const TokenizerBundle& tokenizer, Metrics& metrics)
+    : options_(std::move(options)),
+      model_(std::move(model)),
+      tokenizer_(tokenizer),
+      metrics_(metrics),
+      bank_(SessionBankOptions{options_.ram_bank_bytes, 64}) {
+  stop_ids_ = stop_token_ids(tokenizer.metadata, tokenizer.tokenizer);
+  for (const TokenId id : model_->info().eos_token_ids)
+    if (std::find(stop_ids_.begin(), stop_ids_.end(), id) == stop_ids_.end())
+      stop_ids_.push_back(id);
+}
+
+Expected<std::unique_ptr<Engine>> Engine::create(EngineOptions options,
+                                                 std::unique_ptr<Model> model,
+                                                 const TokenizerBundle& tokenizer,
+                                                 Metrics& metrics) {
+  if (options.mtp_depth > 0 && !model->info().has_mtp)
+    return invalid_argument("--mtp-depth " + std::to_string(options.mtp_depth) +
+                            ": the model has no MTP head");
+  std::unique_ptr<DiskStore> disk;
+  if (!options.session_dir.empty()) {
+    auto fingerprint = model_fingerprint(options.model_dir);
+    if (!fingerprint.ok()) return fingerprint.status();
+    DiskStoreOptions d;
+    d.dir = options.session_dir;
+    d.byte_budget = options.session_disk_bytes;
+    d.identity.family = model->info().family;
+    d.identity.model_fingerprint = *fingerprint;
+    auto opened = DiskStore::open(std::move(d));
+    if (!opened.ok()) return opened.status();
+    disk = std::move(*opened);
+  }
+  auto e =
+      std::make_unique<Engine>(Key{}, std::move(options), std::move(model), tokenizer, metrics);
+  e->disk_ = std::move(disk);
+  persist_evictions_to_disk({&e->bank_, e->disk_.get()});
+  e->worker_ = std::thread([raw = e.get()] { raw->worker_loop(); });
+  return e;
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  persist_all_to_disk({&bank_, disk_.get()});
+}
+
+bool Engine::submit(std::shared_ptr<Job> job) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ || queue_.size() >= options_.max_queue) return false;
+    queue_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+  return true;
+}
+
+std::size_t Engine::queue_depth() {
+  std::lock_guard lock(mu_);
+  return queue_.size();
+}
+
+ExternalStats Engine::stats() {
+  ExternalStats s;
+  s.queue_depth = static_cast<std::int64_t>(queue_depth());
+  s.ram_entries = static_cast<std::int64_t>(bank_.entries());
+  s.ram_bytes = static_cast<std::int64_t>(bank_.bytes());
+  if (disk_) {
+    const auto d = disk_->stats();
+    s.checkpoint_rejections = d.rejections;
+    s.disk_entries = static_cast<std::int64_t>(disk_->entries());
+    s.disk_bytes = static_cast<std::int64_t>(disk_->bytes());
+  }
+  return s;
+}
+
+void Engine::worker_loop() {
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (!queue_.empty()) {
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      if (!job) return;  // stopping with nothing queued
+      if (stopping_) job->cancelled = true;
+    }
+    try {
+      run(*job);
+    } catch (const std::exception& e) {
+      // A bug or an allocation failure must answer the client, not end the process.
+      JobSummary s;
+      s.finish_reason = "error";
+      s.error = std::string("internal error: ") + e.what();
+      metrics_.count_finish(s.finish_reason);
+      job->push({true, {}, s});
+    }
+  }
+}
+
+void Engine::run(Job& job) {
+  using Clock = std::chrono::steady_clock;
+  JobSummary summary;
+  summary.prompt_tokens = static_cast<std::int64_t>(job.prompt.size());
+  const auto finish = [&](std::string reason) {
+    summary.finish_reason = std::move(reason);
+    metrics_.count_finish(summary.finish_reason);
+    metrics_.add_tokens(summary.prompt_tokens, summary.completion_tokens);
+    metrics_.observe_request(std::chrono::duration<double>(Clock::now() - job.received).count());
+    job.push({true, {}, summary});
+  };
+  if (job.cancelled) return finish("cancelled");
+
+  const SessionTiers tiers{&bank_, disk_.get()};
+  auto prepared = prepare_session(*model_, tiers, job.prompt);
+  if (!prepared.ok()) {
+    summary.error = prepared.status().to_string();
+    return finish("error");
+  }
+  summary.session_tier = prepared->tier;
+  summary.reused_tokens = prepared->reused_tokens;
+  metrics_.count_session(prepared->tier);
+  // Bank the prompt's state now: a stateless client's next turn re-renders this turn's reply
+  // differently from the tokens generated, so this is the state its prompt surely extends.
+  if (prepared->tier != "ram" || prepared->reused_tokens < job.prompt.size())
+    (void)bank_.put(prepared->state);
+
+  StreamDecoder decoder(tokenizer_.tokenizer, /*skip_special=*/true);
+  StopMatcher stops(job.stop);
+  auto last_token = job.received;
+  bool first = true;
+  GenerateOptions g;
+  g.max_tokens = job.max_tokens;
+  g.mtp_depth = options_.mtp_depth;
+  g.sampler = job.sampler;
+  g.seed = job.seed;
+  g.stop_tokens = stop_ids_;
+  g.cancelled = [&] { return job.cancelled.load() || stops.stopped(); };
+  g.on_token = [&](TokenId id) {
+    const auto now = Clock::now();
+    const double dt = std::chrono::duration<double>(now - last_token).count();
+    first ? metrics_.observe_ttft(dt) : metrics_.observe_inter_token(dt);
+    first = false;
+    last_token = now;
+    if (stops.stopped()) return;  // drafts accepted past a stop sequence are not shown
+    ++summary.completion_tokens;
+    auto piece = decoder.push(id);
+    if (!piece.ok()) return;
+    std::string text = stops.push(*piece);
+    if (!text.empty()) job.push({false, std::move(text), {}});
+  };
+  const GenerateResult r = generate(*model_, prepared->state, g);
+  for (int d = 0; d < std::min(options_.mtp_depth, kMaxMtpDepth); ++d)
+    metrics_.add_mtp(d + 1, r.stats.drafted[static_cast<std::size_t>(d)],
+                     r.stats.accepted[static_cast<std::size_t>(d)]);
+  metrics_.count_commit(commit_session(tiers, prepared->state, r.state_complete));
+
+  if (!stops.stopped()) {
+    std::string tail = stops.push(decoder.finish());
+    tail += stops.flush();
+    if (!tail.empty()) job.push({false, std::move(tail), {}});
+  }
+  if (stops.stopped()) {
+    summary.stop_sequence = stops.matched();
+    return finish("stop");
+  }
+  if (!r.error.ok()) {
+    summary.error = r.error.to_string();
+    return finish("error");
+  }
+  switch (r.finish_reason) {
+    case FinishReason::kStop:
+      return finish("stop");
+    case FinishReason::kLength:
+      return finish("length");
+    case FinishReason::kCancelled:
+      return finish("cancelled");
+    case FinishReason::kError:
+      return finish("error");
+  }
+  finish("error");
+}
+
+}  // namespace fs::server

@@ -1,0 +1,119 @@
+// The engine worker: one thread that owns the model, the RAM session bank and the disk store,
+// and runs queued generation jobs one at a time. HTTP threads submit jobs and read their events
+// (text deltas, then one final summary) from the job's channel; nothing here knows about HTTP.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "decode/generator.h"
+#include "model/model.h"
+#include "server/metrics.h"
+#include "session/disk_store.h"
+#include "session/session_bank.h"
+#include "tokenizer/metadata.h"
+
+namespace fs::server {
+
+struct EngineOptions {
+  int mtp_depth = 0;
+  std::size_t max_queue = 64;  // waiting jobs; a submit beyond it is refused
+  std::size_t ram_bank_bytes = std::size_t{1} << 30;
+  std::string session_dir;  // empty: no disk tier
+  std::uint64_t session_disk_bytes = std::uint64_t{4} << 30;
+  std::string model_dir;  // for the checkpoint fingerprint
+};
+
+struct JobSummary {
+  std::string finish_reason;  // "stop", "length", "cancelled" or "error"
+  std::string stop_sequence;  // the stop sequence that ended it, if any
+  std::int64_t prompt_tokens = 0;
+  std::int64_t completion_tokens = 0;
+  std::string session_tier;  // ram, disk or cold
+  std::size_t reused_tokens = 0;
+  std::string error;  // when finish_reason is "error"
+};
+
+struct JobEvent {
+  bool done = false;
+  std::string text;    // a delta, when !done
+  JobSummary summary;  // when done
+};
+
+// A queued generation and its channel back to the submitter.
+class Job {
+ public:
+  std::vector<TokenId> prompt;
+  std::int64_t max_tokens = 16;
+  SamplerConfig sampler;
+  std::uint64_t seed = 0;
+  std::vector<std::string> stop;  // stop sequences on the text
+  std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now();
+
+  // Set by the submitter when its client has gone; polled by the worker every round.
+  std::atomic<bool> cancelled{false};
+
+  void push(JobEvent e);
+  // The next event, waiting up to `timeout`; nullopt on timeout.
+  std::optional<JobEvent> next(std::chrono::milliseconds timeout);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<JobEvent> events_;
+};
+
+class Engine {
+  // Only create() can make the key, so create() is the one way in (make_unique needs a public
+  // constructor).
+  struct Key {
+    explicit Key() = default;
+  };
+
+ public:
+  // Takes the model; opens the disk tier when options.session_dir is set.
+  static Expected<std::unique_ptr<Engine>> create(EngineOptions options,
+                                                  std::unique_ptr<Model> model,
+                                                  const TokenizerBundle& tokenizer,
+                                                  Metrics& metrics);
+  Engine(Key, EngineOptions options, std::unique_ptr<Model> model, const TokenizerBundle& tokenizer,
+         Metrics& metrics);
+  ~Engine();  // stops the worker; queued jobs finish as cancelled; banks persist to disk
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a job; false when the queue is full (the caller answers 503).
+  bool submit(std::shared_ptr<Job> job);
+  std::size_t queue_depth();
+  ExternalStats stats();
+  const ModelInfo& model_info() const { return model_->info(); }
+
+ private:
+  void worker_loop();
+  void run(Job& job);
+
+  EngineOptions options_;
+  std::unique_ptr<Model> model_;
+  const TokenizerBundle& tokenizer_;
+  Metrics& metrics_;
+  std::vector<TokenId> stop_ids_;
+  SessionBank bank_;
+  std::unique_ptr<DiskStore> disk_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  bool stopping_ = false;
+  std::thread worker_;  // last: started once everything above exists
+};
+
+}  // namespace fs::server

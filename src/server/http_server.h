@@ -1,0 +1,35 @@
+// `flashserve serve`: the HTTP front end (cpp-httplib). Routes requests to the OpenAI and
+// Anthropic handlers, checks the API key, answers CORS preflights, and serves /health and
+// /metrics. Generation runs on the engine worker (engine.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "server/request.h"
+#include "util/status.h"
+
+namespace fs::server {
+
+struct ServerOptions {
+  std::string model_dir;
+  std::string host = "127.0.0.1";
+  int port = 8080;      // 0: any free port (the bound port is printed)
+  std::string api_key;  // empty: no authentication
+  bool cors = false;
+  int mtp_depth = 0;
+  std::string session_dir;
+  std::uint64_t session_disk_mb = 4096;
+  std::size_t session_ram_mb = 1024;
+  std::size_t max_queue = 64;
+  std::size_t max_body_bytes = std::size_t{8} << 20;
+  std::int64_t max_context = 0;  // 0: the model's max_position_embeddings
+  int http_threads = 16;
+  RequestLimits limits;
+};
+
+// Loads the model and serves until SIGINT or SIGTERM. Prints
+// "flashserve: listening on http://HOST:PORT" on stderr once the socket is bound.
+Status run_server(const ServerOptions& options);
+
+}  // namespace fs::server

@@ -1,0 +1,611 @@
+// API tests for `flashserve serve` with the real OpenAI and Anthropic npm clients.
+//
+//   node run.mjs --binary build/src/flashserve [--model DIR]
+//
+// Starts the server on a free loopback port (--port 0; the bound port is read from its log),
+// waits for /health, runs every test in order, and stops the server. A global timer kills the
+// server and fails the run if anything hangs. Prints one line per test and a JSON summary with
+// the measured figures (load test requests/s, TTFT).
+import { spawn } from 'node:child_process';
+import { mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync, writeSync, closeSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import Anthropic from '@anthropic-ai/sdk';
+
+const args = process.argv.slice(2);
+const argOf = (name, dflt) => {
+  const i = args.indexOf(name);
+  return i >= 0 ? args[i + 1] : dflt;
+};
+const binary = argOf('--binary');
+const model = argOf('--model');
+if (!binary) {
+  console.error('usage: node run.mjs --binary PATH [--model DIR]');
+  process.exit(2);
+}
+
+const servers = [];
+const globalTimer = setTimeout(() => {
+  console.error('api tests: global timeout; killing the servers');
+  for (const s of servers) s.proc.kill('SIGKILL');
+  process.exit(1);
+}, Number(argOf('--timeout-s', '150')) * 1000);
+
+async function startServer(extra) {
+  const argv = ['serve', '--port', '0', ...(model ? ['--model', model] : []), ...extra];
+  const proc = spawn(binary, argv, { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  const port = await new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error('server did not start:\n' + log)), 30000);
+    proc.stderr.on('data', (d) => {
+      log += d.toString();
+      const m = log.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
+      if (m) {
+        clearTimeout(t);
+        resolve(Number(m[1]));
+      }
+    });
+    proc.on('exit', (code) => reject(new Error(`server exited (${code}):\n${log}`)));
+  });
+  const base = `http://127.0.0.1:${port}`;
+  for (let i = 0; i < 100; ++i) {
+    try {
+      if ((await fetch(`${base}/health`)).ok) break;
+    } catch {}
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const server = { proc, base, port, log: () => log };
+  servers.push(server);
+  return server;
+}
+
+async function stopServer(server) {
+  const exited = new Promise((r) => server.proc.on('exit', (code, sig) => r({ code, sig })));
+  server.proc.kill('SIGTERM');
+  const t = setTimeout(() => server.proc.kill('SIGKILL'), 10000);
+  const r = await exited;
+  clearTimeout(t);
+  return r;
+}
+
+async function metrics(base) {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const values = new Map();
+  for (const line of text.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const i = line.lastIndexOf(' ');
+    values.set(line.slice(0, i), Number(line.slice(i + 1)));
+  }
+  return values;
+}
+
+function threadsOf(pid) {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  return Number(status.match(/Threads:\s+(\d+)/)[1]);
+}
+
+const results = [];
+const figures = {};
+async function test(name, fn) {
+  const t0 = performance.now();
+  try {
+    await fn();
+    results.push({ name, ok: true });
+    console.log(`ok    ${name} (${Math.round(performance.now() - t0)} ms)`);
+  } catch (e) {
+    results.push({ name, ok: false });
+    console.log(`FAIL  ${name}: ${e.stack || e}`);
+  }
+}
+
+async function postJson(base, path, body, headers = {}) {
+  const res = await fetch(base + path, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  let json = null;
+  const text = await res.text();
+  try {
+    json = JSON.parse(text);
+  } catch {}
+  return { status: res.status, json, text, headers: res.headers };
+}
+
+const nonce = () => Math.random().toString(36).slice(2, 10);
+const userMsg = (content) => [{ role: 'user', content }];
+
+const main = await startServer(['--mtp-depth', '2', '--max-body-bytes', '1048576']);
+const { base } = main;
+const openai = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0 });
+const anthropic = new Anthropic({ baseURL: base, apiKey: 'unused', maxRetries: 0 });
+
+await test('models list and get', async () => {
+  const list = await openai.models.list();
+  assert.equal(list.data.length, 1);
+  const id = list.data[0].id;
+  assert.equal((await openai.models.retrieve(id)).id, id);
+  await assert.rejects(openai.models.retrieve('no-such-model'), (e) => e.status === 404);
+});
+
+await test('chat: non-streaming with usage', async () => {
+  const r = await openai.chat.completions.create({
+    model: 'x', messages: userMsg('def add(a, b):'), max_tokens: 12, temperature: 0,
+  });
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(r.choices[0].message.role, 'assistant');
+  assert.equal(typeof r.choices[0].message.content, 'string');
+  assert.ok(r.usage.prompt_tokens > 5);
+  assert.ok(r.usage.completion_tokens >= 1 && r.usage.completion_tokens <= 12);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+  if (r.choices[0].finish_reason === 'length') assert.equal(r.usage.completion_tokens, 12);
+});
+
+await test('chat: streaming equals non-streaming (greedy), include_usage', async () => {
+  const body = { model: 'x', messages: userMsg('import os\n'), max_tokens: 16, temperature: 0 };
+  const full = await openai.chat.completions.create(body);
+  const stream = await openai.chat.completions.create({
+    ...body, stream: true, stream_options: { include_usage: true },
+  });
+  let text = '';
+  let usage = null;
+  let finish = null;
+  let chunks = 0;
+  for await (const c of stream) {
+    ++chunks;
+    if (c.usage) usage = c.usage;
+    for (const ch of c.choices) {
+      text += ch.delta?.content ?? '';
+      if (ch.finish_reason) finish = ch.finish_reason;
+    }
+  }
+  assert.ok(chunks >= 3);
+  assert.equal(text, full.choices[0].message.content);
+  assert.equal(finish, full.choices[0].finish_reason);
+  assert.deepEqual(
+    [usage.prompt_tokens, usage.completion_tokens],
+    [full.usage.prompt_tokens, full.usage.completion_tokens]);
+});
+
+await test('completions: non-streaming and streaming', async () => {
+  const body = { model: 'x', prompt: 'def fib(n):\n', max_tokens: 10, temperature: 0 };
+  const r = await openai.completions.create(body);
+  assert.equal(r.object, 'text_completion');
+  assert.ok(r.usage.completion_tokens >= 1);
+  let text = '';
+  for await (const c of await openai.completions.create({ ...body, stream: true }))
+    text += c.choices[0]?.text ?? '';
+  assert.equal(text, r.choices[0].text);
+});
+
+await test('stop sequences (OpenAI and Anthropic, streaming and not)', async () => {
+  const body = { model: 'x', prompt: 'class Stack:\n    def', max_tokens: 24, temperature: 0 };
+  const free = (await openai.completions.create(body)).choices[0].text;
+  assert.ok(free.length >= 6, `generated text too short: ${JSON.stringify(free)}`);
+  const stop = free.slice(3, 5);
+  const expected = free.slice(0, free.indexOf(stop));
+  const r = await openai.completions.create({ ...body, stop: [stop, 'never-there'] });
+  assert.equal(r.choices[0].text, expected);
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  let text = '';
+  for await (const c of await openai.completions.create({ ...body, stop, stream: true }))
+    text += c.choices[0]?.text ?? '';
+  assert.equal(text, expected);
+
+  const a = await anthropic.messages.create({
+    model: 'x', max_tokens: 24, temperature: 0, messages: userMsg('class Stack:'),
+  });
+  const atext = a.content[0].text;
+  if (atext.length >= 4) {
+    const astop = atext.slice(2, 4);
+    const b = await anthropic.messages.create({
+      model: 'x', max_tokens: 24, temperature: 0, messages: userMsg('class Stack:'),
+      stop_sequences: [astop],
+    });
+    assert.equal(b.stop_reason, 'stop_sequence');
+    assert.equal(b.stop_sequence, astop);
+    assert.equal(b.content[0].text, atext.slice(0, atext.indexOf(astop)));
+  }
+});
+
+await test('seed reproducibility (sampled)', async () => {
+  const body = {
+    model: 'x', messages: userMsg('def main():'), max_tokens: 16, temperature: 1.0, top_p: 0.95,
+  };
+  const texts = [];
+  for (const seed of [7, 7, 8, 9, 10]) {
+    texts.push((await openai.chat.completions.create({ ...body, seed })).choices[0].message.content);
+  }
+  assert.equal(texts[0], texts[1]);
+  assert.ok(new Set(texts.slice(1)).size > 1, 'different seeds all gave the same text');
+  let streamed = '';
+  for await (const c of await openai.chat.completions.create({ ...body, seed: 7, stream: true }))
+    streamed += c.choices[0]?.delta?.content ?? '';
+  assert.equal(streamed, texts[0]);
+});
+
+await test('anthropic: non-streaming and the streaming event sequence', async () => {
+  const body = {
+    model: 'x', max_tokens: 10, temperature: 0, system: 'You write Python.',
+    messages: userMsg([{ type: 'text', text: 'def sort(xs):' }]),
+  };
+  const m = await anthropic.messages.create(body);
+  assert.equal(m.type, 'message');
+  assert.equal(m.role, 'assistant');
+  assert.ok(['end_turn', 'max_tokens'].includes(m.stop_reason));
+  assert.ok(m.usage.input_tokens > 5 && m.usage.output_tokens >= 1);
+  const events = [];
+  const stream = anthropic.messages.stream(body);
+  for await (const e of stream) events.push(e.type);
+  const final = await stream.finalMessage();
+  assert.equal(final.content[0].text, m.content[0].text);
+  assert.equal(final.usage.output_tokens, m.usage.output_tokens);
+  assert.equal(events[0], 'message_start');
+  assert.equal(events[1], 'content_block_start');
+  assert.deepEqual(events.slice(-3), ['content_block_stop', 'message_delta', 'message_stop']);
+  assert.ok(events.slice(2, -3).every((t) => t === 'content_block_delta'));
+});
+
+await test('anthropic: count_tokens equals the usage of the same messages', async () => {
+  const body = { model: 'x', system: 'Be brief.', messages: userMsg('def count(xs):') };
+  const counted = await anthropic.messages.countTokens(body);
+  const m = await anthropic.messages.create({ ...body, max_tokens: 2 });
+  assert.equal(counted.input_tokens, m.usage.input_tokens);
+  const bad = await postJson(base, '/v1/messages/count_tokens', { messages: 5 });
+  assert.equal(bad.status, 400);
+  assert.equal(bad.json.type, 'error');
+});
+
+await test('fuzz: 150 mutated bodies get JSON answers (200 or 4xx), never a crash or a hang', async () => {
+  const seeds = [
+    ['/v1/chat/completions', { model: 'x', messages: userMsg('hi'), max_tokens: 2, temperature: 0.5, stop: ['a'] }],
+    ['/v1/completions', { model: 'x', prompt: 'x = ', max_tokens: 2, top_p: 0.5 }],
+    ['/v1/messages', { model: 'x', max_tokens: 2, system: 's', messages: userMsg([{ type: 'text', text: 'q' }]) }],
+  ];
+  let state = 12345;
+  const rand = (n) => ((state = (state * 1103515245 + 12345) % 2147483648) % n);
+  const failures = [];
+  for (let i = 0; i < 150; ++i) {
+    const [path, body] = seeds[i % seeds.length];
+    let text = JSON.stringify(body);
+    const kind = rand(3);
+    if (kind === 0) text = text.slice(0, rand(text.length));
+    else if (kind === 1) {
+      const at = rand(text.length);
+      text = text.slice(0, at) + String.fromCharCode(rand(128)) + text.slice(at + 1);
+    } else {
+      const at = rand(text.length);
+      text = text.slice(0, at) + ['null', '[]', '{}', '-1', '1e309', '"\\u0000"', 'true'][rand(7)] + text.slice(at);
+    }
+    const r = await postJson(base, path, text);
+    if (!(r.status === 200 || (r.status >= 400 && r.status < 500)) || r.json === null)
+      failures.push(`${path} ${JSON.stringify(text)} -> ${r.status} ${r.text.slice(0, 120)}`);
+  }
+  assert.deepEqual(failures, []);
+  assert.ok((await fetch(`${base}/health`)).ok);
+});
+
+await test('multi-turn: the second turn is a RAM session hit', async () => {
+  const before = await metrics(base);
+  const messages = [
+    { role: 'system', content: `session ${nonce()}` },
+    { role: 'user', content: 'def parse(line):' },
+  ];
+  const t1 = await openai.chat.completions.create({ model: 'x', messages, max_tokens: 8, temperature: 0 });
+  assert.equal(t1.usage.prompt_tokens_details.cached_tokens, 0);
+  const mid = await metrics(base);
+  messages.push({ role: 'assistant', content: t1.choices[0].message.content });
+  messages.push({ role: 'user', content: 'and now test it' });
+  const t2 = await openai.chat.completions.create({ model: 'x', messages, max_tokens: 8, temperature: 0 });
+  const after = await metrics(base);
+  const ram = 'flashserve_session_lookups_total{tier="ram"}';
+  const cold = 'flashserve_session_lookups_total{tier="cold"}';
+  assert.equal(mid.get(cold) - before.get(cold), 1, 'turn 1 is cold');
+  assert.equal(after.get(ram) - mid.get(ram), 1, 'turn 2 is a RAM hit');
+  assert.ok(t2.usage.prompt_tokens_details.cached_tokens >= t1.usage.prompt_tokens,
+    `turn 2 reused ${t2.usage.prompt_tokens_details.cached_tokens} of turn 1's ${t1.usage.prompt_tokens} prompt tokens`);
+});
+
+const badChat = [
+  // [description, body (object or raw string), expected status, expected param or null]
+  ['invalid JSON', '{"messages": [', 400, null],
+  ['empty body', '', 400, null],
+  ['array body', '[]', 400, null],
+  ['number body', '42', 400, null],
+  ['no messages', { model: 'x' }, 400, 'messages'],
+  ['messages not a list', { messages: 'hi' }, 400, 'messages'],
+  ['messages empty', { messages: [] }, 400, 'messages'],
+  ['message not an object', { messages: [5] }, 400, 'messages'],
+  ['message without role', { messages: [{ content: 'x' }] }, 400, 'messages'],
+  ['unknown role', { messages: [{ role: 'wizard', content: 'x' }] }, 400, 'messages'],
+  ['content a number', { messages: [{ role: 'user', content: 5 }] }, 400, 'messages'],
+  ['max_tokens 0', { messages: userMsg('x'), max_tokens: 0 }, 400, 'max_tokens'],
+  ['max_tokens negative', { messages: userMsg('x'), max_tokens: -3 }, 400, 'max_tokens'],
+  ['max_tokens string', { messages: userMsg('x'), max_tokens: '10' }, 400, 'max_tokens'],
+  ['max_tokens fraction', { messages: userMsg('x'), max_tokens: 1.5 }, 400, 'max_tokens'],
+  ['max_tokens huge', { messages: userMsg('x'), max_tokens: 1e9 }, 400, 'max_tokens'],
+  ['max_completion_tokens 0', { messages: userMsg('x'), max_completion_tokens: 0 }, 400, 'max_completion_tokens'],
+  ['temperature negative', { messages: userMsg('x'), temperature: -1 }, 400, 'temperature'],
+  ['temperature 3', { messages: userMsg('x'), temperature: 3 }, 400, 'temperature'],
+  ['temperature string', { messages: userMsg('x'), temperature: 'hot' }, 400, 'temperature'],
+  ['top_p 0', { messages: userMsg('x'), top_p: 0 }, 400, 'top_p'],
+  ['top_p 1.5', { messages: userMsg('x'), top_p: 1.5 }, 400, 'top_p'],
+  ['top_k string', { messages: userMsg('x'), top_k: 'a' }, 400, 'top_k'],
+  ['top_k -5', { messages: userMsg('x'), top_k: -5 }, 400, 'top_k'],
+  ['min_p 2', { messages: userMsg('x'), min_p: 2 }, 400, 'min_p'],
+  ['presence_penalty 3', { messages: userMsg('x'), presence_penalty: 3 }, 400, 'presence_penalty'],
+  ['frequency_penalty -3', { messages: userMsg('x'), frequency_penalty: -3 }, 400, 'frequency_penalty'],
+  ['n 2', { messages: userMsg('x'), n: 2 }, 400, 'n'],
+  ['stop a number', { messages: userMsg('x'), stop: 5 }, 400, 'stop'],
+  ['stop list of numbers', { messages: userMsg('x'), stop: [1] }, 400, 'stop'],
+  ['stop empty string', { messages: userMsg('x'), stop: [''] }, 400, 'stop'],
+  ['stop too many', { messages: userMsg('x'), stop: Array.from({ length: 20 }, (_, i) => `s${i}`) }, 400, 'stop'],
+  ['stream a string', { messages: userMsg('x'), stream: 'yes' }, 400, 'stream'],
+  ['stream_options a string', { messages: userMsg('x'), stream_options: 'x' }, 400, 'stream_options'],
+  ['include_usage a string', { messages: userMsg('x'), stream_options: { include_usage: 'y' } }, 400, 'stream_options.include_usage'],
+  ['seed a string', { messages: userMsg('x'), seed: 'abc' }, 400, 'seed'],
+  ['model a number', { messages: userMsg('x'), model: 5 }, 400, 'model'],
+  ['logprobs', { messages: userMsg('x'), logprobs: true }, 400, 'logprobs'],
+  ['tools not a list', { messages: userMsg('x'), tools: 'x' }, 400, 'tools'],
+  ['prompt over the context', { messages: userMsg('x1 y2 '.repeat(4000)), max_tokens: 4 }, 400, 'messages'],
+];
+const badCompletion = [
+  ['no prompt', { model: 'x' }, 400, 'prompt'],
+  ['prompt a number', { prompt: 5 }, 400, 'prompt'],
+  ['prompt token ids', { prompt: [1, 2, 3] }, 400, 'prompt'],
+  ['prompt empty', { prompt: '' }, 400, 'prompt'],
+  ['echo', { prompt: 'x', echo: true }, 400, 'echo'],
+  ['max_tokens 0', { prompt: 'x', max_tokens: 0 }, 400, 'max_tokens'],
+];
+const badMessages = [
+  ['invalid JSON', '{', 400],
+  ['no max_tokens', { messages: userMsg('x') }, 400],
+  ['max_tokens 0', { messages: userMsg('x'), max_tokens: 0 }, 400],
+  ['messages empty', { messages: [], max_tokens: 5 }, 400],
+  ['system role in messages', { messages: [{ role: 'system', content: 'x' }], max_tokens: 5 }, 400],
+  ['image block', { messages: [{ role: 'user', content: [{ type: 'image', source: {} }] }], max_tokens: 5 }, 400],
+  ['system a number', { system: 5, messages: userMsg('x'), max_tokens: 5 }, 400],
+  ['temperature 1.5', { messages: userMsg('x'), max_tokens: 5, temperature: 1.5 }, 400],
+  ['stop_sequences a string', { messages: userMsg('x'), max_tokens: 5, stop_sequences: 'x' }, 400],
+  ['top_k a string', { messages: userMsg('x'), max_tokens: 5, top_k: 'x' }, 400],
+  ['content missing', { messages: [{ role: 'user' }], max_tokens: 5 }, 400],
+];
+
+await test(`bad input: ${badChat.length + badCompletion.length + badMessages.length + 5} malformed requests, right status and error shape`, async () => {
+  const failures = [];
+  const checkOpenAi = (what, r, status, param) => {
+    const e = r.json?.error;
+    if (r.status !== status || !e || typeof e.message !== 'string' || typeof e.type !== 'string' ||
+        !('param' in e) || !('code' in e) || (param && e.param !== param))
+      failures.push(`${what}: ${r.status} ${r.text.slice(0, 200)}`);
+  };
+  for (const [what, body, status, param] of badChat)
+    checkOpenAi(`chat ${what}`, await postJson(base, '/v1/chat/completions', body), status, param);
+  for (const [what, body, status, param] of badCompletion)
+    checkOpenAi(`completions ${what}`, await postJson(base, '/v1/completions', body), status, param);
+  for (const [what, body, status] of badMessages) {
+    const r = await postJson(base, '/v1/messages', body);
+    if (r.status !== status || r.json?.type !== 'error' || typeof r.json?.error?.type !== 'string' ||
+        typeof r.json?.error?.message !== 'string')
+      failures.push(`messages ${what}: ${r.status} ${r.text.slice(0, 200)}`);
+  }
+  const big = { messages: userMsg('x'.repeat(2 << 20)) };
+  checkOpenAi('body over the limit', await postJson(base, '/v1/chat/completions', big), 413, null);
+  const bigA = await postJson(base, '/v1/messages', { messages: userMsg('x'.repeat(2 << 20)), max_tokens: 5 });
+  if (bigA.status !== 413 || bigA.json?.type !== 'error') failures.push(`messages body over the limit: ${bigA.status}`);
+  checkOpenAi('unknown route', await postJson(base, '/v1/nothing', {}), 404, null);
+  const getModel = await fetch(`${base}/v1/models/unknown`);
+  checkOpenAi('unknown model', { status: getModel.status, text: '', json: await getModel.json() }, 404, 'model');
+  // The real clients surface these as typed errors with the status.
+  await assert.rejects(
+    openai.chat.completions.create({ model: 'x', messages: userMsg('x'), temperature: 9 }),
+    (e) => e.status === 400 && /temperature/.test(e.message));
+  await assert.rejects(
+    anthropic.messages.create({ model: 'x', messages: userMsg('x'), max_tokens: -1 }),
+    (e) => e.status === 400 && e.error?.error?.type === 'invalid_request_error');
+  assert.deepEqual(failures, []);
+  assert.ok((await fetch(`${base}/health`)).ok, 'the server still answers');
+});
+
+await test('client disconnect mid-stream cancels the generation', async () => {
+  const key = 'flashserve_finish_total{reason="cancelled"}';
+  const before = (await metrics(base)).get(key) ?? 0;
+  const controller = new AbortController();
+  const stream = await openai.chat.completions.create(
+    { model: 'x', messages: userMsg('write a long program'), max_tokens: 3000, temperature: 0, stream: true },
+    { signal: controller.signal });
+  let n = 0;
+  try {
+    for await (const c of stream) {
+      if (c.choices[0]?.delta?.content && ++n >= 5) controller.abort();
+    }
+  } catch (e) {
+    assert.ok(/abort/i.test(String(e.name) + String(e.message)), String(e));
+  }
+  let after = before;
+  for (let i = 0; i < 50 && after === before; ++i) {
+    await new Promise((r) => setTimeout(r, 100));
+    after = (await metrics(base)).get(key) ?? 0;
+  }
+  assert.equal(after, before + 1, 'the generation was cancelled');
+  const m = await metrics(base);
+  assert.ok(m.get('flashserve_generated_tokens_total') > 0);
+});
+
+await test('load: 200 requests from 8 concurrent clients, streaming and not', async () => {
+  const threadsBefore = threadsOf(main.proc.pid);
+  const total = 200;
+  const clients = 8;
+  let next = 0;
+  const errors = [];
+  const t0 = performance.now();
+  await Promise.all(Array.from({ length: clients }, async (_, c) => {
+    const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0 });
+    while (next < total) {
+      const i = next++;
+      try {
+        const body = { model: 'x', messages: userMsg(`# task ${i % 17}\ndef f${i % 5}(`), max_tokens: 4 + (i % 5), temperature: (i % 3) * 0.4, seed: i };
+        if (i % 2) {
+          let got = false;
+          for await (const ch of await client.chat.completions.create({ ...body, stream: true }))
+            if (ch.choices[0]?.finish_reason) got = true;
+          if (!got) errors.push(`${i}: no finish_reason`);
+        } else {
+          const r = await client.chat.completions.create(body);
+          if (!r.choices[0].finish_reason) errors.push(`${i}: no finish_reason`);
+        }
+      } catch (e) {
+        errors.push(`${i} (client ${c}): ${e.status ?? ''} ${e.message}`);
+      }
+    }
+  }));
+  const seconds = (performance.now() - t0) / 1000;
+  figures.load_requests = total;
+  figures.load_clients = clients;
+  figures.load_seconds = Number(seconds.toFixed(2));
+  figures.load_requests_per_s = Number((total / seconds).toFixed(1));
+  assert.deepEqual(errors, []);
+  await new Promise((r) => setTimeout(r, 300));
+  const threadsAfter = threadsOf(main.proc.pid);
+  figures.threads_before = threadsBefore;
+  figures.threads_after = threadsAfter;
+  // httplib's pool is fixed; a thread per request would show here.
+  assert.ok(threadsAfter <= threadsBefore + 2, `threads ${threadsBefore} -> ${threadsAfter}`);
+  const m = await metrics(base);
+  const ttftSum = m.get('flashserve_time_to_first_token_seconds_sum');
+  const ttftCount = m.get('flashserve_time_to_first_token_seconds_count');
+  figures.mean_ttft_ms_all_requests = Number((1000 * ttftSum / ttftCount).toFixed(2));
+  figures.mtp_drafted_depth1 = m.get('flashserve_mtp_drafted_total{depth="1"}');
+  figures.mtp_accepted_depth1 = m.get('flashserve_mtp_accepted_total{depth="1"}');
+  assert.ok(figures.mtp_drafted_depth1 > 0, 'MTP drafts are counted');
+  assert.ok((m.get('flashserve_requests_total{endpoint="/v1/chat/completions",status="200"}') ?? 0) >= total);
+});
+
+await test('single-request TTFT on an idle server (streaming, cold prompt)', async () => {
+  const samples = [];
+  for (let i = 0; i < 5; ++i) {
+    const t0 = performance.now();
+    const s = await openai.chat.completions.create({
+      model: 'x', messages: userMsg(`${nonce()} def g():`), max_tokens: 8, temperature: 0, stream: true,
+    });
+    let first = null;
+    for await (const c of s) if (first === null && c.choices[0]?.delta?.content) first = performance.now() - t0;
+    if (first !== null) samples.push(first);
+  }
+  samples.sort((a, b) => a - b);
+  figures.idle_ttft_ms_median = Number(samples[Math.floor(samples.length / 2)].toFixed(1));
+});
+
+await test('metrics: Prometheus text with the documented series', async () => {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  for (const name of ['flashserve_requests_total', 'flashserve_prompt_tokens_total',
+    'flashserve_generated_tokens_total', 'flashserve_time_to_first_token_seconds_bucket',
+    'flashserve_inter_token_latency_seconds_bucket', 'flashserve_mtp_drafted_total',
+    'flashserve_mtp_accepted_total', 'flashserve_session_lookups_total',
+    'flashserve_checkpoint_rejections_total'])
+    assert.ok(text.includes(name), name);
+  assert.ok(/# TYPE flashserve_time_to_first_token_seconds histogram/.test(text));
+});
+
+await test('disk tier: a restart restores the conversation from disk; a corrupt checkpoint is refused and counted', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'flashserve-api-sessions-'));
+  try {
+    const messages = [
+      { role: 'system', content: `disk ${nonce()}` },
+      { role: 'user', content: 'def load(path):' },
+    ];
+    const turn = async (server) => {
+      const c = new OpenAI({ baseURL: `${server.base}/v1`, apiKey: 'unused', maxRetries: 0 });
+      return c.chat.completions.create({ model: 'x', messages, max_tokens: 6, temperature: 0 });
+    };
+    const a = await startServer(['--session-dir', dir, '--session-disk-mb', '64']);
+    const t1 = await turn(a);
+    assert.equal((await stopServer(a)).code, 0);  // persists the RAM bank on the way out
+    assert.ok(readdirSync(dir).some((f) => f.endsWith('.fsck')), 'checkpoints were written');
+
+    messages.push({ role: 'assistant', content: t1.choices[0].message.content });
+    messages.push({ role: 'user', content: 'again' });
+    const b = await startServer(['--session-dir', dir, '--session-disk-mb', '64']);
+    const t2 = await turn(b);
+    const mb = await metrics(b.base);
+    assert.equal(mb.get('flashserve_session_lookups_total{tier="disk"}'), 1, 'turn 2 after a restart is a disk hit');
+    assert.ok(t2.usage.prompt_tokens_details.cached_tokens >= t1.usage.prompt_tokens);
+    assert.equal((await stopServer(b)).code, 0);
+
+    // Flip one payload byte of every checkpoint: each must be refused on load, never trusted.
+    for (const f of readdirSync(dir).filter((f) => f.endsWith('.fsck'))) {
+      const path = join(dir, f);
+      const size = statSync(path).size;
+      const fd = openSync(path, 'r+');
+      const byte = Buffer.alloc(1);
+      const { readSync } = await import('node:fs');
+      readSync(fd, byte, 0, 1, size - 3);
+      byte[0] ^= 0x5a;
+      writeSync(fd, byte, 0, 1, size - 3);
+      closeSync(fd);
+    }
+    const c = await startServer(['--session-dir', dir, '--session-disk-mb', '64']);
+    const t3 = await turn(c);
+    const mc = await metrics(c.base);
+    assert.equal(t3.choices[0].message.content, t2.choices[0].message.content, 'the cold recompute gives the same text');
+    assert.equal(mc.get('flashserve_session_lookups_total{tier="cold"}'), 1);
+    let rejected = 0;
+    for (const [k, v] of mc) if (k.startsWith('flashserve_checkpoint_rejections_total{')) rejected += v;
+    assert.ok(rejected >= 1, 'the corrupt checkpoint is counted by reason');
+    assert.equal((await stopServer(c)).code, 0);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+await test('second server: API key, CORS, a full queue answers 503 with Retry-After', async () => {
+  const s = await startServer(['--api-key', 'sekret', '--cors', '--max-queue', '1']);
+  try {
+    const noKey = await postJson(s.base, '/v1/chat/completions', { messages: userMsg('x') });
+    assert.equal(noKey.status, 401);
+    assert.equal(typeof noKey.json.error.message, 'string');
+    const noKeyA = await postJson(s.base, '/v1/messages', { messages: userMsg('x'), max_tokens: 2 });
+    assert.equal(noKeyA.json.error.type, 'authentication_error');
+    const ok = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: 'sekret', maxRetries: 0 });
+    const r = await ok.chat.completions.create({ model: 'x', messages: userMsg('x'), max_tokens: 2 });
+    assert.equal(r.choices.length, 1);
+    const okA = new Anthropic({ baseURL: s.base, apiKey: 'sekret', maxRetries: 0 });
+    assert.equal((await okA.messages.create({ model: 'x', messages: userMsg('x'), max_tokens: 2 })).type, 'message');
+    const pre = await fetch(`${s.base}/v1/chat/completions`, { method: 'OPTIONS', headers: { Origin: 'http://a.example' } });
+    assert.equal(pre.status, 204);
+    assert.equal(pre.headers.get('access-control-allow-origin'), '*');
+    // One long generation runs, one waits, the rest are refused.
+    const controller = new AbortController();
+    const long = () => fetch(`${s.base}/v1/chat/completions`, {
+      method: 'POST', signal: controller.signal,
+      headers: { 'content-type': 'application/json', authorization: 'Bearer sekret' },
+      body: JSON.stringify({ messages: userMsg('long'), max_tokens: 2000, temperature: 0.7, stream: true }),
+    }).then((res) => ({ status: res.status, retry: res.headers.get('retry-after'), res })).catch((e) => ({ status: 0, e }));
+    const first = long();
+    await new Promise((r) => setTimeout(r, 300));
+    // Six at once: even if the first ended early, at most two of them can be taken.
+    const rest = await Promise.all(Array.from({ length: 6 }, long));
+    const statuses = rest.map((x) => x.status);
+    assert.ok(statuses.includes(503), `statuses ${statuses}`);
+    const refused = rest.find((x) => x.status === 503);
+    assert.equal(refused.retry, '1');
+    assert.equal((await refused.res.json()).error.code, 'queue_full');
+    controller.abort();
+    await first;
+    await Promise.all(rest.map((x) => x.res?.body?.cancel().catch(() => {})));
+  } finally {
+    const r = await stopServer(s);
+    assert.equal(r.code, 0, `second server exit ${JSON.stringify(r)}\n${s.log()}`);
+  }
+});
+
+const exit = await stopServer(main);
+await test('server stops cleanly on SIGTERM', async () => {
+  assert.equal(exit.code, 0, `exit ${JSON.stringify(exit)}\n${main.log()}`);
+});
+clearTimeout(globalTimer);
+const failed = results.filter((r) => !r.ok).length;
+console.log(JSON.stringify({ passed: results.length - failed, failed, figures }));
+process.exit(failed ? 1 : 0);

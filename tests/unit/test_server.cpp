@@ -1,0 +1,321 @@
+// The HTTP server's pure parts: request parsing and validation, error bodies, SSE framing,
+// response shapes, stop sequences on a text stream, and the Prometheus exposition.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server/api_error.h"
+#include "server/format.h"
+#include "server/metrics.h"
+#include "server/request.h"
+#include "server/sse.h"
+#include "server/stop_matcher.h"
+
+namespace fs::server {
+namespace {
+
+using json = nlohmann::json;
+
+const RequestLimits kLimits;
+
+GenerationRequest ok_request(const ParsedRequest& p) {
+  if (const auto* e = std::get_if<ApiError>(&p)) {
+    ADD_FAILURE() << "unexpected error: " << e->param << ": " << e->message;
+    return {};
+  }
+  return std::get<GenerationRequest>(p);
+}
+
+ApiError error_of(const ParsedRequest& p) {
+  if (const auto* e = std::get_if<ApiError>(&p)) return *e;
+  ADD_FAILURE() << "expected an error";
+  return {};
+}
+
+TEST(ServerRequest, ChatFieldsAreRead) {
+  const auto r = ok_request(parse_openai_chat(R"({
+    "model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 7,
+    "temperature": 0.5, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "presence_penalty": 0.5,
+    "frequency_penalty": -0.5, "seed": 42, "stop": "END", "stream": true,
+    "stream_options": {"include_usage": true}, "n": 1, "user": "ignored"})",
+                                              kLimits));
+  EXPECT_EQ(r.kind, ApiKind::kChat);
+  EXPECT_EQ(r.model, "m");
+  ASSERT_EQ(r.chat.messages.size(), 1u);
+  EXPECT_TRUE(r.chat.add_generation_prompt);
+  EXPECT_EQ(r.max_tokens, 7);
+  EXPECT_DOUBLE_EQ(r.sampler.temperature, 0.5);
+  EXPECT_DOUBLE_EQ(r.sampler.top_p, 0.9);
+  EXPECT_EQ(r.sampler.top_k, 40);
+  EXPECT_DOUBLE_EQ(r.sampler.min_p, 0.05);
+  EXPECT_DOUBLE_EQ(r.sampler.presence_penalty, 0.5);
+  EXPECT_DOUBLE_EQ(r.sampler.frequency_penalty, -0.5);
+  ASSERT_TRUE(r.seed.has_value());
+  EXPECT_EQ(*r.seed, 42u);
+  EXPECT_EQ(r.stop, std::vector<std::string>{"END"});
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+}
+
+TEST(ServerRequest, ChatDefaults) {
+  const auto r =
+      ok_request(parse_openai_chat(R"({"messages": [{"role": "user", "content": "x"}]})", kLimits));
+  EXPECT_EQ(r.max_tokens, kLimits.default_max_tokens);
+  EXPECT_TRUE(r.sampler.greedy());
+  EXPECT_FALSE(r.seed.has_value());
+  EXPECT_FALSE(r.stream);
+  // max_completion_tokens wins over max_tokens when both are given (it is read last).
+  const auto both = ok_request(parse_openai_chat(
+      R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 5,
+          "max_completion_tokens": 9, "temperature": null})",
+      kLimits));
+  EXPECT_EQ(both.max_tokens, 9);
+}
+
+TEST(ServerRequest, ChatErrorsNameTheField) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"messages": [{"role": "user", "content": "x"}], "temperature": 2.5})", "temperature"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "temperature": "warm"})", "temperature"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_p": 0})", "top_p"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})", "max_tokens"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 99999999})", "max_tokens"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 2.5})", "max_tokens"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "n": 3})", "n"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stop": [1]})", "stop"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stop": [""]})", "stop"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stream": 1})", "stream"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "seed": "s"})", "seed"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": 1}})",
+       "stream_options.include_usage"},
+      {R"({"messages": "x"})", "messages"},
+      {R"({"messages": []})", "messages"},
+      {R"({"messages": [{"role": "alien", "content": "x"}]})", "messages"},
+      {R"({})", "messages"},
+  };
+  for (const auto& [body, param] : cases) {
+    const ApiError e = error_of(parse_openai_chat(body, kLimits));
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_EQ(e.param, param) << body;
+    EXPECT_NE(e.message.find(param.substr(0, param.find('.'))), std::string::npos)
+        << body << " -> " << e.message;
+  }
+}
+
+TEST(ServerRequest, MalformedBodies) {
+  for (const char* body : {"", "{", "[]", "null", "42", "\"x\"", "{\"messages\": [}"}) {
+    const ApiError e = error_of(parse_openai_chat(body, kLimits));
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_FALSE(e.message.empty());
+  }
+}
+
+TEST(ServerRequest, Completion) {
+  const auto r = ok_request(
+      parse_openai_completion(R"({"prompt": "def f():", "stop": ["\n\n", "#"]})", kLimits));
+  EXPECT_EQ(r.kind, ApiKind::kCompletion);
+  EXPECT_EQ(r.prompt, "def f():");
+  EXPECT_EQ(r.stop.size(), 2u);
+  EXPECT_EQ(error_of(parse_openai_completion(R"({"prompt": [1, 2]})", kLimits)).param, "prompt");
+  EXPECT_EQ(error_of(parse_openai_completion(R"({})", kLimits)).param, "prompt");
+}
+
+TEST(ServerRequest, AnthropicMessages) {
+  const auto r = ok_request(parse_anthropic_messages(R"({
+    "model": "claude", "max_tokens": 10, "system": [{"type": "text", "text": "Be brief."}],
+    "messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                 {"role": "assistant", "content": "c"}, {"role": "user", "content": "d"}],
+    "stop_sequences": ["X"], "temperature": 1.0, "top_k": 5, "metadata": {"user_id": "u"}})",
+                                                     kLimits));
+  ASSERT_EQ(r.chat.messages.size(), 4u);
+  EXPECT_EQ(r.chat.messages[0].role, "system");
+  EXPECT_EQ(r.chat.messages[0].text(), "Be brief.");
+  EXPECT_EQ(r.chat.messages[1].text(), "ab");
+  EXPECT_EQ(r.max_tokens, 10);
+  EXPECT_EQ(r.stop, std::vector<std::string>{"X"});
+  EXPECT_EQ(r.sampler.top_k, 5);
+
+  EXPECT_EQ(error_of(parse_anthropic_messages(R"({"messages": [{"role": "user", "content": "x"}]})",
+                                              kLimits))
+                .param,
+            "max_tokens");
+  EXPECT_EQ(error_of(parse_anthropic_messages(
+                         R"({"max_tokens": 5, "temperature": 1.5,
+                             "messages": [{"role": "user", "content": "x"}]})",
+                         kLimits))
+                .param,
+            "temperature");
+  EXPECT_EQ(error_of(parse_anthropic_messages(
+                         R"({"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]})",
+                         kLimits))
+                .param,
+            "messages[0].role");
+  EXPECT_EQ(error_of(parse_anthropic_messages(
+                         R"({"max_tokens": 5, "messages": [{"role": "user",
+                             "content": [{"type": "image"}]}]})",
+                         kLimits))
+                .param,
+            "messages[0].content[0].type");
+}
+
+TEST(ServerErrors, Shapes) {
+  ApiError e = ApiError::invalid("top_p", "'top_p' must be between 0 and 1", "bad");
+  const json o = json::parse(openai_error_body(e));
+  EXPECT_EQ(o["error"]["param"], "top_p");
+  EXPECT_EQ(o["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(o["error"]["code"], "bad");
+  EXPECT_EQ(o["error"]["message"], "'top_p' must be between 0 and 1");
+  const json none = json::parse(openai_error_body(ApiError::invalid("", "x")));
+  EXPECT_TRUE(none["error"]["param"].is_null());
+  EXPECT_TRUE(none["error"]["code"].is_null());
+  const json a = json::parse(anthropic_error_body(e));
+  EXPECT_EQ(a["type"], "error");
+  EXPECT_EQ(a["error"]["type"], "invalid_request_error");
+  e.status = 503;
+  EXPECT_EQ(json::parse(anthropic_error_body(e))["error"]["type"], "overloaded_error");
+  EXPECT_EQ(anthropic_error_type(401), "authentication_error");
+  EXPECT_EQ(anthropic_error_type(413), "request_too_large");
+}
+
+TEST(ServerSse, Framing) {
+  EXPECT_EQ(sse_data(json{{"a", 1}}), "data: {\"a\":1}\n\n");
+  EXPECT_EQ(sse_event("ping", json{{"type", "ping"}}),
+            "event: ping\ndata: {\"type\":\"ping\"}\n\n");
+  EXPECT_EQ(sse_done(), "data: [DONE]\n\n");
+  // Newlines in text stay escaped inside the one data line; invalid UTF-8 does not throw.
+  EXPECT_EQ(sse_data(json{{"t", "a\nb"}}), "data: {\"t\":\"a\\nb\"}\n\n");
+  EXPECT_NO_THROW(sse_data(json{{"t", std::string("\xff\xfe")}}));
+}
+
+// The data payloads of an SSE text, in order.
+std::vector<json> payloads(const std::string& sse) {
+  std::vector<json> out;
+  std::size_t at = 0;
+  while ((at = sse.find("data: ", at)) != std::string::npos) {
+    const std::size_t end = sse.find("\n\n", at);
+    const std::string data = sse.substr(at + 6, end - at - 6);
+    if (data != "[DONE]") out.push_back(json::parse(data));
+    at = end;
+  }
+  return out;
+}
+
+TEST(ServerFormat, OpenAiChatStream) {
+  ResponseMeta meta{"chatcmpl-1", 100, "m", 5};
+  auto f = make_stream_formatter(ApiKind::kChat, meta, /*include_usage=*/true);
+  JobSummary s;
+  s.finish_reason = "length";
+  s.prompt_tokens = 5;
+  s.completion_tokens = 2;
+  const std::string all = f->start() + f->delta("he") + f->delta("y") + f->finish(s);
+  const auto p = payloads(all);
+  ASSERT_EQ(p.size(), 5u);
+  EXPECT_EQ(p[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(p[1]["choices"][0]["delta"]["content"], "he");
+  EXPECT_TRUE(p[1]["usage"].is_null());
+  EXPECT_EQ(p[3]["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(p[4]["choices"].empty());
+  EXPECT_EQ(p[4]["usage"]["total_tokens"], 7);
+  EXPECT_NE(all.find("data: [DONE]\n\n"), std::string::npos);
+}
+
+TEST(ServerFormat, AnthropicStreamEventOrder) {
+  ResponseMeta meta{"msg_1", 100, "m", 5};
+  auto f = make_stream_formatter(ApiKind::kMessages, meta, false);
+  JobSummary s;
+  s.finish_reason = "stop";
+  s.stop_sequence = "END";
+  s.completion_tokens = 3;
+  const std::string all = f->start() + f->delta("x") + f->finish(s);
+  std::vector<std::string> events;
+  for (std::size_t at = 0; (at = all.find("event: ", at)) != std::string::npos; ++at)
+    events.push_back(all.substr(at + 7, all.find('\n', at) - at - 7));
+  EXPECT_EQ(events,
+            (std::vector<std::string>{"message_start", "content_block_start", "content_block_delta",
+                                      "content_block_stop", "message_delta", "message_stop"}));
+  const auto p = payloads(all);
+  EXPECT_EQ(p[0]["message"]["usage"]["input_tokens"], 5);
+  EXPECT_EQ(p[4]["delta"]["stop_reason"], "stop_sequence");
+  EXPECT_EQ(p[4]["delta"]["stop_sequence"], "END");
+  EXPECT_EQ(p[4]["usage"]["output_tokens"], 3);
+}
+
+TEST(ServerFormat, CompleteResponses) {
+  ResponseMeta meta{"id", 1, "m", 4};
+  JobSummary s;
+  s.finish_reason = "stop";
+  s.prompt_tokens = 4;
+  s.completion_tokens = 2;
+  const json chat = complete_response(ApiKind::kChat, meta, "hi", s);
+  EXPECT_EQ(chat["choices"][0]["message"]["content"], "hi");
+  EXPECT_EQ(chat["usage"]["total_tokens"], 6);
+  const json msg = complete_response(ApiKind::kMessages, meta, "hi", s);
+  EXPECT_EQ(msg["content"][0]["text"], "hi");
+  EXPECT_EQ(msg["stop_reason"], "end_turn");
+  s.finish_reason = "length";
+  EXPECT_EQ(complete_response(ApiKind::kMessages, meta, "hi", s)["stop_reason"], "max_tokens");
+  EXPECT_EQ(complete_response(ApiKind::kCompletion, meta, "hi", s)["choices"][0]["finish_reason"],
+            "length");
+}
+
+TEST(ServerStop, HoldsBackPrefixesAndCutsAtTheMatch) {
+  StopMatcher m({"</end>", "STOP"});
+  std::string out;
+  for (const char* piece : {"hello <", "/e", "n", "x ok ST", "OP and more"}) out += m.push(piece);
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(m.matched(), "STOP");
+  EXPECT_EQ(out, "hello </enx ok ");
+  EXPECT_EQ(m.push("later"), "");
+  EXPECT_EQ(m.flush(), "");
+}
+
+TEST(ServerStop, NoStopPassesEverything) {
+  StopMatcher none({});
+  EXPECT_EQ(none.push("abc"), "abc");
+  StopMatcher m({"xyz"});
+  EXPECT_EQ(m.push("abx"), "ab");  // "x" might start "xyz"
+  EXPECT_EQ(m.push("y"), "");
+  EXPECT_EQ(m.flush(), "xy");  // generation ended: the held text was plain text
+  EXPECT_FALSE(m.stopped());
+  StopMatcher first({"bc", "abcd"});
+  EXPECT_EQ(first.push("zabcd"), "z");  // the earliest match wins
+  EXPECT_EQ(first.matched(), "abcd");
+}
+
+TEST(ServerMetrics, PrometheusText) {
+  Metrics m;
+  m.count_request("/v1/chat/completions", 200);
+  m.count_request("/v1/chat/completions", 200);
+  m.count_request("/v1/messages", 400);
+  m.add_tokens(10, 3);
+  m.observe_ttft(0.02);
+  m.observe_inter_token(0.003);
+  m.observe_inter_token(2.0);
+  m.add_mtp(1, 5, 4);
+  m.add_mtp(4, 1, 1);  // out of range: ignored
+  m.count_session("ram");
+  ExternalStats ext;
+  ext.checkpoint_rejections["bad_checksum"] = 2;
+  const std::string t = m.render(ext);
+  const auto has = [&](const std::string& line) {
+    EXPECT_NE(t.find(line + "\n"), std::string::npos) << line;
+  };
+  has("flashserve_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 2");
+  has("flashserve_requests_total{endpoint=\"/v1/messages\",status=\"400\"} 1");
+  has("flashserve_prompt_tokens_total 10");
+  has("flashserve_generated_tokens_total 3");
+  has("# TYPE flashserve_time_to_first_token_seconds histogram");
+  has("flashserve_time_to_first_token_seconds_bucket{le=\"0.01\"} 0");
+  has("flashserve_time_to_first_token_seconds_bucket{le=\"0.025\"} 1");
+  has("flashserve_time_to_first_token_seconds_count 1");
+  has("flashserve_inter_token_latency_seconds_bucket{le=\"1\"} 1");
+  has("flashserve_inter_token_latency_seconds_bucket{le=\"+Inf\"} 2");
+  has("flashserve_mtp_drafted_total{depth=\"1\"} 5");
+  has("flashserve_mtp_accepted_total{depth=\"1\"} 4");
+  has("flashserve_session_lookups_total{tier=\"ram\"} 1");
+  has("flashserve_session_lookups_total{tier=\"cold\"} 0");
+  has("flashserve_checkpoint_rejections_total{reason=\"bad_checksum\"} 2");
+  EXPECT_EQ(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+}
+
+}  // namespace
+}  // namespace fs::server
