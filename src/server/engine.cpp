@@ -169,6 +169,9 @@ void Engine::run(Job& job) {
   g.sampler = job.sampler;
   g.seed = job.seed;
   g.stop_tokens = stop_ids_;
+  // Long generations reach the disk tier at aligned frontiers, not only at the end of the turn.
+  g.on_commit = persist_at_frontiers(tiers, PrepareOptions{}.restore_point_interval,
+                                     static_cast<std::int64_t>(prepared->state.tokens.size()));
   g.cancelled = [&] { return job.cancelled.load() || stops.stopped(); };
   g.on_token = [&](TokenId id) {
     const auto now = Clock::now();
