@@ -1,9 +1,23 @@
 // The backend op interface (DESIGN principle 1). Model code is written once against these ops;
 // a backend holds no model logic. Ops are named as the papers and the reference name them.
 //
-// Conventions: activations are float32 `Tensor`s viewed as [rows, cols] (rows = tokens, or
-// tokens x heads); weights are `Weight`s in the checkpoint's dtype (f32 or bf16), linear weights
-// [out, in]. Outputs are resized by the op unless stated otherwise. Every op computes in fp32.
+// Memory (DESIGN "On the GPU"): every activation and cache a backend computes on is a `Tensor`
+// in the backend's `memory()`; an output tensor given to an op is (re)allocated there by the op,
+// reusing its buffer when it is large enough. Weights are `Weight`s the backend `upload`ed once
+// at load (the CPU computes on the mapped checkpoint in place). Nothing inside an op returns to
+// the host: routing, top-k and block selection produce int32 index tensors in backend memory.
+// The two host inputs are token-derived: `embedding` ids, and the PLE table rows, which stay in
+// the mapped host file and are gathered there.
+//
+// Conventions: activations are float32 viewed as [rows, cols] (rows = tokens, or tokens x
+// heads); weights are f32 or bf16, linear weights [out, in]; vectors (norm weights, biases,
+// per-column scales) are f32 `Weight`s. Every op computes in fp32. An op may be given the same
+// tensor as input and output where its comment says "in place" or where `x` and `y` are both
+// passed as the same object (rms_norm).
+//
+// Failure (out of memory, a launch error, an op a backend does not implement) is recorded, not
+// thrown: the first one is kept, later ops do nothing, and the caller checks `status()` once per
+// forward. There is no silent fallback to another backend.
 #pragma once
 
 #include <cstdint>
@@ -14,135 +28,180 @@
 
 #include "backend/weight.h"
 #include "tensor/tensor.h"
+#include "util/status.h"
 
 namespace fs {
 
 enum class Activation { kIdentity, kSilu, kSigmoid, kSoftplus, kRelu };
 
-// Keys each query attends to, in CSR form: query i uses keys[offsets[i] .. offsets[i+1]).
-struct KeySelection {
-  std::vector<std::int64_t> offsets{0};
-  std::vector<std::int32_t> keys;
-  void add_query(std::span<const std::int32_t> k) {
-    keys.insert(keys.end(), k.begin(), k.end());
-    offsets.push_back(static_cast<std::int64_t>(keys.size()));
-  }
-};
-
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // Where this backend's tensors live.
+  virtual const std::shared_ptr<Memory>& memory() const = 0;
+  // A zero-filled tensor in this backend's memory (a failed allocation is recorded).
+  Tensor new_tensor(Shape shape, DType dtype = DType::kF32);
+
+  // A weight this backend computes with. Matrices (rank >= 2) are stored as `matrix_dtype`
+  // (f32 or bf16); vectors stay f32. The CPU returns the view itself when no conversion is
+  // needed; a device copies it into memory the backend owns for its whole life.
+  virtual Expected<Weight> upload(const Weight& w, DType matrix_dtype) = 0;
+  // Blocks until queued work is done (device backends run ops asynchronously).
+  virtual void synchronize() {}
+
+  // The first failure since the last clear_status(); ok when none.
+  const Status& status() const { return status_; }
+  void clear_status() { status_ = Status{}; }
 
   // --- dense algebra -------------------------------------------------------------------------
   // y[S, out] = x[S, in] · W[out, in]^T  (nn.Linear without bias).
-  virtual void linear(const Tensor& x, const Weight& w, Tensor& y) = 0;
+  virtual void linear(const Tensor& x, const Weight& w, Tensor& y);
   // y[rows, cols] += bias[cols].
-  virtual void add_bias(Tensor& y, std::span<const float> bias) = 0;
+  virtual void add_bias(Tensor& y, const Weight& bias);
 
   // --- normalisation --------------------------------------------------------------------------
   // RMSNorm over consecutive groups of `group` columns: y = x * rsqrt(mean(x^2) + eps) * scale,
   // scale = (1 + w) when `unit_offset` (Qwen's zero-initialised norm) else w. `w` spans the full
   // row width (grouped norms carry one weight per column) or one group (shared by every group).
-  virtual void rms_norm(const Tensor& x, std::span<const float> w, std::int64_t group, float eps,
-                        bool unit_offset, Tensor& y) = 0;
-  // Gated RMSNorm (FLA's RMSNormGated, norm before gate): per group of `w.size()` columns,
+  // x and y may be the same tensor.
+  virtual void rms_norm(const Tensor& x, const Weight& w, std::int64_t group, float eps,
+                        bool unit_offset, Tensor& y);
+  // Gated RMSNorm (FLA's RMSNormGated, norm before gate): per group of `w.numel()` columns,
   // y = w * rmsnorm(x) * act(gate).
-  virtual void rms_norm_gated(const Tensor& x, std::span<const float> w, const Tensor& gate,
-                              float eps, Activation act, Tensor& y) = 0;
+  virtual void rms_norm_gated(const Tensor& x, const Weight& w, const Tensor& gate, float eps,
+                              Activation act, Tensor& y);
   // x / sqrt(sum(x^2) + eps) over groups of `group` columns, in place (FLA's l2norm: sum, not
   // mean).
-  virtual void l2_norm(Tensor& x, std::int64_t group, float eps) = 0;
+  virtual void l2_norm(Tensor& x, std::int64_t group, float eps);
 
   // --- elementwise ---------------------------------------------------------------------------
-  virtual void activate(Tensor& x, Activation act) = 0;  // in place
-  virtual void scale(Tensor& x, float s) = 0;            // in place
-  virtual void add(Tensor& x, const Tensor& y) = 0;      // x += y
-  virtual void mul(Tensor& x, const Tensor& y) = 0;      // x *= y
+  virtual void activate(Tensor& x, Activation act);  // in place
+  virtual void scale(Tensor& x, float s);            // in place
+  virtual void add(Tensor& x, const Tensor& y);      // x += y
+  virtual void mul(Tensor& x, const Tensor& y);      // x *= y
   // x[r, c] *= v[c] (a per-column vector broadcast over rows).
-  virtual void mul_cols(Tensor& x, std::span<const float> v) = 0;
+  virtual void mul_cols(Tensor& x, const Weight& v);
   // x[r, c] *= s[r] (a per-row scalar, s is [rows, 1]).
-  virtual void mul_rows(Tensor& x, const Tensor& s) = 0;
-  // out = act(gate) * up (SwiGLU with silu); `packed` takes gate and up as the two halves of gu.
-  virtual void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
-  virtual void swiglu_packed(const Tensor& gu, Tensor& out) = 0;
+  virtual void mul_rows(Tensor& x, const Tensor& s);
+  // out = silu(gate) * up; `packed` takes gate and up as the two halves of each row of gu.
+  virtual void swiglu(const Tensor& gate, const Tensor& up, Tensor& out);
+  virtual void swiglu_packed(const Tensor& gu, Tensor& out);
   // sign(x) * sqrt(max(|x|, floor)), in place (PLE gate, sign(0) = 0).
-  virtual void signed_sqrt(Tensor& x, float floor) = 0;
+  virtual void signed_sqrt(Tensor& x, float floor);
+  // Each row divided by its sum, in place (top-k renormalisation).
+  virtual void normalize_rows(Tensor& x);
 
   // --- layout --------------------------------------------------------------------------------
   // out[r, :] = x[r, begin : begin + width].
-  virtual void slice_cols(const Tensor& x, std::int64_t begin, std::int64_t width, Tensor& out) = 0;
+  virtual void slice_cols(const Tensor& x, std::int64_t begin, std::int64_t width, Tensor& out);
+  // out[i, :] = x[begin + i, :] for i in [0, count).
+  virtual void slice_rows(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out);
   // Splits each row of x viewed as [heads, 2*dim] into a = [heads, :dim], b = [heads, dim:].
   virtual void split_interleaved(const Tensor& x, std::int64_t heads, std::int64_t dim, Tensor& a,
-                                 Tensor& b) = 0;
+                                 Tensor& b);
   // out[r, s*W : (s+1)*W] = x[r, :] for s in [0, times).
-  virtual void repeat_cols(const Tensor& x, std::int64_t times, Tensor& out) = 0;
-  // out[i, :] = x[idx[i], :].
-  virtual void gather_rows(const Tensor& x, std::span<const std::int32_t> idx, Tensor& out) = 0;
-  // out[idx[i], :] += w[i] * y[i, :]  (index_add with a per-row weight).
-  virtual void scatter_add_rows(Tensor& out, std::span<const std::int32_t> idx, const Tensor& y,
-                                std::span<const float> w) = 0;
-  // Appends the rows of x to `cache` ([n, cols] grows to [n + rows, cols]).
-  virtual void append_rows(Tensor& cache, const Tensor& x) = 0;
+  virtual void repeat_cols(const Tensor& x, std::int64_t times, Tensor& out);
+  // Appends the rows of x to `cache` ([n, cols] grows to [n + rows, cols]; the cache's capacity
+  // grows geometrically, so a warm cache is appended to without allocating).
+  virtual void append_rows(Tensor& cache, const Tensor& x);
 
   // --- embeddings ----------------------------------------------------------------------------
-  // out[i, :] = table[ids[i], :], the table being the row-wise concatenation of `shards` (a
-  // sharded table is never materialised; only the touched rows are read).
+  // out[i, :] = table[ids[i], :] as f32, the table being the row-wise concatenation of `shards`
+  // (never materialised; only the touched rows are read). The ids are host values derived from
+  // the token ids. Shards may be device weights, or host weights (the memory-mapped PLE table),
+  // whose rows are gathered on the host and copied in.
   virtual void embedding(std::span<const Weight> shards, std::span<const std::int64_t> ids,
-                         Tensor& out) = 0;
+                         Tensor& out);
 
   // --- hyper-connections -----------------------------------------------------------------------
   // out[r, :] = mean over s of x[r, s*W : (s+1)*W]  (W = x.cols / streams).
-  virtual void stream_mean(const Tensor& x, std::int64_t streams, Tensor& out) = 0;
+  virtual void stream_mean(const Tensor& x, std::int64_t streams, Tensor& out);
   // h[r, s*W : (s+1)*W] += w[r, s] * y[r, :]  (w is [rows, streams], y is [rows, W]).
-  virtual void add_scaled_streams(Tensor& h, const Tensor& y, const Tensor& w) = 0;
+  virtual void add_scaled_streams(Tensor& h, const Tensor& y, const Tensor& w);
   // out[r, s] = sum over the s-th group of W columns of a*b.
-  virtual void grouped_dot(const Tensor& a, const Tensor& b, std::int64_t group, Tensor& out) = 0;
+  virtual void grouped_dot(const Tensor& a, const Tensor& b, std::int64_t group, Tensor& out);
 
   // --- positional ----------------------------------------------------------------------------
   // Rotate-half RoPE on the first `rotary_dim` columns of every `head_dim`-wide head of each row,
-  // in place; row r of x is at positions[r]; inv_freq[i] = theta^(-2i/rotary_dim).
-  virtual void rope(Tensor& x, std::int64_t head_dim, std::int64_t rotary_dim,
-                    std::span<const std::int64_t> positions, double theta) = 0;
+  // in place; row r is at position first + r * stride; inv_freq[i] = theta^(-2i/rotary_dim).
+  virtual void rope(Tensor& x, std::int64_t head_dim, std::int64_t rotary_dim, std::int64_t first,
+                    std::int64_t stride, double theta);
 
   // --- sequence mixing -----------------------------------------------------------------------
   // Causal depthwise conv over time, per channel: y_t = sum_j w[c, j] * x_{t - (K-1-j)*dilation},
-  // x before the call taken from `tail` ([(K-1)*dilation, C], oldest first), which is then
-  // replaced by the last (K-1)*dilation inputs. No activation.
-  virtual void causal_conv1d(const Tensor& x, const Tensor& w, std::int64_t dilation, Tensor& tail,
-                             Tensor& y) = 0;
+  // w [C, K]; x before the call taken from `tail` ([(K-1)*dilation, C], oldest first), which is
+  // then replaced by the last (K-1)*dilation inputs. No activation.
+  virtual void causal_conv1d(const Tensor& x, const Weight& w, std::int64_t dilation, Tensor& tail,
+                             Tensor& y);
   // Gated delta rule (Yang et al., "Gated Delta Networks"). q, k: [S, Hk*dk] (already l2-normed,
   // q scaled), v: [S, Hv*dv], g (log decay) and beta: [S, Hv], value head j reads key head
   // j / (Hv/Hk). state: [Hv, dk, dv], updated. out: [S, Hv*dv]. The chunked form (chunk 64,
   // WY representation) and the token-by-token recurrent form compute the same function.
   virtual void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& g, const Tensor& beta, std::int64_t key_heads,
-                                        Tensor& state, Tensor& out) = 0;
+                                        Tensor& state, Tensor& out);
   virtual void gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& v,
                                           const Tensor& g, const Tensor& beta,
-                                          std::int64_t key_heads, Tensor& state, Tensor& out) = 0;
-  // Softmax attention of q [S, Hq*D] over the selected rows of k, v [T, Hkv*D] (GQA: query head h
-  // reads kv head h / (Hq/Hkv)), out [S, Hq*D]; probabilities in fp32.
-  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t heads,
-                         std::int64_t kv_heads, const KeySelection& sel, float scale,
-                         Tensor& out) = 0;
+                                          std::int64_t key_heads, Tensor& state, Tensor& out);
+  // Softmax attention of q [S, Hq*D] over a block selection of k, v [T, Hkv*D] (GQA: query head
+  // h reads kv head h / (Hq/Hkv)), out [S, Hq*D], probabilities in fp32. Query s is at position
+  // first + s; it reads every key of the blocks picked[s, :] (block b = keys b*block ..
+  // b*block+block-1; -1 entries are skipped, in the order given) and then the unfinished tail,
+  // keys ((first+s+1)/block)*block .. first+s.
+  virtual void block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      std::int64_t heads, std::int64_t kv_heads,
+                                      const Tensor& picked, std::int64_t block, std::int64_t first,
+                                      float scale, Tensor& out);
 
   // --- indexers and routing --------------------------------------------------------------------
   // Mean of each complete group of `group` consecutive rows of x[first_row ...]: out [n, cols].
   virtual void block_mean(const Tensor& x, std::int64_t first_row, std::int64_t blocks,
-                          std::int64_t group, Tensor& out) = 0;
+                          std::int64_t group, Tensor& out);
   // QSA block scores: out[s, b] = sum_h relu(q[s, h] . keys[b]) * scale, q [S, heads*dim],
   // keys [B, dim].
   virtual void index_scores(const Tensor& q, const Tensor& keys, std::int64_t heads, float scale,
-                            Tensor& out) = 0;
-  virtual void softmax(Tensor& x) = 0;  // per row, in place
-  // The k largest entries of each row of x[:, :n] (n <= cols), descending; ties keep the lower
-  // index first. Per row n may differ (counts[r]); missing picks are -1.
-  virtual void topk(const Tensor& x, std::int64_t k, std::span<const std::int64_t> counts,
-                    std::vector<std::int32_t>& idx, std::vector<float>& val) = 0;
+                            Tensor& out);
+  virtual void softmax(Tensor& x);  // per row, in place
+  // The k largest entries of each row, descending; ties keep the lower index first.
+  // idx [rows, k] int32, val [rows, k] f32.
+  virtual void topk(const Tensor& x, std::int64_t k, Tensor& idx, Tensor& val);
+  // QSA block selection: row s of scores [S, B] is the query at position first + s, which sees
+  // the (first+s+1)/block complete blocks; picked [S, top] int32 holds the `top` best visible
+  // blocks, descending, ties to the lower index, -1 where fewer are visible.
+  virtual void select_blocks(const Tensor& scores, std::int64_t first, std::int64_t block,
+                             std::int64_t top, Tensor& picked);
+  // The routed experts of a sparse MoE: y[s] = sum_j weights[s, j] *
+  //   down[e] · swiglu_packed(gate_up[e] · x[s]),  e = experts[s, j],
+  // gate_up [E, 2I, H] (gate rows then up rows), down [E, H, I], experts/weights [S, k]. Only the
+  // routed experts' weights are read. y [S, H] is overwritten.
+  virtual void moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
+                           const Tensor& experts, const Tensor& weights, Tensor& y);
+
+ protected:
+  // Records the first failure; ops check `failed()` and return early after one.
+  void fail(Status s) {
+    if (status_.ok()) status_ = std::move(s);
+  }
+  bool failed() const { return !status_.ok(); }
+  // Allocates `t` in this backend's memory, recording an out-of-memory failure.
+  bool ensure(Tensor& t, Shape shape, DType dtype = DType::kF32);
+  void unimplemented(const char* op);
+
+ private:
+  Status status_;
 };
 
 // The fp32 CPU reference backend (OpenBLAS for large products).
 std::unique_ptr<Backend> make_cpu_backend();
+
+// The CUDA backend on device `device`; an error when flashserve was built without CUDA or no
+// GPU is present.
+Expected<std::unique_ptr<Backend>> make_cuda_backend(int device = 0);
+// Whether a CUDA device is usable (false in a build without CUDA).
+bool cuda_available();
+
+// "cpu" or "cuda" -> a backend; "auto" picks cuda when a GPU is present.
+Expected<std::unique_ptr<Backend>> make_backend(const std::string& name);
 
 }  // namespace fs

@@ -1,12 +1,20 @@
-// An owning host tensor: dtype, row-major shape and an RAII buffer. Activations and caches are
-// float32 on the CPU path; weights stay in the checkpoint's mapping and are seen as `Weight`s.
+// An owning tensor: dtype, row-major shape, and a buffer in one `Memory` (host or device).
+//
+// Activations and caches are float32; index tensors (routing, block selection) are int32.
+// Host code reads or writes a device tensor only through `to_host_vector` / `copy_from_host`;
+// `span()` and `row()` exist for host tensors alone. Copying a tensor copies its bytes within
+// its own memory (a device-to-device copy on the GPU). Weights are not tensors: they stay where
+// they were loaded and are seen as `Weight`s.
 #pragma once
 
+#include <cassert>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <utility>
 #include <vector>
 
+#include "tensor/memory.h"
 #include "tensor/tensor_view.h"
 
 namespace fs {
@@ -14,16 +22,26 @@ namespace fs {
 class Tensor {
  public:
   Tensor() = default;
-  // Zero-filled float32 tensor.
-  explicit Tensor(Shape shape)
-      : shape_(std::move(shape)), data_(static_cast<std::size_t>(shape_numel(shape_)), 0.0f) {}
-  Tensor(Shape shape, std::vector<float> data) : shape_(std::move(shape)), data_(std::move(data)) {}
+  // Zero-filled float32 host tensor.
+  explicit Tensor(Shape shape);
+  Tensor(Shape shape, std::vector<float> data);
+  // Zero-filled tensor in `memory`; check `ok()` (false when the memory is exhausted).
+  Tensor(std::shared_ptr<Memory> memory, Shape shape, DType dtype = DType::kF32);
+  ~Tensor();
 
-  DType dtype() const { return DType::kF32; }
+  Tensor(const Tensor& other);
+  Tensor& operator=(const Tensor& other);
+  Tensor(Tensor&& other) noexcept;
+  Tensor& operator=(Tensor&& other) noexcept;
+
+  DType dtype() const { return dtype_; }
+  Device device() const { return memory_->device(); }
+  const std::shared_ptr<Memory>& memory() const { return memory_; }
   const Shape& shape() const { return shape_; }
   std::int64_t dim(std::size_t i) const { return shape_.at(i); }
   std::size_t rank() const { return shape_.size(); }
-  std::int64_t numel() const { return static_cast<std::int64_t>(data_.size()); }
+  std::int64_t numel() const { return shape_.empty() ? 0 : shape_numel(shape_); }
+  std::size_t bytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype_); }
   // Rows = product of all but the last dim; cols = the last dim.
   std::int64_t rows() const {
     std::int64_t r = shape_.empty() ? 0 : 1;
@@ -31,33 +49,81 @@ class Tensor {
     return r;
   }
   std::int64_t cols() const { return shape_.empty() ? 0 : shape_.back(); }
+  // False after an allocation failed: the tensor then holds no bytes.
+  bool ok() const { return data_ != nullptr || bytes() == 0; }
 
-  float* data() { return data_.data(); }
-  const float* data() const { return data_.data(); }
-  std::span<float> span() { return data_; }
-  std::span<const float> span() const { return data_; }
-  float* row(std::int64_t r) { return data_.data() + r * cols(); }
-  const float* row(std::int64_t r) const { return data_.data() + r * cols(); }
+  // The element pointer in the tensor's own memory (a device pointer on the GPU).
+  void* raw() { return data_; }
+  const void* raw() const { return data_; }
+  float* data() {
+    assert(dtype_ == DType::kF32);
+    return static_cast<float*>(data_);
+  }
+  const float* data() const {
+    assert(dtype_ == DType::kF32);
+    return static_cast<const float*>(data_);
+  }
+  template <typename T>
+  T* data_as() {
+    return static_cast<T*>(data_);
+  }
+  template <typename T>
+  const T* data_as() const {
+    return static_cast<const T*>(data_);
+  }
+
+  // Host float32 tensors only.
+  std::span<float> span() {
+    assert(device() == Device::kHost);
+    return {data(), static_cast<std::size_t>(numel())};
+  }
+  std::span<const float> span() const {
+    assert(device() == Device::kHost);
+    return {data(), static_cast<std::size_t>(numel())};
+  }
+  float* row(std::int64_t r) {
+    assert(device() == Device::kHost);
+    return data() + r * cols();
+  }
+  const float* row(std::int64_t r) const {
+    assert(device() == Device::kHost);
+    return data() + r * cols();
+  }
+  TensorView view() const;
 
   // Same elements, another shape of equal size.
-  void reshape(Shape shape) { shape_ = std::move(shape); }
-  // Resizes to `shape`, zero-filled.
-  void reset(Shape shape) {
+  void reshape(Shape shape) {
+    assert(shape_numel(shape) == numel() || (shape_.empty() && shape_numel(shape) == 0));
     shape_ = std::move(shape);
-    data_.assign(static_cast<std::size_t>(shape_numel(shape_)), 0.0f);
   }
-  std::vector<float>& storage() { return data_; }
-  const std::vector<float>& storage() const { return data_; }
+  // Makes this a `dtype` tensor of `shape` in `memory`, contents unspecified. The buffer is kept
+  // when it is in the same memory and large enough, so a warm workload allocates nothing.
+  // False (and an empty tensor) when the memory is exhausted.
+  bool allocate(const std::shared_ptr<Memory>& memory, Shape shape, DType dtype = DType::kF32);
+  // Resizes to `shape` in its own memory as float32, zero-filled.
+  bool reset(Shape shape);
+  // Grows the leading dimension to `rows`, keeping the contents and zero-filling the new rows;
+  // capacity grows geometrically so appending one row at a time is amortised.
+  bool grow_rows(std::int64_t rows);
+  // Drops rows past `rows` (capacity kept).
+  void shrink_rows(std::int64_t rows);
 
-  TensorView view() const {
-    return {DType::kF32,
-            shape_,
-            {reinterpret_cast<const std::uint8_t*>(data_.data()), data_.size() * sizeof(float)}};
-  }
+  // Explicit copies across the host boundary (float32 tensors).
+  std::vector<float> to_host_vector() const;
+  // Copies numel() values in from the host.
+  void copy_from_host(std::span<const float> values);
+  // A copy of this tensor in `memory`.
+  Tensor to(const std::shared_ptr<Memory>& memory) const;
 
  private:
+  void free_buffer();
+  bool reserve(std::size_t bytes, bool keep_contents);
+
+  std::shared_ptr<Memory> memory_ = host_memory();
+  DType dtype_ = DType::kF32;
   Shape shape_;
-  std::vector<float> data_;
+  void* data_ = nullptr;
+  std::size_t capacity_ = 0;  // bytes held at data_
 };
 
 }  // namespace fs

@@ -1,0 +1,150 @@
+#include "backend/backend.h"
+
+namespace fs {
+
+Tensor Backend::new_tensor(Shape shape, DType dtype) {
+  Tensor t(memory(), std::move(shape), dtype);
+  if (!t.ok())
+    fail({ErrorCode::kOutOfRange, name() + " backend: out of memory allocating " +
+                                      std::to_string(t.bytes()) + " bytes"});
+  return t;
+}
+
+bool Backend::ensure(Tensor& t, Shape shape, DType dtype) {
+  const auto want = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
+  if (t.allocate(memory(), std::move(shape), dtype)) return true;
+  fail({ErrorCode::kOutOfRange,
+        name() + " backend: out of memory allocating " + std::to_string(want) + " bytes"});
+  return false;
+}
+
+void Backend::unimplemented(const char* op) {
+  fail(unsupported("the " + name() + " backend does not implement the op '" + op + "'"));
+}
+
+// Every op defaults to a named failure, so a backend that lacks one says which (DESIGN "On the
+// GPU", rule 7) instead of computing something else.
+void Backend::linear(const Tensor&, const Weight&, Tensor&) {
+  unimplemented("linear");
+}
+void Backend::add_bias(Tensor&, const Weight&) {
+  unimplemented("add_bias");
+}
+void Backend::rms_norm(const Tensor&, const Weight&, std::int64_t, float, bool, Tensor&) {
+  unimplemented("rms_norm");
+}
+void Backend::rms_norm_gated(const Tensor&, const Weight&, const Tensor&, float, Activation,
+                             Tensor&) {
+  unimplemented("rms_norm_gated");
+}
+void Backend::l2_norm(Tensor&, std::int64_t, float) {
+  unimplemented("l2_norm");
+}
+void Backend::activate(Tensor&, Activation) {
+  unimplemented("activate");
+}
+void Backend::scale(Tensor&, float) {
+  unimplemented("scale");
+}
+void Backend::add(Tensor&, const Tensor&) {
+  unimplemented("add");
+}
+void Backend::mul(Tensor&, const Tensor&) {
+  unimplemented("mul");
+}
+void Backend::mul_cols(Tensor&, const Weight&) {
+  unimplemented("mul_cols");
+}
+void Backend::mul_rows(Tensor&, const Tensor&) {
+  unimplemented("mul_rows");
+}
+void Backend::swiglu(const Tensor&, const Tensor&, Tensor&) {
+  unimplemented("swiglu");
+}
+void Backend::swiglu_packed(const Tensor&, Tensor&) {
+  unimplemented("swiglu_packed");
+}
+void Backend::signed_sqrt(Tensor&, float) {
+  unimplemented("signed_sqrt");
+}
+void Backend::normalize_rows(Tensor&) {
+  unimplemented("normalize_rows");
+}
+void Backend::slice_cols(const Tensor&, std::int64_t, std::int64_t, Tensor&) {
+  unimplemented("slice_cols");
+}
+void Backend::slice_rows(const Tensor&, std::int64_t, std::int64_t, Tensor&) {
+  unimplemented("slice_rows");
+}
+void Backend::split_interleaved(const Tensor&, std::int64_t, std::int64_t, Tensor&, Tensor&) {
+  unimplemented("split_interleaved");
+}
+void Backend::repeat_cols(const Tensor&, std::int64_t, Tensor&) {
+  unimplemented("repeat_cols");
+}
+void Backend::append_rows(Tensor&, const Tensor&) {
+  unimplemented("append_rows");
+}
+void Backend::embedding(std::span<const Weight>, std::span<const std::int64_t>, Tensor&) {
+  unimplemented("embedding");
+}
+void Backend::stream_mean(const Tensor&, std::int64_t, Tensor&) {
+  unimplemented("stream_mean");
+}
+void Backend::add_scaled_streams(Tensor&, const Tensor&, const Tensor&) {
+  unimplemented("add_scaled_streams");
+}
+void Backend::grouped_dot(const Tensor&, const Tensor&, std::int64_t, Tensor&) {
+  unimplemented("grouped_dot");
+}
+void Backend::rope(Tensor&, std::int64_t, std::int64_t, std::int64_t, std::int64_t, double) {
+  unimplemented("rope");
+}
+void Backend::causal_conv1d(const Tensor&, const Weight&, std::int64_t, Tensor&, Tensor&) {
+  unimplemented("causal_conv1d");
+}
+void Backend::gated_delta_rule_chunked(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                       const Tensor&, std::int64_t, Tensor&, Tensor&) {
+  unimplemented("gated_delta_rule_chunked");
+}
+void Backend::gated_delta_rule_recurrent(const Tensor&, const Tensor&, const Tensor&,
+                                         const Tensor&, const Tensor&, std::int64_t, Tensor&,
+                                         Tensor&) {
+  unimplemented("gated_delta_rule_recurrent");
+}
+void Backend::block_sparse_attention(const Tensor&, const Tensor&, const Tensor&, std::int64_t,
+                                     std::int64_t, const Tensor&, std::int64_t, std::int64_t,
+                                     float, Tensor&) {
+  unimplemented("block_sparse_attention");
+}
+void Backend::block_mean(const Tensor&, std::int64_t, std::int64_t, std::int64_t, Tensor&) {
+  unimplemented("block_mean");
+}
+void Backend::index_scores(const Tensor&, const Tensor&, std::int64_t, float, Tensor&) {
+  unimplemented("index_scores");
+}
+void Backend::softmax(Tensor&) {
+  unimplemented("softmax");
+}
+void Backend::topk(const Tensor&, std::int64_t, Tensor&, Tensor&) {
+  unimplemented("topk");
+}
+void Backend::select_blocks(const Tensor&, std::int64_t, std::int64_t, std::int64_t, Tensor&) {
+  unimplemented("select_blocks");
+}
+void Backend::moe_experts(const Tensor&, const Weight&, const Weight&, const Tensor&,
+                          const Tensor&, Tensor&) {
+  unimplemented("moe_experts");
+}
+
+Expected<std::unique_ptr<Backend>> make_backend(const std::string& name) {
+  if (name == "cpu") return make_cpu_backend();
+  if (name == "cuda") return make_cuda_backend();
+  if (name == "auto") {
+    if (cuda_available()) return make_cuda_backend();
+    return make_cpu_backend();
+  }
+  return invalid_argument("unknown backend '" + name + "' (expected cpu, cuda or auto)");
+}
+
+}  // namespace fs
