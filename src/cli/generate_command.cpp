@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "cli/args.h"
+#include "cli/backend_options.h"
 #include "cli/commands.h"
 #include "decode/generator.h"
 #include "model/loader.h"
@@ -45,7 +46,8 @@ Status save_state(const std::string& path, const std::string& model_dir, const M
 
 void add_generate_command(CLI::App& app, Action& action) {
   struct Options {
-    std::string model, tokens, prompt, save_state, backend = "cpu";
+    std::string model, tokens, prompt, save_state;
+    LoadOptions load;
     std::int64_t max_tokens = 32;
     int mtp_depth = 0;
     SamplerConfig sampler;
@@ -78,11 +80,11 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_option("--stop-token", o->stop_tokens, "Stop after emitting this id (repeatable)");
   cmd->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens per forward call");
   cmd->add_option("--save-state", o->save_state, "Write the session checkpoint after the turn");
-  cmd->add_option("--backend", o->backend, "cpu");
+  add_backend_options(cmd, o->load);
   cmd->add_flag("--json", o->json, "Print one JSON object");
   cmd->callback([o, &action] {
     action = [o]() -> int {
-      auto model = load_model(o->model, {o->backend});
+      auto model = load_model(o->model, o->load);
       if (!model.ok()) return fail("generate", model.status());
       Model& m = **model;
       // Text in (or out) needs the folder's tokenizer; token ids alone do not.
@@ -145,7 +147,8 @@ void add_generate_command(CLI::App& app, Action& action) {
   });
 
   struct PrefillOptions {
-    std::string model, tokens, save_state, backend = "cpu";
+    std::string model, tokens, save_state;
+    LoadOptions load;
     std::int64_t prefill_chunk = 512;
   };
   auto p = std::make_shared<PrefillOptions>();
@@ -155,10 +158,10 @@ void add_generate_command(CLI::App& app, Action& action) {
   pre->add_option("--tokens", p->tokens, "Token ids, comma-separated")->required();
   pre->add_option("--save-state", p->save_state, "Checkpoint file to write")->required();
   pre->add_option("--prefill-chunk", p->prefill_chunk, "Tokens per forward call");
-  pre->add_option("--backend", p->backend, "cpu");
+  add_backend_options(pre, p->load);
   pre->callback([p, &action] {
     action = [p]() -> int {
-      auto model = load_model(p->model, {p->backend});
+      auto model = load_model(p->model, p->load);
       if (!model.ok()) return fail("prefill", model.status());
       auto tokens = token_ids(p->tokens, **model);
       if (!tokens.ok()) return fail("prefill", tokens.status());

@@ -1,4 +1,4 @@
-// flashserve logits --model DIR --tokens 1,2,3 [--splits 37,1,3] [--backend cpu] --out F
+// flashserve logits --model DIR --tokens 1,2,3 [--splits 37,1,3] [--backend cpu|cuda] --out F
 // Writes float32 little-endian [n_tokens x vocab] logits (one row per position) and prints one
 // JSON line {"n_tokens", "vocab", "backend", "ms"}.
 #include <chrono>
@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/args.h"
+#include "cli/backend_options.h"
 #include "cli/commands.h"
 #include "model/loader.h"
 
@@ -22,7 +23,8 @@ int fail(const Status& s) {
 
 void add_logits_command(CLI::App& app, Action& action) {
   struct Options {
-    std::string model, tokens, splits, backend = "cpu", out;
+    std::string model, tokens, splits, out;
+    LoadOptions load;
   };
   auto opt = std::make_shared<Options>();
   auto* cmd =
@@ -30,7 +32,7 @@ void add_logits_command(CLI::App& app, Action& action) {
   cmd->add_option("--model", opt->model, "Model folder")->required();
   cmd->add_option("--tokens", opt->tokens, "Comma-separated token ids")->required();
   cmd->add_option("--splits", opt->splits, "Sizes of consecutive calls through the cache");
-  cmd->add_option("--backend", opt->backend, "cpu");
+  add_backend_options(cmd, opt->load);
   cmd->add_option("--out", opt->out, "Output file")->required();
   cmd->callback([opt, &action] {
     action = [opt]() -> int {
@@ -48,7 +50,7 @@ void add_logits_command(CLI::App& app, Action& action) {
                                        ", but there are " + std::to_string(ids->size()) +
                                        " tokens"));
       }
-      auto model = load_model(opt->model, {opt->backend});
+      auto model = load_model(opt->model, opt->load);
       if (!model.ok()) return fail(model.status());
       const auto vocab = (*model)->info().vocab_size;
       std::vector<TokenId> tokens;
@@ -78,7 +80,7 @@ void add_logits_command(CLI::App& app, Action& action) {
       if (!f) return fail(io_error("cannot write " + opt->out));
       std::cout << nlohmann::json{{"n_tokens", tokens.size()},
                                   {"vocab", vocab},
-                                  {"backend", opt->backend},
+                                  {"backend", (*model)->info().backend},
                                   {"ms", ms}}
                        .dump()
                 << std::endl;

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli/backend_options.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "decode/generator.h"
@@ -20,6 +21,7 @@ namespace {
 
 struct RunOptions {
   std::string model, prompt;
+  LoadOptions load;
   std::int64_t max_tokens = 128;
   int mtp_depth = -1;  // -1: 3 when the model has an MTP head, else 0
   SamplerConfig sampler{.temperature = 0.6, .top_k = 20, .top_p = 0.95};
@@ -95,7 +97,7 @@ int run(RunOptions o) {
     if (!dir.ok()) return fail(dir.status());
     o.model = *dir;
   }
-  auto model = load_model(o.model);
+  auto model = load_model(o.model, o.load);
   if (!model.ok()) return fail(model.status());
   auto tok = load_tokenizer_dir(o.model);
   if (!tok.ok()) return fail(tok.status());
@@ -164,6 +166,7 @@ void add_run_command(CLI::App& app, Action& action) {
                   "Model folder (default: the embedded models/qwen4-tiny-code)");
   cmd->add_option("--max-tokens", o->max_tokens, "Tokens to generate at most")
       ->check(CLI::Range(1, 1 << 20));
+  add_backend_options(cmd, o->load);
   cmd->add_option("--mtp-depth", o->mtp_depth,
                   "Drafts per round (default 3 with an MTP head, else 0)")
       ->check(CLI::Range(0, kMaxMtpDepth));

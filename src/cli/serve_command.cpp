@@ -1,6 +1,7 @@
 // flashserve serve: the OpenAI- and Anthropic-compatible HTTP server (src/server).
 #include <iostream>
 
+#include "cli/backend_options.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "server/http_server.h"
@@ -12,6 +13,7 @@ void add_serve_command(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand("serve", "OpenAI- and Anthropic-compatible HTTP server");
   cmd->add_option("--model", o->model_dir,
                   "Model folder (default: the embedded models/qwen4-tiny-code)");
+  add_backend_options(cmd, o->load);
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", o->port, "Port (0: any free port; the bound port is printed)")
       ->check(CLI::Range(0, 65535))

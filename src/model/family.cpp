@@ -2,30 +2,26 @@
 
 #include <filesystem>
 
-#include "model/deepseek_v4/schema.h"
-#include "model/glm5/schema.h"
-#include "model/qwen_next/schema.h"
+#include <algorithm>
+
+#include "format/config_json.h"
+#include "model/family_table.h"
 #include "util/mapped_file.h"
 
 namespace fs {
 
 std::string family_name(Family f) {
-  switch (f) {
-    case Family::kQwenNext:
-      return "qwen4_exp";
-    case Family::kDeepseekV4:
-      return "deepseek_v4";
-    case Family::kGlm5:
-      return "glm5_next";
-  }
-  return "?";
+  return family_entry(f).model_type;
 }
 
 Expected<Family> family_from_model_type(const std::string& t) {
-  if (t == "qwen4_exp" || t == "qwen4_exp_text") return Family::kQwenNext;
-  if (t == "deepseek_v4") return Family::kDeepseekV4;
-  if (t == "glm5_next" || t == "glm5_next_text") return Family::kGlm5;
-  return unsupported("model_type '" + t + "' is not one of qwen4_exp, deepseek_v4, glm5_next");
+  std::string known;
+  for (const auto& e : family_table()) {
+    if (t == e.model_type || std::find(e.aliases.begin(), e.aliases.end(), t) != e.aliases.end())
+      return e.family;
+    known += (known.empty() ? "" : ", ") + e.model_type;
+  }
+  return unsupported("model_type '" + t + "' is not one of " + known);
 }
 
 Expected<ModelDescription> describe_model_config(const std::string& text,
@@ -42,36 +38,7 @@ Expected<ModelDescription> describe_model_config(const std::string& text,
   d.family = *family;
   d.model_type = *model_type;
   d.mtp_prefixes = {"mtp."};
-  switch (d.family) {
-    case Family::kQwenNext: {
-      auto c = parse_qwen_next_config(*reader);
-      if (!c.ok()) return c.status();
-      d.layers = qwen_next_schedule(*c);
-      d.tensors = qwen_next_tensors(*c);
-      d.config = std::move(c).value();
-      break;
-    }
-    case Family::kDeepseekV4: {
-      auto c = parse_deepseek_v4_config(*reader);
-      if (!c.ok()) return c.status();
-      d.layers = deepseek_v4_schedule(*c);
-      d.tensors = deepseek_v4_tensors(*c);
-      d.config = std::move(c).value();
-      break;
-    }
-    case Family::kGlm5: {
-      auto c = parse_glm5_config(*reader);
-      if (!c.ok()) return c.status();
-      d.layers = glm5_schedule(*c);
-      d.tensors = glm5_tensors(*c);
-      // GLM stores its MTP layer as the decoder layer after the last one (arch-glm.md 4).
-      for (std::int64_t k = 0; k < std::max<std::int64_t>(c->num_nextn_predict_layers, 1); ++k) {
-        d.mtp_prefixes.push_back("layers." + std::to_string(c->num_hidden_layers + k) + ".");
-      }
-      d.config = std::move(c).value();
-      break;
-    }
-  }
+  if (Status s = family_entry(d.family).describe(*reader, d); !s.ok()) return s;
   return d;
 }
 

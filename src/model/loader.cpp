@@ -2,22 +2,26 @@
 
 #include "backend/backend.h"
 #include "model/family.h"
-#include "model/qwen_next/forward.h"
+#include "model/family_table.h"
 
 namespace fs {
 
 Expected<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOptions& options) {
   auto desc = describe_model(dir);
   if (!desc.ok()) return desc.status();
-  if (options.backend != "cpu")
-    return unsupported("backend '" + options.backend + "' is not available (only cpu so far)");
-  if (desc->family != Family::kQwenNext)
-    return unsupported(desc->model_type + ": no forward pass for this family yet (only qwen4_exp)");
-  const auto& config = std::get<QwenNextConfig>(desc->config);
-  auto weights = load_qwen_next_weights(config, dir);
-  if (!weights.ok()) return weights.status();
-  return std::unique_ptr<Model>(
-      std::make_unique<QwenNextModel>(config, std::move(weights).value(), make_cpu_backend()));
+  const auto& entry = family_entry(desc->family);
+  if (entry.load == nullptr)
+    return unsupported(desc->model_type + ": no forward pass for this family yet");
+  if (options.dtype != "auto" && options.dtype != "f32" && options.dtype != "bf16")
+    return invalid_argument("unknown --dtype '" + options.dtype + "' (expected f32, bf16 or auto)");
+  auto backend = make_backend(options.backend);
+  if (!backend.ok()) return backend.status();
+  // On the CPU "auto" is f32, which keeps every matrix as stored: the CPU widens bf16 tiles
+  // exactly, so it computes on the mapped checkpoint in place, with no conversion and no copy.
+  const bool host = (*backend)->memory()->device() == Device::kHost;
+  const DType dtype =
+      options.dtype == "bf16" || (options.dtype == "auto" && !host) ? DType::kBF16 : DType::kF32;
+  return entry.load(*desc, dir, std::move(backend).value(), dtype);
 }
 
 }  // namespace fs

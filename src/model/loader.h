@@ -10,7 +10,11 @@
 namespace fs {
 
 struct LoadOptions {
-  std::string backend = "cpu";
+  // "cpu", "cuda", or "auto" (cuda when a GPU is present, else cpu).
+  std::string backend = "auto";
+  // The dtype of weight matrices on the backend: "f32", "bf16", or "auto" (bf16 on cuda, the
+  // checkpoint's own dtype on cpu). Vectors (norms, biases) are f32 everywhere.
+  std::string dtype = "auto";
 };
 
 // Families without a forward pass yet (deepseek_v4, glm5_next) are `unsupported`.

@@ -52,8 +52,8 @@ Status ModelState::truncate(std::int64_t length) {
   return {};
 }
 
-std::vector<StateTensorView> ModelState::tensors() const {
-  std::vector<StateTensorView> out;
+std::vector<StateTensor> ModelState::tensors() const {
+  std::vector<StateTensor> out;
   for (std::size_t i = 0; i < caches_.size(); ++i) {
     for (auto& t : caches_[i]->tensors()) {
       t.name = std::to_string(i) + "." + caches_[i]->kind() + "." + t.name;
@@ -63,20 +63,31 @@ std::vector<StateTensorView> ModelState::tensors() const {
   return out;
 }
 
+HostStateTensors copy_to_host(const LayerCache& cache) {
+  HostStateTensors out;
+  const auto tensors = cache.tensors();
+  out.values.reserve(tensors.size());
+  for (const auto& t : tensors) {
+    out.values.push_back(t.tensor->to_host_vector());
+    out.views.push_back({t.name, t.tensor->shape(), out.values.back()});
+  }
+  return out;
+}
+
 std::vector<TensorDifference> compare_states(const ModelState& a, const ModelState& b) {
-  std::map<std::string, StateTensorView> right;
-  for (auto& t : b.tensors()) right.emplace(t.name, t);
+  std::map<std::string, const Tensor*> right;
+  for (auto& t : b.tensors()) right.emplace(t.name, t.tensor);
   std::vector<TensorDifference> out;
   for (const auto& t : a.tensors()) {
     TensorDifference d;
     d.name = t.name;
     const auto it = right.find(t.name);
-    if (it == right.end() || it->second.shape != t.shape ||
-        it->second.data.size() != t.data.size()) {
+    if (it == right.end() || it->second->shape() != t.tensor->shape()) {
       d.shape_mismatch = true;
     } else {
-      for (std::size_t i = 0; i < t.data.size(); ++i) {
-        const double diff = std::fabs(static_cast<double>(t.data[i]) - it->second.data[i]);
+      const auto x = t.tensor->to_host_vector(), y = it->second->to_host_vector();
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const double diff = std::fabs(static_cast<double>(x[i]) - y[i]);
         // NaN on either side counts as an unbounded difference.
         d.max_abs = std::isnan(diff) ? INFINITY : std::max(d.max_abs, diff);
       }

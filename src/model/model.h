@@ -13,12 +13,20 @@
 
 #include "model/family.h"
 #include "model/types.h"
-#include "tensor/tensor_view.h"
+#include "tensor/tensor.h"
 #include "util/status.h"
 
 namespace fs {
 
-// One named float32 tensor of a cache, viewed (not owned).
+// One named float32 tensor of a cache, in the cache's own memory (host or device). Reading its
+// values is an explicit copy (`Tensor::to_host_vector`).
+struct StateTensor {
+  std::string name;
+  const Tensor* tensor = nullptr;
+};
+
+// Host values of one named state tensor, the input of `LayerCache::load` (a checkpoint's payload,
+// or another state's copied values).
 struct StateTensorView {
   std::string name;
   Shape shape;
@@ -43,11 +51,20 @@ class LayerCache {
   virtual bool can_truncate(std::int64_t length) const { return length == covered_tokens(); }
   virtual std::size_t bytes() const = 0;
   // The contents as named float32 tensors, enough to rebuild the cache exactly.
-  virtual std::vector<StateTensorView> tensors() const = 0;
-  // Rebuilds the contents from tensors() of an equal cache; `covered` is its covered_tokens().
-  // Names or shapes that do not fit this cache's config are an error, never a partial load.
+  virtual std::vector<StateTensor> tensors() const = 0;
+  // Rebuilds the contents from host copies of tensors() of an equal cache (from any backend);
+  // `covered` is its covered_tokens(). Names or shapes that do not fit this cache's config are
+  // an error, never a partial load; the values are copied into this cache's own memory.
   virtual Status load(std::span<const StateTensorView> tensors, std::int64_t covered) = 0;
 };
+
+// Host copies of a cache's tensors, in the form `LayerCache::load` takes (the views point into
+// `values`): how a state moves between backends without a file.
+struct HostStateTensors {
+  std::vector<std::vector<float>> values;
+  std::vector<StateTensorView> views;
+};
+HostStateTensors copy_to_host(const LayerCache& cache);
 
 // The full decode state of a sequence: one or more caches per layer, in a fixed order.
 class ModelState {
@@ -70,7 +87,7 @@ class ModelState {
   std::size_t bytes() const;
   Status truncate(std::int64_t length);
   // Every cache's tensors, named "<index>.<kind>.<name>".
-  std::vector<StateTensorView> tensors() const;
+  std::vector<StateTensor> tensors() const;
 
  private:
   std::vector<std::unique_ptr<LayerCache>> caches_;
@@ -82,8 +99,9 @@ struct TensorDifference {
   bool shape_mismatch = false;
 };
 
-// Tensor-by-tensor comparison of two states (names, shapes, max |a - b|). Tensors present in
-// one state only are reported with shape_mismatch.
+// Tensor-by-tensor comparison of two states (names, shapes, max |a - b|), on host copies, so the
+// states may live on different backends. Tensors present in one state only are reported with
+// shape_mismatch.
 std::vector<TensorDifference> compare_states(const ModelState& a, const ModelState& b);
 double max_difference(const std::vector<TensorDifference>& diffs);
 
@@ -99,6 +117,8 @@ struct ForwardOutput {
 
 struct ModelInfo {
   Family family = Family::kQwenNext;
+  std::string backend = "cpu";     // the backend it computes on
+  DType dtype = DType::kF32;       // of its matrices on that backend
   std::int64_t vocab_size = 0;
   std::int64_t hidden_size = 0;
   std::vector<TokenId> eos_token_ids;

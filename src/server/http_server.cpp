@@ -371,7 +371,7 @@ Status run_server(const ServerOptions& options) {
       options.max_context > 0 ? options.max_context : model_context(options.model_dir);
   if (ctx->max_context <= 0) ctx->max_context = 4096;
 
-  auto model = load_model(options.model_dir);
+  auto model = load_model(options.model_dir, options.load);
   if (!model.ok()) return model.status();
   EngineOptions eo;
   eo.mtp_depth = options.mtp_depth;

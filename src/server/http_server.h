@@ -3,6 +3,8 @@
 // /metrics. Generation runs on the engine worker (engine.h).
 #pragma once
 
+#include "model/loader.h"
+
 #include <cstdint>
 #include <string>
 
@@ -13,6 +15,7 @@ namespace fs::server {
 
 struct ServerOptions {
   std::string model_dir;
+  LoadOptions load;  // backend and dtype
   std::string host = "127.0.0.1";
   int port = 8080;      // 0: any free port (the bound port is printed)
   std::string api_key;  // empty: no authentication

@@ -1,5 +1,7 @@
 #include "session/checkpoint.h"
 
+#include "model/family_table.h"
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -49,28 +51,11 @@ struct Rejection {
 }  // namespace
 
 std::array<char, 8> checkpoint_magic(Family family) {
-  switch (family) {
-    case Family::kQwenNext:
-      return {'F', 'S', 'C', 'K', 'Q', 'N', 'X', '1'};
-    case Family::kDeepseekV4:
-      return {'F', 'S', 'C', 'K', 'D', 'S', '4', '1'};
-    case Family::kGlm5:
-      return {'F', 'S', 'C', 'K', 'G', 'L', '5', '1'};
-  }
-  return {};
+  return family_entry(family).checkpoint_magic;
 }
 
 std::uint32_t checkpoint_format_version(Family family) {
-  // Each family versions its own state layout; bump one when its caches change.
-  switch (family) {
-    case Family::kQwenNext:
-      return 1;
-    case Family::kDeepseekV4:
-      return 1;
-    case Family::kGlm5:
-      return 1;
-  }
-  return 0;
+  return family_entry(family).checkpoint_version;
 }
 
 json CheckpointHeader::to_json() const {
@@ -152,7 +137,9 @@ Expected<EncodedCheckpoint> encode_checkpoint(const DecodeState& state,
     for (std::size_t i = 0; i < ms.cache_count(); ++i) {
       h.caches.push_back({group, i, ms.cache(i).kind(), ms.cache(i).covered_tokens()});
     }
-    for (const auto& t : ms.tensors()) add(group + "/" + t.name, t.shape, t.data);
+    // Device-neutral: every tensor is copied to the host as f32, whichever backend holds it.
+    for (const auto& t : ms.tensors())
+      add(group + "/" + t.name, t.tensor->shape(), t.tensor->to_host_vector());
   };
   add_state("trunk", *state.trunk);
   if (state.mtp_history) add_state("mtp", *state.mtp_history);
@@ -183,10 +170,9 @@ Expected<CheckpointHeader> parse_checkpoint_impl(std::span<const std::uint8_t> f
   CheckpointHeader h;
   reason = "magic";
   bool known = false;
-  for (Family f : {Family::kQwenNext, Family::kDeepseekV4, Family::kGlm5}) {
-    const auto m = checkpoint_magic(f);
-    if (std::memcmp(file.data(), m.data(), m.size()) == 0) {
-      h.family = f;
+  for (const auto& e : family_table()) {
+    if (std::memcmp(file.data(), e.checkpoint_magic.data(), e.checkpoint_magic.size()) == 0) {
+      h.family = e.family;
       known = true;
     }
   }

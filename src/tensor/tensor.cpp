@@ -22,13 +22,13 @@ Tensor::~Tensor() {
 }
 
 Tensor::Tensor(const Tensor& other) : memory_(other.memory_), dtype_(other.dtype_) {
-  if (allocate(other.memory_, other.shape_, other.dtype_) && bytes() != 0)
+  if (allocate(other.memory_, other.shape_, other.dtype_) && bytes() != 0 && other.data_ != nullptr)
     memory_->copy(data_, other.data_, bytes());
 }
 
 Tensor& Tensor::operator=(const Tensor& other) {
   if (this == &other) return *this;
-  if (allocate(other.memory_, other.shape_, other.dtype_) && bytes() != 0)
+  if (allocate(other.memory_, other.shape_, other.dtype_) && bytes() != 0 && other.data_ != nullptr)
     memory_->copy(data_, other.data_, bytes());
   return *this;
 }
@@ -83,8 +83,8 @@ bool Tensor::allocate(const std::shared_ptr<Memory>& memory, Shape shape, DType 
                     dtype_size(dtype);
   shape_ = std::move(shape);
   if (reserve(want, false)) return true;
+  // The shape stays, with no bytes behind it: ok() is false until a later allocation succeeds.
   free_buffer();
-  shape_.clear();
   return false;
 }
 
@@ -96,6 +96,7 @@ bool Tensor::reset(Shape shape) {
 
 bool Tensor::grow_rows(std::int64_t rows) {
   assert(!shape_.empty() && rows >= shape_[0]);
+  if (data_ == nullptr && bytes() != 0) return false;
   const auto row_bytes = bytes() / static_cast<std::size_t>(std::max<std::int64_t>(shape_[0], 1));
   Shape grown = shape_;
   grown[0] = rows;
@@ -121,18 +122,18 @@ void Tensor::shrink_rows(std::int64_t rows) {
 std::vector<float> Tensor::to_host_vector() const {
   assert(dtype_ == DType::kF32);
   std::vector<float> out(static_cast<std::size_t>(numel()));
-  if (!out.empty()) memory_->to_host(out.data(), data_, bytes());
+  if (!out.empty() && data_ != nullptr) memory_->to_host(out.data(), data_, bytes());
   return out;
 }
 
 void Tensor::copy_from_host(std::span<const float> values) {
   assert(dtype_ == DType::kF32 && static_cast<std::int64_t>(values.size()) == numel());
-  if (!values.empty()) memory_->from_host(data_, values.data(), bytes());
+  if (!values.empty() && data_ != nullptr) memory_->from_host(data_, values.data(), bytes());
 }
 
 Tensor Tensor::to(const std::shared_ptr<Memory>& memory) const {
   Tensor out;
-  if (!out.allocate(memory, shape_, dtype_) || bytes() == 0) return out;
+  if (!out.allocate(memory, shape_, dtype_) || bytes() == 0 || data_ == nullptr) return out;
   if (memory == memory_) {
     memory_->copy(out.data_, data_, bytes());
   } else if (device() == Device::kHost) {

@@ -49,7 +49,7 @@ class Tensor {
     return r;
   }
   std::int64_t cols() const { return shape_.empty() ? 0 : shape_.back(); }
-  // False after an allocation failed: the tensor then holds no bytes.
+  // False after an allocation failed: the tensor then has its shape but no bytes.
   bool ok() const { return data_ != nullptr || bytes() == 0; }
 
   // The element pointer in the tensor's own memory (a device pointer on the GPU).
@@ -98,7 +98,7 @@ class Tensor {
   }
   // Makes this a `dtype` tensor of `shape` in `memory`, contents unspecified. The buffer is kept
   // when it is in the same memory and large enough, so a warm workload allocates nothing.
-  // False (and an empty tensor) when the memory is exhausted.
+  // False (the shape set, no bytes behind it) when the memory is exhausted.
   bool allocate(const std::shared_ptr<Memory>& memory, Shape shape, DType dtype = DType::kF32);
   // Resizes to `shape` in its own memory as float32, zero-filled.
   bool reset(Shape shape);

@@ -42,9 +42,11 @@ class RowsCache : public LayerCache {
     return {};
   }
   std::size_t bytes() const override { return data_.size() * sizeof(float); }
-  std::vector<StateTensorView> tensors() const override {
+  std::vector<StateTensor> tensors() const override {
     const std::int64_t rows = positional_ ? covered_ : 1;
-    return {{"rows", {rows, width_}, data_}};
+    // The rows live in data_ (host); the view is a tensor copied from them on demand.
+    snapshot_ = Tensor({rows, width_}, data_);
+    return {{"rows", &snapshot_}};
   }
   Status load(std::span<const StateTensorView> t, std::int64_t covered) override {
     const std::int64_t rows = positional_ ? covered : 1;
@@ -60,6 +62,7 @@ class RowsCache : public LayerCache {
   std::int64_t covered_ = 0;
 
  private:
+  mutable Tensor snapshot_;
   std::string kind_;
   std::int64_t width_;
   bool positional_;

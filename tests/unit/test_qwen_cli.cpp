@@ -6,6 +6,7 @@
 
 #include "qwen_fixture.h"
 #include "test_support.h"
+#include "test_backend.h"
 
 namespace fs {
 namespace {
@@ -27,13 +28,14 @@ TEST(QwenCli, LogitsWritesRowsAndPrintsJson) {
   const auto c = test::qwen_cases().front();
   const auto out = dir.file("l.f32");
   std::string text;
-  const auto cmd = flashserve_binary() + " logits --model " + hf_tiny("qwen4_exp") + " --tokens " +
-                   join(c.tokens) + " --splits 37,1,3,1,7,1,14 --out " + out;
+  const auto cmd = flashserve_binary() + " logits --backend " + test::test_backend() +
+                   " --dtype f32 --model " + hf_tiny("qwen4_exp") + " --tokens " + join(c.tokens) +
+                   " --splits 37,1,3,1,7,1,14 --out " + out;
   ASSERT_EQ(test::run_command(cmd, &text), 0) << text;
   const auto j = nlohmann::json::parse(text);
   EXPECT_EQ(j["n_tokens"], c.tokens.size());
   EXPECT_EQ(j["vocab"], 256);
-  EXPECT_EQ(j["backend"], "cpu");
+  EXPECT_EQ(j["backend"], test::test_backend());
   EXPECT_TRUE(j.contains("ms"));
   const auto got = test::read_f32(out);
   const auto d = test::diff_logits(got, c.inc, 256);
@@ -42,8 +44,9 @@ TEST(QwenCli, LogitsWritesRowsAndPrintsJson) {
 
 TEST(QwenCli, LogitsRejectsBadInput) {
   test::ScratchDir dir;
-  const auto base = flashserve_binary() + " logits --model " + hf_tiny("qwen4_exp") + " --out " +
-                    dir.file("x.f32") + " ";
+  const auto base =
+      flashserve_binary() + " logits --model " + hf_tiny("qwen4_exp") + " --out " + dir.file("x.f32") +
+      " ";
   for (const std::string args :
        {"--tokens 1,2,x", "--tokens 1,,2", "--tokens 1,256", "--tokens 1,2,3 --splits 1,1",
         "--tokens 1,2 --splits 1,a", "--tokens -1", "--tokens 1 --backend tpu"}) {

@@ -12,6 +12,7 @@
 #include "model/loader.h"
 #include "session/live_session.h"
 #include "test_support.h"
+#include "test_backend.h"
 
 namespace fs {
 namespace {
@@ -33,7 +34,7 @@ std::vector<float> read_f32(const std::string& path) {
 class EmbeddedModel : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto m = load_model(kModel);
+    auto m = load_model(kModel, test::test_load_options());
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     model_ = std::move(m).value().release();
   }

@@ -13,6 +13,7 @@
 #include "model/loader.h"
 #include "qwen_fixture.h"
 #include "test_support.h"
+#include "test_backend.h"
 
 namespace fs {
 namespace {
@@ -23,7 +24,7 @@ using test::qwen_cases;
 using test::run_splits;
 
 std::unique_ptr<Model> load(const std::string& dir) {
-  auto m = load_model(dir);
+  auto m = load_model(dir, test::test_load_options());
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   return m.ok() ? std::move(m).value() : nullptr;
 }
@@ -65,17 +66,13 @@ constexpr double kBf16ArgmaxAgreement = 0.85;
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, QwenParityAll, ::testing::Values("shared", "variant"));
 
-TEST(QwenParity, Bf16CheckpointWithinMeasuredTolerance) {
-  test::ScratchDir dir;
-  const auto out = dir.file("bf16");
-  ASSERT_TRUE(convert_checkpoint(hf_tiny("qwen4_exp"), out, {DType::kBF16, std::nullopt}).ok());
-  auto m = load(out);
-  ASSERT_NE(m, nullptr);
-  const auto V = m->info().vocab_size;
+// bf16 logits against the f32 reference, at the bounds measured for the CPU's bf16 path.
+void expect_bf16_bounds(Model& m, const char* label) {
+  const auto V = m.info().vocab_size;
   for (const auto& c : qwen_cases()) {
-    auto state = m->new_state();
+    auto state = m.new_state();
     const auto L = static_cast<std::int64_t>(c.tokens.size());
-    const auto got = run_splits(*m, *state, c.tokens, {L});
+    const auto got = run_splits(m, *state, c.tokens, {L});
     ASSERT_EQ(got.size(), c.full.size());
     std::vector<double> row_err;
     for (std::int64_t r = 0; r < L; ++r) {
@@ -87,12 +84,31 @@ TEST(QwenParity, Bf16CheckpointWithinMeasuredTolerance) {
     std::sort(row_err.begin(), row_err.end());
     const double median = row_err[row_err.size() / 2];
     const double agree = 1.0 - static_cast<double>(d.argmax_mismatches) / static_cast<double>(L);
-    std::printf("[bf16] L=%lld max|d|=%.3g median row max|d|=%.3g argmax agreement=%.3f\n",
-                static_cast<long long>(L), d.max_abs, median, agree);
+    std::printf("[%s %s] L=%lld max|d|=%.3g median row max|d|=%.3g argmax agreement=%.3f\n",
+                label, test::test_backend().c_str(), static_cast<long long>(L), d.max_abs, median,
+                agree);
     EXPECT_LE(d.max_abs, kBf16MaxTolerance);
     EXPECT_LE(median, kBf16MedianRowTolerance);
     EXPECT_GE(agree, kBf16ArgmaxAgreement);
   }
+}
+
+TEST(QwenParity, Bf16CheckpointWithinMeasuredTolerance) {
+  test::ScratchDir dir;
+  const auto out = dir.file("bf16");
+  ASSERT_TRUE(convert_checkpoint(hf_tiny("qwen4_exp"), out, {DType::kBF16, std::nullopt}).ok());
+  auto m = load(out);
+  ASSERT_NE(m, nullptr);
+  expect_bf16_bounds(*m, "bf16 checkpoint");
+}
+
+// The f32 checkpoint with its matrices stored as bf16 by the backend at load (`--dtype bf16`,
+// the GPU's default): the same weights as the converted checkpoint, so the same bounds.
+TEST(QwenParity, Bf16UploadWithinMeasuredTolerance) {
+  auto m = load_model(hf_tiny("qwen4_exp"), test::test_load_options("bf16"));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ((*m)->info().dtype, DType::kBF16);
+  expect_bf16_bounds(**m, "bf16 upload");
 }
 
 // The PLE table in the released checkpoints' layout (row shards, never concatenated): the same
@@ -124,7 +140,7 @@ TEST(QwenParity, LoaderNamesMismatchedAndMissingTensors) {
   auto config = nlohmann::json::parse(test::read_bytes(src + "/config.json"));
   config["num_experts"] = 9;
   test::write_text(dir.file("config.json"), config.dump());
-  auto m = load_model(dir.path().string());
+  auto m = load_model(dir.path().string(), test::test_load_options());
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), ErrorCode::kCorrupt);
   EXPECT_NE(m.status().message().find("layers.0.mlp.gate.weight"), std::string::npos)
@@ -132,7 +148,7 @@ TEST(QwenParity, LoaderNamesMismatchedAndMissingTensors) {
   config["num_experts"] = 8;
   config["split_ngram_parts"] = 2;  // the table is stored whole: the shards are missing
   test::write_text(dir.file("config.json"), config.dump());
-  m = load_model(dir.path().string());
+  m = load_model(dir.path().string(), test::test_load_options());
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), ErrorCode::kNotFound);
   EXPECT_NE(m.status().message().find("shard_0"), std::string::npos) << m.status().to_string();
@@ -140,7 +156,7 @@ TEST(QwenParity, LoaderNamesMismatchedAndMissingTensors) {
 
 TEST(QwenParity, LoaderRejectsOtherFamilies) {
   for (const char* fam : {"deepseek_v4", "glm5_next"}) {
-    auto m = load_model(hf_tiny(fam));
+    auto m = load_model(hf_tiny(fam), test::test_load_options());
     ASSERT_FALSE(m.ok());
     EXPECT_EQ(m.status().code(), ErrorCode::kUnsupported) << m.status().to_string();
   }

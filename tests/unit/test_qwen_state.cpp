@@ -12,6 +12,7 @@
 #include "model/qwen_next/state.h"
 #include "qwen_fixture.h"
 #include "test_support.h"
+#include "test_backend.h"
 
 namespace fs {
 namespace {
@@ -21,7 +22,7 @@ using test::hf_tiny;
 using test::run_splits;
 
 std::unique_ptr<Model> tiny_model() {
-  auto m = load_model(hf_tiny("qwen4_exp"));
+  auto m = load_model(hf_tiny("qwen4_exp"), test::test_load_options());
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   return m.ok() ? std::move(m).value() : nullptr;
 }
@@ -48,7 +49,7 @@ class QwenSplits : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(QwenSplits, SplitsGiveTheStateAndLogitsOfOneCall) {
   const auto dir = GetParam() == "shared" ? hf_tiny("qwen4_exp") : test::qwen_variant_fixture();
-  auto model = load_model(dir);
+  auto model = load_model(dir, test::test_load_options());
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   auto& m = *model;
   const auto tokens = test::qwen_cases(dir).back().tokens;
@@ -98,8 +99,9 @@ TEST(QwenState, TensorsLoadRoundTrip) {
   run_splits(*m, *a, tokens, {37});
   auto b = m->new_state();
   for (std::size_t i = 0; i < a->cache_count(); ++i) {
-    const auto ts = a->cache(i).tensors();
-    ASSERT_TRUE(b->cache(i).load(ts, a->cache(i).covered_tokens()).ok()) << a->cache(i).kind();
+    const auto ts = copy_to_host(a->cache(i));
+    ASSERT_TRUE(b->cache(i).load(ts.views, a->cache(i).covered_tokens()).ok())
+        << a->cache(i).kind();
   }
   EXPECT_EQ(*b->covered_tokens(), 37);
   EXPECT_EQ(max_difference(compare_states(*a, *b)), 0.0);
@@ -126,9 +128,9 @@ TEST(QwenState, LoadRejectsWrongShapesAndNames) {
   run_splits(*m, *a, tokens, {4});
   auto& qsa = a->cache(a->cache_count() - 1);
   ASSERT_EQ(qsa.kind(), "qsa");
-  const auto ts = qsa.tensors();
-  EXPECT_FALSE(s->cache(s->cache_count() - 1).load(ts, 5).ok());
-  EXPECT_TRUE(s->cache(s->cache_count() - 1).load(ts, 4).ok());
+  const auto ts = copy_to_host(qsa);
+  EXPECT_FALSE(s->cache(s->cache_count() - 1).load(ts.views, 5).ok());
+  EXPECT_TRUE(s->cache(s->cache_count() - 1).load(ts.views, 4).ok());
 }
 
 TEST(QwenState, CloneIsIndependent) {
@@ -202,7 +204,7 @@ TEST(QwenState, ForwardRejectsBadTokensAndForeignStates) {
   const std::vector<TokenId> ok = {1, 2};
   EXPECT_FALSE(m->forward(empty, ok, LogitsRows::kAll, out).ok());
   // The state of another model (the variant has more layers and PLE caches) is refused untouched.
-  auto variant = load_model(test::qwen_variant_fixture());
+  auto variant = load_model(test::qwen_variant_fixture(), test::test_load_options());
   ASSERT_TRUE(variant.ok());
   auto foreign = (*variant)->new_state();
   auto before = foreign->clone();

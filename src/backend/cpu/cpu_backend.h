@@ -2,9 +2,17 @@
 // converted tile by tile into a scratch buffer just before each product, so no f32 copy of a
 // bf16 checkpoint is ever held (the tile costs 64 rows x in floats per thread). Per-head
 // sequence ops (delta rule, attention) run heads in parallel on a few threads.
+//
+// Its tensors live in host memory, and it computes on the mapped checkpoint in place: `upload`
+// returns the view unless a conversion is asked for (an f32 matrix stored as bf16, a bf16 vector
+// widened to f32), whose result the backend owns for its whole life.
 #pragma once
 
+#include <cstdint>
+#include <deque>
 #include <functional>
+#include <mutex>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -13,13 +21,15 @@ namespace fs {
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
+  const std::shared_ptr<Memory>& memory() const override { return host_memory(); }
+  Expected<Weight> upload(const Weight& w, DType matrix_dtype) override;
 
   void linear(const Tensor& x, const Weight& w, Tensor& y) override;
-  void add_bias(Tensor& y, std::span<const float> bias) override;
+  void add_bias(Tensor& y, const Weight& bias) override;
 
-  void rms_norm(const Tensor& x, std::span<const float> w, std::int64_t group, float eps,
-                bool unit_offset, Tensor& y) override;
-  void rms_norm_gated(const Tensor& x, std::span<const float> w, const Tensor& gate, float eps,
+  void rms_norm(const Tensor& x, const Weight& w, std::int64_t group, float eps, bool unit_offset,
+                Tensor& y) override;
+  void rms_norm_gated(const Tensor& x, const Weight& w, const Tensor& gate, float eps,
                       Activation act, Tensor& y) override;
   void l2_norm(Tensor& x, std::int64_t group, float eps) override;
 
@@ -27,19 +37,18 @@ class CpuBackend final : public Backend {
   void scale(Tensor& x, float s) override;
   void add(Tensor& x, const Tensor& y) override;
   void mul(Tensor& x, const Tensor& y) override;
-  void mul_cols(Tensor& x, std::span<const float> v) override;
+  void mul_cols(Tensor& x, const Weight& v) override;
   void mul_rows(Tensor& x, const Tensor& s) override;
   void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) override;
   void swiglu_packed(const Tensor& gu, Tensor& out) override;
   void signed_sqrt(Tensor& x, float floor) override;
+  void normalize_rows(Tensor& x) override;
 
   void slice_cols(const Tensor& x, std::int64_t begin, std::int64_t width, Tensor& out) override;
+  void slice_rows(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) override;
   void split_interleaved(const Tensor& x, std::int64_t heads, std::int64_t dim, Tensor& a,
                          Tensor& b) override;
   void repeat_cols(const Tensor& x, std::int64_t times, Tensor& out) override;
-  void gather_rows(const Tensor& x, std::span<const std::int32_t> idx, Tensor& out) override;
-  void scatter_add_rows(Tensor& out, std::span<const std::int32_t> idx, const Tensor& y,
-                        std::span<const float> w) override;
   void append_rows(Tensor& cache, const Tensor& x) override;
 
   void embedding(std::span<const Weight> shards, std::span<const std::int64_t> ids,
@@ -49,10 +58,10 @@ class CpuBackend final : public Backend {
   void add_scaled_streams(Tensor& h, const Tensor& y, const Tensor& w) override;
   void grouped_dot(const Tensor& a, const Tensor& b, std::int64_t group, Tensor& out) override;
 
-  void rope(Tensor& x, std::int64_t head_dim, std::int64_t rotary_dim,
-            std::span<const std::int64_t> positions, double theta) override;
+  void rope(Tensor& x, std::int64_t head_dim, std::int64_t rotary_dim, std::int64_t first,
+            std::int64_t stride, double theta) override;
 
-  void causal_conv1d(const Tensor& x, const Tensor& w, std::int64_t dilation, Tensor& tail,
+  void causal_conv1d(const Tensor& x, const Weight& w, std::int64_t dilation, Tensor& tail,
                      Tensor& y) override;
   void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                 const Tensor& beta, std::int64_t key_heads, Tensor& state,
@@ -60,16 +69,29 @@ class CpuBackend final : public Backend {
   void gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& g, const Tensor& beta, std::int64_t key_heads,
                                   Tensor& state, Tensor& out) override;
-  void attention(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t heads,
-                 std::int64_t kv_heads, const KeySelection& sel, float scale, Tensor& out) override;
+  void block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t heads,
+                              std::int64_t kv_heads, const Tensor& picked, std::int64_t block,
+                              std::int64_t first, float scale, Tensor& out) override;
 
   void block_mean(const Tensor& x, std::int64_t first_row, std::int64_t blocks, std::int64_t group,
                   Tensor& out) override;
   void index_scores(const Tensor& q, const Tensor& keys, std::int64_t heads, float scale,
                     Tensor& out) override;
   void softmax(Tensor& x) override;
-  void topk(const Tensor& x, std::int64_t k, std::span<const std::int64_t> counts,
-            std::vector<std::int32_t>& idx, std::vector<float>& val) override;
+  void topk(const Tensor& x, std::int64_t k, Tensor& idx, Tensor& val) override;
+  void select_blocks(const Tensor& scores, std::int64_t first, std::int64_t block, std::int64_t top,
+                     Tensor& picked) override;
+  void moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
+                   const Tensor& experts, const Tensor& weights, Tensor& y) override;
+
+ private:
+  // A vector op's weight must be an f32 host vector (`upload` makes one); false (recorded) if not.
+  bool check_vector(const Weight& w, const char* op);
+
+  // Converted weights `upload` handed out; the deques never move an element once stored.
+  std::mutex owned_mutex_;
+  std::deque<std::vector<std::uint16_t>> owned_bf16_;
+  std::deque<std::vector<float>> owned_f32_;
 };
 
 // Runs fn(i) for i in [0, n) on up to hardware_concurrency threads when `work` (a rough count of

@@ -1,7 +1,9 @@
-// Norms, elementwise ops, layout moves, hyper-connection stream ops, RoPE, embeddings.
+// Norms, elementwise ops, layout moves, hyper-connection stream ops, RoPE, embeddings, and the
+// indexer and routing ops (block means, scores, softmax, top-k, block selection).
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 
@@ -25,18 +27,32 @@ float apply_act(float v, Activation act) {
   return v;
 }
 
-void ensure_shape(Tensor& t, const Shape& s) {
-  if (t.shape() != s) t.reset(s);
+// The k largest of p[0, n), descending, ties to the lower index, into idx/val[0, min(k, n));
+// the entries past that are left as the caller filled them.
+void topk_row(const float* p, std::int64_t n, std::int64_t k, std::vector<std::int32_t>& order,
+              std::int32_t* idx, float* val) {
+  order.resize(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i)
+    order[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
+  const auto take = std::min(k, n);
+  std::partial_sort(order.begin(), order.begin() + take, order.end(),
+                    [&](auto a, auto b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+  for (std::int64_t i = 0; i < take; ++i) {
+    idx[i] = order[static_cast<std::size_t>(i)];
+    if (val != nullptr) val[i] = p[order[static_cast<std::size_t>(i)]];
+  }
 }
 
 }  // namespace
 
-void CpuBackend::rms_norm(const Tensor& x, std::span<const float> w, std::int64_t group, float eps,
+void CpuBackend::rms_norm(const Tensor& x, const Weight& w, std::int64_t group, float eps,
                           bool unit_offset, Tensor& y) {
-  const auto cols = x.cols();
-  // w spans the whole row, or one group (a per-head norm shared by every head).
-  assert(cols % group == 0 && cols % static_cast<std::int64_t>(w.size()) == 0);
-  if (&y != &x) ensure_shape(y, x.shape());
+  if (failed() || !check_vector(w, "rms_norm")) return;
+  const auto cols = x.cols(), wn = w.numel();
+  // w spans the whole row, or one group (a per-head norm shared by every group).
+  assert(cols % group == 0 && cols % wn == 0);
+  if (&y != &x && !ensure(y, x.shape())) return;
+  const float* wv = w.f32();
   for (std::int64_t r = 0; r < x.rows(); ++r) {
     const float* in = x.row(r);
     float* out = y.row(r);
@@ -46,21 +62,24 @@ void CpuBackend::rms_norm(const Tensor& x, std::span<const float> w, std::int64_
       for (std::int64_t c = 0; c < group; ++c) ss += static_cast<double>(in[g0 + c]) * in[g0 + c];
       const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(group) + eps));
       for (std::int64_t c = g0; c < g0 + group; ++c) {
-        const float wc = w[static_cast<std::size_t>(c) % w.size()];
+        const float wc = wv[c % wn];
         out[c] = in[c] * inv * (unit_offset ? 1.0f + wc : wc);
       }
     }
   }
 }
 
-void CpuBackend::rms_norm_gated(const Tensor& x, std::span<const float> w, const Tensor& gate,
-                                float eps, Activation act, Tensor& y) {
-  const auto group = static_cast<std::int64_t>(w.size());
-  rms_norm(x, w, group, eps, /*unit_offset=*/false, y);
+void CpuBackend::rms_norm_gated(const Tensor& x, const Weight& w, const Tensor& gate, float eps,
+                                Activation act, Tensor& y) {
+  if (failed()) return;
+  assert(gate.numel() == x.numel());
+  rms_norm(x, w, w.numel(), eps, /*unit_offset=*/false, y);
+  if (failed()) return;
   for (std::int64_t i = 0; i < y.numel(); ++i) y.data()[i] *= apply_act(gate.data()[i], act);
 }
 
 void CpuBackend::l2_norm(Tensor& x, std::int64_t group, float eps) {
+  if (failed()) return;
   const auto n = x.numel() / group;
   for (std::int64_t g = 0; g < n; ++g) {
     float* p = x.data() + g * group;
@@ -72,54 +91,86 @@ void CpuBackend::l2_norm(Tensor& x, std::int64_t group, float eps) {
 }
 
 void CpuBackend::activate(Tensor& x, Activation act) {
+  if (failed()) return;
   for (auto& v : x.span()) v = apply_act(v, act);
 }
 void CpuBackend::scale(Tensor& x, float s) {
+  if (failed()) return;
   for (auto& v : x.span()) v *= s;
 }
 void CpuBackend::add(Tensor& x, const Tensor& y) {
+  if (failed()) return;
   assert(x.numel() == y.numel());
   for (std::int64_t i = 0; i < x.numel(); ++i) x.data()[i] += y.data()[i];
 }
 void CpuBackend::mul(Tensor& x, const Tensor& y) {
+  if (failed()) return;
   assert(x.numel() == y.numel());
   for (std::int64_t i = 0; i < x.numel(); ++i) x.data()[i] *= y.data()[i];
 }
-void CpuBackend::mul_cols(Tensor& x, std::span<const float> v) {
+void CpuBackend::mul_cols(Tensor& x, const Weight& v) {
+  if (failed() || !check_vector(v, "mul_cols")) return;
+  assert(v.numel() == x.cols());
+  const float* vv = v.f32();
   for (std::int64_t r = 0; r < x.rows(); ++r)
-    for (std::int64_t c = 0; c < x.cols(); ++c) x.row(r)[c] *= v[static_cast<std::size_t>(c)];
+    for (std::int64_t c = 0; c < x.cols(); ++c) x.row(r)[c] *= vv[c];
 }
 void CpuBackend::mul_rows(Tensor& x, const Tensor& s) {
+  if (failed()) return;
+  assert(s.numel() == x.rows());
   for (std::int64_t r = 0; r < x.rows(); ++r)
     for (std::int64_t c = 0; c < x.cols(); ++c) x.row(r)[c] *= s.data()[r];
 }
 void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
-  ensure_shape(out, gate.shape());
+  if (failed()) return;
+  assert(gate.numel() == up.numel());
+  if (!ensure(out, gate.shape())) return;
   for (std::int64_t i = 0; i < gate.numel(); ++i)
     out.data()[i] = apply_act(gate.data()[i], Activation::kSilu) * up.data()[i];
 }
 void CpuBackend::swiglu_packed(const Tensor& gu, Tensor& out) {
+  if (failed()) return;
   const auto half = gu.cols() / 2;
-  ensure_shape(out, {gu.rows(), half});
+  if (!ensure(out, {gu.rows(), half})) return;
   for (std::int64_t r = 0; r < gu.rows(); ++r)
     for (std::int64_t c = 0; c < half; ++c)
       out.row(r)[c] = apply_act(gu.row(r)[c], Activation::kSilu) * gu.row(r)[half + c];
 }
 void CpuBackend::signed_sqrt(Tensor& x, float floor) {
+  if (failed()) return;
   for (auto& v : x.span()) {
     const float s = v > 0 ? 1.0f : (v < 0 ? -1.0f : 0.0f);
     v = s * std::sqrt(std::max(std::fabs(v), floor));
   }
 }
+void CpuBackend::normalize_rows(Tensor& x) {
+  if (failed()) return;
+  // fp32 sum in column order, then a division (the k-element step of Q4M 976).
+  for (std::int64_t r = 0; r < x.rows(); ++r) {
+    float* p = x.row(r);
+    float sum = 0;
+    for (std::int64_t c = 0; c < x.cols(); ++c) sum += p[c];
+    for (std::int64_t c = 0; c < x.cols(); ++c) p[c] /= sum;
+  }
+}
 
 void CpuBackend::slice_cols(const Tensor& x, std::int64_t begin, std::int64_t width, Tensor& out) {
-  ensure_shape(out, {x.rows(), width});
+  if (failed()) return;
+  assert(begin >= 0 && begin + width <= x.cols());
+  if (!ensure(out, {x.rows(), width})) return;
   for (std::int64_t r = 0; r < x.rows(); ++r) std::copy_n(x.row(r) + begin, width, out.row(r));
+}
+void CpuBackend::slice_rows(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) {
+  if (failed()) return;
+  assert(begin >= 0 && count >= 0 && begin + count <= x.rows());
+  if (!ensure(out, {count, x.cols()})) return;
+  std::copy_n(x.row(begin), count * x.cols(), out.data());
 }
 void CpuBackend::split_interleaved(const Tensor& x, std::int64_t heads, std::int64_t dim, Tensor& a,
                                    Tensor& b) {
-  ensure_shape(a, {x.rows(), heads * dim});
-  ensure_shape(b, {x.rows(), heads * dim});
+  if (failed()) return;
+  assert(x.cols() == 2 * heads * dim);
+  if (!ensure(a, {x.rows(), heads * dim}) || !ensure(b, {x.rows(), heads * dim})) return;
   for (std::int64_t r = 0; r < x.rows(); ++r)
     for (std::int64_t h = 0; h < heads; ++h) {
       std::copy_n(x.row(r) + 2 * h * dim, dim, a.row(r) + h * dim);
@@ -127,35 +178,32 @@ void CpuBackend::split_interleaved(const Tensor& x, std::int64_t heads, std::int
     }
 }
 void CpuBackend::repeat_cols(const Tensor& x, std::int64_t times, Tensor& out) {
-  ensure_shape(out, {x.rows(), x.cols() * times});
+  if (failed()) return;
+  if (!ensure(out, {x.rows(), x.cols() * times})) return;
   for (std::int64_t r = 0; r < x.rows(); ++r)
     for (std::int64_t s = 0; s < times; ++s)
       std::copy_n(x.row(r), x.cols(), out.row(r) + s * x.cols());
 }
-void CpuBackend::gather_rows(const Tensor& x, std::span<const std::int32_t> idx, Tensor& out) {
-  ensure_shape(out, {static_cast<std::int64_t>(idx.size()), x.cols()});
-  for (std::size_t i = 0; i < idx.size(); ++i)
-    std::copy_n(x.row(idx[i]), x.cols(), out.row(static_cast<std::int64_t>(i)));
-}
-void CpuBackend::scatter_add_rows(Tensor& out, std::span<const std::int32_t> idx, const Tensor& y,
-                                  std::span<const float> w) {
-  for (std::size_t i = 0; i < idx.size(); ++i) {
-    const float* src = y.row(static_cast<std::int64_t>(i));
-    float* dst = out.row(idx[i]);
-    for (std::int64_t c = 0; c < out.cols(); ++c) dst[c] += w[i] * src[c];
-  }
-}
 void CpuBackend::append_rows(Tensor& cache, const Tensor& x) {
+  if (failed()) return;
   const auto cols = x.cols();
-  const auto rows = cache.shape().empty() ? 0 : cache.rows();
-  cache.storage().insert(cache.storage().end(), x.span().begin(), x.span().end());
-  cache.reshape({rows + x.rows(), cols});
+  // An empty cache takes x's width (keeping its buffer).
+  if ((cache.shape().empty() || cache.rows() == 0) && !ensure(cache, {0, cols})) return;
+  assert(cache.cols() == cols && cache.dtype() == DType::kF32 && cache.device() == Device::kHost);
+  const auto rows = cache.rows();
+  if (!cache.grow_rows(rows + x.rows())) {
+    fail(out_of_range("cpu backend: out of memory growing a cache to " +
+                      std::to_string(rows + x.rows()) + " rows of " + std::to_string(cols)));
+    return;
+  }
+  std::copy_n(x.data(), x.numel(), cache.row(rows));
 }
 
 void CpuBackend::embedding(std::span<const Weight> shards, std::span<const std::int64_t> ids,
                            Tensor& out) {
+  if (failed()) return;
   const auto cols = shards.front().cols();
-  ensure_shape(out, {static_cast<std::int64_t>(ids.size()), cols});
+  if (!ensure(out, {static_cast<std::int64_t>(ids.size()), cols})) return;
   const auto per_shard = shards.front().rows();  // row shards are equal (split along dim 0)
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const auto& w = shards[static_cast<std::size_t>(ids[i] / per_shard)];
@@ -167,8 +215,9 @@ void CpuBackend::embedding(std::span<const Weight> shards, std::span<const std::
 }
 
 void CpuBackend::stream_mean(const Tensor& x, std::int64_t streams, Tensor& out) {
+  if (failed()) return;
   const auto W = x.cols() / streams;
-  ensure_shape(out, {x.rows(), W});
+  if (!ensure(out, {x.rows(), W})) return;
   for (std::int64_t r = 0; r < x.rows(); ++r)
     for (std::int64_t c = 0; c < W; ++c) {
       float s = 0;
@@ -177,7 +226,9 @@ void CpuBackend::stream_mean(const Tensor& x, std::int64_t streams, Tensor& out)
     }
 }
 void CpuBackend::add_scaled_streams(Tensor& h, const Tensor& y, const Tensor& w) {
+  if (failed()) return;
   const auto W = y.cols(), streams = w.cols();
+  assert(h.cols() == W * streams && y.rows() == h.rows() && w.rows() == h.rows());
   for (std::int64_t r = 0; r < h.rows(); ++r)
     for (std::int64_t s = 0; s < streams; ++s) {
       const float ws = w.row(r)[s];
@@ -185,8 +236,10 @@ void CpuBackend::add_scaled_streams(Tensor& h, const Tensor& y, const Tensor& w)
     }
 }
 void CpuBackend::grouped_dot(const Tensor& a, const Tensor& b, std::int64_t group, Tensor& out) {
+  if (failed()) return;
+  assert(a.shape() == b.shape());
   const auto groups = a.cols() / group;
-  ensure_shape(out, {a.rows(), groups});
+  if (!ensure(out, {a.rows(), groups})) return;
   for (std::int64_t r = 0; r < a.rows(); ++r)
     for (std::int64_t g = 0; g < groups; ++g) {
       double s = 0;
@@ -196,17 +249,22 @@ void CpuBackend::grouped_dot(const Tensor& a, const Tensor& b, std::int64_t grou
     }
 }
 
-void CpuBackend::rope(Tensor& x, std::int64_t head_dim, std::int64_t rotary_dim,
-                      std::span<const std::int64_t> positions, double theta) {
+void CpuBackend::rope(Tensor& x, std::int64_t head_dim, std::int64_t rotary_dim, std::int64_t first,
+                      std::int64_t stride, double theta) {
+  if (failed()) return;
   const auto half = rotary_dim / 2;
   const auto heads = x.cols() / head_dim;
+  std::vector<float> inv_freq(static_cast<std::size_t>(half));
   std::vector<float> cosv(static_cast<std::size_t>(half)), sinv(static_cast<std::size_t>(half));
+  for (std::int64_t i = 0; i < half; ++i) {
+    // inv_freq in fp32 as the reference builds it, the angle in double.
+    inv_freq[static_cast<std::size_t>(i)] = static_cast<float>(
+        1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(rotary_dim)));
+  }
   for (std::int64_t r = 0; r < x.rows(); ++r) {
+    const auto position = first + r * stride;
     for (std::int64_t i = 0; i < half; ++i) {
-      // inv_freq in fp32 as the reference builds it, the angle in double.
-      const float inv_freq = static_cast<float>(
-          1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(rotary_dim)));
-      const double angle = static_cast<double>(positions[static_cast<std::size_t>(r)]) * inv_freq;
+      const double angle = static_cast<double>(position) * inv_freq[static_cast<std::size_t>(i)];
       cosv[static_cast<std::size_t>(i)] = static_cast<float>(std::cos(angle));
       sinv[static_cast<std::size_t>(i)] = static_cast<float>(std::sin(angle));
     }
@@ -223,6 +281,7 @@ void CpuBackend::rope(Tensor& x, std::int64_t head_dim, std::int64_t rotary_dim,
 }
 
 void CpuBackend::softmax(Tensor& x) {
+  if (failed()) return;
   for (std::int64_t r = 0; r < x.rows(); ++r) {
     float* p = x.row(r);
     const float m = *std::max_element(p, p + x.cols());
@@ -232,30 +291,38 @@ void CpuBackend::softmax(Tensor& x) {
   }
 }
 
-void CpuBackend::topk(const Tensor& x, std::int64_t k, std::span<const std::int64_t> counts,
-                      std::vector<std::int32_t>& idx, std::vector<float>& val) {
-  idx.assign(static_cast<std::size_t>(x.rows() * k), -1);
-  val.assign(static_cast<std::size_t>(x.rows() * k), 0.0f);
+void CpuBackend::topk(const Tensor& x, std::int64_t k, Tensor& idx, Tensor& val) {
+  if (failed()) return;
+  const auto rows = x.rows();
+  if (!ensure(idx, {rows, k}, DType::kI32) || !ensure(val, {rows, k})) return;
+  auto* ip = idx.data_as<std::int32_t>();
+  float* vp = val.data();
+  std::fill(ip, ip + rows * k, -1);
+  std::fill(vp, vp + rows * k, 0.0f);
   std::vector<std::int32_t> order;
-  for (std::int64_t r = 0; r < x.rows(); ++r) {
-    const auto n = counts.empty() ? x.cols() : counts[static_cast<std::size_t>(r)];
-    const float* p = x.row(r);
-    order.resize(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i)
-      order[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
-    const auto take = std::min(k, n);
-    std::partial_sort(order.begin(), order.begin() + take, order.end(),
-                      [&](auto a, auto b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    for (std::int64_t i = 0; i < take; ++i) {
-      idx[static_cast<std::size_t>(r * k + i)] = order[static_cast<std::size_t>(i)];
-      val[static_cast<std::size_t>(r * k + i)] = p[order[static_cast<std::size_t>(i)]];
-    }
+  for (std::int64_t r = 0; r < rows; ++r)
+    topk_row(x.row(r), x.cols(), k, order, ip + r * k, vp + r * k);
+}
+
+void CpuBackend::select_blocks(const Tensor& scores, std::int64_t first, std::int64_t block,
+                               std::int64_t top, Tensor& picked) {
+  if (failed()) return;
+  const auto S = scores.rows();
+  if (!ensure(picked, {S, top}, DType::kI32)) return;
+  auto* ip = picked.data_as<std::int32_t>();
+  std::fill(ip, ip + S * top, -1);
+  std::vector<std::int32_t> order;
+  for (std::int64_t s = 0; s < S; ++s) {
+    const auto visible = std::min((first + s + 1) / block, scores.cols());
+    topk_row(scores.row(s), visible, top, order, ip + s * top, nullptr);
   }
 }
 
 void CpuBackend::block_mean(const Tensor& x, std::int64_t first_row, std::int64_t blocks,
                             std::int64_t group, Tensor& out) {
-  ensure_shape(out, {blocks, x.cols()});
+  if (failed()) return;
+  assert(first_row + blocks * group <= x.rows());
+  if (!ensure(out, {blocks, x.cols()})) return;
   for (std::int64_t b = 0; b < blocks; ++b)
     for (std::int64_t c = 0; c < x.cols(); ++c) {
       float s = 0;  // fp32 mean, as the reference (.float().mean())
@@ -266,8 +333,9 @@ void CpuBackend::block_mean(const Tensor& x, std::int64_t first_row, std::int64_
 
 void CpuBackend::index_scores(const Tensor& q, const Tensor& keys, std::int64_t heads, float scale,
                               Tensor& out) {
+  if (failed()) return;
   const auto dim = keys.cols(), B = keys.shape().empty() ? 0 : keys.rows();
-  ensure_shape(out, {q.rows(), B});
+  if (!ensure(out, {q.rows(), B})) return;
   for (std::int64_t s = 0; s < q.rows(); ++s)
     for (std::int64_t b = 0; b < B; ++b) {
       float total = 0;

@@ -1,6 +1,7 @@
 // Dense products on OpenBLAS. f32 weights are read in place from the checkpoint mapping; bf16
 // weights are widened in tiles of kTileRows rows (exact: bf16 -> f32 is a shift) into a
 // thread-local scratch buffer, then multiplied, so the CPU path never doubles the weight memory.
+// Also: `upload`, the routed experts of a MoE (a product per expert), and the thread helper.
 #include <cblas.h>
 
 #include <algorithm>
@@ -26,19 +27,75 @@ void gemm_block(const Tensor& x, const float* w, std::int64_t n, std::int64_t co
               0.0f, y.data() + col0, static_cast<int>(out));
 }
 
+// Elements converted per parallel job by `upload` (a load-time pass over whole matrices).
+constexpr std::int64_t kConvertChunk = 1 << 20;
+
 }  // namespace
 
+Expected<Weight> CpuBackend::upload(const Weight& w, DType matrix_dtype) {
+  if (w.empty()) return w;
+  if (w.device != Device::kHost)
+    return invalid_argument("cpu backend: cannot upload a weight held in " + device_name(w.device) +
+                            " memory");
+  if (matrix_dtype != DType::kF32 && matrix_dtype != DType::kBF16)
+    return invalid_argument("cpu backend: matrices are stored as F32 or BF16, not " +
+                            std::string(dtype_name(matrix_dtype)));
+  if (!dtype_is_float(w.dtype))
+    return invalid_argument("cpu backend: weight of shape " + shape_to_string(w.shape) +
+                            " has the non-float dtype " + std::string(dtype_name(w.dtype)));
+  const auto n = w.numel();
+  const auto chunks = (n + kConvertChunk - 1) / kConvertChunk;
+  if (w.shape.size() >= 2) {
+    // bf16 (and f16/f8) matrices are widened per tile by `linear`, so they stay as they are even
+    // when f32 is asked for; only an f32 matrix stored as bf16 is converted.
+    if (w.dtype != DType::kF32 || matrix_dtype != DType::kBF16) return w;
+    std::vector<std::uint16_t>* dst;
+    {
+      const std::lock_guard lock(owned_mutex_);
+      dst = &owned_bf16_.emplace_back(static_cast<std::size_t>(n));
+    }
+    const float* src = w.f32();
+    cpu_parallel_for(chunks, static_cast<double>(n), [&](std::int64_t c) {
+      const auto end = std::min(n, (c + 1) * kConvertChunk);
+      for (auto i = c * kConvertChunk; i < end; ++i)
+        (*dst)[static_cast<std::size_t>(i)] = f32_to_bf16(src[i]);
+    });
+    return Weight{DType::kBF16, w.shape, reinterpret_cast<const std::uint8_t*>(dst->data()),
+                  Device::kHost};
+  }
+  // Vectors stay (or become) f32.
+  if (w.dtype == DType::kF32 && reinterpret_cast<std::uintptr_t>(w.data) % alignof(float) == 0)
+    return w;
+  std::vector<float>* dst;
+  {
+    const std::lock_guard lock(owned_mutex_);
+    dst = &owned_f32_.emplace_back(static_cast<std::size_t>(n));
+  }
+  convert_to_f32(w.dtype, w.data, dst->data(), static_cast<std::size_t>(n));
+  return Weight{DType::kF32, w.shape, reinterpret_cast<const std::uint8_t*>(dst->data()),
+                Device::kHost};
+}
+
+bool CpuBackend::check_vector(const Weight& w, const char* op) {
+  if (w.dtype == DType::kF32 && w.device == Device::kHost) return true;
+  fail(invalid_argument(std::string("cpu backend: ") + op + " needs an f32 host vector, got " +
+                        std::string(dtype_name(w.dtype)) + " in " + device_name(w.device) +
+                        " memory (upload it first)"));
+  return false;
+}
+
 void CpuBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
+  if (failed()) return;
   const auto out = w.rows(), in = w.cols();
-  assert(x.cols() == in);
+  assert(x.cols() == in && w.device == Device::kHost);
   Shape shape = x.shape();
   shape.back() = out;
-  if (y.shape() != shape) y.reset(shape);
+  if (!ensure(y, std::move(shape))) return;
   if (x.rows() == 0) return;
   // f32 weights are used in place when aligned (safetensors does not promise alignment of a
   // tensor that follows an odd-sized bf16 one); otherwise they take the tile path as bf16 does.
   if (w.dtype == DType::kF32 && reinterpret_cast<std::uintptr_t>(w.data) % alignof(float) == 0) {
-    gemm_block(x, reinterpret_cast<const float*>(w.data), out, 0, y);
+    gemm_block(x, w.f32(), out, 0, y);
     return;
   }
   thread_local std::vector<float> tile;
@@ -52,10 +109,66 @@ void CpuBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
   }
 }
 
-void CpuBackend::add_bias(Tensor& y, std::span<const float> bias) {
+void CpuBackend::add_bias(Tensor& y, const Weight& bias) {
+  if (failed() || !check_vector(bias, "add_bias")) return;
+  const float* b = bias.f32();
   for (std::int64_t r = 0; r < y.rows(); ++r) {
     float* row = y.row(r);
-    for (std::int64_t c = 0; c < y.cols(); ++c) row[c] += bias[static_cast<std::size_t>(c)];
+    for (std::int64_t c = 0; c < y.cols(); ++c) row[c] += b[c];
+  }
+}
+
+// The per-expert loop the model ran before this op existed, kept step for step so the result is
+// bit-identical: experts in increasing id; each gathers its tokens in increasing order, runs
+// gate_up, swiglu_packed and down as products over just those rows, and adds its weighted rows
+// into y. Tokens are bucketed by expert in one pass (stable, so the row order is unchanged).
+void CpuBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
+                             const Tensor& experts, const Tensor& weights, Tensor& y) {
+  if (failed()) return;
+  assert(experts.dtype() == DType::kI32 && weights.dtype() == DType::kF32);
+  assert(experts.shape() == weights.shape() && experts.rows() == x.rows());
+  assert(gate_up.shape.size() == 3 && down.shape.size() == 3);
+  const auto S = x.rows(), H = x.cols(), k = experts.cols(), E = gate_up.shape[0];
+  if (!ensure(y, {S, H})) return;
+  std::fill(y.data(), y.data() + y.numel(), 0.0f);
+  const auto* ids = experts.data_as<std::int32_t>();
+  const float* wts = weights.data();
+  // CSR of (token, weight) per expert.
+  std::vector<std::int64_t> start(static_cast<std::size_t>(E + 1), 0);
+  for (std::int64_t i = 0; i < S * k; ++i) {
+    const auto e = ids[i];
+    if (e >= 0 && e < E) ++start[static_cast<std::size_t>(e) + 1];
+  }
+  for (std::int64_t e = 0; e < E; ++e)
+    start[static_cast<std::size_t>(e + 1)] += start[static_cast<std::size_t>(e)];
+  std::vector<std::int64_t> fill(start.begin(), start.end() - 1);
+  std::vector<std::int32_t> rows(static_cast<std::size_t>(start.back()));
+  std::vector<float> row_w(rows.size());
+  for (std::int64_t i = 0; i < S * k; ++i) {
+    const auto e = ids[i];
+    if (e < 0 || e >= E) continue;
+    const auto at = static_cast<std::size_t>(fill[static_cast<std::size_t>(e)]++);
+    rows[at] = static_cast<std::int32_t>(i / k);
+    row_w[at] = wts[i];
+  }
+  Tensor xe, gu, act, he;
+  for (std::int64_t e = 0; e < E; ++e) {
+    const auto b = start[static_cast<std::size_t>(e)],
+               n = start[static_cast<std::size_t>(e) + 1] - b;
+    if (n == 0) continue;
+    if (!ensure(xe, {n, H})) return;
+    for (std::int64_t i = 0; i < n; ++i)
+      std::copy_n(x.row(rows[static_cast<std::size_t>(b + i)]), H, xe.row(i));
+    linear(xe, gate_up.expert(e), gu);
+    swiglu_packed(gu, act);
+    linear(act, down.expert(e), he);
+    if (failed()) return;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float* src = he.row(i);
+      float* dst = y.row(rows[static_cast<std::size_t>(b + i)]);
+      const float wi = row_w[static_cast<std::size_t>(b + i)];
+      for (std::int64_t c = 0; c < H; ++c) dst[c] += wi * src[c];
+    }
   }
 }
 

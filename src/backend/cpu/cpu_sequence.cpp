@@ -1,30 +1,40 @@
 // Ops that mix tokens: causal depthwise conv with its tail, the gated delta rule (chunked and
-// recurrent), softmax attention over selected keys.
+// recurrent), block-sparse softmax attention.
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 
 namespace fs {
 
-void CpuBackend::causal_conv1d(const Tensor& x, const Tensor& w, std::int64_t dilation,
+void CpuBackend::causal_conv1d(const Tensor& x, const Weight& w, std::int64_t dilation,
                                Tensor& tail, Tensor& y) {
+  if (failed()) return;
   const auto S = x.rows(), C = x.cols(), K = w.cols();
   const auto L = (K - 1) * dilation;
-  assert(tail.rows() == L && tail.cols() == C);
+  assert(tail.rows() == L && tail.cols() == C && w.rows() == C && w.device == Device::kHost);
+  // The filter in f32 (read in place when it already is; a bf16 one is widened, exactly).
+  std::vector<float> widened;
+  const float* wf = w.f32();
+  if (w.dtype != DType::kF32 || reinterpret_cast<std::uintptr_t>(w.data) % alignof(float) != 0) {
+    widened.resize(static_cast<std::size_t>(C * K));
+    convert_to_f32(w.dtype, w.data, widened.data(), widened.size());
+    wf = widened.data();
+  }
   // Window = tail ++ x: row t of the window is input position t - L.
   std::vector<float> win(static_cast<std::size_t>((L + S) * C));
   std::copy(tail.span().begin(), tail.span().end(), win.begin());
   std::copy(x.span().begin(), x.span().end(), win.begin() + L * C);
-  if (y.shape() != x.shape()) y.reset(x.shape());
+  if (!ensure(y, x.shape())) return;
   for (std::int64_t t = 0; t < S; ++t) {
     float* out = y.row(t);
     for (std::int64_t c = 0; c < C; ++c) {
       float acc = 0;
       for (std::int64_t j = 0; j < K; ++j)
-        acc += w.row(c)[j] * win[static_cast<std::size_t>((t + j * dilation) * C + c)];
+        acc += wf[c * K + j] * win[static_cast<std::size_t>((t + j * dilation) * C + c)];
       out[c] = acc;
     }
   }
@@ -47,8 +57,10 @@ HeadViews head_views(const Tensor& k, const Tensor& v, const Tensor& g, std::int
 void CpuBackend::gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& v,
                                             const Tensor& g, const Tensor& beta,
                                             std::int64_t key_heads, Tensor& state, Tensor& out) {
+  if (failed()) return;
   const auto d = head_views(k, v, g, key_heads);
-  if (out.shape() != v.shape()) out.reset(v.shape());
+  assert(state.numel() == d.Hv * d.dk * d.dv);
+  if (!ensure(out, v.shape())) return;
   cpu_parallel_for(d.Hv, static_cast<double>(d.S * d.dk * d.dv * 4), [&](std::int64_t h) {
     float* Sm = state.data() + h * d.dk * d.dv;  // [dk, dv]
     const auto kh = h / d.rep;
@@ -88,8 +100,10 @@ void CpuBackend::gated_delta_rule_chunked(const Tensor& q, const Tensor& k, cons
                                           const Tensor& g, const Tensor& beta,
                                           std::int64_t key_heads, Tensor& state, Tensor& out) {
   constexpr std::int64_t kChunk = 64;
+  if (failed()) return;
   const auto d = head_views(k, v, g, key_heads);
-  if (out.shape() != v.shape()) out.reset(v.shape());
+  assert(state.numel() == d.Hv * d.dk * d.dv);
+  if (!ensure(out, v.shape())) return;
   cpu_parallel_for(d.Hv, static_cast<double>(d.S * d.dk * d.dv * 8), [&](std::int64_t h) {
     float* Sm = state.data() + h * d.dk * d.dv;
     const auto kh = h / d.rep;
@@ -172,21 +186,45 @@ void CpuBackend::gated_delta_rule_chunked(const Tensor& q, const Tensor& k, cons
   });
 }
 
-void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t heads,
-                           std::int64_t kv_heads, const KeySelection& sel, float scale,
-                           Tensor& out) {
+// Query s reads the keys of its picked blocks in the order given, then its unfinished tail; the
+// keys are listed first (as the old key-selection form did), so the scores, the softmax and the
+// weighted sum run over the same keys in the same order.
+void CpuBackend::block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        std::int64_t heads, std::int64_t kv_heads,
+                                        const Tensor& picked, std::int64_t block,
+                                        std::int64_t first, float scale, Tensor& out) {
+  if (failed()) return;
   const auto D = q.cols() / heads, rep = heads / kv_heads, S = q.rows();
-  if (out.shape() != q.shape()) out.reset(q.shape());
-  cpu_parallel_for(S * heads, static_cast<double>(sel.keys.size() * heads * D * 2),
+  assert(picked.dtype() == DType::kI32 && picked.rows() == S && k.rows() == v.rows());
+  assert(k.cols() == kv_heads * D && v.cols() == kv_heads * D);
+  if (!ensure(out, q.shape())) return;
+  const auto top = picked.cols();
+  const auto* pk = picked.data_as<std::int32_t>();
+  std::vector<std::int64_t> offsets(static_cast<std::size_t>(S + 1), 0);
+  std::vector<std::int32_t> keys;
+  for (std::int64_t s = 0; s < S; ++s) {
+    for (std::int64_t j = 0; j < top; ++j) {
+      const auto b = pk[s * top + j];
+      if (b < 0) continue;
+      for (std::int64_t t = 0; t < block; ++t)
+        keys.push_back(static_cast<std::int32_t>(b * block + t));
+    }
+    const auto pos = first + s;
+    for (auto t = (pos + 1) / block * block; t <= pos; ++t)
+      keys.push_back(static_cast<std::int32_t>(t));
+    offsets[static_cast<std::size_t>(s + 1)] = static_cast<std::int64_t>(keys.size());
+  }
+  assert(keys.empty() || *std::max_element(keys.begin(), keys.end()) < k.rows());
+  cpu_parallel_for(S * heads, static_cast<double>(keys.size() * heads * D * 2),
                    [&](std::int64_t job) {
                      const auto s = job / heads, h = job % heads, kvh = h / rep;
-                     const auto b = sel.offsets[static_cast<std::size_t>(s)];
-                     const auto n = sel.offsets[static_cast<std::size_t>(s) + 1] - b;
+                     const auto b = offsets[static_cast<std::size_t>(s)];
+                     const auto n = offsets[static_cast<std::size_t>(s) + 1] - b;
                      std::vector<float> p(static_cast<std::size_t>(n));
                      const float* qs = q.row(s) + h * D;
                      float m = -INFINITY;
                      for (std::int64_t i = 0; i < n; ++i) {
-                       const float* ks = k.row(sel.keys[static_cast<std::size_t>(b + i)]) + kvh * D;
+                       const float* ks = k.row(keys[static_cast<std::size_t>(b + i)]) + kvh * D;
                        float d = 0;
                        for (std::int64_t x = 0; x < D; ++x) d += qs[x] * ks[x];
                        p[static_cast<std::size_t>(i)] = d * scale;
@@ -198,7 +236,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, st
                      std::fill(o, o + D, 0.0f);
                      for (std::int64_t i = 0; i < n; ++i) {
                        const float w = static_cast<float>(p[static_cast<std::size_t>(i)] / z);
-                       const float* vs = v.row(sel.keys[static_cast<std::size_t>(b + i)]) + kvh * D;
+                       const float* vs = v.row(keys[static_cast<std::size_t>(b + i)]) + kvh * D;
                        for (std::int64_t x = 0; x < D; ++x) o[x] += w * vs[x];
                      }
                    });

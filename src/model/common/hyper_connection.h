@@ -11,7 +11,7 @@
 namespace fs {
 
 struct HyperConnectionWeights {
-  std::vector<float> norm;  // [streams*width], grouped (1+w) RMSNorm
+  Weight norm;              // [streams*width], grouped (1+w) RMSNorm
   Weight mix_down;          // [rank, streams*width]
   Weight mix_up;            // [streams*width, rank]
   Weight inject;            // [streams, streams*width]; empty for the final mixer

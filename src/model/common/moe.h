@@ -22,15 +22,16 @@ struct MoeWeights {
   bool norm_topk_prob = true;
 };
 
+// In backend memory: the routing never returns to the host (the grouped-expert op reads it).
 struct Routing {
-  std::vector<std::int32_t> experts;  // [S x k]
-  std::vector<float> weights;         // [S x k]
+  Tensor experts;  // [S, k] int32
+  Tensor weights;  // [S, k] f32
 };
 
 // Softmax over the router logits in fp32, top-k, renormalised to sum 1 when norm_topk_prob.
 void moe_route(Backend& be, const MoeWeights& w, const Tensor& x, Routing& r);
-// y [S, H]: routed experts accumulated in increasing expert id (the reference's order), then the
-// gated shared expert.
+// y [S, H]: the routed experts (one grouped op that reads only the routed experts' weights),
+// then the gated shared expert.
 void moe(Backend& be, const MoeWeights& w, const Tensor& x, Tensor& y);
 
 }  // namespace fs

@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "model/common/block_indexer.h"
 #include "model/common/hyper_connection.h"
 #include "model/common/moe.h"
 #include "model/common/ngram_hash.h"
@@ -30,6 +29,8 @@ Expected<T*> typed_cache(ModelState& state, std::size_t index) {
 QwenNextModel::QwenNextModel(QwenNextConfig config, QwenNextWeights weights,
                              std::unique_ptr<Backend> backend)
     : config_(std::move(config)), weights_(std::move(weights)), backend_(std::move(backend)) {
+  info_.backend = backend_->name();
+  info_.dtype = weights_.dtype;
   info_.family = Family::kQwenNext;
   info_.vocab_size = config_.vocab_size;
   info_.hidden_size = config_.hidden_size;
@@ -41,8 +42,7 @@ QwenNextModel::QwenNextModel(QwenNextConfig config, QwenNextWeights weights,
 QwenNextModel::~QwenNextModel() = default;
 
 void QwenNextModel::decoder_layer(const QwenLayerWeights& lw, const LayerCaches& caches,
-                                  std::span<const Position> positions,
-                                  std::span<const TokenId> tokens, Tensor& h) {
+                                  Position first, std::span<const TokenId> tokens, Tensor& h) {
   auto& be = *backend_;
   Tensor x, y, inject;
   if (lw.ple) ple_inject(*lw.ple, *caches.ple, tokens, h);
@@ -50,7 +50,7 @@ void QwenNextModel::decoder_layer(const QwenLayerWeights& lw, const LayerCaches&
   if (lw.kind == QwenLayerKind::kLinearAttention) {
     gated_delta_net(*lw.gdn, *caches.gdn, x, y);
   } else {
-    qsa_attention(*lw.qsa, *caches.qsa, positions, x, y);
+    qsa_attention(*lw.qsa, *caches.qsa, first, x, y);
   }
   hyper_connection_write(be, h, y, inject);
   hyper_connection_read(be, lw.mlp_hc, h, x, &inject);
@@ -70,6 +70,7 @@ void QwenNextModel::ple_inject(const PleWeights& w, PleCache& cache,
   ngram_ids(w.hash, context, tokens, ids);
   cache.set_context_ids(context);
   Tensor emb, key, value, query, gate, gated, normed, conv;
+  // The table stays in the host mapping; the backend gathers the touched rows and copies them.
   be.embedding(w.table_shards, ids, emb);   // [S*NH, de]
   emb.reshape({S, config_.ple_embed_dim});  // heads concatenated per token
   be.linear(emb, w.key_proj, key);
@@ -80,7 +81,7 @@ void QwenNextModel::ple_inject(const PleWeights& w, PleCache& cache,
   be.scale(gate, 1.0f / std::sqrt(static_cast<float>(H)));
   be.signed_sqrt(gate, 1e-6f);
   be.activate(gate, Activation::kSigmoid);
-  gated.reset({S, config_.stream_width()});
+  gated = be.new_tensor({S, config_.stream_width()});
   be.add_scaled_streams(gated, value, gate);
   be.rms_norm(gated, w.norm_conv, H, eps, true, normed);
   be.causal_conv1d(normed, w.conv1d, config_.ngram_size, cache.conv_tail, conv);
@@ -133,9 +134,8 @@ void QwenNextModel::gated_delta_net(const GatedDeltaNetWeights& w, GatedDeltaNet
   cache.covered += S;
 }
 
-void QwenNextModel::qsa_indexer(const QsaWeights& w, QsaCache& cache,
-                                std::span<const Position> positions, const Tensor& x,
-                                KeySelection& sel) {
+void QwenNextModel::qsa_indexer(const QsaWeights& w, QsaCache& cache, Position first,
+                                const Tensor& x, Tensor& picked) {
   auto& be = *backend_;
   const auto nI = config_.indexer_n_heads, dI = config_.indexer_head_dim, c = cache.block;
   const auto eps = static_cast<float>(config_.rms_norm_eps);
@@ -144,7 +144,7 @@ void QwenNextModel::qsa_indexer(const QsaWeights& w, QsaCache& cache,
   be.slice_cols(qk, 0, nI * dI, q);
   be.slice_cols(qk, nI * dI, dI, raw);
   be.rms_norm(q, w.index_q_norm, dI, eps, true, q);
-  be.rope(q, dI, config_.rotary_dim(), positions, config_.rope_theta);
+  be.rope(q, dI, config_.rotary_dim(), first, 1, config_.rope_theta);
   be.append_rows(cache.index_keys, raw);
   // Blocks completed by this call: mean of raw keys (fp32), k_layernorm, RoPE at the block's
   // first position (Q4M 741-752). They never change afterwards, so they are cached.
@@ -153,25 +153,25 @@ void QwenNextModel::qsa_indexer(const QsaWeights& w, QsaCache& cache,
     Tensor pooled;
     be.block_mean(cache.index_keys, done * c, total - done, c, pooled);
     be.rms_norm(pooled, w.index_k_norm, dI, eps, true, pooled);
-    std::vector<Position> starts;
-    for (auto b = done; b < total; ++b) starts.push_back(b * c);
-    be.rope(pooled, dI, config_.rotary_dim(), starts, config_.rope_theta);
+    be.rope(pooled, dI, config_.rotary_dim(), done * c, c, config_.rope_theta);
     be.append_rows(cache.blocks, pooled);
   }
   Tensor scores;
   be.index_scores(q, cache.blocks, nI, 1.0f / std::sqrt(static_cast<float>(dI)), scores);
-  select_block_tokens(be, scores, positions, c, config_.indexer_budget / c, sel);
+  // Each query keeps its best complete visible blocks; the attention adds the unfinished tail.
+  // With a budget covering every complete block this is dense causal attention.
+  be.select_blocks(scores, first, c, config_.indexer_budget / c, picked);
 }
 
 // QSA attention (Q4M 847-901): gated GQA attention over the indexer's selection.
-void QwenNextModel::qsa_attention(const QsaWeights& w, QsaCache& cache,
-                                  std::span<const Position> positions, const Tensor& x, Tensor& y) {
+void QwenNextModel::qsa_attention(const QsaWeights& w, QsaCache& cache, Position first,
+                                  const Tensor& x, Tensor& y) {
   auto& be = *backend_;
   const auto Hq = config_.num_attention_heads, Hkv = config_.num_key_value_heads,
              D = config_.head_dim;
   const auto eps = static_cast<float>(config_.rms_norm_eps);
-  KeySelection sel;
-  qsa_indexer(w, cache, positions, x, sel);
+  Tensor picked;
+  qsa_indexer(w, cache, first, x, picked);
   Tensor qg, q, gate, k, v, o;
   be.linear(x, w.q_proj, qg);
   if (!w.q_bias.empty()) be.add_bias(qg, w.q_bias);
@@ -182,12 +182,12 @@ void QwenNextModel::qsa_attention(const QsaWeights& w, QsaCache& cache,
   if (!w.v_bias.empty()) be.add_bias(v, w.v_bias);
   be.rms_norm(q, w.q_norm, D, eps, true, q);
   be.rms_norm(k, w.k_norm, D, eps, true, k);
-  be.rope(q, D, config_.rotary_dim(), positions, config_.rope_theta);
-  be.rope(k, D, config_.rotary_dim(), positions, config_.rope_theta);
+  be.rope(q, D, config_.rotary_dim(), first, 1, config_.rope_theta);
+  be.rope(k, D, config_.rotary_dim(), first, 1, config_.rope_theta);
   be.append_rows(cache.keys, k);
   be.append_rows(cache.values, v);
-  be.attention(q, cache.keys, cache.values, Hq, Hkv, sel, 1.0f / std::sqrt(static_cast<float>(D)),
-               o);
+  be.block_sparse_attention(q, cache.keys, cache.values, Hq, Hkv, picked, cache.block, first,
+                            1.0f / std::sqrt(static_cast<float>(D)), o);
   be.activate(gate, Activation::kSigmoid);
   be.mul(o, gate);
   be.linear(o, w.o_proj, y);
@@ -205,9 +205,7 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
   }
   auto covered = state.covered_tokens();
   if (!covered.ok()) return covered.status();
-  const Position start = *covered;
-  std::vector<Position> positions(static_cast<std::size_t>(S));
-  for (std::int64_t i = 0; i < S; ++i) positions[static_cast<std::size_t>(i)] = start + i;
+  const Position first = *covered;
 
   out = ForwardOutput{};
   if (S == 0) return {};
@@ -239,26 +237,39 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
   if (ci != state.cache_count()) return invalid_argument("state has more caches than this model");
 
   for (std::size_t i = 0; i < weights_.layers.size(); ++i) {
-    decoder_layer(weights_.layers[i], bound[i], positions, tokens, h);
+    decoder_layer(weights_.layers[i], bound[i], first, tokens, h);
   }
   // No final RMSNorm: the mixer's grouped hc_norm is the last normalisation (Q4M 1493).
   Tensor mixed;
   hyper_connection_read(be, weights_.final_mixer, h, mixed, nullptr);
   // The MTP head reads the widened stream (all hc streams), before the mixer.
-  out.hidden_width = config_.stream_width();
-  out.hidden = std::move(h.storage());
-  if (rows == LogitsRows::kNone) return {};
   Tensor last, logits;
-  const Tensor* src = &mixed;
-  if (rows == LogitsRows::kLast) {
-    const std::int32_t last_row[] = {static_cast<std::int32_t>(S - 1)};
-    be.gather_rows(mixed, last_row, last);
-    src = &last;
+  if (rows != LogitsRows::kNone) {
+    const Tensor* src = &mixed;
+    if (rows == LogitsRows::kLast) {
+      be.slice_rows(mixed, S - 1, 1, last);
+      src = &last;
+    }
+    be.linear(*src, weights_.lm_head, logits);
   }
-  be.linear(*src, weights_.lm_head, logits);
+  // The one check of the step: any op that failed (out of memory, a launch error, an op the
+  // backend lacks) makes the whole forward fail, and the state must not be used.
+  if (Status s = take_backend_status(); !s.ok()) return s;
+  // The requested rows cross to the host: the logits, and the widened stream (all hc streams,
+  // before the mixer), which the MTP head reads.
+  out.hidden_width = config_.stream_width();
+  out.hidden = h.to_host_vector();
+  if (rows == LogitsRows::kNone) return {};
   out.rows = logits.rows();
-  out.logits = std::move(logits.storage());
+  out.logits = logits.to_host_vector();
   return {};
+}
+
+Status QwenNextModel::take_backend_status() {
+  Status s = backend_->status();
+  backend_->clear_status();
+  if (!s.ok()) return s.with_context("forward on the " + backend_->name() + " backend");
+  return s;
 }
 
 }  // namespace fs

@@ -23,11 +23,14 @@ class QwenNextModel final : public Model {
   ~QwenNextModel() override;
 
   const ModelInfo& info() const override { return info_; }
-  std::unique_ptr<ModelState> new_state() const override { return new_qwen_next_state(config_); }
+  std::unique_ptr<ModelState> new_state() const override {
+    return new_qwen_next_state(config_, backend_->memory());
+  }
   Status forward(ModelState& state, std::span<const TokenId> tokens, LogitsRows rows,
                  ForwardOutput& out) override;
 
   const QwenNextConfig& config() const { return config_; }
+  const Backend& backend() const { return *backend_; }
   MtpHead* mtp() override { return mtp_.get(); }
 
  private:
@@ -39,20 +42,22 @@ class QwenNextModel final : public Model {
   };
   // One decoder layer on the widened stream h [S, hc*H] (Q4M 1273-1310):
   // [ple_inject] -> read -> gated_delta_net | qsa_attention -> write -> read -> moe -> write.
-  void decoder_layer(const QwenLayerWeights& lw, const LayerCaches& caches,
-                     std::span<const Position> positions, std::span<const TokenId> tokens,
-                     Tensor& h);
+  void decoder_layer(const QwenLayerWeights& lw, const LayerCaches& caches, Position first,
+                     std::span<const TokenId> tokens, Tensor& h);
 
   // One function per block, named as the reference names them. `h` is [S, hc*H], `x` [S, H].
   void ple_inject(const PleWeights& w, PleCache& cache, std::span<const TokenId> tokens, Tensor& h);
   void gated_delta_net(const GatedDeltaNetWeights& w, GatedDeltaNetCache& cache, const Tensor& x,
                        Tensor& y);
-  void qsa_attention(const QsaWeights& w, QsaCache& cache, std::span<const Position> positions,
-                     const Tensor& x, Tensor& y);
-  // The indexer's token selection for the current queries (Q4M 693-779); updates the cache's
-  // raw keys and pooled blocks.
-  void qsa_indexer(const QsaWeights& w, QsaCache& cache, std::span<const Position> positions,
-                   const Tensor& x, KeySelection& sel);
+  // Queries are at positions first, first + 1, ...
+  void qsa_attention(const QsaWeights& w, QsaCache& cache, Position first, const Tensor& x,
+                     Tensor& y);
+  // The indexer's block selection for the current queries (Q4M 693-779), picked [S, budget/c]
+  // int32 in backend memory; updates the cache's raw keys and pooled blocks.
+  void qsa_indexer(const QsaWeights& w, QsaCache& cache, Position first, const Tensor& x,
+                   Tensor& picked);
+  // The backend's first failure since the last call (cleared), with context.
+  Status take_backend_status();
 
   QwenNextConfig config_;
   QwenNextWeights weights_;

@@ -7,7 +7,7 @@ namespace fs {
 
 std::unique_ptr<ModelState> QwenNextMtpHead::new_history() const {
   std::vector<std::unique_ptr<LayerCache>> caches;
-  caches.push_back(std::make_unique<QsaCache>(model_.config_));
+  caches.push_back(std::make_unique<QsaCache>(model_.config_, model_.backend_->memory()));
   return std::make_unique<ModelState>(std::move(caches));
 }
 
@@ -35,13 +35,13 @@ Status QwenNextMtpHead::forward(ModelState& history, std::span<const float> hidd
   if (cache == nullptr) return invalid_argument("MTP history cache has the wrong type");
   out = ForwardOutput{};
   if (S == 0) return {};
-  const Position start = cache->covered_tokens();
-  std::vector<Position> positions(static_cast<std::size_t>(S));
-  for (std::int64_t i = 0; i < S; ++i) positions[static_cast<std::size_t>(i)] = start + i;
+  const Position first = cache->covered_tokens();
   const auto eps = static_cast<float>(c.rms_norm_eps);
 
   // x = fc_hidden(norm(h)) per stream + fc_embedding(norm(embed(token))) broadcast to the streams.
-  Tensor h({S, W}, std::vector<float>(hidden.begin(), hidden.end()));
+  // The trunk's hidden rows come back in from the host (the caller holds them).
+  Tensor h = be.new_tensor({S, W});
+  if (h.ok()) h.copy_from_host(hidden);
   Tensor n, projected, e, e_normed, e_projected, e_streams;
   be.rms_norm(h, w_.hidden_norm, H, eps, true, n);
   n.reshape({S * hc, H});
@@ -56,22 +56,24 @@ Status QwenNextMtpHead::forward(ModelState& history, std::span<const float> hidd
 
   QwenNextModel::LayerCaches caches;
   caches.qsa = cache;
-  model_.decoder_layer(w_.layer, caches, positions, tokens, projected);
+  model_.decoder_layer(w_.layer, caches, first, tokens, projected);
 
-  out.hidden_width = W;
-  out.hidden = projected.storage();
-  if (rows == LogitsRows::kNone) return {};
   Tensor mixed, last, logits;
-  hyper_connection_read(be, w_.mixer, projected, mixed, nullptr);
-  const Tensor* src = &mixed;
-  if (rows == LogitsRows::kLast) {
-    const std::int32_t last_row[] = {static_cast<std::int32_t>(S - 1)};
-    be.gather_rows(mixed, last_row, last);
-    src = &last;
+  if (rows != LogitsRows::kNone) {
+    hyper_connection_read(be, w_.mixer, projected, mixed, nullptr);
+    const Tensor* src = &mixed;
+    if (rows == LogitsRows::kLast) {
+      be.slice_rows(mixed, S - 1, 1, last);
+      src = &last;
+    }
+    be.linear(*src, model_.weights_.lm_head, logits);
   }
-  be.linear(*src, model_.weights_.lm_head, logits);
+  if (Status s = model_.take_backend_status(); !s.ok()) return s.with_context("MTP head");
+  out.hidden_width = W;
+  out.hidden = projected.to_host_vector();
+  if (rows == LogitsRows::kNone) return {};
   out.rows = logits.rows();
-  out.logits = std::move(logits.storage());
+  out.logits = logits.to_host_vector();
   return {};
 }
 

@@ -6,8 +6,8 @@
 namespace fs {
 namespace {
 
-StateTensorView view_of(const std::string& name, const Tensor& t) {
-  return {name, t.shape(), t.span()};
+StateTensor view_of(const std::string& name, const Tensor& t) {
+  return {name, &t};
 }
 
 // Finds `name` among `tensors` with exactly `shape`; an error names what is wrong.
@@ -23,11 +23,15 @@ Expected<const StateTensorView*> find(std::span<const StateTensorView> tensors,
   return not_found("state tensor " + name + " is missing");
 }
 
+// Copies the values of `name` into `dst`, a fresh tensor in `memory`.
 Status load_into(std::span<const StateTensorView> tensors, const std::string& name, Tensor& dst,
-                 const Shape& shape) {
+                 const Shape& shape, const std::shared_ptr<Memory>& memory) {
   auto t = find(tensors, name, shape);
   if (!t.ok()) return t.status();
-  dst = Tensor(shape, std::vector<float>((*t)->data.begin(), (*t)->data.end()));
+  if (!dst.allocate(memory, shape))
+    return out_of_range("out of " + device_name(memory->device()) + " memory loading state tensor " +
+                        name);
+  dst.copy_from_host((*t)->data);
   return {};
 }
 
@@ -41,9 +45,10 @@ Status refuse_truncate(const char* kind, std::int64_t covered, std::int64_t leng
 
 // --- GatedDeltaNetCache -------------------------------------------------------------------------
 
-GatedDeltaNetCache::GatedDeltaNetCache(const QwenNextConfig& c)
-    : recurrent({c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim}),
-      conv_tail({c.linear_conv_kernel_dim - 1, c.gdn_conv_dim()}) {}
+GatedDeltaNetCache::GatedDeltaNetCache(const QwenNextConfig& c,
+                                       const std::shared_ptr<Memory>& memory)
+    : recurrent(memory, {c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim}),
+      conv_tail(memory, {c.linear_conv_kernel_dim - 1, c.gdn_conv_dim()}) {}
 
 std::unique_ptr<LayerCache> GatedDeltaNetCache::clone() const {
   return std::make_unique<GatedDeltaNetCache>(*this);
@@ -54,13 +59,15 @@ Status GatedDeltaNetCache::truncate(std::int64_t length) {
 std::size_t GatedDeltaNetCache::bytes() const {
   return static_cast<std::size_t>(recurrent.numel() + conv_tail.numel()) * sizeof(float);
 }
-std::vector<StateTensorView> GatedDeltaNetCache::tensors() const {
+std::vector<StateTensor> GatedDeltaNetCache::tensors() const {
   return {view_of("recurrent", recurrent), view_of("conv_tail", conv_tail)};
 }
 Status GatedDeltaNetCache::load(std::span<const StateTensorView> t, std::int64_t n) {
   Tensor r, c;
-  if (auto s = load_into(t, "recurrent", r, recurrent.shape()); !s.ok()) return s;
-  if (auto s = load_into(t, "conv_tail", c, conv_tail.shape()); !s.ok()) return s;
+  if (auto s = load_into(t, "recurrent", r, recurrent.shape(), recurrent.memory()); !s.ok())
+    return s;
+  if (auto s = load_into(t, "conv_tail", c, conv_tail.shape(), conv_tail.memory()); !s.ok())
+    return s;
   recurrent = std::move(r);
   conv_tail = std::move(c);
   covered = n;
@@ -70,12 +77,12 @@ Status GatedDeltaNetCache::load(std::span<const StateTensorView> t, std::int64_t
 // --- PleCache
 // -------------------------------------------------------------------------------------
 
-PleCache::PleCache(const QwenNextConfig& c)
+PleCache::PleCache(const QwenNextConfig& c, const std::shared_ptr<Memory>& memory)
     : context({c.ngram_size - 1},
               std::vector<float>(
                   static_cast<std::size_t>(c.ngram_size - 1),
                   static_cast<float>(c.eos_token_ids.empty() ? 0 : c.eos_token_ids.front()))),
-      conv_tail({(c.ple_conv_kernel_size - 1) * c.ngram_size, c.stream_width()}) {}
+      conv_tail(memory, {(c.ple_conv_kernel_size - 1) * c.ngram_size, c.stream_width()}) {}
 
 std::unique_ptr<LayerCache> PleCache::clone() const {
   return std::make_unique<PleCache>(*this);
@@ -92,13 +99,14 @@ std::vector<std::int64_t> PleCache::context_ids() const {
 void PleCache::set_context_ids(const std::vector<std::int64_t>& ids) {
   for (std::size_t i = 0; i < ids.size(); ++i) context.data()[i] = static_cast<float>(ids[i]);
 }
-std::vector<StateTensorView> PleCache::tensors() const {
+std::vector<StateTensor> PleCache::tensors() const {
   return {view_of("context", context), view_of("conv_tail", conv_tail)};
 }
 Status PleCache::load(std::span<const StateTensorView> t, std::int64_t n) {
   Tensor ctx, tail;
-  if (auto s = load_into(t, "context", ctx, context.shape()); !s.ok()) return s;
-  if (auto s = load_into(t, "conv_tail", tail, conv_tail.shape()); !s.ok()) return s;
+  if (auto s = load_into(t, "context", ctx, context.shape(), host_memory()); !s.ok()) return s;
+  if (auto s = load_into(t, "conv_tail", tail, conv_tail.shape(), conv_tail.memory()); !s.ok())
+    return s;
   for (const float v : ctx.span()) {
     if (v < 0 || v != static_cast<float>(static_cast<std::int64_t>(v)))
       return invalid_argument("ple context holds a value that is not a token id");
@@ -112,11 +120,11 @@ Status PleCache::load(std::span<const StateTensorView> t, std::int64_t n) {
 // --- QsaCache
 // -------------------------------------------------------------------------------------
 
-QsaCache::QsaCache(const QwenNextConfig& c)
-    : keys({0, c.num_key_value_heads * c.head_dim}),
-      values({0, c.num_key_value_heads * c.head_dim}),
-      index_keys({0, c.indexer_head_dim}),
-      blocks({0, c.indexer_head_dim}),
+QsaCache::QsaCache(const QwenNextConfig& c, const std::shared_ptr<Memory>& memory)
+    : keys(memory, {0, c.num_key_value_heads * c.head_dim}),
+      values(memory, {0, c.num_key_value_heads * c.head_dim}),
+      index_keys(memory, {0, c.indexer_head_dim}),
+      blocks(memory, {0, c.indexer_head_dim}),
       block(c.indexer_compress_ratio) {}
 
 std::unique_ptr<LayerCache> QsaCache::clone() const {
@@ -129,15 +137,10 @@ Status QsaCache::truncate(std::int64_t length) {
                         " tokens, cannot truncate to " + std::to_string(length));
   // Attention rows are append-only: a prefix is the state of the prefix. Blocks that are no
   // longer complete go with it.
-  auto cut = [](Tensor& t, std::int64_t rows) {
-    const auto cols = t.cols();
-    t.storage().resize(static_cast<std::size_t>(rows * cols));
-    t.reshape({rows, cols});
-  };
-  cut(keys, length);
-  cut(values, length);
-  cut(index_keys, length);
-  cut(blocks, length / block);
+  keys.shrink_rows(length);
+  values.shrink_rows(length);
+  index_keys.shrink_rows(length);
+  blocks.shrink_rows(length / block);
   return {};
 }
 std::size_t QsaCache::bytes() const {
@@ -145,16 +148,17 @@ std::size_t QsaCache::bytes() const {
                                   blocks.numel()) *
          sizeof(float);
 }
-std::vector<StateTensorView> QsaCache::tensors() const {
+std::vector<StateTensor> QsaCache::tensors() const {
   return {view_of("keys", keys), view_of("values", values), view_of("index_keys", index_keys),
           view_of("blocks", blocks)};
 }
 Status QsaCache::load(std::span<const StateTensorView> t, std::int64_t n) {
   Tensor k, v, ik, b;
-  if (auto s = load_into(t, "keys", k, {n, keys.cols()}); !s.ok()) return s;
-  if (auto s = load_into(t, "values", v, {n, values.cols()}); !s.ok()) return s;
-  if (auto s = load_into(t, "index_keys", ik, {n, index_keys.cols()}); !s.ok()) return s;
-  if (auto s = load_into(t, "blocks", b, {n / block, blocks.cols()}); !s.ok()) return s;
+  const auto& m = keys.memory();
+  if (auto s = load_into(t, "keys", k, {n, keys.cols()}, m); !s.ok()) return s;
+  if (auto s = load_into(t, "values", v, {n, values.cols()}, m); !s.ok()) return s;
+  if (auto s = load_into(t, "index_keys", ik, {n, index_keys.cols()}, m); !s.ok()) return s;
+  if (auto s = load_into(t, "blocks", b, {n / block, blocks.cols()}, m); !s.ok()) return s;
   keys = std::move(k);
   values = std::move(v);
   index_keys = std::move(ik);
@@ -162,14 +166,15 @@ Status QsaCache::load(std::span<const StateTensorView> t, std::int64_t n) {
   return {};
 }
 
-std::unique_ptr<ModelState> new_qwen_next_state(const QwenNextConfig& c) {
+std::unique_ptr<ModelState> new_qwen_next_state(const QwenNextConfig& c,
+                                                const std::shared_ptr<Memory>& memory) {
   std::vector<std::unique_ptr<LayerCache>> caches;
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
     if (c.layer_types[static_cast<std::size_t>(i)] == QwenLayerKind::kLinearAttention) {
-      caches.push_back(std::make_unique<GatedDeltaNetCache>(c));
-      if (c.ple_layer_index(i) >= 0) caches.push_back(std::make_unique<PleCache>(c));
+      caches.push_back(std::make_unique<GatedDeltaNetCache>(c, memory));
+      if (c.ple_layer_index(i) >= 0) caches.push_back(std::make_unique<PleCache>(c, memory));
     } else {
-      caches.push_back(std::make_unique<QsaCache>(c));
+      caches.push_back(std::make_unique<QsaCache>(c, memory));
     }
   }
   return std::make_unique<ModelState>(std::move(caches));

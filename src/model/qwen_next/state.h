@@ -5,6 +5,10 @@
 //   QSA layer:     QsaCache ("qsa": keys/values [T, Hkv*D] after norm+RoPE, the indexer's raw keys
 //                  [T, dI], and pooled block keys [T/c, dI] after k_layernorm + RoPE).
 // Recurrent caches (gdn, ple) hold no history: they truncate only to their own length.
+//
+// The family declares the shapes; the tensors are allocated in the memory of the backend the
+// model runs on (DESIGN "On the GPU", rule 2). The PLE n-gram context is token-id bookkeeping
+// the host needs to hash the next n-grams, so it stays in host memory on every backend.
 #pragma once
 
 #include <cstdint>
@@ -19,13 +23,13 @@ namespace fs {
 
 class GatedDeltaNetCache final : public LayerCache {
  public:
-  explicit GatedDeltaNetCache(const QwenNextConfig& c);
+  GatedDeltaNetCache(const QwenNextConfig& c, const std::shared_ptr<Memory>& memory);
   std::string kind() const override { return "gdn"; }
   std::int64_t covered_tokens() const override { return covered; }
   std::unique_ptr<LayerCache> clone() const override;
   Status truncate(std::int64_t length) override;
   std::size_t bytes() const override;
-  std::vector<StateTensorView> tensors() const override;
+  std::vector<StateTensor> tensors() const override;
   Status load(std::span<const StateTensorView> tensors, std::int64_t covered) override;
 
   Tensor recurrent;  // [Hv, dk, dv]
@@ -35,18 +39,18 @@ class GatedDeltaNetCache final : public LayerCache {
 
 class PleCache final : public LayerCache {
  public:
-  explicit PleCache(const QwenNextConfig& c);
+  PleCache(const QwenNextConfig& c, const std::shared_ptr<Memory>& memory);
   std::string kind() const override { return "ple"; }
   std::int64_t covered_tokens() const override { return covered; }
   std::unique_ptr<LayerCache> clone() const override;
   Status truncate(std::int64_t length) override;
   std::size_t bytes() const override;
-  std::vector<StateTensorView> tensors() const override;
+  std::vector<StateTensor> tensors() const override;
   Status load(std::span<const StateTensorView> tensors, std::int64_t covered) override;
 
   // The last N-1 token ids, eos-padded; stored as float like every state tensor (token ids are
   // below 2^24, so exact). Use context_ids()/set_context_ids() for the integer view.
-  Tensor context;    // [N-1]
+  Tensor context;    // [N-1], host memory
   Tensor conv_tail;  // [(Kp-1)*N, hc*H]
   std::int64_t covered = 0;
 
@@ -56,7 +60,7 @@ class PleCache final : public LayerCache {
 
 class QsaCache final : public LayerCache {
  public:
-  explicit QsaCache(const QwenNextConfig& c);
+  QsaCache(const QwenNextConfig& c, const std::shared_ptr<Memory>& memory);
   std::string kind() const override { return "qsa"; }
   std::int64_t covered_tokens() const override { return keys.rows(); }
   std::unique_ptr<LayerCache> clone() const override;
@@ -65,7 +69,7 @@ class QsaCache final : public LayerCache {
     return length >= 0 && length <= covered_tokens();
   }
   std::size_t bytes() const override;
-  std::vector<StateTensorView> tensors() const override;
+  std::vector<StateTensor> tensors() const override;
   Status load(std::span<const StateTensorView> tensors, std::int64_t covered) override;
 
   Tensor keys, values;  // [T, Hkv*D]
@@ -75,6 +79,7 @@ class QsaCache final : public LayerCache {
 };
 
 // The caches of a fresh sequence, in layer order (gdn[, ple] per linear layer, qsa per QSA layer).
-std::unique_ptr<ModelState> new_qwen_next_state(const QwenNextConfig& c);
+std::unique_ptr<ModelState> new_qwen_next_state(const QwenNextConfig& c,
+                                                const std::shared_ptr<Memory>& memory);
 
 }  // namespace fs

@@ -3,7 +3,9 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <set>
 
+#include "backend/backend.h"
 #include "model/qwen_next/schema.h"
 #include "model/schema_builder.h"
 
@@ -11,20 +13,33 @@ namespace fs {
 namespace {
 
 // Looks tensors up by canonical name; the schema has already validated names, shapes and dtypes.
+// Small vectors are widened to f32 into `arena`, which the weights own.
 class Source {
  public:
-  explicit Source(const Checkpoint& ck) : ck_(ck) {}
+  Source(const Checkpoint& ck, std::vector<std::unique_ptr<std::vector<float>>>& arena)
+      : ck_(ck), arena_(arena) {}
   Weight weight(const std::string& name) const { return Weight::from_view(*ck_.view(name)); }
-  std::vector<float> vec(const std::string& name) const {
+  std::vector<float> values(const std::string& name) const {
     const auto v = *ck_.view(name);
     std::vector<float> out(static_cast<std::size_t>(v.numel()));
     convert_to_f32(v.dtype, v.bytes.data(), out.data(), out.size());
     return out;
   }
+  // An f32 vector weight owned by the arena.
+  Weight own(std::vector<float> values, Shape shape) const {
+    arena_.push_back(std::make_unique<std::vector<float>>(std::move(values)));
+    return {DType::kF32, std::move(shape),
+            reinterpret_cast<const std::uint8_t*>(arena_.back()->data())};
+  }
+  Weight vec(const std::string& name) const {
+    auto v = values(name);
+    const auto n = static_cast<std::int64_t>(v.size());
+    return own(std::move(v), {n});
+  }
   // A [C, 1, K] depthwise conv kernel as [C, K].
-  Tensor conv(const std::string& name) const {
+  Weight conv(const std::string& name) const {
     const auto v = *ck_.view(name);
-    return Tensor({v.dim(0), v.dim(2)}, vec(name));
+    return own(values(name), {v.dim(0), v.dim(2)});
   }
   std::vector<std::int64_t> ints(const std::string& name) const {
     const auto v = *ck_.view(name);
@@ -35,6 +50,7 @@ class Source {
 
  private:
   const Checkpoint& ck_;
+  std::vector<std::unique_ptr<std::vector<float>>>& arena_;
 };
 
 Status check_specs(const std::vector<TensorSpec>& specs, const Checkpoint& ck) {
@@ -176,7 +192,7 @@ Expected<QwenNextWeights> load_qwen_next_weights(const QwenNextConfig& c, const 
   w.checkpoint = std::make_unique<Checkpoint>(std::move(ck).value());
   if (auto st = check_specs(qwen_next_tensors(c), *w.checkpoint); !st.ok())
     return st.with_context(dir);
-  const Source s(*w.checkpoint);
+  const Source s(*w.checkpoint, w.host_vectors);
   w.embed_tokens = s.weight("embed_tokens.weight");
   w.dtype = w.embed_tokens.dtype;
   w.lm_head = c.tie_word_embeddings ? w.embed_tokens : s.weight("lm_head.weight");
@@ -197,7 +213,10 @@ Expected<QwenNextWeights> load_qwen_next_weights(const QwenNextConfig& c, const 
       g.out_proj = s.weight(a + "out_proj.weight");
       g.conv1d = s.conv(a + "conv1d.weight");
       g.dt_bias = s.vec(a + "dt_bias");
-      for (const float v : s.vec(a + "A_log")) g.decay_rate.push_back(-std::exp(v));
+      auto decay = s.values(a + "A_log");
+      for (auto& v : decay) v = -std::exp(v);
+      const auto heads = static_cast<std::int64_t>(decay.size());
+      g.decay_rate = s.own(std::move(decay), {heads});
       g.norm = s.vec(a + "norm.weight");
       lw.gdn = std::move(g);
     } else {
@@ -215,6 +234,81 @@ Expected<QwenNextWeights> load_qwen_next_weights(const QwenNextConfig& c, const 
   if (!mtp.ok()) return mtp.status().with_context(dir);
   w.mtp = std::move(mtp).value();
   return w;
+}
+
+namespace {
+
+// Every weight the backend computes with, each once (a tied lm_head is the embedding itself).
+template <typename F>
+void for_each_layer_weight(QwenLayerWeights& lw, F&& f) {
+  for (auto* hc : {&lw.attn_hc, &lw.mlp_hc}) {
+    f(hc->norm), f(hc->mix_down), f(hc->mix_up), f(hc->inject);
+  }
+  if (lw.gdn) {
+    auto& g = *lw.gdn;
+    for (auto* x : {&g.in_proj_qkv, &g.in_proj_z, &g.in_proj_b, &g.in_proj_a, &g.out_proj,
+                    &g.conv1d, &g.dt_bias, &g.decay_rate, &g.norm})
+      f(*x);
+  }
+  if (lw.qsa) {
+    auto& q = *lw.qsa;
+    for (auto* x : {&q.q_proj, &q.k_proj, &q.v_proj, &q.o_proj, &q.index_qk_proj, &q.q_bias,
+                    &q.k_bias, &q.v_bias, &q.o_bias, &q.q_norm, &q.k_norm, &q.index_q_norm,
+                    &q.index_k_norm})
+      f(*x);
+  }
+  if (lw.ple) {
+    // The n-gram table stays in the host mapping: only the touched rows are ever read.
+    auto& p = *lw.ple;
+    for (auto* x : {&p.key_proj, &p.value_proj, &p.norm_key, &p.norm_query, &p.norm_conv,
+                    &p.conv1d})
+      f(*x);
+  }
+  auto& m = lw.moe;
+  for (auto* x : {&m.router, &m.gate_up, &m.down, &m.shared_gate_proj, &m.shared_up_proj,
+                  &m.shared_down_proj, &m.shared_expert_gate})
+    f(*x);
+}
+
+}  // namespace
+
+Status upload_qwen_next_weights(QwenNextWeights& w, Backend& be, DType matrix_dtype) {
+  // Depthwise conv kernels [C, K] are filters, not matrices: they stay f32, as the CPU uses them.
+  std::set<const Weight*> filters;
+  for (auto& lw : w.layers) {
+    if (lw.gdn) filters.insert(&lw.gdn->conv1d);
+    if (lw.ple) filters.insert(&lw.ple->conv1d);
+  }
+  Status status;
+  auto upload = [&](Weight& x) {
+    if (!status.ok() || x.empty()) return;
+    auto up = be.upload(x, filters.contains(&x) ? DType::kF32 : matrix_dtype);
+    if (!up.ok()) {
+      status = up.status();
+      return;
+    }
+    x = *up;
+  };
+  auto upload_hc = [&](HyperConnectionWeights& hc) {
+    upload(hc.norm), upload(hc.mix_down), upload(hc.mix_up), upload(hc.inject);
+  };
+  const bool tied = w.lm_head.data == w.embed_tokens.data;
+  upload(w.embed_tokens);
+  if (tied) {
+    w.lm_head = w.embed_tokens;
+  } else {
+    upload(w.lm_head);
+  }
+  upload_hc(w.final_mixer);
+  for (auto& lw : w.layers) for_each_layer_weight(lw, upload);
+  if (w.mtp) {
+    auto& m = *w.mtp;
+    for (auto* x : {&m.hidden_norm, &m.embed_norm, &m.fc_hidden, &m.fc_embedding}) upload(*x);
+    for_each_layer_weight(m.layer, upload);
+    upload_hc(m.mixer);
+  }
+  if (status.ok()) w.dtype = w.embed_tokens.dtype;
+  return status;
 }
 
 }  // namespace fs

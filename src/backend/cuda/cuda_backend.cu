@@ -1,0 +1,362 @@
+// The CUDA backend's construction, weight upload, embeddings and shared helpers.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.h"
+
+namespace fs {
+namespace cuda {
+namespace {
+
+constexpr std::size_t kCublasWorkspace = std::size_t{32} << 20;
+constexpr std::size_t kUploadChunk = std::size_t{16} << 20;  // elements converted per step
+
+std::string cuda_message(const char* what, cudaError_t e) {
+  return std::string("cuda: ") + what + ": " + cudaGetErrorString(e);
+}
+
+// dst[i] = src[i] converted (f32 <-> bf16, or a copy).
+template <typename Src, typename Dst>
+__global__ void convert_kernel(const Src* src, Dst* dst, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float v = widen(src[i]);
+    if constexpr (sizeof(Dst) == 2) {
+      dst[i] = narrow_bf16(v);
+    } else {
+      dst[i] = v;
+    }
+  }
+}
+
+// One row of an embedding: where it is read from (a device shard row, or a host-gathered row
+// copied into the scratch) and its element type.
+struct EmbedRow {
+  const void* src;
+  std::int32_t bf16;
+  std::int32_t pad;
+};
+
+// Bytes a host row takes in the staging: bf16 kept, anything else widened to f32; 16-aligned.
+std::size_t staged_row_bytes(DType t, std::int64_t cols) {
+  const auto bytes = static_cast<std::size_t>(cols) * (t == DType::kBF16 ? 2 : 4);
+  return (bytes + 15) / 16 * 16;
+}
+
+__global__ void embedding_kernel(const EmbedRow* rows, std::int64_t cols, float* out) {
+  const EmbedRow r = rows[blockIdx.x];
+  float* o = out + blockIdx.x * cols;
+  if (r.bf16 != 0) {
+    const auto* s = static_cast<const bf16_bits*>(r.src);
+    for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) o[c] = widen(s[c]);
+  } else {
+    const auto* s = static_cast<const float*>(r.src);
+    for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) o[c] = s[c];
+  }
+}
+
+}  // namespace
+
+// --- HostStaging ---------------------------------------------------------------------------------
+
+HostStaging::~HostStaging() {
+  for (auto& s : slots_) {
+    if (s.done != nullptr) {
+      cudaEventSynchronize(s.done);
+      cudaEventDestroy(s.done);
+    }
+    if (s.data != nullptr) cudaFreeHost(s.data);
+  }
+}
+
+void* HostStaging::acquire(std::size_t bytes) {
+  Slot& s = slots_[next_];
+  if (s.done == nullptr) {
+    if (cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming) != cudaSuccess) return nullptr;
+  } else if (cudaEventSynchronize(s.done) != cudaSuccess) {
+    return nullptr;
+  }
+  if (s.capacity < bytes) {
+    const auto want = std::max<std::size_t>({bytes, std::size_t{64} << 10, s.capacity * 2});
+    if (s.data != nullptr) cudaFreeHost(s.data);
+    s.data = nullptr;
+    s.capacity = 0;
+    if (cudaHostAlloc(&s.data, want, cudaHostAllocDefault) != cudaSuccess) {
+      s.data = nullptr;
+      return nullptr;
+    }
+    s.capacity = want;
+  }
+  return s.data;
+}
+
+cudaError_t HostStaging::submitted(cudaStream_t stream) {
+  const auto e = cudaEventRecord(slots_[next_].done, stream);
+  next_ = (next_ + 1) % slots_.size();
+  return e;
+}
+
+// --- construction --------------------------------------------------------------------------------
+
+CudaBackend::CudaBackend(std::shared_ptr<CudaMemory> memory) noexcept
+    : memory_(memory), cuda_memory_(memory.get()) {}
+
+Expected<std::unique_ptr<Backend>> CudaBackend::create(int device) {
+  int count = 0;
+  if (const auto e = cudaGetDeviceCount(&count); e != cudaSuccess || count == 0)
+    return unsupported("no CUDA device is available" +
+                       (e != cudaSuccess ? std::string(" (") + cudaGetErrorString(e) + ")" : ""));
+  if (device < 0 || device >= count)
+    return invalid_argument("CUDA device " + std::to_string(device) + " does not exist (" +
+                            std::to_string(count) + " present)");
+  auto memory = CudaMemory::create(device);
+  if (!memory.ok()) return memory.status();
+  std::unique_ptr<CudaBackend> b(new CudaBackend(*memory));
+  if (const auto s = cublasCreate(&b->cublas_); s != CUBLAS_STATUS_SUCCESS) {
+    b->cublas_ = nullptr;
+    return internal_error(std::string("cuda: cublasCreate: ") + cublasGetStatusString(s));
+  }
+  void* ws = nullptr;
+  if (const auto e = cudaMalloc(&ws, kCublasWorkspace); e != cudaSuccess)
+    return internal_error(cuda_message("cuBLAS workspace", e));
+  b->cublas_workspace_.reset(ws);
+  for (const auto s : {cublasSetStream(b->cublas_, b->stream()),
+                       // fp32 products stay fp32: no TF32, no reduced-precision reductions.
+                       cublasSetMathMode(b->cublas_, CUBLAS_PEDANTIC_MATH),
+                       cublasSetWorkspace(b->cublas_, ws, kCublasWorkspace)}) {
+    if (s != CUBLAS_STATUS_SUCCESS)
+      return internal_error(std::string("cuda: cuBLAS setup: ") + cublasGetStatusString(s));
+  }
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
+CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(stream());
+  if (cublas_ != nullptr) cublasDestroy(cublas_);
+}
+
+void CudaBackend::synchronize() {
+  if (const auto e = cudaStreamSynchronize(stream()); e != cudaSuccess)
+    fail(internal_error(cuda_message("synchronize", e)));
+  if (auto m = cuda_memory_->error(); !m.empty()) fail(internal_error(m));
+}
+
+bool CudaBackend::launched(const char* op) {
+  const auto e = cudaGetLastError();
+  if (e == cudaSuccess) return true;
+  fail(internal_error(cuda_message(op, e)));
+  return false;
+}
+
+bool CudaBackend::cublas_ok(cublasStatus_t s, const char* op) {
+  if (s == CUBLAS_STATUS_SUCCESS) return true;
+  fail(internal_error(std::string("cuda: ") + op + ": cuBLAS " + cublasGetStatusString(s)));
+  return false;
+}
+
+bool CudaBackend::on_device(const char* op, std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors) {
+    if (t->numel() != 0 && (t->device() != Device::kCuda || t->raw() == nullptr)) {
+      fail(invalid_argument(std::string("cuda: ") + op +
+                            ": an input tensor is not in device memory"));
+      return false;
+    }
+  }
+  return true;
+}
+
+bool CudaBackend::on_device(const char* op, const Weight& w) {
+  if (w.device == Device::kCuda && (w.data != nullptr || w.numel() == 0)) return true;
+  fail(invalid_argument(std::string("cuda: ") + op +
+                        ": the weight was not uploaded to the device (Backend::upload)"));
+  return false;
+}
+
+bool CudaBackend::check(bool ok, const char* op, const char* what) {
+  if (!ok) fail(invalid_argument(std::string("cuda: ") + op + ": " + what));
+  return ok;
+}
+
+// --- upload --------------------------------------------------------------------------------------
+
+Expected<Weight> CudaBackend::upload(const Weight& w, DType matrix_dtype) {
+  const DType target = w.shape.size() >= 2 ? matrix_dtype : DType::kF32;
+  if (target != DType::kF32 && target != DType::kBF16)
+    return invalid_argument("cuda upload: matrices are stored as F32 or BF16, not " +
+                            std::string(dtype_name(target)));
+  if (!dtype_is_float(w.dtype))
+    return invalid_argument("cuda upload: weight of integer dtype " +
+                            std::string(dtype_name(w.dtype)));
+  Weight out{target, w.shape, nullptr, Device::kCuda};
+  const auto n = static_cast<std::size_t>(w.numel());
+  if (n == 0) return out;
+  if (w.data == nullptr) return invalid_argument("cuda upload: weight has no data");
+  void* dst = nullptr;
+  if (const auto e = cudaMalloc(&dst, n * dtype_size(target)); e != cudaSuccess) {
+    cudaGetLastError();
+    return out_of_range("cuda upload: out of device memory allocating " +
+                        std::to_string(n * dtype_size(target)) +
+                        " bytes: " + cudaGetErrorString(e));
+  }
+  DeviceBuffer buffer(dst);
+  const auto kind = w.device == Device::kCuda ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
+  Status status;
+  auto check_cuda = [&](cudaError_t e, const char* what) {
+    if (e != cudaSuccess && status.ok()) status = internal_error(cuda_message(what, e));
+    return e == cudaSuccess;
+  };
+  if (w.dtype == target) {
+    check_cuda(cudaMemcpyAsync(dst, w.data, n * dtype_size(target), kind, stream()), "upload");
+  } else if (w.dtype == DType::kF32 || w.dtype == DType::kBF16) {
+    // Copy the source elements in chunks, convert on the device.
+    void* raw = nullptr;
+    const auto chunk = std::min(n, kUploadChunk);
+    if (!check_cuda(cudaMalloc(&raw, chunk * dtype_size(w.dtype)), "upload staging")) return status;
+    DeviceBuffer staging(raw);
+    for (std::size_t i = 0; i < n && status.ok(); i += chunk) {
+      const auto m = std::min(chunk, n - i);
+      if (!check_cuda(cudaMemcpyAsync(raw, w.data + i * dtype_size(w.dtype),
+                                      m * dtype_size(w.dtype), kind, stream()),
+                      "upload"))
+        break;
+      const auto blocks = std::min<unsigned>(grid_for(static_cast<std::int64_t>(m), 256), 4096);
+      const auto count = static_cast<std::int64_t>(m);
+      if (w.dtype == DType::kF32) {
+        convert_kernel<<<blocks, 256, 0, stream()>>>(static_cast<const float*>(raw),
+                                                     static_cast<bf16_bits*>(dst) + i, count);
+      } else {
+        convert_kernel<<<blocks, 256, 0, stream()>>>(static_cast<const bf16_bits*>(raw),
+                                                     static_cast<float*>(dst) + i, count);
+      }
+      check_cuda(cudaGetLastError(), "upload convert");
+    }
+    check_cuda(cudaStreamSynchronize(stream()), "upload");
+  } else {
+    // F16 / F8 checkpoints: widen on the host, then as an f32 source.
+    if (w.device != Device::kHost)
+      return unsupported("cuda upload: a device weight of dtype " +
+                         std::string(dtype_name(w.dtype)) + " cannot be converted");
+    std::vector<float> wide(std::min(n, kUploadChunk));
+    std::vector<std::uint16_t> narrow(target == DType::kBF16 ? wide.size() : 0);
+    for (std::size_t i = 0; i < n && status.ok(); i += wide.size()) {
+      const auto m = std::min(wide.size(), n - i);
+      convert_to_f32(w.dtype, w.data + i * dtype_size(w.dtype), wide.data(), m);
+      if (target == DType::kBF16) {
+        for (std::size_t j = 0; j < m; ++j) narrow[j] = f32_to_bf16(wide[j]);
+        check_cuda(cudaMemcpy(static_cast<std::uint16_t*>(dst) + i, narrow.data(), m * 2,
+                              cudaMemcpyHostToDevice),
+                   "upload");
+      } else {
+        check_cuda(
+            cudaMemcpy(static_cast<float*>(dst) + i, wide.data(), m * 4, cudaMemcpyHostToDevice),
+            "upload");
+      }
+    }
+  }
+  check_cuda(cudaStreamSynchronize(stream()), "upload");
+  if (!status.ok()) return status;
+  out.data = static_cast<const std::uint8_t*>(dst);
+  {
+    const std::lock_guard lock(weights_mutex_);  // a loader may upload from several threads
+    weights_.push_back(std::move(buffer));
+  }
+  return out;
+}
+
+// --- embedding -----------------------------------------------------------------------------------
+
+void CudaBackend::embedding(std::span<const Weight> shards, std::span<const std::int64_t> ids,
+                            Tensor& out) {
+  constexpr const char* kOp = "embedding";
+  if (failed()) return;
+  if (!check(!shards.empty(), kOp, "no table shards")) return;
+  const auto cols = shards.front().cols();
+  const auto per_shard = shards.front().rows();  // row shards are equal (split along dim 0)
+  const auto n = static_cast<std::int64_t>(ids.size());
+  if (!ensure(out, {n, cols})) return;
+  if (n == 0 || cols == 0) return;
+  if (!check(per_shard > 0, kOp, "the table shards have no rows")) return;
+  for (const auto& w : shards) {
+    if (!check(w.cols() == cols &&
+                   (w.dtype == DType::kF32 || w.dtype == DType::kBF16 || w.device == Device::kHost),
+               kOp, "shards differ in width, or a device shard is neither F32 nor BF16"))
+      return;
+    if (!check(w.data != nullptr, kOp, "a shard has no data")) return;
+  }
+  // Layout of the scratch (and of the pinned staging it is copied from): n row descriptors, then
+  // the rows gathered from host shards, each `cols` elements of its dtype (f32 when widened here).
+  const auto desc_bytes = static_cast<std::size_t>(n) * sizeof(EmbedRow);
+  std::size_t host_bytes = 0;
+  for (const auto id : ids) {
+    if (!check(id >= 0 && id < per_shard * static_cast<std::int64_t>(shards.size()), kOp,
+               "id out of range"))
+      return;
+    const auto& w = shards[static_cast<std::size_t>(id / per_shard)];
+    if (w.device == Device::kHost) host_bytes += staged_row_bytes(w.dtype, cols);
+  }
+  const auto total = desc_bytes + host_bytes;
+  if (!ensure(embed_in_, {static_cast<std::int64_t>(total)}, DType::kU8)) return;
+  auto* staging = static_cast<std::uint8_t*>(staging_.acquire(total));
+  if (staging == nullptr) {
+    fail(internal_error("cuda: embedding: cannot allocate pinned staging memory"));
+    return;
+  }
+  auto* device_base = static_cast<std::uint8_t*>(embed_in_.raw());
+  auto* desc = reinterpret_cast<EmbedRow*>(staging);
+  std::size_t offset = desc_bytes;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto id = ids[static_cast<std::size_t>(i)];
+    const auto& w = shards[static_cast<std::size_t>(id / per_shard)];
+    const auto row = id % per_shard;
+    const auto esize = dtype_size(w.dtype);
+    const std::uint8_t* src = w.data + static_cast<std::size_t>(row * cols) * esize;
+    EmbedRow& d = desc[i];
+    d.pad = 0;
+    if (w.device == Device::kCuda) {
+      d.src = src;
+      d.bf16 = w.dtype == DType::kBF16 ? 1 : 0;
+      continue;
+    }
+    const bool keep = w.dtype == DType::kBF16 || w.dtype == DType::kF32;
+    if (keep) {
+      std::memcpy(staging + offset, src, static_cast<std::size_t>(cols) * esize);
+    } else {
+      convert_to_f32(w.dtype, src, reinterpret_cast<float*>(staging + offset),
+                     static_cast<std::size_t>(cols));
+    }
+    d.src = device_base + offset;
+    d.bf16 = w.dtype == DType::kBF16 ? 1 : 0;
+    offset += staged_row_bytes(w.dtype, cols);
+  }
+  auto e = cudaMemcpyAsync(device_base, staging, total, cudaMemcpyHostToDevice, stream());
+  if (const auto e2 = staging_.submitted(stream()); e == cudaSuccess) e = e2;
+  if (e != cudaSuccess) {
+    fail(internal_error(cuda_message(kOp, e)));
+    return;
+  }
+  embedding_kernel<<<static_cast<unsigned>(n), 256, 0, stream()>>>(
+      reinterpret_cast<const EmbedRow*>(device_base), cols, out.data());
+  launched(kOp);
+}
+
+}  // namespace cuda
+
+// --- factory -------------------------------------------------------------------------------------
+
+Expected<std::unique_ptr<Backend>> make_cuda_backend(int device) {
+  return cuda::CudaBackend::create(device);
+}
+
+bool cuda_available() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return count > 0;
+}
+
+}  // namespace fs

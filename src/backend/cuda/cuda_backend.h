@@ -1,0 +1,200 @@
+// The CUDA backend (sm_90a): every op of backend.h as fp32 kernels on one device.
+//
+// Memory model.
+// - Activations, caches and scratch are `Tensor`s in the backend's `CudaMemory` (cuda_memory.h): a
+//   caching pool over cudaMalloc, so a warm workload (steady-state decode) calls cudaMalloc zero
+//   times; `memory()->stats()` counts the calls.
+// - One stream, owned by that memory, orders everything: kernels, cuBLAS (its handle is bound to
+//   the stream, with a workspace the backend owns), pool copies and fills, and the embedding's
+//   host-to-device copies. Ops never synchronise; the host waits only in `synchronize()` and in
+//   `Memory::to_host`/`from_host`, whose copies complete before they return.
+// - `upload` copies a weight into a cudaMalloc buffer owned by the backend for its whole life
+//   (outside the pool): matrices as the requested f32 or bf16 (f32 -> bf16 rounds to nearest even,
+//   as fs::f32_to_bf16), vectors as f32. A weight whose device is the host is read by no kernel;
+//   only `embedding` accepts host shards (the memory-mapped PLE table), whose touched rows it
+//   gathers on the host into a pinned staging buffer (a ring of four, each reused only after an
+//   event says its last copy finished) and copies in with one async copy.
+//
+// Choices.
+// - fp32 compute and state everywhere; sums of squares (norms), softmax denominators and
+//   grouped_dot accumulate in double as the CPU reference does. Ops the CPU computes with a short
+//   fixed sequence (rope, conv, stream ops, block_mean, the MoE combine) use the same operation
+//   order without fused multiply-adds, so they match the CPU bit for bit where the math library
+//   agrees.
+// - linear: up to 8 rows, a GEMV kernel (a warp per output row, 16-byte loads of W, f32 or bf16,
+//   fp32 accumulation) reads W once; more rows go to cublasSgemm in pedantic math mode (no TF32).
+//   A bf16 W is first widened (exactly) to f32 in pooled tiles of at most 64 MiB.
+// - moe_experts: grouped GEMVs over (token, routed expert) pairs, expert ids read on the device;
+//   gate/up products are fused with swiglu; the weighted sum over the k experts is a separate
+//   deterministic pass (no atomics). Only routed experts' rows are read.
+// - gated_delta_rule_chunked runs the token-sequential recurrence, the same function: a block per
+//   (value head, 32 state columns) keeps that slice of the [dk, dv] state in registers across all
+//   tokens (dk <= 256). The chunked WY kernel is a tuning step, not a correctness one.
+// - block_sparse_attention: a block per (query, head); its warps take keys in turn with an online
+//   fp32 softmax each and merge at the end.
+// - topk / select_blocks: a block per row picks the k best by k block-wide arg-max passes, each
+//   over the entries ranked below the previous pick (value descending, index ascending on ties).
+// - Prefill-sized work (many tokens) is correct but not yet fast: the MoE runs a GEMV per
+//   (token, expert) pair instead of grouping tokens by expert, the delta rule is sequential over
+//   tokens, and select_blocks costs top passes over each row.
+// - `upload` waits for its copy (load time); it may be called from several threads.
+//
+// The current device is set once, at construction; a process driving this backend from several
+// host threads on a device other than 0 must set it in each thread.
+#pragma once
+
+// nvcc's front end reports every discarded [[nodiscard]] class value, including the reference an
+// assignment returns and declarations returning Expected<T> (warning 2810); the host compiler's
+// -Wall checks the real cases.
+#pragma nv_diag_suppress 2810
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <array>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_memory.h"
+
+namespace fs::cuda {
+
+// A cudaMalloc buffer freed on destruction.
+struct DeviceFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+using DeviceBuffer = std::unique_ptr<void, DeviceFree>;
+
+// Pinned host buffers for host-to-device copies queued on the stream without a wait: a ring of
+// slots, each reused once the event recorded after its last copy has fired.
+class HostStaging {
+ public:
+  HostStaging() = default;
+  ~HostStaging();
+  HostStaging(const HostStaging&) = delete;
+  HostStaging& operator=(const HostStaging&) = delete;
+  // A pinned buffer of at least `bytes` that no queued copy still reads; nullptr on failure.
+  void* acquire(std::size_t bytes);
+  // Records that the buffer from the last acquire() is read by work queued so far on `stream`.
+  cudaError_t submitted(cudaStream_t stream);
+
+ private:
+  struct Slot {
+    void* data = nullptr;
+    std::size_t capacity = 0;
+    cudaEvent_t done = nullptr;
+  };
+  std::array<Slot, 4> slots_{};
+  std::size_t next_ = 0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  static Expected<std::unique_ptr<Backend>> create(int device);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  const std::shared_ptr<Memory>& memory() const override { return memory_; }
+  Expected<Weight> upload(const Weight& w, DType matrix_dtype) override;
+  void synchronize() override;
+
+  void linear(const Tensor& x, const Weight& w, Tensor& y) override;
+  void add_bias(Tensor& y, const Weight& bias) override;
+
+  void rms_norm(const Tensor& x, const Weight& w, std::int64_t group, float eps, bool unit_offset,
+                Tensor& y) override;
+  void rms_norm_gated(const Tensor& x, const Weight& w, const Tensor& gate, float eps,
+                      Activation act, Tensor& y) override;
+  void l2_norm(Tensor& x, std::int64_t group, float eps) override;
+
+  void activate(Tensor& x, Activation act) override;
+  void scale(Tensor& x, float s) override;
+  void add(Tensor& x, const Tensor& y) override;
+  void mul(Tensor& x, const Tensor& y) override;
+  void mul_cols(Tensor& x, const Weight& v) override;
+  void mul_rows(Tensor& x, const Tensor& s) override;
+  void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) override;
+  void swiglu_packed(const Tensor& gu, Tensor& out) override;
+  void signed_sqrt(Tensor& x, float floor) override;
+  void normalize_rows(Tensor& x) override;
+
+  void slice_cols(const Tensor& x, std::int64_t begin, std::int64_t width, Tensor& out) override;
+  void slice_rows(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) override;
+  void split_interleaved(const Tensor& x, std::int64_t heads, std::int64_t dim, Tensor& a,
+                         Tensor& b) override;
+  void repeat_cols(const Tensor& x, std::int64_t times, Tensor& out) override;
+  void append_rows(Tensor& cache, const Tensor& x) override;
+
+  void embedding(std::span<const Weight> shards, std::span<const std::int64_t> ids,
+                 Tensor& out) override;
+
+  void stream_mean(const Tensor& x, std::int64_t streams, Tensor& out) override;
+  void add_scaled_streams(Tensor& h, const Tensor& y, const Tensor& w) override;
+  void grouped_dot(const Tensor& a, const Tensor& b, std::int64_t group, Tensor& out) override;
+
+  void rope(Tensor& x, std::int64_t head_dim, std::int64_t rotary_dim, std::int64_t first,
+            std::int64_t stride, double theta) override;
+
+  void causal_conv1d(const Tensor& x, const Weight& w, std::int64_t dilation, Tensor& tail,
+                     Tensor& y) override;
+  void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                const Tensor& beta, std::int64_t key_heads, Tensor& state,
+                                Tensor& out) override;
+  void gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& g, const Tensor& beta, std::int64_t key_heads,
+                                  Tensor& state, Tensor& out) override;
+  void block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t heads,
+                              std::int64_t kv_heads, const Tensor& picked, std::int64_t block,
+                              std::int64_t first, float scale, Tensor& out) override;
+
+  void block_mean(const Tensor& x, std::int64_t first_row, std::int64_t blocks, std::int64_t group,
+                  Tensor& out) override;
+  void index_scores(const Tensor& q, const Tensor& keys, std::int64_t heads, float scale,
+                    Tensor& out) override;
+  void softmax(Tensor& x) override;
+  void topk(const Tensor& x, std::int64_t k, Tensor& idx, Tensor& val) override;
+  void select_blocks(const Tensor& scores, std::int64_t first, std::int64_t block, std::int64_t top,
+                     Tensor& picked) override;
+  void moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
+                   const Tensor& experts, const Tensor& weights, Tensor& y) override;
+
+ private:
+  explicit CudaBackend(std::shared_ptr<CudaMemory> memory) noexcept;
+
+  cudaStream_t stream() const { return cuda_memory_->stream(); }
+  // Records "cuda: <op>: <error>" when the last launch failed; true when it did not.
+  bool launched(const char* op);
+  bool cublas_ok(cublasStatus_t s, const char* op);
+  // Records a failure unless every tensor lives in device memory / `w` was uploaded.
+  bool on_device(const char* op, std::initializer_list<const Tensor*> tensors);
+  bool on_device(const char* op, const Weight& w);
+  // Records a failure naming the op unless `ok`.
+  bool check(bool ok, const char* op, const char* what);
+  // y[:, col0 : col0 + n] (leading dimension ldy) = x[S, in] · w[n, in]^T, all f32.
+  bool sgemm(const float* x, std::int64_t S, std::int64_t in, const float* w, std::int64_t n,
+             float* y, std::int64_t ldy);
+  void delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                  const Tensor& beta, std::int64_t key_heads, Tensor& state, Tensor& out,
+                  const char* op);
+  void run_topk(const Tensor& x, std::int64_t k, std::int64_t first, std::int64_t block,
+                Tensor& idx, Tensor* val, const char* op);
+
+  std::shared_ptr<Memory> memory_;
+  CudaMemory* cuda_memory_;
+  cublasHandle_t cublas_ = nullptr;
+  DeviceBuffer cublas_workspace_;
+  std::mutex weights_mutex_;
+  std::vector<DeviceBuffer> weights_;  // uploaded weights, alive as long as the backend
+  HostStaging staging_;
+  // Pooled scratch, kept between calls so warm ops allocate nothing.
+  Tensor widened_;   // bf16 weight tiles widened to f32 for cuBLAS
+  Tensor embed_in_;  // embedding row descriptors and host-gathered rows
+  Tensor moe_act_;   // [S*k, I]
+  Tensor moe_out_;   // [S*k, H]
+  Tensor conv_tmp_;  // causal_conv1d output when y aliases x
+};
+
+}  // namespace fs::cuda

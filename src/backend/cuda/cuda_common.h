@@ -1,0 +1,109 @@
+// Device helpers shared by the CUDA backend's kernels (included by its .cu files only).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace fs::cuda {
+
+constexpr int kWarp = 32;
+
+// Blocks of `threads` covering n items (n > 0).
+inline unsigned grid_for(std::int64_t n, int threads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// The sum over the block of every thread's v, returned to all threads. `shared` holds 32 values.
+template <typename T>
+__device__ T block_sum(T v, T* shared) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int warps = (blockDim.x + kWarp - 1) / kWarp;
+  v = warp_sum(v);
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    T r = lane < warps ? shared[lane] : T(0);
+    r = warp_sum(r);
+    if (lane == 0) shared[0] = r;
+  }
+  __syncthreads();
+  const T r = shared[0];
+  __syncthreads();
+  return r;
+}
+
+__device__ __forceinline__ float block_max(float v, float* shared) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int warps = (blockDim.x + kWarp - 1) / kWarp;
+  v = warp_max(v);
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float r = lane < warps ? shared[lane] : -INFINITY;
+    r = warp_max(r);
+    if (lane == 0) shared[0] = r;
+  }
+  __syncthreads();
+  const float r = shared[0];
+  __syncthreads();
+  return r;
+}
+
+// bf16 weights are handled as their 16-bit patterns; widening is exact.
+using bf16_bits = std::uint16_t;
+
+__device__ __forceinline__ float widen(float v) {
+  return v;
+}
+__device__ __forceinline__ float widen(bf16_bits h) {
+  return __uint_as_float(static_cast<std::uint32_t>(h) << 16);
+}
+
+// fs::f32_to_bf16 on the device: round to nearest even, NaN stays NaN (same bits).
+__device__ __forceinline__ bf16_bits narrow_bf16(float f) {
+  const std::uint32_t bits = __float_as_uint(f);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<bf16_bits>((bits >> 16) | 0x40u);
+  const std::uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<bf16_bits>((bits + rounding) >> 16);
+}
+
+// The CPU's activation formulas (cpu_elementwise.cpp apply_act).
+__device__ __forceinline__ float apply_act(float v, Activation act) {
+  switch (act) {
+    case Activation::kIdentity:
+      return v;
+    case Activation::kSilu:
+      return v / (1.0f + expf(-v));
+    case Activation::kSigmoid:
+      return 1.0f / (1.0f + expf(-v));
+    case Activation::kSoftplus:
+      return v > 20.0f ? v : log1pf(expf(v));
+    case Activation::kRelu:
+      return v > 0.0f ? v : 0.0f;
+  }
+  return v;
+}
+
+// a * b + c rounded twice (no fused multiply-add), as the CPU computes it.
+__device__ __forceinline__ float mul_add(float a, float b, float c) {
+  return __fadd_rn(__fmul_rn(a, b), c);
+}
+
+}  // namespace fs::cuda

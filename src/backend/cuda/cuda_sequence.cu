@@ -1,0 +1,325 @@
+// Ops that mix tokens: causal depthwise conv with its tail, the gated delta rule, block-sparse
+// softmax attention.
+#include <algorithm>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.h"
+
+namespace fs::cuda {
+namespace {
+
+// y[t, c] = sum_j w[c, j] * win[t + j*dilation, c], win = tail ++ x (tail has L rows); the sum
+// in the CPU's order, without fused multiply-adds.
+template <typename T>
+__global__ void conv1d_kernel(const float* x, const T* w, const float* tail, std::int64_t S,
+                              std::int64_t C, std::int64_t K, std::int64_t dilation, std::int64_t L,
+                              float* y) {
+  const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= S * C) return;
+  const std::int64_t t = i / C, c = i % C;
+  float acc = 0;
+  for (std::int64_t j = 0; j < K; ++j) {
+    const std::int64_t r = t + j * dilation;
+    const float v = r < L ? tail[r * C + c] : x[(r - L) * C + c];
+    acc = mul_add(widen(w[c * K + j]), v, acc);
+  }
+  y[i] = acc;
+}
+
+// tail <- the last L rows of tail ++ x, a thread per channel walking rows upwards: row i reads
+// window row S + i, which (when still in the tail) is overwritten only at the later step S + i.
+__global__ void conv_tail_kernel(const float* x, float* tail, std::int64_t S, std::int64_t C,
+                                 std::int64_t L) {
+  const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  for (std::int64_t i = 0; i < L; ++i) {
+    const std::int64_t r = S + i;
+    tail[i * C + c] = r < L ? tail[r * C + c] : x[(r - L) * C + c];
+  }
+}
+
+constexpr int kDeltaGroups = 8;  // warps per block; each owns every 8th state row
+constexpr int kDeltaThreads = kWarp * kDeltaGroups;
+
+// The gated delta rule, token by token. Block (value head h, tile of 32 state columns): thread
+// (lane, group) holds state rows i = group + 8m of column j = tile*32 + lane in registers for the
+// whole sequence. Columns are independent (delta_j reads only column j), so a token costs two
+// block reductions over the row groups.
+template <int kRows>  // ceil(dk / 8)
+__global__ void __launch_bounds__(kDeltaThreads)
+    delta_rule_kernel(const float* q, const float* k, const float* v, const float* g,
+                      const float* beta, std::int64_t S, std::int64_t Hv, std::int64_t dk,
+                      std::int64_t dv, std::int64_t rep, std::int64_t qk_stride, float* state,
+                      float* out) {
+  __shared__ float part[2][kDeltaGroups][kWarp + 1];
+  const int lane = threadIdx.x, grp = threadIdx.y;
+  const std::int64_t h = blockIdx.x, j = blockIdx.y * static_cast<std::int64_t>(kWarp) + lane;
+  const bool col = j < dv;
+  const std::int64_t kh = h / rep, v_stride = Hv * dv;
+  float* Sm = state + h * dk * dv;
+  float st[kRows];
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) {
+    const std::int64_t i = grp + kDeltaGroups * m;
+    st[m] = (col && i < dk) ? Sm[i * dv + j] : 0.0f;
+  }
+  for (std::int64_t t = 0; t < S; ++t) {
+    const float* kt = k + t * qk_stride + kh * dk;
+    const float* qt = q + t * qk_stride + kh * dk;
+    const float decay = expf(g[t * Hv + h]), b = beta[t * Hv + h];
+    float kr[kRows];
+    float mem = 0;
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+      const std::int64_t i = grp + kDeltaGroups * m;
+      kr[m] = i < dk ? kt[i] : 0.0f;
+      st[m] *= decay;
+      mem += st[m] * kr[m];
+    }
+    part[0][grp][lane] = mem;
+    __syncthreads();
+    float total = 0;
+#pragma unroll
+    for (int gi = 0; gi < kDeltaGroups; ++gi) total += part[0][gi][lane];
+    const float vj = col ? v[t * v_stride + h * dv + j] : 0.0f;
+    const float delta = (vj - total) * b;
+    float o = 0;
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+      const std::int64_t i = grp + kDeltaGroups * m;
+      st[m] += kr[m] * delta;
+      o += st[m] * (i < dk ? qt[i] : 0.0f);
+    }
+    part[1][grp][lane] = o;
+    __syncthreads();
+    if (grp == 0 && col) {
+      float ot = 0;
+#pragma unroll
+      for (int gi = 0; gi < kDeltaGroups; ++gi) ot += part[1][gi][lane];
+      out[t * v_stride + h * dv + j] = ot;
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) {
+    const std::int64_t i = grp + kDeltaGroups * m;
+    if (col && i < dk) Sm[i * dv + j] = st[m];
+  }
+}
+
+constexpr int kAttnWarps = 8;
+constexpr int kAttnThreads = kWarp * kAttnWarps;
+
+// Block-sparse attention for one (query s, head h) per block. Each warp takes every kAttnWarps-th
+// picked key, then every kAttnWarps-th tail key, with its own online softmax (fp32); the warps'
+// partial states merge at the end. Lane holds dims d = lane + 32m.
+template <int kPer>  // ceil(D / 32)
+__global__ void __launch_bounds__(kAttnThreads)
+    attention_kernel(const float* q, const float* k, const float* v, const std::int32_t* picked,
+                     std::int64_t top, std::int64_t Hq, std::int64_t rep, std::int64_t D,
+                     std::int64_t kv_stride, std::int64_t block, std::int64_t first, float scale,
+                     float* out) {
+  extern __shared__ float sm[];  // acc [warps][D], m [warps], l [warps]
+  const std::int64_t s = blockIdx.x / Hq, h = blockIdx.x % Hq, kvh = h / rep;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const float* qs = q + s * Hq * D + h * D;
+  float qr[kPer], acc[kPer];
+#pragma unroll
+  for (int m = 0; m < kPer; ++m) {
+    const std::int64_t d = lane + kWarp * m;
+    qr[m] = d < D ? qs[d] : 0.0f;
+    acc[m] = 0.0f;
+  }
+  float mx = -INFINITY, l = 0.0f;
+  auto visit = [&](std::int64_t key) {
+    const float* kp = k + key * kv_stride + kvh * D;
+    const float* vp = v + key * kv_stride + kvh * D;
+    float dot = 0;
+#pragma unroll
+    for (int m = 0; m < kPer; ++m) {
+      const std::int64_t d = lane + kWarp * m;
+      if (d < D) dot += qr[m] * kp[d];
+    }
+    const float sc = warp_sum(dot) * scale;
+    const float m_new = fmaxf(mx, sc);
+    const float corr = expf(mx - m_new), p = expf(sc - m_new);
+    l = l * corr + p;
+#pragma unroll
+    for (int m = 0; m < kPer; ++m) {
+      const std::int64_t d = lane + kWarp * m;
+      acc[m] = acc[m] * corr + (d < D ? p * vp[d] : 0.0f);
+    }
+    mx = m_new;
+  };
+  // Picked keys by flat index (entry, offset in block), so small blocks still use every warp.
+  for (std::int64_t f = warp; f < top * block; f += kAttnWarps) {
+    const std::int64_t b = picked[s * top + f / block];
+    if (b >= 0) visit(b * block + f % block);
+  }
+  const std::int64_t pos = first + s;
+  for (std::int64_t key = (pos + 1) / block * block + warp; key <= pos; key += kAttnWarps)
+    visit(key);
+
+  float* sacc = sm;
+  float* sm_m = sm + kAttnWarps * D;
+  float* sm_l = sm_m + kAttnWarps;
+#pragma unroll
+  for (int m = 0; m < kPer; ++m) {
+    const std::int64_t d = lane + kWarp * m;
+    if (d < D) sacc[warp * D + d] = acc[m];
+  }
+  if (lane == 0) {
+    sm_m[warp] = mx;
+    sm_l[warp] = l;
+  }
+  __syncthreads();
+  float M = -INFINITY;
+  for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, sm_m[w]);
+  float L = 0;
+  for (int w = 0; w < kAttnWarps; ++w)
+    if (sm_m[w] != -INFINITY) L += sm_l[w] * expf(sm_m[w] - M);
+  float* os = out + s * Hq * D + h * D;
+  for (std::int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    float o = 0;
+    for (int w = 0; w < kAttnWarps; ++w)
+      if (sm_m[w] != -INFINITY) o += sacc[w * D + d] * expf(sm_m[w] - M);
+    os[d] = L > 0 ? o / L : 0.0f;
+  }
+}
+
+}  // namespace
+
+void CudaBackend::causal_conv1d(const Tensor& x, const Weight& w, std::int64_t dilation,
+                                Tensor& tail, Tensor& y) {
+  constexpr const char* kOp = "causal_conv1d";
+  if (failed() || !on_device(kOp, w) || !on_device(kOp, {&x, &tail})) return;
+  const auto S = x.rows(), C = x.cols(), K = w.cols();
+  const auto L = (K - 1) * dilation;
+  if (!check(w.rows() == C && K >= 1 && dilation >= 1 &&
+                 (w.dtype == DType::kF32 || w.dtype == DType::kBF16),
+             kOp, "w must be F32/BF16 [C, K] and dilation positive"))
+    return;
+  if (!check(L == 0 || (tail.rows() == L && tail.cols() == C), kOp,
+             "tail must be [(K-1)*dilation, C]"))
+    return;
+  // The kernel reads x while writing y: when they alias, write a scratch and copy after the tail
+  // has been updated from the unmodified x.
+  const bool alias = &y == &x;
+  Tensor& target = alias ? conv_tmp_ : y;
+  if (!ensure(target, x.shape())) return;
+  if (S == 0 || C == 0) return;
+  if (w.dtype == DType::kF32) {
+    conv1d_kernel<<<grid_for(S * C, 256), 256, 0, stream()>>>(
+        x.data(), reinterpret_cast<const float*>(w.data), tail.data(), S, C, K, dilation, L,
+        target.data());
+  } else {
+    conv1d_kernel<<<grid_for(S * C, 256), 256, 0, stream()>>>(
+        x.data(), reinterpret_cast<const bf16_bits*>(w.data), tail.data(), S, C, K, dilation, L,
+        target.data());
+  }
+  if (!launched(kOp)) return;
+  if (L > 0) {
+    conv_tail_kernel<<<grid_for(C, 256), 256, 0, stream()>>>(x.data(), tail.data(), S, C, L);
+    if (!launched(kOp)) return;
+  }
+  if (alias) memory_->copy(y.raw(), conv_tmp_.raw(), y.bytes());
+}
+
+void CudaBackend::delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                             const Tensor& beta, std::int64_t key_heads, Tensor& state, Tensor& out,
+                             const char* op) {
+  if (failed() || !on_device(op, {&q, &k, &v, &g, &beta, &state})) return;
+  const auto S = k.rows(), Hv = g.cols();
+  if (!check(key_heads > 0 && Hv > 0 && Hv % key_heads == 0 && k.cols() % key_heads == 0 &&
+                 v.cols() % Hv == 0 && q.numel() == k.numel() && v.rows() == S && g.rows() == S &&
+                 beta.numel() == g.numel(),
+             op, "q, k [S, Hk*dk], v [S, Hv*dv], g, beta [S, Hv] disagree"))
+    return;
+  const auto dk = k.cols() / key_heads, dv = v.cols() / Hv, rep = Hv / key_heads;
+  if (!check(state.numel() == Hv * dk * dv, op, "state must be [Hv, dk, dv]")) return;
+  if (!check(dk <= 32 * kDeltaGroups, op, "key head dim above 256")) return;
+  if (!check(&out != &v, op, "out may not be v")) return;
+  if (!ensure(out, v.shape())) return;
+  if (S == 0 || dv == 0) return;
+  const dim3 grid(static_cast<unsigned>(Hv), grid_for(dv, kWarp));
+  const dim3 threads(kWarp, kDeltaGroups);
+  const auto rows = (dk + kDeltaGroups - 1) / kDeltaGroups;
+#define FS_DELTA_CASE(n)                                                                          \
+  delta_rule_kernel<n><<<grid, threads, 0, stream()>>>(q.data(), k.data(), v.data(), g.data(),    \
+                                                       beta.data(), S, Hv, dk, dv, rep, k.cols(), \
+                                                       state.data(), out.data())
+  if (rows <= 1) {
+    FS_DELTA_CASE(1);
+  } else if (rows <= 2) {
+    FS_DELTA_CASE(2);
+  } else if (rows <= 4) {
+    FS_DELTA_CASE(4);
+  } else if (rows <= 8) {
+    FS_DELTA_CASE(8);
+  } else if (rows <= 16) {
+    FS_DELTA_CASE(16);
+  } else {
+    FS_DELTA_CASE(32);
+  }
+#undef FS_DELTA_CASE
+  launched(op);
+}
+
+void CudaBackend::gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const Tensor& g, const Tensor& beta,
+                                             std::int64_t key_heads, Tensor& state, Tensor& out) {
+  delta_rule(q, k, v, g, beta, key_heads, state, out, "gated_delta_rule_recurrent");
+}
+
+// The same function as the chunked (WY) form, computed token by token (see cuda_backend.h).
+void CudaBackend::gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const Tensor& g, const Tensor& beta,
+                                           std::int64_t key_heads, Tensor& state, Tensor& out) {
+  delta_rule(q, k, v, g, beta, key_heads, state, out, "gated_delta_rule_chunked");
+}
+
+void CudaBackend::block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                         std::int64_t heads, std::int64_t kv_heads,
+                                         const Tensor& picked, std::int64_t block,
+                                         std::int64_t first, float scale, Tensor& out) {
+  constexpr const char* kOp = "block_sparse_attention";
+  if (failed() || !on_device(kOp, {&q, &k, &v, &picked})) return;
+  const auto S = q.rows();
+  if (!check(
+          heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && q.cols() % heads == 0 && block > 0,
+          kOp, "heads must be a multiple of kv_heads and divide q's row; block positive"))
+    return;
+  const auto D = q.cols() / heads;
+  const auto top = picked.shape().empty() ? 0 : picked.cols();
+  if (!check(k.cols() == kv_heads * D && v.cols() == kv_heads * D && D <= 256, kOp,
+             "k, v must be [T, kv_heads * D] with D <= 256"))
+    return;
+  if (!check(top == 0 || (picked.rows() == S && picked.dtype() == DType::kI32), kOp,
+             "picked must be int32 [S, top]"))
+    return;
+  if (!check(k.rows() > first + S - 1 || S == 0, kOp, "the cache is shorter than the queries"))
+    return;
+  if (!check(&out != &q, kOp, "out may not be q")) return;
+  if (!ensure(out, q.shape())) return;
+  if (S == 0 || D == 0) return;
+  const auto blocks = static_cast<unsigned>(S * heads);
+  const auto smem = static_cast<std::size_t>(kAttnWarps * (D + 2)) * sizeof(float);
+  const auto* p = top == 0 ? nullptr : picked.data_as<std::int32_t>();
+  const auto per = (D + kWarp - 1) / kWarp;
+#define FS_ATTN_CASE(n)                                                                      \
+  attention_kernel<n><<<blocks, kAttnThreads, smem, stream()>>>(                             \
+      q.data(), k.data(), v.data(), p, top, heads, heads / kv_heads, D, kv_heads * D, block, \
+      first, scale, out.data())
+  if (per <= 1) {
+    FS_ATTN_CASE(1);
+  } else if (per <= 2) {
+    FS_ATTN_CASE(2);
+  } else if (per <= 4) {
+    FS_ATTN_CASE(4);
+  } else {
+    FS_ATTN_CASE(8);
+  }
+#undef FS_ATTN_CASE
+  launched(kOp);
+}
+
+}  // namespace fs::cuda

@@ -1,0 +1,1503 @@
+// The backend op suite, in the manner of llama.cpp's tests/test-backend-ops.cpp.
+//
+// 1. Parity (`BackendOps.MatchesCpu`): every op, at the fixtures' small shapes and at the
+//    released model's shapes, runs on the CPU backend (the reference) and on the backend under
+//    test from the same host inputs (copied into its memory with Tensor::to, weights through
+//    `upload`); the outputs come back to the host and are compared with a normalised error,
+//      err = max |got - ref| / max(1, max |ref|),
+//    against a tolerance stated per op (index outputs must match exactly). Adding an op adds one
+//    entry to `all_cases()`. The "Cuda" instantiation runs when a GPU is present (ctest label
+//    `gpu`) and is skipped otherwise; the "Cpu" instantiation puts the CPU under test against
+//    itself, which checks the harness and that the CPU is deterministic.
+// 2. The CPU against direct computations (`CpuOps.*`): what makes the CPU a reference.
+// 3. Failure recording (`BackendStatus.*`) and the device-aware Tensor (`TensorTest.*`).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace fs {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Host inputs.
+
+// Uniform values in [-scale, scale) from a counter-based hash: fast enough to fill a vocabulary
+// matrix, and the same on every machine.
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+float uniform_at(std::uint64_t seed, std::uint64_t i, float scale) {
+  const auto bits = splitmix64(seed * 0x100000001b3ull + i) >> 40;  // 24 bits
+  return (static_cast<float>(bits) / 8388608.0f - 1.0f) * scale;
+}
+
+// fn(begin, end) over [0, n) split across the host's cores.
+void parallel_chunks(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& fn) {
+  const auto threads = static_cast<std::int64_t>(
+      n < (1 << 20) ? 1 : std::max(1u, std::thread::hardware_concurrency()));
+  if (threads == 1) return fn(0, n);
+  std::vector<std::jthread> pool;
+  for (std::int64_t t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] { fn(n * t / threads, n * (t + 1) / threads); });
+}
+
+class Rng {
+ public:
+  explicit Rng(std::uint64_t seed) : seed_(seed), engine_(seed) {}
+  std::uint64_t next_seed() { return splitmix64(seed_ + ++calls_); }
+  std::mt19937_64& engine() { return engine_; }
+  int below(int n) { return std::uniform_int_distribution<int>(0, n - 1)(engine_); }
+
+ private:
+  std::uint64_t seed_, calls_ = 0;
+  std::mt19937_64 engine_;
+};
+
+void fill_uniform(float* p, std::int64_t n, Rng& rng, float scale) {
+  const auto seed = rng.next_seed();
+  parallel_chunks(n, [&](std::int64_t b, std::int64_t e) {
+    for (auto i = b; i < e; ++i) p[i] = uniform_at(seed, static_cast<std::uint64_t>(i), scale);
+  });
+}
+
+Tensor random_tensor(Shape shape, Rng& rng, float scale = 1.0f) {
+  Tensor t(std::move(shape));
+  fill_uniform(t.data(), t.numel(), rng, scale);
+  return t;
+}
+
+Tensor i32_tensor(Shape shape, const std::vector<std::int32_t>& values) {
+  Tensor t(host_memory(), std::move(shape), DType::kI32);
+  EXPECT_EQ(static_cast<std::int64_t>(values.size()), t.numel());
+  std::copy(values.begin(), values.end(), t.data_as<std::int32_t>());
+  return t;
+}
+
+// A weight in host memory (f32 or bf16). The buffer comes from calloc, so a huge weight of which
+// only some slices are filled (the routed experts) costs memory for those slices alone.
+class HostWeight {
+ public:
+  HostWeight() = default;
+  HostWeight(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
+    bytes_ = static_cast<std::size_t>(shape_numel(shape_)) * dtype_size(dtype_);
+    data_.reset(static_cast<std::uint8_t*>(std::calloc(std::max<std::size_t>(bytes_, 1), 1)));
+  }
+  Weight view() const { return {dtype_, shape_, data_.get(), Device::kHost}; }
+  DType dtype() const { return dtype_; }
+  // Random values in elements [begin, begin + n).
+  void fill(Rng& rng, float scale, std::int64_t begin = 0, std::int64_t n = -1) {
+    if (n < 0) n = shape_numel(shape_) - begin;
+    const auto seed = rng.next_seed();
+    parallel_chunks(n, [&](std::int64_t b, std::int64_t e) {
+      for (auto i = begin + b; i < begin + e; ++i) {
+        const float v = uniform_at(seed, static_cast<std::uint64_t>(i), scale);
+        if (dtype_ == DType::kF32) {
+          reinterpret_cast<float*>(data_.get())[i] = v;
+        } else {
+          reinterpret_cast<std::uint16_t*>(data_.get())[i] = f32_to_bf16(v);
+        }
+      }
+    });
+  }
+  // The values as f32 (for direct computations in tests).
+  std::vector<float> to_f32() const {
+    std::vector<float> out(static_cast<std::size_t>(shape_numel(shape_)));
+    convert_to_f32(dtype_, data_.get(), out.data(), out.size());
+    return out;
+  }
+
+ private:
+  struct Free {
+    void operator()(std::uint8_t* p) const { std::free(p); }
+  };
+  DType dtype_ = DType::kF32;
+  Shape shape_;
+  std::size_t bytes_ = 0;
+  std::unique_ptr<std::uint8_t, Free> data_;
+};
+
+HostWeight random_weight(DType dtype, Shape shape, Rng& rng, float scale = 1.0f) {
+  HostWeight w(dtype, std::move(shape));
+  w.fill(rng, scale);
+  return w;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The parity harness.
+
+// Moves host inputs into a backend: activations by copy into its memory, weights by `upload`
+// (matrices kept in the dtype the case gives them, so both backends compute on equal values).
+struct Feed {
+  Backend& be;
+  Tensor in(const Tensor& host) const { return host.to(be.memory()); }
+  Weight w(const HostWeight& hw) const {
+    auto up = be.upload(hw.view(), hw.dtype());
+    EXPECT_TRUE(up.ok()) << be.name() << " upload: " << up.status().to_string();
+    return up.ok() ? *up : Weight{};
+  }
+};
+
+// A case builds its host inputs once and returns the function that runs the op on a backend
+// and returns the output tensors (in that backend's memory).
+using OpRun = std::function<std::vector<Tensor>(const Feed&)>;
+struct Case {
+  std::string name;  // op_shape..., unique; letters, digits and '_'
+  double tolerance;  // on max |got - ref| / max(1, max |ref|)
+  std::function<OpRun(Rng&)> build;
+};
+
+std::string dt(DType d) {
+  return d == DType::kBF16 ? "bf16" : "f32";
+}
+std::string n(std::int64_t v) {
+  return std::to_string(v);
+}
+
+// Tolerances. Reordered fp32 sums of up to a few thousand terms stay near 1e-6 of the largest
+// magnitude; products over 2560-wide rows and the chunked delta rule (a triangular solve per
+// chunk) get more room.
+constexpr double kExact = 0.0;  // pure data movement
+constexpr double kElementwise = 1e-6;
+constexpr double kReduction = 1e-5;  // norms, softmax, means, dots over one row
+constexpr double kProduct = 1e-4;    // linear, attention, MoE
+constexpr double kDeltaRule = 2e-4;
+
+// Random distinct visible blocks per query (in random order), -1 past min(top, visible).
+Tensor random_picks(std::int64_t S, std::int64_t first, std::int64_t block, std::int64_t top,
+                    Rng& rng) {
+  std::vector<std::int32_t> v(static_cast<std::size_t>(S * top), -1);
+  std::vector<std::int32_t> all;
+  for (std::int64_t s = 0; s < S; ++s) {
+    const auto visible = (first + s + 1) / block;
+    all.resize(static_cast<std::size_t>(visible));
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng.engine());
+    for (std::int64_t j = 0; j < std::min(top, visible); ++j)
+      v[static_cast<std::size_t>(s * top + j)] = all[static_cast<std::size_t>(j)];
+  }
+  return i32_tensor({S, top}, v);
+}
+
+// Distinct experts per token, and positive weights summing to 1.
+std::pair<Tensor, Tensor> random_routing(std::int64_t S, std::int64_t E, std::int64_t k, Rng& rng) {
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(S * k));
+  std::vector<float> w(ids.size());
+  std::vector<std::int32_t> all(static_cast<std::size_t>(E));
+  for (std::int64_t s = 0; s < S; ++s) {
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng.engine());
+    float sum = 0;
+    for (std::int64_t j = 0; j < k; ++j) {
+      ids[static_cast<std::size_t>(s * k + j)] = all[static_cast<std::size_t>(j)];
+      sum += (w[static_cast<std::size_t>(s * k + j)] = 0.1f + static_cast<float>(rng.below(100)));
+    }
+    for (std::int64_t j = 0; j < k; ++j) w[static_cast<std::size_t>(s * k + j)] /= sum;
+  }
+  return {i32_tensor({S, k}, ids), Tensor({S, k}, w)};
+}
+
+std::vector<Case> make_cases() {
+  std::vector<Case> cases;
+  auto add = [&](std::string name, double tol, std::function<OpRun(Rng&)> build) {
+    cases.push_back({std::move(name), tol, std::move(build)});
+  };
+  constexpr auto F32 = DType::kF32;
+  constexpr auto BF16 = DType::kBF16;
+
+  // --- dense algebra ---
+  // Small (a tile edge: 130 rows is not a multiple of 64), the fixture's lm_head, and the
+  // released model's projections and vocabulary-sized lm_head.
+  struct LinearShape {
+    std::int64_t S, in, out;
+    DType dtype;
+  };
+  for (const auto& [S, in, out, dtype] : std::vector<LinearShape>{{5, 70, 130, F32},
+                                                                  {5, 70, 130, BF16},
+                                                                  {3, 256, 4096, BF16},
+                                                                  {7, 2560, 10240, BF16},
+                                                                  {1, 2560, 151936, BF16},
+                                                                  {3, 2560, 151936, BF16},
+                                                                  {1, 2560, 151936, F32},
+                                                                  {3, 2560, 151936, F32}}) {
+    add("linear_S" + n(S) + "_in" + n(in) + "_out" + n(out) + "_" + dt(dtype), kProduct,
+        [=](Rng& rng) -> OpRun {
+          auto x = random_tensor({S, in}, rng);
+          auto w = std::make_shared<HostWeight>(
+              random_weight(dtype, {out, in}, rng, 1.0f / std::sqrt(static_cast<float>(in))));
+          return [x, w](const Feed& f) {
+            Tensor y;
+            f.be.linear(f.in(x), f.w(*w), y);
+            return std::vector<Tensor>{y};
+          };
+        });
+  }
+  for (const auto& [S, C] :
+       std::vector<std::pair<std::int64_t, std::int64_t>>{{3, 130}, {4, 2560}}) {
+    add("add_bias_S" + n(S) + "_C" + n(C), kElementwise, [=](Rng& rng) -> OpRun {
+      auto y = random_tensor({S, C}, rng);
+      auto b = std::make_shared<HostWeight>(random_weight(F32, {C}, rng));
+      return [y, b](const Feed& f) {
+        auto t = f.in(y);
+        f.be.add_bias(t, f.w(*b));
+        return std::vector<Tensor>{t};
+      };
+    });
+  }
+
+  // --- normalisation ---
+  struct NormShape {
+    std::string what;
+    std::int64_t rows, cols, group, wn;
+    bool unit_offset, in_place;
+  };
+  for (const auto& c : std::vector<NormShape>{{"row", 3, 8, 8, 8, true, false},
+                                              {"grouped", 3, 8, 4, 8, true, false},
+                                              {"head_shared", 3, 8, 4, 4, false, true},
+                                              {"hidden", 4, 2560, 2560, 2560, true, false},
+                                              {"hc_grouped", 4, 10240, 2560, 10240, true, false},
+                                              {"qhead", 4 * 24, 256, 256, 256, true, true},
+                                              {"fixture_head", 5 * 8, 32, 32, 32, true, true}}) {
+    add("rms_norm_" + c.what + "_" + n(c.rows) + "x" + n(c.cols) + "_g" + n(c.group), kReduction,
+        [=](Rng& rng) -> OpRun {
+          auto x = random_tensor({c.rows, c.cols}, rng, 3.0f);
+          auto w = std::make_shared<HostWeight>(random_weight(F32, {c.wn}, rng, 0.5f));
+          return [=](const Feed& f) {
+            auto t = f.in(x);
+            Tensor y;
+            f.be.rms_norm(t, f.w(*w), c.group, 1e-6f, c.unit_offset, c.in_place ? t : y);
+            return std::vector<Tensor>{c.in_place ? t : y};
+          };
+        });
+  }
+  for (const auto& [rows, group, act] :
+       std::vector<std::tuple<std::int64_t, std::int64_t, Activation>>{
+           {6 * 8, 32, Activation::kSigmoid},
+           {4 * 48, 128, Activation::kSigmoid},
+           {4 * 48, 128, Activation::kSilu}}) {
+    add("rms_norm_gated_" + n(rows) + "x" + n(group) + "_act" + n(static_cast<int>(act)),
+        kReduction, [=](Rng& rng) -> OpRun {
+          auto x = random_tensor({rows, group}, rng, 2.0f);
+          auto gate = random_tensor({rows, group}, rng, 4.0f);
+          auto w = std::make_shared<HostWeight>(random_weight(F32, {group}, rng));
+          return [=](const Feed& f) {
+            Tensor y;
+            f.be.rms_norm_gated(f.in(x), f.w(*w), f.in(gate), 1e-6f, act, y);
+            return std::vector<Tensor>{y};
+          };
+        });
+  }
+  for (const auto& [S, cols, group] :
+       std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>>{{5, 4 * 32, 32},
+                                                                         {4, 16 * 128, 128}}) {
+    add("l2_norm_" + n(S) + "x" + n(cols) + "_g" + n(group), kReduction, [=](Rng& rng) -> OpRun {
+      auto x = random_tensor({S, cols}, rng, 2.0f);
+      return [=](const Feed& f) {
+        auto t = f.in(x);
+        f.be.l2_norm(t, group, 1e-6f);
+        return std::vector<Tensor>{t};
+      };
+    });
+  }
+
+  // --- elementwise ---
+  for (const auto cols : {std::int64_t{33}, std::int64_t{10240}}) {
+    const std::int64_t rows = 4;
+    for (const auto act : {Activation::kIdentity, Activation::kSilu, Activation::kSigmoid,
+                           Activation::kSoftplus, Activation::kRelu}) {
+      // Scale 30 reaches past softplus's threshold of 20.
+      add("activate_" + n(static_cast<int>(act)) + "_C" + n(cols), kElementwise,
+          [=](Rng& rng) -> OpRun {
+            auto x = random_tensor({rows, cols}, rng, 30.0f);
+            return [=](const Feed& f) {
+              auto t = f.in(x);
+              f.be.activate(t, act);
+              return std::vector<Tensor>{t};
+            };
+          });
+    }
+    add("scale_C" + n(cols), kElementwise, [=](Rng& rng) -> OpRun {
+      auto x = random_tensor({rows, cols}, rng);
+      return [=](const Feed& f) {
+        auto t = f.in(x);
+        f.be.scale(t, 0.37f);
+        return std::vector<Tensor>{t};
+      };
+    });
+    add("add_mul_C" + n(cols), kElementwise, [=](Rng& rng) -> OpRun {
+      auto x = random_tensor({rows, cols}, rng), y = random_tensor({rows, cols}, rng);
+      return [=](const Feed& f) {
+        auto a = f.in(x), m = f.in(x), yy = f.in(y);
+        f.be.add(a, yy);
+        f.be.mul(m, yy);
+        return std::vector<Tensor>{a, m};
+      };
+    });
+    add("mul_cols_rows_C" + n(cols), kElementwise, [=](Rng& rng) -> OpRun {
+      auto x = random_tensor({rows, cols}, rng), s = random_tensor({rows, 1}, rng);
+      auto v = std::make_shared<HostWeight>(random_weight(F32, {cols}, rng));
+      return [=](const Feed& f) {
+        auto a = f.in(x), b = f.in(x);
+        f.be.mul_cols(a, f.w(*v));
+        f.be.mul_rows(b, f.in(s));
+        return std::vector<Tensor>{a, b};
+      };
+    });
+    add("swiglu_C" + n(cols), kElementwise, [=](Rng& rng) -> OpRun {
+      auto g = random_tensor({rows, cols}, rng, 8.0f), u = random_tensor({rows, cols}, rng);
+      auto gu = random_tensor({rows, 2 * cols}, rng, 8.0f);
+      return [=](const Feed& f) {
+        Tensor o1, o2;
+        f.be.swiglu(f.in(g), f.in(u), o1);
+        f.be.swiglu_packed(f.in(gu), o2);
+        return std::vector<Tensor>{o1, o2};
+      };
+    });
+    add("signed_sqrt_C" + n(cols), kElementwise, [=](Rng& rng) -> OpRun {
+      auto x = random_tensor({rows, cols}, rng, 2.0f);
+      std::fill_n(x.data(), 3, 0.0f);  // sign(0) = 0
+      x.data()[3] = 1e-9f;             // below the floor
+      return [=](const Feed& f) {
+        auto t = f.in(x);
+        f.be.signed_sqrt(t, 1e-6f);
+        return std::vector<Tensor>{t};
+      };
+    });
+  }
+  for (const auto& [S, k] : std::vector<std::pair<std::int64_t, std::int64_t>>{{5, 2}, {4, 10}}) {
+    add("normalize_rows_" + n(S) + "x" + n(k), kElementwise, [=](Rng& rng) -> OpRun {
+      auto x = random_tensor({S, k}, rng);
+      for (auto& v : x.span()) v = std::fabs(v) + 0.01f;
+      return [=](const Feed& f) {
+        auto t = f.in(x);
+        f.be.normalize_rows(t);
+        return std::vector<Tensor>{t};
+      };
+    });
+  }
+
+  // --- layout ---
+  for (const auto& [S, cols, begin, width] :
+       std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>>{
+           {3, 16 * 32 + 32, 16 * 32, 32}, {4, 4 * 128 + 128, 0, 4 * 128}}) {
+    add("slice_cols_" + n(S) + "x" + n(cols) + "_" + n(begin) + "_" + n(width), kExact,
+        [=](Rng& rng) -> OpRun {
+          auto x = random_tensor({S, cols}, rng);
+          return [=](const Feed& f) {
+            Tensor o;
+            f.be.slice_cols(f.in(x), begin, width, o);
+            return std::vector<Tensor>{o};
+          };
+        });
+  }
+  for (const auto& [S, cols, begin, count] :
+       std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>>{
+           {5, 256, 4, 1}, {3, 2560, 0, 3}, {6, 2560, 2, 3}}) {
+    add("slice_rows_" + n(S) + "x" + n(cols) + "_" + n(begin) + "_" + n(count), kExact,
+        [=](Rng& rng) -> OpRun {
+          auto x = random_tensor({S, cols}, rng);
+          return [=](const Feed& f) {
+            Tensor o;
+            f.be.slice_rows(f.in(x), begin, count, o);
+            return std::vector<Tensor>{o};
+          };
+        });
+  }
+  for (const auto& [S, heads, dim] :
+       std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>>{{3, 8, 32},
+                                                                         {4, 24, 256}}) {
+    add("split_interleaved_" + n(S) + "_h" + n(heads) + "_d" + n(dim), kExact,
+        [=](Rng& rng) -> OpRun {
+          auto x = random_tensor({S, 2 * heads * dim}, rng);
+          return [=](const Feed& f) {
+            Tensor a, b;
+            f.be.split_interleaved(f.in(x), heads, dim, a, b);
+            return std::vector<Tensor>{a, b};
+          };
+        });
+  }
+  for (const auto& [S, W] :
+       std::vector<std::pair<std::int64_t, std::int64_t>>{{3, 256}, {4, 2560}}) {
+    add("repeat_cols_" + n(S) + "x" + n(W), kExact, [=](Rng& rng) -> OpRun {
+      auto x = random_tensor({S, W}, rng);
+      return [=](const Feed& f) {
+        Tensor o;
+        f.be.repeat_cols(f.in(x), 4, o);
+        return std::vector<Tensor>{o};
+      };
+    });
+  }
+  for (const auto& [have, add_rows, cols] :
+       std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>>{
+           {0, 5, 64}, {7, 1, 64}, {100, 3, 2 * 256}, {0, 1, 2 * 256}}) {
+    add("append_rows_" + n(have) + "+" + n(add_rows) + "x" + n(cols), kExact,
+        [=](Rng& rng) -> OpRun {
+          auto cache = random_tensor({have, cols}, rng), x = random_tensor({add_rows, cols}, rng);
+          return [=](const Feed& f) {
+            Tensor c = have > 0 ? f.in(cache) : Tensor{};
+            f.be.append_rows(c, f.in(x));
+            f.be.append_rows(c, f.in(x));  // twice: a warm cache grows in place
+            return std::vector<Tensor>{c};
+          };
+        });
+  }
+
+  // --- embeddings ---
+  for (const auto& [V, cols, shards, dtype] :
+       std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, DType>>{
+           {4096, 256, 1, BF16}, {4096, 256, 2, F32}, {151936, 2560, 1, BF16}}) {
+    add("embedding_V" + n(V) + "_C" + n(cols) + "_shards" + n(shards) + "_" + dt(dtype), kExact,
+        [=](Rng& rng) -> OpRun {
+          // Only the looked-up rows are filled (the op reads no others).
+          const std::vector<std::int64_t> ids = {0, V - 1, V / 2, 17, V / 2 - 1, 17};
+          auto tables = std::make_shared<std::vector<HostWeight>>();
+          for (std::int64_t i = 0; i < shards; ++i)
+            tables->emplace_back(dtype, Shape{V / shards, cols});
+          for (const auto id : ids)
+            (*tables)[static_cast<std::size_t>(id / (V / shards))].fill(
+                rng, 1.0f, id % (V / shards) * cols, cols);
+          return [=](const Feed& f) {
+            std::vector<Weight> w;
+            for (const auto& t : *tables) w.push_back(f.w(t));
+            Tensor o;
+            f.be.embedding(w, ids, o);
+            return std::vector<Tensor>{o};
+          };
+        });
+  }
+
+  // --- hyper-connections ---
+  for (const auto& [S, W] :
+       std::vector<std::pair<std::int64_t, std::int64_t>>{{3, 256}, {4, 2560}}) {
+    const std::int64_t streams = 4;
+    add("stream_ops_" + n(S) + "x" + n(W), kReduction, [=](Rng& rng) -> OpRun {
+      auto h = random_tensor({S, streams * W}, rng), y = random_tensor({S, W}, rng),
+           w = random_tensor({S, streams}, rng), b = random_tensor({S, streams * W}, rng);
+      return [=](const Feed& f) {
+        Tensor mean, dot;
+        auto hh = f.in(h);
+        f.be.stream_mean(hh, streams, mean);
+        f.be.grouped_dot(hh, f.in(b), W, dot);
+        f.be.add_scaled_streams(hh, f.in(y), f.in(w));
+        return std::vector<Tensor>{mean, dot, hh};
+      };
+    });
+  }
+
+  // --- positional ---
+  struct RopeShape {
+    std::int64_t rows, heads, head_dim, rotary, first, stride;
+    double theta;
+  };
+  for (const auto& c : std::vector<RopeShape>{{5, 8, 32, 16, 0, 1, 10000.0},
+                                              {3, 1, 32, 16, 0, 4, 10000.0},
+                                              {4, 24, 256, 64, 1000, 1, 1e7},
+                                              {4, 2, 256, 64, 200000, 1, 1e7},
+                                              {6, 1, 128, 32, 4096, 4, 1e7}}) {
+    add("rope_" + n(c.rows) + "x" + n(c.heads) + "x" + n(c.head_dim) + "_r" + n(c.rotary) + "_at" +
+            n(c.first) + "_step" + n(c.stride),
+        kElementwise, [=](Rng& rng) -> OpRun {
+          auto x = random_tensor({c.rows, c.heads * c.head_dim}, rng);
+          return [=](const Feed& f) {
+            auto t = f.in(x);
+            f.be.rope(t, c.head_dim, c.rotary, c.first, c.stride, c.theta);
+            return std::vector<Tensor>{t};
+          };
+        });
+  }
+
+  // --- sequence mixing ---
+  for (const auto& [S, C, K, dil] :
+       std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>>{
+           {7, 384, 4, 1}, {5, 128, 4, 3}, {1, 10240, 4, 1}, {9, 10240, 4, 1}, {3, 2560, 4, 3}}) {
+    add("causal_conv1d_S" + n(S) + "_C" + n(C) + "_K" + n(K) + "_dil" + n(dil), kReduction,
+        [=](Rng& rng) -> OpRun {
+          auto x = random_tensor({S, C}, rng), tail = random_tensor({(K - 1) * dil, C}, rng);
+          auto w = std::make_shared<HostWeight>(random_weight(F32, {C, K}, rng));
+          return [=](const Feed& f) {
+            auto t = f.in(tail);
+            Tensor y;
+            f.be.causal_conv1d(f.in(x), f.w(*w), dil, t, y);
+            return std::vector<Tensor>{y, t};
+          };
+        });
+  }
+  struct DeltaShape {
+    std::int64_t S, Hk, Hv, dk, dv;
+    bool chunked;
+  };
+  for (const auto& c : std::vector<DeltaShape>{{70, 4, 8, 32, 32, true},
+                                               {1, 4, 8, 32, 32, false},
+                                               {5, 4, 8, 32, 32, false},
+                                               {1, 16, 48, 128, 128, false},
+                                               {3, 16, 48, 128, 128, true},
+                                               {130, 16, 48, 128, 128, true}}) {
+    add(std::string("gated_delta_rule_") + (c.chunked ? "chunked" : "recurrent") + "_S" + n(c.S) +
+            "_Hk" + n(c.Hk) + "_Hv" + n(c.Hv) + "_d" + n(c.dk),
+        kDeltaRule, [=](Rng& rng) -> OpRun {
+          auto q = random_tensor({c.S, c.Hk * c.dk}, rng),
+               k = random_tensor({c.S, c.Hk * c.dk}, rng);
+          auto v = random_tensor({c.S, c.Hv * c.dv}, rng);
+          auto g = random_tensor({c.S, c.Hv}, rng), beta = random_tensor({c.S, c.Hv}, rng);
+          for (auto& e : g.span()) e = -std::fabs(e) * 0.3f;  // log decay <= 0
+          for (auto& e : beta.span()) e = 1.0f / (1.0f + std::exp(-3.0f * e));
+          // l2-normed q and k, q scaled by 1/sqrt(dk), as the model feeds them.
+          for (auto* t : {&q, &k})
+            for (std::int64_t r = 0; r < t->rows() * c.Hk; ++r) {
+              float* p = t->data() + r * c.dk;
+              double ss = 0;
+              for (std::int64_t i = 0; i < c.dk; ++i) ss += static_cast<double>(p[i]) * p[i];
+              const float inv = static_cast<float>(1.0 / std::sqrt(ss + 1e-6)) *
+                                (t == &q ? 1.0f / std::sqrt(static_cast<float>(c.dk)) : 1.0f);
+              for (std::int64_t i = 0; i < c.dk; ++i) p[i] *= inv;
+            }
+          auto state = random_tensor({c.Hv, c.dk, c.dv}, rng, 0.1f);
+          return [=](const Feed& f) {
+            auto st = f.in(state);
+            Tensor out;
+            if (c.chunked) {
+              f.be.gated_delta_rule_chunked(f.in(q), f.in(k), f.in(v), f.in(g), f.in(beta), c.Hk,
+                                            st, out);
+            } else {
+              f.be.gated_delta_rule_recurrent(f.in(q), f.in(k), f.in(v), f.in(g), f.in(beta), c.Hk,
+                                              st, out);
+            }
+            return std::vector<Tensor>{out, st};
+          };
+        });
+  }
+  struct AttentionShape {
+    std::int64_t S, T, Hq, Hkv, D, block, top;
+  };
+  for (const auto& c : std::vector<AttentionShape>{{5, 5, 8, 2, 32, 4, 16},
+                                                   {3, 90, 8, 2, 32, 4, 16},
+                                                   {1, 37, 8, 2, 32, 4, 16},
+                                                   {1, 3001, 24, 2, 256, 4, 512},
+                                                   {3, 2500, 24, 2, 256, 4, 512},
+                                                   {4, 1200, 24, 2, 256, 4, 512}}) {
+    add("block_sparse_attention_S" + n(c.S) + "_T" + n(c.T) + "_Hq" + n(c.Hq) + "_Hkv" + n(c.Hkv) +
+            "_D" + n(c.D) + "_top" + n(c.top),
+        kProduct, [=](Rng& rng) -> OpRun {
+          const auto first = c.T - c.S;
+          auto q = random_tensor({c.S, c.Hq * c.D}, rng),
+               k = random_tensor({c.T, c.Hkv * c.D}, rng),
+               v = random_tensor({c.T, c.Hkv * c.D}, rng);
+          auto picked = random_picks(c.S, first, c.block, c.top, rng);
+          const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+          return [=](const Feed& f) {
+            Tensor o;
+            f.be.block_sparse_attention(f.in(q), f.in(k), f.in(v), c.Hq, c.Hkv, f.in(picked),
+                                        c.block, first, scale, o);
+            return std::vector<Tensor>{o};
+          };
+        });
+  }
+
+  // --- indexers and routing ---
+  for (const auto& [rows, cols, first_row, blocks] :
+       std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>>{
+           {13, 32, 4, 2}, {4100, 128, 4000, 25}, {8, 128, 0, 2}}) {
+    add("block_mean_" + n(rows) + "x" + n(cols) + "_from" + n(first_row) + "_n" + n(blocks),
+        kReduction, [=](Rng& rng) -> OpRun {
+          auto x = random_tensor({rows, cols}, rng);
+          return [=](const Feed& f) {
+            Tensor o;
+            f.be.block_mean(f.in(x), first_row, blocks, 4, o);
+            return std::vector<Tensor>{o};
+          };
+        });
+  }
+  for (const auto& [S, B, heads, dim] :
+       std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>>{
+           {5, 3, 16, 32}, {3, 750, 4, 128}, {1, 4096, 4, 128}}) {
+    add("index_scores_S" + n(S) + "_B" + n(B) + "_h" + n(heads) + "_d" + n(dim), kReduction,
+        [=](Rng& rng) -> OpRun {
+          auto q = random_tensor({S, heads * dim}, rng), keys = random_tensor({B, dim}, rng);
+          const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+          return [=](const Feed& f) {
+            Tensor o;
+            f.be.index_scores(f.in(q), f.in(keys), heads, scale, o);
+            return std::vector<Tensor>{o};
+          };
+        });
+  }
+  for (const auto& [S, E] : std::vector<std::pair<std::int64_t, std::int64_t>>{{5, 8}, {4, 512}}) {
+    add("softmax_" + n(S) + "x" + n(E), kReduction, [=](Rng& rng) -> OpRun {
+      auto x = random_tensor({S, E}, rng, 10.0f);
+      return [=](const Feed& f) {
+        auto t = f.in(x);
+        f.be.softmax(t);
+        return std::vector<Tensor>{t};
+      };
+    });
+  }
+  // top-k of distinct values (no ties: a tie's order is exact on every backend only when the
+  // values are bit-equal, which the tie case below pins down).
+  for (const auto& [S, E, k] : std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>>{
+           {5, 8, 2}, {4, 512, 10}, {2, 5, 7}}) {
+    add("topk_" + n(S) + "x" + n(E) + "_k" + n(k), kExact, [=](Rng& rng) -> OpRun {
+      auto x = random_tensor({S, E}, rng);
+      return [=](const Feed& f) {
+        Tensor idx, val;
+        f.be.topk(f.in(x), k, idx, val);
+        return std::vector<Tensor>{idx, val};
+      };
+    });
+  }
+  add("topk_ties", kExact, [=](Rng&) -> OpRun {
+    const Tensor x({2, 6}, {0.5f, 0.9f, 0.5f, 0.9f, 0.1f, 0.9f, 1, 1, 1, 1, 1, 1});
+    return [=](const Feed& f) {
+      Tensor idx, val;
+      f.be.topk(f.in(x), 4, idx, val);
+      return std::vector<Tensor>{idx, val};
+    };
+  });
+  for (const auto& [S, B, first, top] :
+       std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>>{
+           {5, 3, 8, 2},
+           {6, 20, 60, 16},
+           {3, 750, 2997, 512},
+           {2, 300, 1198, 512},
+           {4, 1, 0, 16}}) {
+    add("select_blocks_S" + n(S) + "_B" + n(B) + "_at" + n(first) + "_top" + n(top), kExact,
+        [=](Rng& rng) -> OpRun {
+          auto scores = random_tensor({S, B}, rng);
+          return [=](const Feed& f) {
+            Tensor picked;
+            f.be.select_blocks(f.in(scores), first, 4, top, picked);
+            return std::vector<Tensor>{picked};
+          };
+        });
+  }
+  struct MoeShape {
+    std::int64_t S, H, E, I, k;
+    DType dtype;
+  };
+  for (const auto& c : std::vector<MoeShape>{{5, 256, 8, 64, 2, F32},
+                                             {5, 256, 8, 64, 2, BF16},
+                                             {1, 2560, 512, 1024, 10, BF16},
+                                             {3, 2560, 512, 1024, 10, BF16},
+                                             {2, 2560, 64, 1024, 10, F32}}) {
+    add("moe_experts_S" + n(c.S) + "_H" + n(c.H) + "_E" + n(c.E) + "_I" + n(c.I) + "_k" + n(c.k) +
+            "_" + dt(c.dtype),
+        kProduct, [=](Rng& rng) -> OpRun {
+          auto x = random_tensor({c.S, c.H}, rng);
+          auto [experts, weights] = random_routing(c.S, c.E, c.k, rng);
+          // Only the routed experts' slices are filled (the op reads no others).
+          auto gate_up = std::make_shared<HostWeight>(c.dtype, Shape{c.E, 2 * c.I, c.H});
+          auto down = std::make_shared<HostWeight>(c.dtype, Shape{c.E, c.H, c.I});
+          std::vector<bool> used(static_cast<std::size_t>(c.E));
+          for (std::int64_t i = 0; i < experts.numel(); ++i)
+            used[static_cast<std::size_t>(experts.data_as<std::int32_t>()[i])] = true;
+          for (std::int64_t e = 0; e < c.E; ++e) {
+            if (!used[static_cast<std::size_t>(e)]) continue;
+            gate_up->fill(rng, 1.0f / std::sqrt(static_cast<float>(c.H)), e * 2 * c.I * c.H,
+                          2 * c.I * c.H);
+            down->fill(rng, 1.0f / std::sqrt(static_cast<float>(c.I)), e * c.H * c.I, c.H * c.I);
+          }
+          return [=](const Feed& f) {
+            Tensor y;
+            f.be.moe_experts(f.in(x), f.w(*gate_up), f.w(*down), f.in(experts), f.in(weights), y);
+            return std::vector<Tensor>{y};
+          };
+        });
+  }
+  return cases;
+}
+
+const std::vector<Case>& all_cases() {
+  static const std::vector<Case> cases = make_cases();
+  return cases;
+}
+
+struct ParityParam {
+  std::string backend;
+  std::size_t index;
+};
+
+void PrintTo(const ParityParam& p, std::ostream* os) {
+  *os << p.backend << " " << all_cases()[p.index].name;
+}
+
+std::vector<ParityParam> parity_params(const std::string& backend) {
+  std::vector<ParityParam> out;
+  for (std::size_t i = 0; i < all_cases().size(); ++i) out.push_back({backend, i});
+  return out;
+}
+
+std::string param_name(const ::testing::TestParamInfo<ParityParam>& info) {
+  std::string s = all_cases()[info.param.index].name;
+  for (auto& ch : s)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s;
+}
+
+// The backend under test; nullptr (and a skip message) when it cannot run here.
+std::unique_ptr<Backend> backend_under_test(const std::string& name, std::string* why) {
+  if (name == "cpu") return make_cpu_backend();
+  if (name == "cuda") {
+    if (!cuda_available()) {
+      *why = "no CUDA device: this build has no CUDA backend or the machine has no GPU";
+      return nullptr;
+    }
+    auto be = make_cuda_backend();
+    if (!be.ok()) {
+      *why = "no CUDA device: " + be.status().to_string();
+      return nullptr;
+    }
+    return std::move(*be);
+  }
+  *why = "unknown backend " + name;
+  return nullptr;
+}
+
+// Host copies of outputs, any dtype.
+struct HostOut {
+  DType dtype;
+  Shape shape;
+  std::vector<float> f;
+  std::vector<std::int32_t> i;
+};
+HostOut to_host(const Tensor& t) {
+  HostOut h{t.dtype(), t.shape(), {}, {}};
+  if (t.dtype() == DType::kI32) {
+    const Tensor c = t.to(host_memory());
+    h.i.assign(c.data_as<std::int32_t>(), c.data_as<std::int32_t>() + c.numel());
+  } else {
+    h.f = t.to_host_vector();
+  }
+  return h;
+}
+
+class BackendOps : public ::testing::TestWithParam<ParityParam> {};
+
+TEST_P(BackendOps, MatchesCpu) {
+  std::string why;
+  auto be = backend_under_test(GetParam().backend, &why);
+  if (!be) GTEST_SKIP() << why;
+  const Case& c = all_cases()[GetParam().index];
+  Rng rng(0x5eed0000u + GetParam().index);
+  const OpRun run = c.build(rng);
+
+  auto cpu = make_cpu_backend();
+  std::vector<HostOut> ref, got;
+  for (const auto& t : run(Feed{*cpu})) ref.push_back(to_host(t));
+  ASSERT_TRUE(cpu->status().ok()) << "cpu: " << cpu->status().to_string();
+  {
+    const auto outs = run(Feed{*be});
+    be->synchronize();
+    ASSERT_TRUE(be->status().ok()) << be->name() << ": " << be->status().to_string();
+    for (const auto& t : outs) {
+      EXPECT_EQ(t.device(), be->memory()->device()) << "an output left the backend's memory";
+      got.push_back(to_host(t));
+    }
+  }
+  ASSERT_EQ(ref.size(), got.size());
+  for (std::size_t o = 0; o < ref.size(); ++o) {
+    SCOPED_TRACE("output " + std::to_string(o) + " of " + c.name);
+    ASSERT_EQ(got[o].dtype, ref[o].dtype);
+    ASSERT_EQ(got[o].shape, ref[o].shape);
+    if (ref[o].dtype == DType::kI32) {
+      for (std::size_t i = 0; i < ref[o].i.size(); ++i)
+        ASSERT_EQ(got[o].i[i], ref[o].i[i]) << "index " << i;
+      continue;
+    }
+    double max_ref = 0, max_err = 0, se = 0, sr = 0;
+    std::size_t worst = 0;
+    for (std::size_t i = 0; i < ref[o].f.size(); ++i) {
+      const double r = ref[o].f[i], g = got[o].f[i];
+      ASSERT_FALSE(std::isnan(g) && !std::isnan(r)) << "NaN at " << i;
+      max_ref = std::max(max_ref, std::fabs(r));
+      const double e = std::fabs(g - r);
+      if (e > max_err || std::isnan(e)) max_err = e, worst = i;
+      se += e * e;
+      sr += r * r;
+    }
+    const double err = max_err / std::max(1.0, max_ref);
+    const double nmse = sr > 0 ? se / sr : se;
+    EXPECT_LE(err, c.tolerance) << "normalised max error " << err << " at " << worst << " (ref "
+                                << (ref[o].f.empty() ? 0.0f : ref[o].f[worst]) << ", got "
+                                << (got[o].f.empty() ? 0.0f : got[o].f[worst]) << "), NMSE "
+                                << nmse;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, BackendOps, ::testing::ValuesIn(parity_params("cpu")), param_name);
+INSTANTIATE_TEST_SUITE_P(Cuda, BackendOps, ::testing::ValuesIn(parity_params("cuda")), param_name);
+
+// ---------------------------------------------------------------------------------------------
+// The CPU against direct computations.
+
+Weight f32_weight(const Tensor& t) {
+  return {DType::kF32, t.shape(), reinterpret_cast<const std::uint8_t*>(t.data()), Device::kHost};
+}
+Weight f32_vector(const std::vector<float>& v) {
+  return {DType::kF32,
+          {static_cast<std::int64_t>(v.size())},
+          reinterpret_cast<const std::uint8_t*>(v.data()),
+          Device::kHost};
+}
+
+double max_abs_diff(std::span<const float> a, std::span<const float> b) {
+  double m = a.size() == b.size() ? 0 : INFINITY;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
+    m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
+  return m;
+}
+
+float sigmoid(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
+
+std::vector<std::int32_t> i32_values(const Tensor& t) {
+  return {t.data_as<std::int32_t>(), t.data_as<std::int32_t>() + t.numel()};
+}
+
+Tensor normal_tensor(Shape shape, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  Tensor t(std::move(shape));
+  for (auto& v : t.span()) v = d(rng);
+  return t;
+}
+
+class CpuOps : public ::testing::Test {
+ protected:
+  void TearDown() override { EXPECT_TRUE(be->status().ok()) << be->status().to_string(); }
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  std::mt19937 rng{7};
+};
+
+TEST_F(CpuOps, LinearF32AndBf16) {
+  const auto x = normal_tensor({5, 70}, rng), w = normal_tensor({130, 70}, rng);
+  Tensor y;
+  be->linear(x, f32_weight(w), y);
+  ASSERT_EQ(y.shape(), (Shape{5, 130}));
+  for (std::int64_t r = 0; r < 5; ++r)
+    for (std::int64_t o = 0; o < 130; ++o) {
+      double s = 0;
+      for (std::int64_t i = 0; i < 70; ++i) s += static_cast<double>(x.row(r)[i]) * w.row(o)[i];
+      EXPECT_NEAR(y.row(r)[o], s, 1e-4);
+    }
+  // bf16 weights (tiles of 64 rows, 130 is not a multiple) equal f32 weights rounded to bf16.
+  std::vector<std::uint16_t> bf(static_cast<std::size_t>(w.numel()));
+  Tensor rounded(w.shape());
+  for (std::size_t i = 0; i < bf.size(); ++i) {
+    bf[i] = f32_to_bf16(w.data()[i]);
+    rounded.data()[i] = bf16_to_f32(bf[i]);
+  }
+  Tensor yb, yr;
+  be->linear(x, {DType::kBF16, w.shape(), reinterpret_cast<const std::uint8_t*>(bf.data())}, yb);
+  be->linear(x, f32_weight(rounded), yr);
+  EXPECT_LE(max_abs_diff(yb.span(), yr.span()), 1e-5);
+  // An f32 matrix uploaded as bf16 is exactly that rounding.
+  auto up = be->upload(f32_weight(w), DType::kBF16);
+  ASSERT_TRUE(up.ok()) << up.status().to_string();
+  ASSERT_EQ(up->dtype, DType::kBF16);
+  EXPECT_EQ(std::memcmp(up->data, bf.data(), bf.size() * 2), 0);
+  Tensor yu;
+  be->linear(x, *up, yu);
+  EXPECT_EQ(max_abs_diff(yu.span(), yb.span()), 0.0);
+}
+
+TEST_F(CpuOps, UploadKeepsViewsAndConvertsOnlyWhenAsked) {
+  const auto m = normal_tensor({4, 8}, rng);
+  const std::vector<float> vec = {1.5f, -2.0f, 0.25f};
+  std::vector<std::uint16_t> bf_m(32), bf_v(3);
+  for (std::size_t i = 0; i < 32; ++i) bf_m[i] = f32_to_bf16(m.data()[i]);
+  for (std::size_t i = 0; i < 3; ++i) bf_v[i] = f32_to_bf16(vec[i]);
+  const Weight wm = f32_weight(m), wv = f32_vector(vec);
+  const Weight bm{DType::kBF16, {4, 8}, reinterpret_cast<const std::uint8_t*>(bf_m.data())};
+  const Weight bv{DType::kBF16, {3}, reinterpret_cast<const std::uint8_t*>(bf_v.data())};
+  // The view itself: f32 matrix as f32, bf16 matrix as bf16 or f32 (widened per tile), f32 vector.
+  for (const auto& [w, as] : std::vector<std::pair<Weight, DType>>{
+           {wm, DType::kF32}, {bm, DType::kBF16}, {bm, DType::kF32}, {wv, DType::kBF16}}) {
+    auto up = be->upload(w, as);
+    ASSERT_TRUE(up.ok()) << up.status().to_string();
+    EXPECT_EQ(up->data, w.data);
+    EXPECT_EQ(up->dtype, w.dtype);
+    EXPECT_EQ(up->shape, w.shape);
+  }
+  // A bf16 vector is widened into storage the backend owns.
+  auto up = be->upload(bv, DType::kBF16);
+  ASSERT_TRUE(up.ok());
+  EXPECT_NE(up->data, bv.data);
+  ASSERT_EQ(up->dtype, DType::kF32);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(up->f32()[i], vec[i]);  // exact in bf16
+  // A device weight, a non-float weight and an integer matrix dtype are refused with a reason.
+  Weight on_device = wm;
+  on_device.device = Device::kCuda;
+  EXPECT_FALSE(be->upload(on_device, DType::kF32).ok());
+  EXPECT_FALSE(be->upload({DType::kI32, {4, 8}, wm.data}, DType::kF32).ok());
+  EXPECT_FALSE(be->upload(wm, DType::kI32).ok());
+  // Round to nearest even: 1 + 2^-8 is halfway between two bf16 values and goes to the even 1.
+  const std::vector<float> halfway = {1.0f + 1.0f / 256.0f, 1.0f + 3.0f / 256.0f, 0.0f, 0.0f};
+  const Weight hw{DType::kF32, {2, 2}, reinterpret_cast<const std::uint8_t*>(halfway.data())};
+  auto r = be->upload(hw, DType::kBF16);
+  ASSERT_TRUE(r.ok());
+  const auto* bits = reinterpret_cast<const std::uint16_t*>(r->data);
+  EXPECT_EQ(bf16_to_f32(bits[0]), 1.0f);
+  EXPECT_EQ(bf16_to_f32(bits[1]), 1.0f + 4.0f / 256.0f);
+}
+
+TEST_F(CpuOps, RmsNormVariants) {
+  const auto x = normal_tensor({3, 8}, rng), gate = normal_tensor({3, 8}, rng);
+  const std::vector<float> w = {0.1f, -0.2f, 0.3f, 0.0f, 0.5f, -0.5f, 1.0f, 2.0f};
+  Tensor y;
+  // (1+w) over the whole row, grouped by 4, and plain w gated by sigmoid per group of 8.
+  for (const std::int64_t group : {8, 4}) {
+    be->rms_norm(x, f32_vector(w), group, 1e-6f, true, y);
+    for (std::int64_t r = 0; r < 3; ++r)
+      for (std::int64_t g0 = 0; g0 < 8; g0 += group) {
+        double ss = 0;
+        for (auto c = g0; c < g0 + group; ++c) ss += x.row(r)[c] * x.row(r)[c];
+        const double inv = 1.0 / std::sqrt(ss / static_cast<double>(group) + 1e-6);
+        for (auto c = g0; c < g0 + group; ++c)
+          EXPECT_NEAR(y.row(r)[c], x.row(r)[c] * inv * (1.0 + w[static_cast<std::size_t>(c)]),
+                      1e-5);
+      }
+  }
+  // A per-head weight (one group's worth) is shared by every group.
+  const std::vector<float> head_w(w.begin(), w.begin() + 4);
+  const std::vector<float> tiled = {0.1f, -0.2f, 0.3f, 0.0f, 0.1f, -0.2f, 0.3f, 0.0f};
+  Tensor yh;
+  be->rms_norm(x, f32_vector(head_w), 4, 1e-6f, true, yh);
+  be->rms_norm(x, f32_vector(tiled), 4, 1e-6f, true, y);
+  EXPECT_EQ(max_abs_diff(yh.span(), y.span()), 0.0);
+  // In place (x and y the same tensor) equals out of place.
+  Tensor xi = x;
+  be->rms_norm(xi, f32_vector(tiled), 4, 1e-6f, true, xi);
+  EXPECT_EQ(max_abs_diff(xi.span(), y.span()), 0.0);
+  be->rms_norm_gated(x, f32_vector(w), gate, 1e-6f, Activation::kSigmoid, y);
+  for (std::int64_t r = 0; r < 3; ++r) {
+    double ss = 0;
+    for (std::int64_t c = 0; c < 8; ++c) ss += x.row(r)[c] * x.row(r)[c];
+    const double inv = 1.0 / std::sqrt(ss / 8 + 1e-6);
+    for (std::int64_t c = 0; c < 8; ++c)
+      EXPECT_NEAR(y.row(r)[c],
+                  w[static_cast<std::size_t>(c)] * x.row(r)[c] * inv * sigmoid(gate.row(r)[c]),
+                  1e-5);
+  }
+}
+
+TEST_F(CpuOps, RopeRotatesPairsAndPreservesRelativePositions) {
+  const std::int64_t D = 16, R = 8;
+  auto q = normal_tensor({1, D}, rng), k = normal_tensor({1, D}, rng);
+  auto at = [&](Tensor t, std::int64_t p) {
+    be->rope(t, D, R, p, 1, 10000.0);
+    return t;
+  };
+  // Position 0 is the identity; the dims past R pass through.
+  EXPECT_EQ(max_abs_diff(at(q, 0).span(), q.span()), 0.0);
+  const auto q5 = at(q, 5);
+  for (std::int64_t i = R; i < D; ++i) EXPECT_EQ(q5.data()[i], q.data()[i]);
+  // Direct rotate-half formula.
+  for (std::int64_t i = 0; i < R / 2; ++i) {
+    const double f = 5.0 / std::pow(10000.0, 2.0 * static_cast<double>(i) / R);
+    EXPECT_NEAR(q5.data()[i], q.data()[i] * std::cos(f) - q.data()[i + R / 2] * std::sin(f), 1e-5);
+    EXPECT_NEAR(q5.data()[i + R / 2], q.data()[i + R / 2] * std::cos(f) + q.data()[i] * std::sin(f),
+                1e-5);
+  }
+  // q(p) . k(p') depends on p - p' only.
+  auto dot = [&](const Tensor& a, const Tensor& b) {
+    double s = 0;
+    for (std::int64_t i = 0; i < D; ++i) s += a.data()[i] * b.data()[i];
+    return s;
+  };
+  EXPECT_NEAR(dot(at(q, 9), at(k, 4)), dot(at(q, 105), at(k, 100)), 1e-4);
+  // Row r sits at first + r * stride: rows 0..2 at 12, 16, 20 equal one row at each position.
+  Tensor three({3, D});
+  for (std::int64_t r = 0; r < 3; ++r) std::copy_n(q.data(), D, three.row(r));
+  be->rope(three, D, R, 12, 4, 10000.0);
+  for (std::int64_t r = 0; r < 3; ++r) {
+    const auto one = at(q, 12 + 4 * r);
+    EXPECT_EQ(max_abs_diff(std::span(three.row(r), D), one.span()), 0.0) << r;
+  }
+}
+
+TEST_F(CpuOps, CausalConvWithStateEqualsOneCall) {
+  const std::int64_t C = 6, K = 4, dil = 3, S = 20, L = (K - 1) * dil;
+  const auto x = normal_tensor({S, C}, rng), w = normal_tensor({C, K}, rng);
+  Tensor tail({L, C}), y;
+  be->causal_conv1d(x, f32_weight(w), dil, tail, y);
+  for (std::int64_t t = 0; t < S; ++t)
+    for (std::int64_t c = 0; c < C; ++c) {
+      double s = 0;
+      for (std::int64_t j = 0; j < K; ++j) {
+        const auto src = t - (K - 1 - j) * dil;
+        if (src >= 0) s += w.row(c)[j] * x.row(src)[c];
+      }
+      EXPECT_NEAR(y.row(t)[c], s, 1e-5);
+    }
+  // Fed in pieces of 1, 7, 2 and 10 tokens through the tail: the same outputs and final tail.
+  Tensor tail2({L, C}), piece, out;
+  std::vector<float> all;
+  std::int64_t at = 0;
+  for (const std::int64_t n : {1, 7, 2, 10}) {
+    be->slice_rows(x, at, n, piece);
+    be->causal_conv1d(piece, f32_weight(w), dil, tail2, out);
+    all.insert(all.end(), out.span().begin(), out.span().end());
+    at += n;
+  }
+  EXPECT_LE(max_abs_diff(all, y.span()), 1e-6);
+  EXPECT_EQ(max_abs_diff(tail2.span(), tail.span()), 0.0);
+  EXPECT_EQ(max_abs_diff(tail.span(), std::span(x.row(S - L), x.row(S))), 0.0);
+  // A bf16 filter equals its f32 widening exactly.
+  std::vector<std::uint16_t> bf(static_cast<std::size_t>(w.numel()));
+  Tensor widened(w.shape());
+  for (std::size_t i = 0; i < bf.size(); ++i)
+    widened.data()[i] = bf16_to_f32(bf[i] = f32_to_bf16(w.data()[i]));
+  Tensor t1({L, C}), t2({L, C}), y1, y2;
+  be->causal_conv1d(x, {DType::kBF16, w.shape(), reinterpret_cast<const std::uint8_t*>(bf.data())},
+                    dil, t1, y1);
+  be->causal_conv1d(x, f32_weight(widened), dil, t2, y2);
+  EXPECT_EQ(max_abs_diff(y1.span(), y2.span()), 0.0);
+}
+
+TEST_F(CpuOps, ChunkedDeltaRuleEqualsRecurrent) {
+  const std::int64_t S = 150, Hk = 2, Hv = 4, dk = 8, dv = 6;
+  auto q = normal_tensor({S, Hk * dk}, rng), k = normal_tensor({S, Hk * dk}, rng);
+  const auto v = normal_tensor({S, Hv * dv}, rng);
+  auto g = normal_tensor({S, Hv}, rng), beta = normal_tensor({S, Hv}, rng);
+  for (auto& e : g.span()) e = -std::fabs(e) * 0.3f;  // log decay <= 0
+  for (auto& e : beta.span()) e = sigmoid(e);
+  be->l2_norm(q, dk, 1e-6f);
+  be->l2_norm(k, dk, 1e-6f);
+  const auto init = normal_tensor({Hv, dk, dv}, rng, 0.1f);
+  Tensor s1 = init, s2 = init, o1, o2;
+  be->gated_delta_rule_chunked(q, k, v, g, beta, Hk, s1, o1);  // chunks of 64, 64, 22
+  be->gated_delta_rule_recurrent(q, k, v, g, beta, Hk, s2, o2);
+  EXPECT_LE(max_abs_diff(o1.span(), o2.span()), 1e-4);
+  EXPECT_LE(max_abs_diff(s1.span(), s2.span()), 1e-4);
+  // The recurrence by hand for the first token of value head 3 (key head 1).
+  {
+    const auto h = 3, kh = 1;
+    const float* S0 = init.data() + h * dk * dv;
+    std::vector<double> Sn(S0, S0 + dk * dv);
+    const double decay = std::exp(g.row(0)[h]);
+    for (auto& e : Sn) e *= decay;
+    for (std::int64_t j = 0; j < dv; ++j) {
+      double mem = 0;
+      for (std::int64_t i = 0; i < dk; ++i)
+        mem += Sn[static_cast<std::size_t>(i * dv + j)] * k.row(0)[kh * dk + i];
+      const double delta = (v.row(0)[h * dv + j] - mem) * beta.row(0)[h];
+      for (std::int64_t i = 0; i < dk; ++i)
+        Sn[static_cast<std::size_t>(i * dv + j)] += k.row(0)[kh * dk + i] * delta;
+    }
+    for (std::int64_t j = 0; j < dv; ++j) {
+      double o = 0;
+      for (std::int64_t i = 0; i < dk; ++i)
+        o += Sn[static_cast<std::size_t>(i * dv + j)] * q.row(0)[kh * dk + i];
+      EXPECT_NEAR(o2.row(0)[h * dv + j], o, 1e-5);
+    }
+  }
+  // Chunked in two calls (70 + 80) equals one call.
+  Tensor s3 = init, oa, ob;
+  auto rows = [&](const Tensor& t, std::int64_t a, std::int64_t n) {
+    Tensor r;
+    be->slice_rows(t, a, n, r);
+    return r;
+  };
+  be->gated_delta_rule_chunked(rows(q, 0, 70), rows(k, 0, 70), rows(v, 0, 70), rows(g, 0, 70),
+                               rows(beta, 0, 70), Hk, s3, oa);
+  be->gated_delta_rule_chunked(rows(q, 70, 80), rows(k, 70, 80), rows(v, 70, 80), rows(g, 70, 80),
+                               rows(beta, 70, 80), Hk, s3, ob);
+  std::vector<float> o3(oa.span().begin(), oa.span().end());
+  o3.insert(o3.end(), ob.span().begin(), ob.span().end());
+  EXPECT_LE(max_abs_diff(o3, o1.span()), 1e-4);
+  EXPECT_LE(max_abs_diff(s3.span(), s1.span()), 1e-4);
+}
+
+// Query s (at first + s) reads the picked blocks' keys in the order given, then its tail.
+TEST_F(CpuOps, BlockSparseAttentionEqualsNaiveSoftmax) {
+  const std::int64_t Hq = 4, Hkv = 2, D = 8, block = 4, T = 14, S = 2, first = 12;
+  const auto q = normal_tensor({S, Hq * D}, rng), k = normal_tensor({T, Hkv * D}, rng),
+             v = normal_tensor({T, Hkv * D}, rng);
+  // Query 0 (position 12) sees blocks 0..2 and tail {12}; query 1 (13) the same and {12, 13}.
+  const auto picked = i32_tensor({S, 3}, {2, -1, 0, 1, 2, -1});
+  const std::vector<std::vector<std::int32_t>> keys = {{8, 9, 10, 11, 0, 1, 2, 3, 12},
+                                                       {4, 5, 6, 7, 8, 9, 10, 11, 12, 13}};
+  Tensor out;
+  be->block_sparse_attention(q, k, v, Hq, Hkv, picked, block, first, 0.5f, out);
+  ASSERT_EQ(out.shape(), q.shape());
+  for (std::int64_t s = 0; s < S; ++s) {
+    const auto& ks = keys[static_cast<std::size_t>(s)];
+    for (std::int64_t h = 0; h < Hq; ++h) {
+      const auto kvh = h / 2;
+      std::vector<double> p;
+      for (const auto t : ks) {
+        double d = 0;
+        for (std::int64_t x = 0; x < D; ++x) d += q.row(s)[h * D + x] * k.row(t)[kvh * D + x];
+        p.push_back(std::exp(0.5 * d));
+      }
+      const double z = std::accumulate(p.begin(), p.end(), 0.0);
+      for (std::int64_t x = 0; x < D; ++x) {
+        double o = 0;
+        for (std::size_t i = 0; i < ks.size(); ++i) o += p[i] / z * v.row(ks[i])[kvh * D + x];
+        EXPECT_NEAR(out.row(s)[h * D + x], o, 1e-5);
+      }
+    }
+  }
+  // Before the first complete block there is only the tail: position 2 reads keys 0..2.
+  Tensor o1;
+  Tensor q0;
+  be->slice_rows(q, 0, 1, q0);
+  be->block_sparse_attention(q0, k, v, Hq, Hkv, i32_tensor({1, 1}, {-1}), block, 2, 0.5f, o1);
+  for (std::int64_t x = 0; x < D; ++x) {
+    std::vector<double> p;
+    for (std::int64_t t = 0; t < 3; ++t) {
+      double d = 0;
+      for (std::int64_t y = 0; y < D; ++y) d += q.row(0)[y] * k.row(t)[y];
+      p.push_back(std::exp(0.5 * d));
+    }
+    const double z = std::accumulate(p.begin(), p.end(), 0.0);
+    double o = 0;
+    for (std::int64_t t = 0; t < 3; ++t) o += p[static_cast<std::size_t>(t)] / z * v.row(t)[x];
+    EXPECT_NEAR(o1.row(0)[x], o, 1e-5);
+  }
+}
+
+TEST_F(CpuOps, TopkOrderTiesAndPadding) {
+  const Tensor x({2, 5}, {0.1f, 0.9f, 0.5f, 0.9f, 0.3f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f});
+  Tensor idx, val;
+  be->topk(x, 3, idx, val);
+  ASSERT_EQ(idx.dtype(), DType::kI32);
+  ASSERT_EQ(idx.shape(), (Shape{2, 3}));
+  EXPECT_EQ(i32_values(idx), (std::vector<std::int32_t>{1, 3, 2, 4, 3, 2}));  // ties: lower first
+  EXPECT_EQ(val.to_host_vector(), (std::vector<float>{0.9f, 0.9f, 0.5f, 5, 4, 3}));
+  // k past the row width pads with -1 and 0 (into a reused, dirty output).
+  be->topk(Tensor({1, 2}, {3.0f, 7.0f}), 4, idx, val);
+  EXPECT_EQ(i32_values(idx), (std::vector<std::int32_t>{1, 0, -1, -1}));
+  EXPECT_EQ(val.to_host_vector(), (std::vector<float>{7, 3, 0, 0}));
+}
+
+TEST_F(CpuOps, NormalizeRowsDividesBySum) {
+  Tensor x({2, 3}, {1, 2, 5, 0.5f, 0.25f, 0.25f});
+  be->normalize_rows(x);
+  EXPECT_EQ(x.to_host_vector(), (std::vector<float>{0.125f, 0.25f, 0.625f, 0.5f, 0.25f, 0.25f}));
+}
+
+TEST_F(CpuOps, SelectBlocksKeepsTopVisibleBlocks) {
+  // Query at position 13 sees 14 tokens: complete blocks 0..2 (the tail 12, 13 is implied).
+  const Tensor scores({1, 4}, {0.5f, 0.1f, 0.7f, 9.0f});  // block 3 is not visible yet
+  Tensor picked;
+  be->select_blocks(scores, 13, 4, 2, picked);
+  ASSERT_EQ(picked.dtype(), DType::kI32);
+  EXPECT_EQ(i32_values(picked), (std::vector<std::int32_t>{2, 0}));
+  // A budget of every block picks all visible ones, then -1.
+  be->select_blocks(scores, 13, 4, 5, picked);
+  EXPECT_EQ(i32_values(picked), (std::vector<std::int32_t>{2, 0, 1, -1, -1}));
+  // Per row visibility: rows at positions 2, 3, 4 .. 7 see 0, 1, 1, 1, 1, 2 blocks; ties go to
+  // the lower index.
+  const Tensor tied({6, 2}, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1});
+  be->select_blocks(tied, 2, 4, 2, picked);
+  EXPECT_EQ(i32_values(picked),
+            (std::vector<std::int32_t>{-1, -1, 0, -1, 0, -1, 0, -1, 0, -1, 0, 1}));
+  // With every block picked it is dense causal attention: the keys 0..13, once each.
+  const auto q = normal_tensor({1, 8}, rng), k = normal_tensor({14, 8}, rng),
+             v = normal_tensor({14, 8}, rng);
+  be->select_blocks(scores, 13, 4, 8, picked);
+  Tensor sparse, dense;
+  be->block_sparse_attention(q, k, v, 1, 1, picked, 4, 13, 0.3f, sparse);
+  be->block_sparse_attention(q, k, v, 1, 1, i32_tensor({1, 3}, {0, 1, 2}), 4, 13, 0.3f, dense);
+  EXPECT_LE(max_abs_diff(sparse.span(), dense.span()), 1e-6);
+}
+
+// moe_experts against a direct computation, and bit for bit against the per-expert loop the
+// model ran before (gather, gate_up, swiglu_packed, down, weighted scatter-add, experts in
+// increasing id).
+TEST_F(CpuOps, MoeExpertsEqualsDirectAndThePerExpertLoop) {
+  const std::int64_t H = 6, E = 4, I = 3, S = 5, k = 2;
+  const auto x = normal_tensor({S, H}, rng);
+  const auto gate_up = normal_tensor({E, 2 * I, H}, rng), down = normal_tensor({E, H, I}, rng);
+  const auto experts = i32_tensor({S, k}, {2, 0, 1, 2, 3, 1, 0, 2, 2, 3});
+  const Tensor weights({S, k}, {0.7f, 0.3f, 0.5f, 0.5f, 0.9f, 0.1f, 0.2f, 0.8f, 0.6f, 0.4f});
+  Tensor y = normal_tensor({S, H}, rng);  // overwritten, not accumulated into
+  be->moe_experts(x, f32_weight(gate_up), f32_weight(down), experts, weights, y);
+  ASSERT_EQ(y.shape(), (Shape{S, H}));
+  auto silu = [](double v) { return v / (1 + std::exp(-v)); };
+  const auto* ids = experts.data_as<std::int32_t>();
+  for (std::int64_t s = 0; s < S; ++s) {
+    std::vector<double> expect(static_cast<std::size_t>(H), 0.0);
+    for (std::int64_t j = 0; j < k; ++j) {
+      const auto e = ids[s * k + j];
+      std::vector<double> act(static_cast<std::size_t>(I));
+      for (std::int64_t i = 0; i < I; ++i) {
+        double g = 0, u = 0;
+        for (std::int64_t c = 0; c < H; ++c) {
+          g += gate_up.data()[(e * 2 * I + i) * H + c] * x.row(s)[c];
+          u += gate_up.data()[(e * 2 * I + I + i) * H + c] * x.row(s)[c];
+        }
+        act[static_cast<std::size_t>(i)] = silu(g) * u;
+      }
+      for (std::int64_t c = 0; c < H; ++c) {
+        double o = 0;
+        for (std::int64_t i = 0; i < I; ++i)
+          o += down.data()[(e * H + c) * I + i] * act[static_cast<std::size_t>(i)];
+        expect[static_cast<std::size_t>(c)] += weights.row(s)[j] * o;
+      }
+    }
+    for (std::int64_t c = 0; c < H; ++c)
+      EXPECT_NEAR(y.row(s)[c], expect[static_cast<std::size_t>(c)], 1e-4);
+  }
+  // The old loop, step for step.
+  Tensor old({S, H}), xe, gu, act, he;
+  for (std::int64_t e = 0; e < E; ++e) {
+    std::vector<std::int64_t> rows;
+    std::vector<float> ws;
+    for (std::int64_t i = 0; i < S * k; ++i)
+      if (ids[i] == e) rows.push_back(i / k), ws.push_back(weights.data()[i]);
+    if (rows.empty()) continue;
+    xe = Tensor({static_cast<std::int64_t>(rows.size()), H});
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      std::copy_n(x.row(rows[i]), H, xe.row(static_cast<std::int64_t>(i)));
+    const Weight gw{DType::kF32,
+                    {2 * I, H},
+                    reinterpret_cast<const std::uint8_t*>(gate_up.data() + e * 2 * I * H)};
+    const Weight dw{
+        DType::kF32, {H, I}, reinterpret_cast<const std::uint8_t*>(down.data() + e * H * I)};
+    be->linear(xe, gw, gu);
+    be->swiglu_packed(gu, act);
+    be->linear(act, dw, he);
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      for (std::int64_t c = 0; c < H; ++c)
+        old.row(rows[i])[c] += ws[i] * he.row(static_cast<std::int64_t>(i))[c];
+  }
+  EXPECT_EQ(std::memcmp(old.data(), y.data(), old.bytes()), 0);
+}
+
+TEST_F(CpuOps, LayoutOps) {
+  const Tensor x({3, 4}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  Tensor o, a, b;
+  be->slice_rows(x, 1, 2, o);
+  EXPECT_EQ(o.to_host_vector(), (std::vector<float>{4, 5, 6, 7, 8, 9, 10, 11}));
+  be->slice_cols(x, 1, 2, o);
+  EXPECT_EQ(o.to_host_vector(), (std::vector<float>{1, 2, 5, 6, 9, 10}));
+  be->split_interleaved(x, 2, 1, a, b);  // heads [0 | 1], [2 | 3]
+  EXPECT_EQ(a.to_host_vector(), (std::vector<float>{0, 2, 4, 6, 8, 10}));
+  EXPECT_EQ(b.to_host_vector(), (std::vector<float>{1, 3, 5, 7, 9, 11}));
+  be->repeat_cols(Tensor({1, 2}, {1, 2}), 3, o);
+  EXPECT_EQ(o.to_host_vector(), (std::vector<float>{1, 2, 1, 2, 1, 2}));
+  // append_rows: an empty cache takes the width; a warm cache grows in place.
+  Tensor cache;
+  be->append_rows(cache, x);
+  EXPECT_EQ(cache.shape(), (Shape{3, 4}));
+  be->append_rows(cache, Tensor({1, 4}, {20, 21, 22, 23}));
+  const void* warm = cache.raw();
+  be->append_rows(cache, Tensor({1, 4}, {30, 31, 32, 33}));
+  EXPECT_EQ(cache.raw(), warm);
+  EXPECT_EQ(cache.shape(), (Shape{5, 4}));
+  EXPECT_EQ(cache.row(3)[1], 21.0f);
+  EXPECT_EQ(cache.row(4)[3], 33.0f);
+  EXPECT_EQ(cache.row(2)[0], 8.0f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Failure recording.
+
+// A memory that refuses allocations past a budget, and counts the system calls.
+class LimitedMemory final : public Memory {
+ public:
+  explicit LimitedMemory(std::size_t budget) : budget_(budget) {}
+  Device device() const override { return Device::kHost; }
+  void* allocate(std::size_t bytes) override {
+    if (used_ + bytes > budget_) return nullptr;
+    used_ += bytes;
+    ++allocations_;
+    return host_memory()->allocate(bytes);
+  }
+  void release(void* p, std::size_t bytes) override {
+    used_ -= bytes;
+    host_memory()->release(p, bytes);
+  }
+  void to_host(void* d, const void* s, std::size_t n) override { host_memory()->to_host(d, s, n); }
+  void from_host(void* d, const void* s, std::size_t n) override {
+    host_memory()->from_host(d, s, n);
+  }
+  void copy(void* d, const void* s, std::size_t n) override { host_memory()->copy(d, s, n); }
+  void zero(void* p, std::size_t n) override { host_memory()->zero(p, n); }
+  MemoryStats stats() const override {
+    return {allocations_, static_cast<std::int64_t>(used_), static_cast<std::int64_t>(used_)};
+  }
+
+ private:
+  std::size_t budget_, used_ = 0;
+  std::int64_t allocations_ = 0;
+};
+
+// A backend that implements nothing but what every backend must.
+class NoOpsBackend final : public Backend {
+ public:
+  explicit NoOpsBackend(std::shared_ptr<Memory> m = host_memory()) : memory_(std::move(m)) {}
+  std::string name() const override { return "noops"; }
+  const std::shared_ptr<Memory>& memory() const override { return memory_; }
+  Expected<Weight> upload(const Weight& w, DType) override { return w; }
+
+ private:
+  std::shared_ptr<Memory> memory_;
+};
+
+TEST(BackendStatus, MissingOpIsANamedUnsupportedFailure) {
+  NoOpsBackend be;
+  EXPECT_TRUE(be.status().ok());
+  Tensor x({2, 3}), y;
+  be.swiglu_packed(x, y);
+  ASSERT_FALSE(be.status().ok());
+  EXPECT_EQ(be.status().code(), ErrorCode::kUnsupported);
+  EXPECT_NE(be.status().message().find("'swiglu_packed'"), std::string::npos)
+      << be.status().message();
+  EXPECT_NE(be.status().message().find("noops"), std::string::npos);
+  // The first failure is kept.
+  be.moe_experts(x, {}, {}, x, x, y);
+  EXPECT_NE(be.status().message().find("'swiglu_packed'"), std::string::npos);
+  be.clear_status();
+  EXPECT_TRUE(be.status().ok());
+  Tensor idx, val;
+  be.topk(x, 1, idx, val);
+  EXPECT_NE(be.status().message().find("'topk'"), std::string::npos);
+}
+
+TEST(BackendStatus, OutOfMemoryIsRecorded) {
+  NoOpsBackend be(std::make_shared<LimitedMemory>(1024));
+  const Tensor small = be.new_tensor({4, 4});
+  EXPECT_TRUE(small.ok());
+  EXPECT_EQ(small.device(), Device::kHost);
+  EXPECT_TRUE(be.status().ok());
+  const Tensor big = be.new_tensor({1024, 1024});
+  EXPECT_FALSE(big.ok());
+  EXPECT_EQ(be.status().code(), ErrorCode::kOutOfRange);
+  EXPECT_NE(be.status().message().find("out of memory"), std::string::npos);
+}
+
+TEST(BackendStatus, CpuOpsAfterAFailureDoNothing) {
+  auto be = make_cpu_backend();
+  Tensor x({2, 2}, {1, 2, 3, 4}), y;
+  // A bf16 norm weight was never uploaded (widened): refused, with the op named.
+  const std::uint16_t bf[2] = {f32_to_bf16(1.0f), f32_to_bf16(2.0f)};
+  be->rms_norm(x, {DType::kBF16, {2}, reinterpret_cast<const std::uint8_t*>(bf)}, 2, 1e-6f, false,
+               y);
+  ASSERT_FALSE(be->status().ok());
+  EXPECT_NE(be->status().message().find("rms_norm"), std::string::npos);
+  const auto first = be->status().message();
+  be->scale(x, 10.0f);
+  be->add(x, x);
+  const std::vector<float> w = {1, 0, 0, 1};
+  be->linear(x, {DType::kF32, {2, 2}, reinterpret_cast<const std::uint8_t*>(w.data())}, y);
+  EXPECT_EQ(x.to_host_vector(), (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_TRUE(y.shape().empty());
+  EXPECT_EQ(be->status().message(), first);
+  be->clear_status();
+  be->scale(x, 10.0f);
+  EXPECT_EQ(x.to_host_vector(), (std::vector<float>{10, 20, 30, 40}));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The device-aware Tensor.
+
+TEST(TensorTest, CopyIsDeepAndMoveTakesTheBuffer) {
+  Tensor a({2, 3}, {1, 2, 3, 4, 5, 6});
+  Tensor b = a;
+  EXPECT_NE(b.raw(), a.raw());
+  b.data()[0] = 9;
+  EXPECT_EQ(a.data()[0], 1.0f);
+  b = a;
+  EXPECT_EQ(b.to_host_vector(), a.to_host_vector());
+  const void* buf = a.raw();
+  Tensor c = std::move(a);
+  EXPECT_EQ(c.raw(), buf);
+  EXPECT_EQ(c.shape(), (Shape{2, 3}));
+  EXPECT_TRUE(a.shape().empty());  // NOLINT(bugprone-use-after-move): the moved-from state
+  EXPECT_EQ(a.numel(), 0);
+  Tensor d;
+  d = std::move(c);
+  EXPECT_EQ(d.raw(), buf);
+  EXPECT_EQ(d.to_host_vector(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+}
+
+TEST(TensorTest, AllocateReusesALargeEnoughBuffer) {
+  auto memory = std::make_shared<LimitedMemory>(1 << 20);
+  Tensor t(memory, {8, 8});
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(memory->stats().system_allocations, 1);
+  const void* buf = t.raw();
+  ASSERT_TRUE(t.allocate(memory, {4, 4}));
+  EXPECT_EQ(t.raw(), buf);
+  ASSERT_TRUE(t.allocate(memory, {2, 32}, DType::kI32));  // same bytes, another dtype
+  EXPECT_EQ(t.raw(), buf);
+  EXPECT_EQ(t.dtype(), DType::kI32);
+  EXPECT_EQ(memory->stats().system_allocations, 1);
+  ASSERT_TRUE(t.allocate(memory, {16, 16}));  // larger: a new buffer
+  EXPECT_EQ(memory->stats().system_allocations, 2);
+  EXPECT_EQ(memory->stats().bytes_in_use, 16 * 16 * 4);  // the old one was released
+  // Exhaustion: false, and an empty tensor.
+  EXPECT_FALSE(t.allocate(memory, {1 << 20}));
+  EXPECT_TRUE(t.shape().empty());
+  EXPECT_EQ(memory->stats().bytes_in_use, 0);
+  // reset zero-fills.
+  ASSERT_TRUE(t.allocate(memory, {2, 2}));
+  std::fill_n(t.data(), 4, 7.0f);
+  ASSERT_TRUE(t.reset({2, 2}));
+  EXPECT_EQ(t.to_host_vector(), (std::vector<float>(4, 0.0f)));
+}
+
+// A tensor whose allocation failed says so (`ok()` is how Backend::new_tensor and callers that
+// construct tensors directly detect it).
+TEST(TensorTest, FailedAllocationIsNotOk) {
+  auto memory = std::make_shared<LimitedMemory>(1024);
+  EXPECT_FALSE(Tensor(memory, {1 << 20}).ok());
+  EXPECT_TRUE(Tensor(memory, {4, 4}).ok());
+}
+
+TEST(TensorTest, GrowRowsKeepsContentsAndZeroFills) {
+  auto memory = std::make_shared<LimitedMemory>(1 << 20);
+  Tensor t(memory, {2, 3});
+  t.copy_from_host(std::vector<float>{1, 2, 3, 4, 5, 6});
+  ASSERT_TRUE(t.grow_rows(3));
+  EXPECT_EQ(t.to_host_vector(), (std::vector<float>{1, 2, 3, 4, 5, 6, 0, 0, 0}));
+  // Geometric capacity: growing a row at a time reallocates rarely.
+  const auto before = memory->stats().system_allocations;
+  for (std::int64_t r = 4; r <= 40; ++r) ASSERT_TRUE(t.grow_rows(r));
+  EXPECT_LE(memory->stats().system_allocations - before, 1);
+  EXPECT_EQ(t.row(1)[2], 6.0f);
+  EXPECT_EQ(t.row(39)[0], 0.0f);
+  t.shrink_rows(1);
+  EXPECT_EQ(t.shape(), (Shape{1, 3}));
+  EXPECT_EQ(t.to_host_vector(), (std::vector<float>{1, 2, 3}));
+}
+
+TEST(TensorTest, HostCopiesAndInt32Tensors) {
+  Tensor t(host_memory(), {2, 2});
+  EXPECT_EQ(t.to_host_vector(), (std::vector<float>(4, 0.0f)));  // zero-filled
+  t.copy_from_host(std::vector<float>{1.5f, -2, 3, 4});
+  EXPECT_EQ(t.to_host_vector(), (std::vector<float>{1.5f, -2, 3, 4}));
+  EXPECT_EQ(t.span()[1], -2.0f);
+  const auto i = i32_tensor({2, 3}, {-1, 0, 7, 1 << 30, -5, 3});
+  EXPECT_EQ(i.dtype(), DType::kI32);
+  EXPECT_EQ(i.bytes(), 24u);
+  auto other = std::make_shared<LimitedMemory>(1 << 20);
+  const Tensor moved = i.to(other);
+  EXPECT_EQ(moved.memory(), other);
+  EXPECT_EQ(moved.dtype(), DType::kI32);
+  const Tensor back = moved.to(host_memory());
+  EXPECT_EQ(i32_values(back), (std::vector<std::int32_t>{-1, 0, 7, 1 << 30, -5, 3}));
+  Tensor copy = moved;  // copies within its own memory
+  EXPECT_EQ(copy.memory(), other);
+  EXPECT_EQ(i32_values(copy.to(host_memory())), i32_values(i));
+}
+
+}  // namespace
+}  // namespace fs
