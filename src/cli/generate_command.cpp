@@ -1,5 +1,6 @@
 // flashserve generate | prefill: one turn of decoding (autoregressive or MTP) from token ids, and
 // the cold teacher-forced state of a token sequence, optionally saved as a session checkpoint.
+#include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -103,7 +104,10 @@ void add_generate_command(CLI::App& app, Action& action) {
       if (!prompt.ok()) return fail("generate", prompt.status());
       if (prompt->empty()) return fail("generate", invalid_argument("the prompt has no tokens"));
       DecodeState state = new_decode_state(m);
+      using Clock = std::chrono::steady_clock;
+      const auto t0 = Clock::now();
       if (auto s = extend(m, state, *prompt, o->prefill_chunk); !s.ok()) return fail("generate", s);
+      const auto t1 = Clock::now();
       GenerateOptions g;
       g.max_tokens = o->max_tokens;
       g.mtp_depth = o->mtp_depth;
@@ -111,7 +115,9 @@ void add_generate_command(CLI::App& app, Action& action) {
       g.seed = o->seed;
       for (const auto t : o->stop_tokens) g.stop_tokens.push_back(static_cast<TokenId>(t));
       const auto r = generate(m, state, g);
+      const auto t2 = Clock::now();
       if (!r.error.ok()) return fail("generate", r.error);
+      const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
       if (!o->save_state.empty()) {
         if (!r.state_complete)
           return fail("generate", internal_error("the turn's state is incomplete; not saved"));
@@ -134,7 +140,11 @@ void add_generate_command(CLI::App& app, Action& action) {
           {"accepted", std::vector<std::int64_t>(r.stats.accepted.begin(),
                                                  r.stats.accepted.begin() + o->mtp_depth)},
           {"exit", exit_path_name(r.exit_path)},
-          {"state_complete", r.state_complete}};
+          {"state_complete", r.state_complete},
+          {"backend", m.info().backend},
+          {"prompt_tokens", prompt->size()},
+          {"prefill_ms", ms(t1 - t0)},
+          {"decode_ms", ms(t2 - t1)}};
       if (o->json) {
         std::cout << j.dump() << "\n";
       } else {

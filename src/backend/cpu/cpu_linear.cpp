@@ -65,7 +65,7 @@ Expected<Weight> CpuBackend::upload(const Weight& w, DType matrix_dtype) {
   }
   // Vectors stay (or become) f32.
   if (w.dtype == DType::kF32 && reinterpret_cast<std::uintptr_t>(w.data) % alignof(float) == 0)
-    return w;
+    return Weight{w.dtype, Shape(w.shape.begin(), w.shape.end()), w.data, w.device};
   std::vector<float>* dst;
   {
     const std::lock_guard lock(owned_mutex_);
