@@ -5,8 +5,8 @@ namespace fs {
 Tensor Backend::new_tensor(Shape shape, DType dtype) {
   Tensor t(memory(), std::move(shape), dtype);
   if (!t.ok())
-    fail({ErrorCode::kOutOfRange, name() + " backend: out of memory allocating " +
-                                      std::to_string(t.bytes()) + " bytes"});
+    fail({ErrorCode::kOutOfRange,
+          name() + " backend: out of memory allocating " + std::to_string(t.bytes()) + " bytes"});
   return t;
 }
 
@@ -107,14 +107,13 @@ void Backend::gated_delta_rule_chunked(const Tensor&, const Tensor&, const Tenso
                                        const Tensor&, std::int64_t, Tensor&, Tensor&) {
   unimplemented("gated_delta_rule_chunked");
 }
-void Backend::gated_delta_rule_recurrent(const Tensor&, const Tensor&, const Tensor&,
-                                         const Tensor&, const Tensor&, std::int64_t, Tensor&,
-                                         Tensor&) {
+void Backend::gated_delta_rule_recurrent(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                         const Tensor&, std::int64_t, Tensor&, Tensor&) {
   unimplemented("gated_delta_rule_recurrent");
 }
 void Backend::block_sparse_attention(const Tensor&, const Tensor&, const Tensor&, std::int64_t,
-                                     std::int64_t, const Tensor&, std::int64_t, std::int64_t,
-                                     float, Tensor&) {
+                                     std::int64_t, const Tensor&, std::int64_t, std::int64_t, float,
+                                     Tensor&) {
   unimplemented("block_sparse_attention");
 }
 void Backend::block_mean(const Tensor&, std::int64_t, std::int64_t, std::int64_t, Tensor&) {
@@ -132,8 +131,8 @@ void Backend::topk(const Tensor&, std::int64_t, Tensor&, Tensor&) {
 void Backend::select_blocks(const Tensor&, std::int64_t, std::int64_t, std::int64_t, Tensor&) {
   unimplemented("select_blocks");
 }
-void Backend::moe_experts(const Tensor&, const Weight&, const Weight&, const Tensor&,
-                          const Tensor&, Tensor&) {
+void Backend::moe_experts(const Tensor&, const Weight&, const Weight&, const Tensor&, const Tensor&,
+                          Tensor&) {
   unimplemented("moe_experts");
 }
 

@@ -117,8 +117,8 @@ struct ForwardOutput {
 
 struct ModelInfo {
   Family family = Family::kQwenNext;
-  std::string backend = "cpu";     // the backend it computes on
-  DType dtype = DType::kF32;       // of its matrices on that backend
+  std::string backend = "cpu";  // the backend it computes on
+  DType dtype = DType::kF32;    // of its matrices on that backend
   std::int64_t vocab_size = 0;
   std::int64_t hidden_size = 0;
   std::vector<TokenId> eos_token_ids;

@@ -373,6 +373,8 @@ Status run_server(const ServerOptions& options) {
 
   auto model = load_model(options.model_dir, options.load);
   if (!model.ok()) return model.status();
+  const std::string compute = (*model)->info().backend + ", " +
+                              std::string(dtype_name((*model)->info().dtype)) + " weights";
   EngineOptions eo;
   eo.mtp_depth = options.mtp_depth;
   eo.max_queue = options.max_queue;
@@ -398,8 +400,8 @@ Status run_server(const ServerOptions& options) {
     return io_error("cannot bind " + options.host + ":" + std::to_string(port) +
                     " (in use, or not an address of this machine)");
   }
-  std::cerr << "flashserve: serving " << ctx->model_id << " (context " << ctx->max_context
-            << ", mtp depth " << options.mtp_depth << ")\n"
+  std::cerr << "flashserve: serving " << ctx->model_id << " on " << compute << " (context "
+            << ctx->max_context << ", mtp depth " << options.mtp_depth << ")\n"
             << "flashserve: listening on http://" << options.host << ":" << port << std::endl;
 
   std::atomic<bool> done{false};

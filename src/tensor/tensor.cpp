@@ -13,8 +13,7 @@ Tensor::Tensor(Shape shape, std::vector<float> data) : Tensor(host_memory(), std
 
 Tensor::Tensor(std::shared_ptr<Memory> memory, Shape shape, DType dtype)
     : memory_(std::move(memory)), dtype_(dtype) {
-  if (allocate(memory_, std::move(shape), dtype) && data_ != nullptr)
-    memory_->zero(data_, bytes());
+  if (allocate(memory_, std::move(shape), dtype) && data_ != nullptr) memory_->zero(data_, bytes());
 }
 
 Tensor::~Tensor() {
@@ -79,8 +78,8 @@ bool Tensor::allocate(const std::shared_ptr<Memory>& memory, Shape shape, DType 
     memory_ = memory;
   }
   dtype_ = dtype;
-  const auto want = static_cast<std::size_t>(shape.empty() ? 0 : shape_numel(shape)) *
-                    dtype_size(dtype);
+  const auto want =
+      static_cast<std::size_t>(shape.empty() ? 0 : shape_numel(shape)) * dtype_size(dtype);
   shape_ = std::move(shape);
   if (reserve(want, false)) return true;
   // The shape stays, with no bytes behind it: ok() is false until a later allocation succeeds.
@@ -103,8 +102,9 @@ bool Tensor::grow_rows(std::int64_t rows) {
   const auto want = static_cast<std::size_t>(shape_numel(grown)) * dtype_size(dtype_);
   if (want > capacity_) {
     // Double (at least 64 rows' worth) so a cache growing a row per step reallocates rarely.
-    const auto per_row = shape_[0] > 0 ? row_bytes
-                                       : want / static_cast<std::size_t>(std::max<std::int64_t>(rows, 1));
+    const auto per_row = shape_[0] > 0
+                             ? row_bytes
+                             : want / static_cast<std::size_t>(std::max<std::int64_t>(rows, 1));
     const auto target = std::max({want, capacity_ * 2, per_row * 64});
     if (!reserve(target, true)) return false;
   }

@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "qwen_fixture.h"
-#include "test_support.h"
 #include "test_backend.h"
+#include "test_support.h"
 
 namespace fs {
 namespace {
@@ -44,9 +44,8 @@ TEST(QwenCli, LogitsWritesRowsAndPrintsJson) {
 
 TEST(QwenCli, LogitsRejectsBadInput) {
   test::ScratchDir dir;
-  const auto base =
-      flashserve_binary() + " logits --model " + hf_tiny("qwen4_exp") + " --out " + dir.file("x.f32") +
-      " ";
+  const auto base = flashserve_binary() + " logits --model " + hf_tiny("qwen4_exp") + " --out " +
+                    dir.file("x.f32") + " ";
   for (const std::string args :
        {"--tokens 1,2,x", "--tokens 1,,2", "--tokens 1,256", "--tokens 1,2,3 --splits 1,1",
         "--tokens 1,2 --splits 1,a", "--tokens -1", "--tokens 1 --backend tpu"}) {

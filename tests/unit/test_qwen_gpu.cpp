@@ -181,7 +181,9 @@ TEST_F(Gpu, SampledMtpHasTheAutoregressiveDistribution) {
       const double critical = df * std::pow(1 - h + z * std::sqrt(h), 3);
       std::printf("depth %d position %zu: chi2 %.1f, df %.0f, critical %.1f\n", depth, pos + 1,
                   chi2, df, critical);
-      if (df >= 1) EXPECT_LT(chi2, critical) << "depth " << depth << " position " << pos + 1;
+      if (df >= 1) {
+        EXPECT_LT(chi2, critical) << "depth " << depth << " position " << pos + 1;
+      }
     }
   }
 }

@@ -11,8 +11,8 @@
 #include "decode/generator.h"
 #include "model/loader.h"
 #include "session/live_session.h"
-#include "test_support.h"
 #include "test_backend.h"
+#include "test_support.h"
 
 namespace fs {
 namespace {

@@ -12,8 +12,8 @@
 #include "model/convert.h"
 #include "model/loader.h"
 #include "qwen_fixture.h"
-#include "test_support.h"
 #include "test_backend.h"
+#include "test_support.h"
 
 namespace fs {
 namespace {
@@ -84,9 +84,8 @@ void expect_bf16_bounds(Model& m, const char* label) {
     std::sort(row_err.begin(), row_err.end());
     const double median = row_err[row_err.size() / 2];
     const double agree = 1.0 - static_cast<double>(d.argmax_mismatches) / static_cast<double>(L);
-    std::printf("[%s %s] L=%lld max|d|=%.3g median row max|d|=%.3g argmax agreement=%.3f\n",
-                label, test::test_backend().c_str(), static_cast<long long>(L), d.max_abs, median,
-                agree);
+    std::printf("[%s %s] L=%lld max|d|=%.3g median row max|d|=%.3g argmax agreement=%.3f\n", label,
+                test::test_backend().c_str(), static_cast<long long>(L), d.max_abs, median, agree);
     EXPECT_LE(d.max_abs, kBf16MaxTolerance);
     EXPECT_LE(median, kBf16MedianRowTolerance);
     EXPECT_GE(agree, kBf16ArgmaxAgreement);

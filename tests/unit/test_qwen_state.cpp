@@ -11,8 +11,8 @@
 #include "model/qwen_next/config.h"
 #include "model/qwen_next/state.h"
 #include "qwen_fixture.h"
-#include "test_support.h"
 #include "test_backend.h"
+#include "test_support.h"
 
 namespace fs {
 namespace {

@@ -11,10 +11,10 @@
 namespace fs {
 
 struct HyperConnectionWeights {
-  Weight norm;              // [streams*width], grouped (1+w) RMSNorm
-  Weight mix_down;          // [rank, streams*width]
-  Weight mix_up;            // [streams*width, rank]
-  Weight inject;            // [streams, streams*width]; empty for the final mixer
+  Weight norm;      // [streams*width], grouped (1+w) RMSNorm
+  Weight mix_down;  // [rank, streams*width]
+  Weight mix_up;    // [streams*width, rank]
+  Weight inject;    // [streams, streams*width]; empty for the final mixer
   std::int64_t streams = 0;
   std::int64_t width = 0;
   float eps = 1e-6f;

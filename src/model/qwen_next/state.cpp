@@ -29,8 +29,8 @@ Status load_into(std::span<const StateTensorView> tensors, const std::string& na
   auto t = find(tensors, name, shape);
   if (!t.ok()) return t.status();
   if (!dst.allocate(memory, shape))
-    return out_of_range("out of " + device_name(memory->device()) + " memory loading state tensor " +
-                        name);
+    return out_of_range("out of " + device_name(memory->device()) +
+                        " memory loading state tensor " + name);
   dst.copy_from_host((*t)->data);
   return {};
 }

@@ -252,16 +252,16 @@ void for_each_layer_weight(QwenLayerWeights& lw, F&& f) {
   }
   if (lw.qsa) {
     auto& q = *lw.qsa;
-    for (auto* x : {&q.q_proj, &q.k_proj, &q.v_proj, &q.o_proj, &q.index_qk_proj, &q.q_bias,
-                    &q.k_bias, &q.v_bias, &q.o_bias, &q.q_norm, &q.k_norm, &q.index_q_norm,
-                    &q.index_k_norm})
+    for (auto* x :
+         {&q.q_proj, &q.k_proj, &q.v_proj, &q.o_proj, &q.index_qk_proj, &q.q_bias, &q.k_bias,
+          &q.v_bias, &q.o_bias, &q.q_norm, &q.k_norm, &q.index_q_norm, &q.index_k_norm})
       f(*x);
   }
   if (lw.ple) {
     // The n-gram table stays in the host mapping: only the touched rows are ever read.
     auto& p = *lw.ple;
-    for (auto* x : {&p.key_proj, &p.value_proj, &p.norm_key, &p.norm_query, &p.norm_conv,
-                    &p.conv1d})
+    for (auto* x :
+         {&p.key_proj, &p.value_proj, &p.norm_key, &p.norm_query, &p.norm_conv, &p.conv1d})
       f(*x);
   }
   auto& m = lw.moe;

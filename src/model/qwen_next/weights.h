@@ -58,8 +58,8 @@ struct QwenLayerWeights {
 // The MTP head (docs/MTP.md): input norms and projections, one QSA + MoE decoder layer with both
 // hyper-connections, and its own final mixer; it shares the trunk's embedding and lm_head.
 struct QwenMtpWeights {
-  Weight hidden_norm;  // [hc*H], grouped (1+w)
-  Weight embed_norm;   // [H], (1+w)
+  Weight hidden_norm;              // [hc*H], grouped (1+w)
+  Weight embed_norm;               // [H], (1+w)
   Weight fc_hidden, fc_embedding;  // [H, H]
   QwenLayerWeights layer;
   HyperConnectionWeights mixer;
