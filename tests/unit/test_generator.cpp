@@ -219,6 +219,49 @@ TEST(Generator, CancellationAndFailureNeverPublishACompleteState) {
   EXPECT_EQ(f.stats.final_commits, 1);
 }
 
+// A stop the caller requests after a token (a stop sequence matched on the text) ends the turn
+// AT that token, on every path (a fresh primary, an accepted draft, a sampled correction): the
+// token is committed, nothing after it is emitted, the finish reason is stop, and the state is
+// complete and equal to the cold prefill of prompt + tokens, so it can be banked.
+TEST(Generator, RequestedStopEndsTheTurnAtThatTokenWithACompleteState) {
+  ToyModel model;
+  const auto V = model.info().vocab_size;
+  std::set<ExitPath> paths;
+  for (bool sampled : {false, true}) {
+    for (int depth = 0; depth <= kMaxMtpDepth; ++depth) {
+      for (std::uint32_t seed = 0; seed < 4; ++seed) {
+        for (std::int64_t at = 1; at <= 7; ++at) {
+          SCOPED_TRACE("depth " + std::to_string(depth) + " seed " + std::to_string(seed) +
+                       " stop after token " + std::to_string(at) + (sampled ? " sampled" : ""));
+          const auto prompt = make_prompt(seed + 40, 5 + seed, V);
+          GenerateOptions opt;
+          opt.max_tokens = 12;
+          opt.mtp_depth = depth;
+          opt.seed = seed;
+          if (sampled) opt.sampler.temperature = 0.8;
+          std::int64_t seen = 0;
+          opt.on_token = [&](TokenId) { ++seen; };
+          opt.stop_requested = [&] { return seen >= at; };
+          DecodeState state;
+          const auto r = run(model, prompt, opt, &state);
+          ASSERT_TRUE(r.error.ok()) << r.error.to_string();
+          EXPECT_EQ(r.finish_reason, FinishReason::kStop);
+          EXPECT_EQ(static_cast<std::int64_t>(r.tokens.size()), at);
+          EXPECT_EQ(seen, at);
+          ASSERT_TRUE(r.state_complete) << exit_path_name(r.exit_path);
+          ASSERT_EQ(state.tokens.size(), prompt.size() + r.tokens.size());
+          expect_equals_cold(model, state);
+          if (HasFatalFailure()) return;
+          paths.insert(r.exit_path);
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(paths.count(ExitPath::kHeadStop));
+  EXPECT_TRUE(paths.count(ExitPath::kDraftStop));
+  EXPECT_TRUE(paths.count(ExitPath::kCorrectionStop));
+}
+
 TEST(Generator, StateInvariantCatchesAKeyLongerThanTheState) {
   ToyModel model;
   DecodeState s = prefill(model, make_prompt(9, 5, model.info().vocab_size));
