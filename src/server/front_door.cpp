@@ -109,9 +109,6 @@ class ConnStream : public httplib::Stream {
   }
   socket_t socket() const override { return conn_.fd; }
 
-  // What was received but not consumed (a pipelined next request).
-  std::string rest() const { return conn_.buf.substr(std::min(pos_, conn_.buf.size())); }
-
  private:
   using NameFn = int (*)(int, sockaddr*, socklen_t*);
   void address(NameFn fn, std::string& ip, int& port) const {
@@ -272,7 +269,8 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
   return true;
 }
 
-int GuardedServer::request_ready(const Conn& c) const {
+int GuardedServer::request_ready(const Conn& c, std::size_t* size) const {
+  if (size) *size = 0;
   if (c.buf.empty()) return 0;
   const auto end = c.buf.find("\r\n\r\n");
   if (end == std::string::npos) return c.buf.size() > options_.max_header_bytes ? 1 : 0;
@@ -293,7 +291,9 @@ int GuardedServer::request_ready(const Conn& c) const {
       if (length > options_.max_body_bytes) return 1;  // httplib answers 413 without reading it
     }
   }
-  return c.buf.size() >= end + 4 + length ? 1 : 0;
+  if (c.buf.size() < end + 4 + length) return 0;
+  if (size) *size = end + 4 + length;
+  return 1;
 }
 
 void GuardedServer::gatherer_loop() {
@@ -439,18 +439,23 @@ void GuardedServer::serve(Conn conn, bool overflow) {
   t_fd = conn.fd;
   t_overflow = overflow;
   t_close = false;
+  // The request's length when it is whole in the buffer: whatever the handler read of it, the
+  // next request starts after it (a refusal before routing leaves the body unread). A request
+  // not whole here (chunked, 100-continue, too large) ends the connection.
+  std::size_t size = 0;
+  (void)request_ready(conn, &size);
   bool closed = false;
   bool ok;
   std::string rest;
   {
     ConnStream stream(conn, options_.request_read_timeout, options_.write_timeout);
-    ok = process_request(stream, last, closed, nullptr);
-    rest = stream.rest();
+    ok = process_request(stream, last || size == 0, closed, nullptr);
+    rest = size > 0 && size <= conn.buf.size() ? conn.buf.substr(size) : std::string();
   }
   t_fd = -1;
   t_overflow = false;
   if (overflow) ++overflow_served_;
-  if (!ok || closed || last || t_close) return close_conn(conn);
+  if (!ok || closed || last || size == 0 || t_close) return close_conn(conn);
   conn.buf = std::move(rest);
   hand_back(std::move(conn));
 }

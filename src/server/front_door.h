@@ -99,8 +99,9 @@ class GuardedServer : public httplib::Server {
   void dispatch(Conn conn);
   void refuse(Conn& conn);
   void close_conn(Conn& conn);
-  // 1: a request is complete (or must be handed on as it is); 0: wait for more; -1: broken.
-  int request_ready(const Conn& conn) const;
+  // 1: a request is complete (or must be handed on as it is: the worker reads the rest); 0: wait
+  // for more. `size` gets the request's length when it is whole in the buffer, else 0.
+  int request_ready(const Conn& conn, std::size_t* size = nullptr) const;
 
   FrontDoorOptions options_;
   int wake_fd_ = -1;

@@ -287,6 +287,53 @@ await test('fuzz: 150 mutated bodies get JSON answers (200 or 4xx), never a cras
   assert.ok((await fetch(`${base}/health`)).ok);
 });
 
+// Hostile shapes rather than random bytes: deep nesting (the body that used to kill the server
+// with ~120k '['), huge key counts (quadratic parsing), big bodies near the limit and Unicode
+// edge cases, in every field position the parsers read. Each must get a JSON answer quickly.
+await test('fuzz: nesting, size, key-count and Unicode mutations get JSON answers, the server stays up', async () => {
+  const deep = (d, inner = '"x"') => '['.repeat(d) + inner + ']'.repeat(d);
+  const deepObj = (d) => '{"a":'.repeat(d) + '1' + '}'.repeat(d);
+  const manyKeys = (n) => '{' + Array.from({ length: n }, (_, i) => `"k${i}":${i}`).join(',') + '}';
+  const wrapChat = (content, extra = '') =>
+    `{"model":"x","max_tokens":2,"messages":[{"role":"user","content":${content}}]${extra}}`;
+  const cases = [
+    ['/v1/chat/completions', wrapChat(deep(120000)), 400],
+    ['/v1/chat/completions', wrapChat('"hi"', `,"tools":[${deep(100000)}]`), 400],
+    ['/v1/chat/completions', '['.repeat(240000), 400],
+    ['/v1/chat/completions', wrapChat(deepObj(70000)), 400],
+    ['/v1/completions', `{"prompt":"x","max_tokens":2,"stop":${deep(5000)}}`, 400],
+    ['/v1/messages', `{"max_tokens":2,"messages":[{"role":"user","content":${deep(80000)}}]}`, 400],
+    ['/v1/messages', `{"max_tokens":2,"system":${deepObj(10000)},"messages":[{"role":"user","content":"q"}]}`, 400],
+    ['/v1/chat/completions', wrapChat(deep(60)), 400],  // within the depth limit, still not a string
+    ['/v1/chat/completions', wrapChat('"hi"', `,"metadata":${manyKeys(50000)}`), 200],
+    ['/v1/chat/completions', manyKeys(60000).slice(0, -1) + ',"messages":[{"role":"user","content":"hi"}],"max_tokens":2}', 200],
+    ['/v1/completions', `{"prompt":"x","max_tokens":2,"logit_bias":${manyKeys(50000)}}`, 200],
+    ['/v1/chat/completions', wrapChat(JSON.stringify('y'.repeat(1000000 - 200))), 400],  // context exceeded
+    ['/v1/chat/completions', wrapChat(JSON.stringify('y'.repeat(1100000))), 413],
+    ['/v1/chat/completions', wrapChat('"\\ud83d\\ude00 \\u00e9 \u65e5\u672c \ud83c\udff3\ufe0f\u200d\ud83c\udf08"'), 200],
+    ['/v1/chat/completions', wrapChat('"\\ud800 lone surrogate"'), 400],
+    ['/v1/chat/completions', wrapChat('"\\udfff"'), 400],
+    ['/v1/chat/completions', wrapChat('"nul \\u0000 inside"'), 200],
+    ['/v1/messages', `{"max_tokens":2,"messages":[{"role":"user","content":"\u0301\u0301 combining \ufeff bom \u2028 sep"}]}`, 200],
+    ['/v1/chat/completions', wrapChat('"x"', ',"stop":["\\ud83d\\ude00"]'), 200],
+  ];
+  const failures = [];
+  for (const [path, text, want] of cases) {
+    const t0 = performance.now();
+    const r = await postJson(base, path, text);
+    const ms = performance.now() - t0;
+    if (r.status !== want || r.json === null || ms > 10000)
+      failures.push(`${path} ${text.slice(0, 80)}... (${text.length} bytes) -> ${r.status} in ${Math.round(ms)} ms: ${r.text.slice(0, 160)}`);
+  }
+  // Invalid UTF-8 bytes (not expressible as a JS string): a raw body.
+  const raw = Buffer.concat([Buffer.from('{"max_tokens":2,"messages":[{"role":"user","content":"'), Buffer.from([0xff, 0xfe, 0xc0, 0x80]), Buffer.from('"}]}')]);
+  const r = await fetch(`${base}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: raw });
+  if (r.status !== 400) failures.push(`invalid UTF-8 -> ${r.status}`);
+  await r.text();
+  assert.deepEqual(failures, []);
+  assert.ok((await fetch(`${base}/health`)).ok);
+});
+
 await test('multi-turn: the second turn is a RAM session hit', async () => {
   const before = await metrics(base);
   const messages = [
