@@ -23,7 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   const auto& r = std::get<fs::server::GenerationRequest>(parsed);
   if (r.kind != fs::server::ApiKind::kCompletion) {
-    for (const auto family : {fs::ChatFamily::kQwen, fs::ChatFamily::kDeepSeek, fs::ChatFamily::kGlm})
+    for (const auto family :
+         {fs::ChatFamily::kQwen, fs::ChatFamily::kDeepSeek, fs::ChatFamily::kGlm})
       (void)fs::render_chat(family, r.chat, fs::ChatSpecialTokens{"<bos>"});
   }
   return 0;

@@ -271,8 +271,9 @@ TEST(ModelFingerprint, CoversTheWeights) {
   // A checkpoint saved under the old weights is refused by the new ones.
   ToyModel toy;
   const DecodeState s = prefilled(toy, {1, 2, 3});
-  ASSERT_TRUE(save_checkpoint(dir.file("s.fsck"), s, {Family::kQwenNext, *a, 0, kEnginePolicyVersion})
-                  .ok());
+  ASSERT_TRUE(
+      save_checkpoint(dir.file("s.fsck"), s, {Family::kQwenNext, *a, 0, kEnginePolicyVersion})
+          .ok());
   EXPECT_EQ(load_reason(dir.file("s.fsck"), toy, {Family::kQwenNext, *b, 0, kEnginePolicyVersion}),
             "fingerprint");
 }

@@ -223,7 +223,8 @@ TEST(DiskStore, ComparesKeysNotLengths) {
   const CheckpointIdentity id{Family::kQwenNext, "toy", 0, kEnginePolicyVersion};
   const auto a = seq(40, 11), b = seq(40, 12);
   ASSERT_NE(a, b);
-  auto store = DiskStore::open({.dir = dir.path().string(), .byte_budget = 1 << 20, .identity = id});
+  auto store =
+      DiskStore::open({.dir = dir.path().string(), .byte_budget = 1 << 20, .identity = id});
   ASSERT_TRUE(store.ok());
   ASSERT_TRUE((*store)->persist(cold(model, a)).ok());
   (*store)->flush();
@@ -255,7 +256,8 @@ TEST(DiskStore, DuplicateKeysLeaveNoOrphanFiles) {
   std::string path;
   for (const auto& e : std::filesystem::directory_iterator(dir.path())) path = e.path().string();
   std::filesystem::copy_file(path, dir.file("copy-of-a.fsck"));
-  auto store = DiskStore::open({.dir = dir.path().string(), .byte_budget = 1 << 20, .identity = id});
+  auto store =
+      DiskStore::open({.dir = dir.path().string(), .byte_budget = 1 << 20, .identity = id});
   ASSERT_TRUE(store.ok());
   EXPECT_EQ((*store)->entries(), 1u);
   std::size_t files = 0;
