@@ -8,7 +8,8 @@
 // connections each post a generation: every answer is 200 or 503 (with Retry-After), both occur,
 // /health answers during the flood; a non-streaming client that disconnects mid-generation gets
 // its generation cancelled (flashserve_finish_total{reason="cancelled"}) and frees the engine;
-// afterwards every request succeeds again. Across the two rounds the server's thread count is
+// a request past its deadline is answered 504 and its generation cancelled; afterwards every
+// request succeeds again. Across the two rounds the server's thread count is
 // unchanged, its open connections return to zero and its resident memory stays flat. Every loop
 // is bounded; a global timer kills the server if anything hangs. Prints one line per check and
 // "N passed, M failed".
@@ -37,12 +38,13 @@ const globalTimer = setTimeout(() => {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const READ_TIMEOUT_MS = 1500;
+const DEADLINE_S = 6;
 
 async function startServer() {
   const argv = ['serve', '--port', '0', ...(model ? ['--model', model] : []), '--mtp-depth', '0',
     '--http-threads', '2', '--max-queue', '1', '--read-timeout-ms', String(READ_TIMEOUT_MS),
     // A small RAM bank: what it keeps is bounded by its budget, so memory can be compared.
-    '--session-ram-mb', '8'];
+    '--session-ram-mb', '8', '--request-timeout-s', String(DEADLINE_S)];
   proc = spawn(binary, argv, { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   const port = await new Promise((resolve, reject) => {
@@ -136,6 +138,18 @@ async function healthWithin(port, ms) {
   return performance.now() - t0;
 }
 
+// Waits (bounded) until the engine is free again: a one-token request is answered 200. Each
+// check starts from an idle server, however slowly the previous one's cancelled work winds down
+// on a loaded machine.
+async function settle(port) {
+  for (let i = 0; i < 60; ++i) {
+    const r = await rawRequest(port, 'POST', '/v1/chat/completions', chat('settle', 1));
+    if (r.status === 200) return;
+    await sleep(500);
+  }
+  throw new Error('the server did not become idle within 30 s');
+}
+
 const chat = (content, max_tokens) => ({
   messages: [{ role: 'user', content }],
   max_tokens,
@@ -144,9 +158,10 @@ const chat = (content, max_tokens) => ({
 
 let passed = 0;
 let failed = 0;
-async function check(name, fn) {
+async function check(name, fn, { idle = true } = {}) {
   const t0 = performance.now();
   try {
+    if (idle) await settle(server.port);
     await fn();
     ++passed;
     console.log(`ok    ${name} (${Math.round(performance.now() - t0)} ms)`);
@@ -244,6 +259,24 @@ for (let round = 1; round <= 2; ++round) {
     fig.cancel_detected_ms = Math.round(performance.now() - t0);
   });
 
+  await check(`round ${round}: a request past its deadline (--request-timeout-s ${DEADLINE_S}) gets 504 and is cancelled`, async () => {
+    const key = 'flashserve_finish_total{reason="cancelled"}';
+    const before = (await metrics(port)).get(key) || 0;
+    const t0 = performance.now();
+    const r = await rawRequest(port, 'POST', '/v1/chat/completions', chat(`slow ${round}`, 4000), { timeoutMs: 60000 });
+    const ms = performance.now() - t0;
+    assert.equal(r.status, 504, JSON.stringify(r).slice(0, 300));
+    assert.equal(JSON.parse(r.body).error.code, 'request_timeout');
+    assert.ok(ms >= DEADLINE_S * 1000 - 100 && ms < DEADLINE_S * 1000 + 5000,
+      `answered after ${Math.round(ms)} ms`);
+    let now = before;
+    for (let i = 0; i < 50 && now <= before; ++i) {
+      await sleep(100);
+      now = (await metrics(port)).get(key) || 0;
+    }
+    assert.ok(now > before, 'the generation was not cancelled');
+  });
+
   await check(`round ${round}: the server recovers: 5 requests in a row succeed`, async () => {
     for (let i = 0; i < 5; ++i) {
       const r = await rawRequest(port, 'POST', '/v1/chat/completions', chat(`after ${round} ${i}`, 4));
@@ -264,14 +297,14 @@ await check('no thread, connection or memory growth from round 1 to round 2', as
   assert.ok(a.open_connections <= 1 && b.open_connections <= 1,
     `open connections ${a.open_connections}, ${b.open_connections} (the /metrics request itself)`);
   assert.ok(b.rssKb - a.rssKb < 16 * 1024, `RSS ${a.rssKb} kB -> ${b.rssKb} kB`);
-});
+}, { idle: false });
 
 const exited = new Promise((r) => proc.on('exit', (code, sig) => r({ code, sig })));
 proc.kill('SIGTERM');
 const exit = await exited;
 await check('server stops cleanly on SIGTERM after the overload', async () => {
   assert.equal(exit.code, 0, JSON.stringify(exit) + '\n' + server.log().slice(-2000));
-});
+}, { idle: false });
 clearTimeout(globalTimer);
 console.log(JSON.stringify(figures));
 console.log(`${passed} passed, ${failed} failed`);

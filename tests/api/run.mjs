@@ -210,6 +210,25 @@ await test('stop sequences (OpenAI and Anthropic, streaming and not)', async () 
   }
 });
 
+// A turn that ends on a stop sequence is a finished turn: its state (prompt + the tokens up to
+// and including the match) is published to the bank. (It used to end as a cancellation and be
+// dropped.)
+await test('a turn ended by a stop sequence is banked', async () => {
+  const prompt = `# ${nonce()}\nclass Queue:\n    def`;
+  const body = { model: 'x', prompt, max_tokens: 24, temperature: 0 };
+  const free = (await openai.completions.create(body)).choices[0].text;
+  assert.ok(free.length >= 8, `generated text too short: ${JSON.stringify(free)}`);
+  const stop = free.slice(4, 6);
+  const key = 'flashserve_session_commits_total{result="published"}';
+  const before = await metrics(base);
+  const r = await openai.completions.create({ ...body, stop: [stop] });
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  const after = await metrics(base);
+  assert.equal(after.get(key) - before.get(key), 1, 'the stop-sequence turn was not banked');
+  assert.equal(after.get('flashserve_session_commits_total{result="dropped"}'),
+    before.get('flashserve_session_commits_total{result="dropped"}'));
+});
+
 await test('seed reproducibility (sampled)', async () => {
   const body = {
     model: 'x', messages: userMsg('def main():'), max_tokens: 16, temperature: 1.0, top_p: 0.95,

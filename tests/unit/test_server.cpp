@@ -9,6 +9,7 @@
 
 #include "format/json_parse.h"
 #include "server/api_error.h"
+#include "server/auth.h"
 #include "server/format.h"
 #include "server/metrics.h"
 #include "server/request.h"
@@ -244,6 +245,47 @@ TEST(ServerRequestHostile, UnicodeBodies) {
                          "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}", kLimits))
                 .status,
             400);
+}
+
+TEST(ServerAuth, KeysMatchOnlyExactly) {
+  EXPECT_TRUE(api_key_matches("sekret", "", "sekret"));
+  EXPECT_TRUE(api_key_matches("", "Bearer sekret", "sekret"));
+  EXPECT_TRUE(api_key_matches("wrong", "Bearer sekret", "sekret"));
+  for (const char* bad : {"", "sekre", "sekret2", "Sekret", "sekret\n", "s"}) {
+    EXPECT_FALSE(api_key_matches(bad, "", "sekret")) << bad;
+    EXPECT_FALSE(api_key_matches("", std::string("Bearer ") + bad, "sekret")) << bad;
+  }
+  EXPECT_FALSE(api_key_matches("", "sekret", "sekret"));  // no "Bearer "
+  EXPECT_FALSE(api_key_matches("", "Basic sekret", "sekret"));
+  EXPECT_TRUE(constant_time_equal("", ""));
+  EXPECT_FALSE(constant_time_equal("a", ""));
+  EXPECT_FALSE(constant_time_equal("", "a"));
+}
+
+// The comparison takes the same time wherever the first difference is: a candidate wrong in its
+// first byte and one wrong in its last byte cost the same (a plain == returns at the first
+// difference, ~1000x faster for the first than for the last on a 1 MiB key).
+TEST(ServerAuth, ComparisonTimeDoesNotDependOnWhereKeysDiffer) {
+  const std::string key(1 << 20, 'k');
+  std::string first = key, last = key;
+  first.front() = 'x';
+  last.back() = 'x';
+  const auto best_of = [&](const std::string& candidate) {
+    double best = 1e9;
+    for (int trial = 0; trial < 15; ++trial) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < 4; ++i) EXPECT_FALSE(constant_time_equal(candidate, key));
+      best = std::min(best,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return best;
+  };
+  const double t_first = best_of(first), t_last = best_of(last), t_short = best_of("k");
+  std::cout << "1 MiB key: differing first " << t_first * 1e6 / 4 << " us, last "
+            << t_last * 1e6 / 4 << " us, 1-byte candidate " << t_short * 1e6 / 4 << " us\n";
+  EXPECT_GT(t_first / t_last, 0.5);
+  EXPECT_LT(t_first / t_last, 2.0);
+  EXPECT_GT(t_short / t_last, 0.5);  // a short candidate does not return early either
 }
 
 TEST(ServerRequest, Completion) {
