@@ -310,7 +310,6 @@ void GuardedServer::gatherer_loop() {
     }
     // Hand on what is complete; drop what is late.
     const auto now = Clock::now();
-    std::size_t buffered = 0;
     for (std::size_t i = 0; i < conns.size();) {
       Conn& c = conns[i];
       if (request_ready(c) == 1) {
@@ -319,16 +318,11 @@ void GuardedServer::gatherer_loop() {
         if (!c.idle) ++timed_out_;
         close_conn(c);
       } else {
-        buffered += c.buf.size();
         ++i;
         continue;
       }
       conns[i] = std::move(conns.back());
       conns.pop_back();
-    }
-    {
-      std::lock_guard lock(mu_);
-      buffered_bytes_ = buffered;
     }
 
     fds.assign(1, pollfd{wake_fd_, POLLIN, 0});
@@ -359,7 +353,6 @@ void GuardedServer::gatherer_loop() {
             c.deadline = Clock::now() + options_.request_read_timeout;
           }
           c.buf.append(chunk.data(), static_cast<std::size_t>(r));
-          buffered += static_cast<std::size_t>(r);
           continue;
         }
         if (r < 0 && errno == EINTR) continue;
@@ -374,6 +367,8 @@ void GuardedServer::gatherer_loop() {
       conns[*it] = std::move(conns.back());
       conns.pop_back();
     }
+    std::size_t buffered = 0;
+    for (const auto& c : conns) buffered += c.buf.size();
     // Over the memory budget: the largest partial requests are answered 503 and dropped.
     while (buffered > options_.max_buffered_bytes && !conns.empty()) {
       auto largest = std::max_element(conns.begin(), conns.end(), [](const Conn& a, const Conn& b) {

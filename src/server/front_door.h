@@ -115,7 +115,6 @@ class GuardedServer : public httplib::Server {
   int assigned_ = 0;           // connections queued for or held by workers
   bool stopping_ = false;
   bool started_ = false;
-  std::size_t buffered_bytes_ = 0;  // by the gatherer (updated by it alone, read under mu_)
 
   std::atomic<std::int64_t> open_{0};
   std::atomic<std::int64_t> refused_{0};

@@ -174,8 +174,13 @@ void handle_generation(Context& ctx, const httplib::Request& req, httplib::Respo
         next_check = now + std::chrono::milliseconds(50);
         if (client_disconnected()) {
           job->cancelled = true;
+          // Nobody reads this; 499 (client closed the request) is what the logs and metrics see.
+          ApiError gone;
+          gone.status = 499;
+          gone.type = "client_closed_request";
+          gone.message = "the client disconnected";
           res.set_header("Connection", "close");
-          return send_error(res, anthropic, ApiError::invalid("", "the client disconnected"));
+          return send_error(res, anthropic, gone);
         }
         if (now >= deadline) {
           job->cancelled = true;
@@ -229,10 +234,20 @@ void handle_generation(Context& ctx, const httplib::Request& req, httplib::Respo
           return write(st->format->start());
         }
         for (;;) {
+          if (std::chrono::steady_clock::now() >= st->deadline) {
+            // Past the deadline: the generation stops and the stream ends with an error event.
+            st->job->cancelled = true;
+            st->finished = true;
+            if (!write(st->format->error("the request did not finish within the server's deadline "
+                                         "(--request-timeout-s)")))
+              return false;
+            sink.done();
+            return true;
+          }
           auto e = st->job->next(std::chrono::milliseconds(100));
           if (!e) {
-            if (!sink.is_writable() || std::chrono::steady_clock::now() >= st->deadline) {
-              st->job->cancelled = true;  // gone, or past the deadline: the stream ends here
+            if (!sink.is_writable()) {
+              st->job->cancelled = true;  // the client has gone: stop generating for it
               return false;
             }
             continue;

@@ -277,6 +277,27 @@ for (let round = 1; round <= 2; ++round) {
     assert.ok(now > before, 'the generation was not cancelled');
   });
 
+  if (round === 1) {
+    await check(`a streaming request past its deadline ends with an error event and is cancelled`, async () => {
+      const key = 'flashserve_finish_total{reason="cancelled"}';
+      const before = (await metrics(port)).get(key) || 0;
+      const t0 = performance.now();
+      const r = await rawRequest(port, 'POST', '/v1/chat/completions',
+        { ...chat('slow stream', 4000), stream: true }, { timeoutMs: 60000 });
+      const ms = performance.now() - t0;
+      assert.equal(r.status, 200);
+      assert.ok(r.body.includes('deadline'), r.body.slice(-300));
+      assert.ok(ms >= DEADLINE_S * 1000 - 100 && ms < DEADLINE_S * 1000 + 5000,
+        `ended after ${Math.round(ms)} ms`);
+      let now = before;
+      for (let i = 0; i < 50 && now <= before; ++i) {
+        await sleep(100);
+        now = (await metrics(port)).get(key) || 0;
+      }
+      assert.ok(now > before, 'the generation was not cancelled');
+    });
+  }
+
   await check(`round ${round}: the server recovers: 5 requests in a row succeed`, async () => {
     for (let i = 0; i < 5; ++i) {
       const r = await rawRequest(port, 'POST', '/v1/chat/completions', chat(`after ${round} ${i}`, 4));
