@@ -143,9 +143,8 @@ TEST(SafetensorsCorrupt, NumbersOutOfRangeAndDeepNesting) {
   expect_error(parse_status(raw_file(
                    R"({"a":{"dtype":"F32","shape":333e3333333333,"data_offsets":[0,4]}})", 4)),
                ErrorCode::kCorrupt, "not valid JSON");
-  expect_error(parse_status(raw_file("{\"a\":" + std::string(100000, '[') + "1" +
-                                         std::string(100000, ']') + "}",
-                                     0)),
+  expect_error(parse_status(raw_file(
+                   "{\"a\":" + std::string(100000, '[') + "1" + std::string(100000, ']') + "}", 0)),
                ErrorCode::kCorrupt, "nested deeper than 64");
 }
 
