@@ -277,7 +277,7 @@ await test('anthropic: count_tokens equals the usage of the same messages', asyn
   assert.equal(bad.json.type, 'error');
 });
 
-await test('fuzz: 150 mutated bodies get JSON answers (200 or 4xx), never a crash or a hang', async () => {
+await test('fuzz: 150 mutated bodies (bytes, values, nesting, key counts, Unicode, size) get JSON answers (200 or 4xx), never a crash or a hang', async () => {
   const seeds = [
     ['/v1/chat/completions', { model: 'x', messages: userMsg('hi'), max_tokens: 2, temperature: 0.5, stop: ['a'] }],
     ['/v1/completions', { model: 'x', prompt: 'x = ', max_tokens: 2, top_p: 0.5 }],
@@ -289,14 +289,28 @@ await test('fuzz: 150 mutated bodies get JSON answers (200 or 4xx), never a cras
   for (let i = 0; i < 150; ++i) {
     const [path, body] = seeds[i % seeds.length];
     let text = JSON.stringify(body);
-    const kind = rand(3);
-    if (kind === 0) text = text.slice(0, rand(text.length));
+    const kind = rand(7);
+    const at = rand(text.length);
+    if (kind === 0) text = text.slice(0, at);
     else if (kind === 1) {
-      const at = rand(text.length);
       text = text.slice(0, at) + String.fromCharCode(rand(128)) + text.slice(at + 1);
-    } else {
-      const at = rand(text.length);
+    } else if (kind === 2) {
       text = text.slice(0, at) + ['null', '[]', '{}', '-1', '1e309', '"\\u0000"', 'true'][rand(7)] + text.slice(at);
+    } else if (kind === 3) {
+      // Nesting, closed or not, anywhere (the depth limit is 64).
+      const d = [63, 64, 65, 1000, 100000][rand(5)];
+      text = text.slice(0, at) + '['.repeat(d) + (rand(2) ? ']'.repeat(d) : '') + text.slice(at);
+    } else if (kind === 4) {
+      // Many keys (linear-time parsing), as a value or spliced into an object.
+      const n = [1, 1000, 40000][rand(3)];
+      text = text.slice(0, at) + '{' + Array.from({ length: n }, (_, i) => `"k${i}":${i}`).join(',') + '}' + text.slice(at);
+    } else if (kind === 5) {
+      // Unicode edge cases where a string may be.
+      const u = ['"\\ud800"', '"\\udfff\\ud800"', '"\\ud83d\\ude00"', '"\uffff\ufeff"', '"\u0301\u200d"', '"\\u0000\\u001f"'][rand(6)];
+      text = text.slice(0, at) + u + text.slice(at);
+    } else {
+      // Size: a long string near the body limit (1 MiB on this server) or over it.
+      text = text.slice(0, at) + JSON.stringify('x'.repeat([1000, 900000, 1200000][rand(3)])) + text.slice(at);
     }
     const r = await postJson(base, path, text);
     if (!(r.status === 200 || (r.status >= 400 && r.status < 500)) || r.json === null)
