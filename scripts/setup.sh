@@ -7,13 +7,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Everything the build and the tests need, from Debian's archive. The CUDA toolkit comes from
+# Everything the build and the tests need, from Debian's archive (clang and its runtimes for the
+# libFuzzer targets of tests/fuzz). The CUDA toolkit comes from
 # NVIDIA's packages and is optional: without nvcc the CPU build is complete. node/npm run the
 # tokenizer and chat-template reference tests (tests/tokenizer).
 packages=(
   build-essential cmake ninja-build pkg-config git python3
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev libpcre2-dev libicu-dev
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev
+  clang libclang-rt-dev
 )
 # Installed only when there is no node/npm on PATH: a machine's own Node.js (e.g. one whose
 # nodejs package bundles npm) must not be replaced by Debian's.

@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "decode/generator.h"
+#include "decode/stop_tokens.h"
 #include "model/loader.h"
 #include "session/live_session.h"
 #include "tokenizer/chat/chat.h"
@@ -105,7 +106,7 @@ int run(RunOptions o) {
   if (o.mtp_depth > 0 && !(*model)->info().has_mtp) {
     return fail(failed_precondition("this checkpoint has no MTP head; use --mtp-depth 0"));
   }
-  const auto stops = stop_token_ids(tok->metadata, tok->tokenizer);
+  const auto stops = turn_stop_tokens(*tok, (*model)->info());
   SessionBank bank;
   const SessionTiers tiers{&bank, nullptr};
 

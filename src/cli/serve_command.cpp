@@ -43,8 +43,21 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--max-tokens-limit", o->limits.max_tokens, "Largest max_tokens accepted")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
-  cmd->add_option("--http-threads", o->http_threads, "HTTP worker threads")
-      ->check(CLI::Range(2, 1024))
+  cmd->add_option("--http-threads", o->http_threads,
+                  "HTTP worker threads: requests served at once; beyond them 503 + Retry-After")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--max-connections", o->max_connections,
+                  "Open connections (idle and slow included); beyond them 503")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  cmd->add_option("--read-timeout-ms", o->read_timeout_ms,
+                  "A request must arrive whole (headers and body) within this")
+      ->check(CLI::Range(100, 600000))
+      ->capture_default_str();
+  cmd->add_option("--request-timeout-s", o->request_timeout_s,
+                  "Deadline of a request from arrival to its last token; then cancelled (504)")
+      ->check(CLI::Range(1, 86400))
       ->capture_default_str();
   cmd->callback([o, &action] {
     action = [o]() -> int {

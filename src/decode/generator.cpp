@@ -78,9 +78,9 @@ class Turn {
         primary = pick(state_.next_logits, counts_);
         emit(primary);
       }
-      if (is_stop(primary) || emitted() >= opt_.max_tokens) {
+      if (stops_at(primary) || emitted() >= opt_.max_tokens) {
         pending = primary;  // forwarded by finish_turn, never left out of the state
-        stopped = is_stop(primary);
+        stopped = stops_at(primary);
         exit = stopped ? ExitPath::kHeadStop : ExitPath::kHeadCap;
         break;
       }
@@ -99,7 +99,7 @@ class Turn {
       if (outcome.correction) {
         emit(*outcome.correction);
         pending = outcome.correction;
-        if (is_stop(*outcome.correction)) {
+        if (stops_at(*outcome.correction)) {
           stopped = true;
           exit = ExitPath::kCorrectionStop;
           break;
@@ -149,6 +149,11 @@ class Turn {
 
   bool is_stop(TokenId t) const {
     return std::find(opt_.stop_tokens.begin(), opt_.stop_tokens.end(), t) != opt_.stop_tokens.end();
+  }
+
+  // A stop token, or a stop the caller requested after the tokens emitted so far.
+  bool stops_at(TokenId t) const {
+    return is_stop(t) || (opt_.stop_requested && opt_.stop_requested());
   }
 
   void emit(TokenId t) {
@@ -210,7 +215,7 @@ class Turn {
       ++accepted;
       ++row_counts[x];
       emit(x);
-      if (is_stop(x)) {
+      if (stops_at(x)) {
         outcome.stopped = true;
         break;
       }

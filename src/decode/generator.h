@@ -61,7 +61,11 @@ struct GenerateOptions {
   SamplerConfig sampler;
   std::uint64_t seed = 0;
   std::vector<TokenId> stop_tokens;
-  std::function<bool()> cancelled;        // polled at every round head
+  std::function<bool()> cancelled;  // polled at every round head
+  // Polled after every emitted token: true ends the turn AT that token, as a stop token does (it
+  // is committed, nothing after it is emitted, finish reason stop, the state complete). Stop
+  // sequences matched on the text use it, so their turns are banked like any finished turn.
+  std::function<bool()> stop_requested;
   std::function<void(TokenId)> on_token;  // every emitted token, in order
   // After every round's commit, with the committed state (complete for its own key; a pending
   // token is not part of it). Sessions persist long generations from here.

@@ -1,5 +1,6 @@
 #include "format/config_json.h"
 
+#include "format/json_parse.h"
 #include "util/mapped_file.h"
 
 namespace fs {
@@ -18,12 +19,9 @@ Expected<std::string> read_model_type(const json& root, const std::string& sourc
 }
 
 Expected<ConfigReader> ConfigReader::parse(const std::string& text, const std::string& source) {
-  json root;
-  try {
-    root = json::parse(text);
-  } catch (const json::parse_error& e) {
-    return invalid_argument(source + ": not valid JSON: " + e.what());
-  }
+  auto parsed = parse_json_bounded(text);
+  if (!parsed.ok()) return invalid_argument(source + ": " + parsed.status().message());
+  json root = std::move(*parsed);
   if (!root.is_object()) return invalid_argument(source + ": the top level is not a JSON object");
   json merged = json::object();
   for (auto it = root.begin(); it != root.end(); ++it) {

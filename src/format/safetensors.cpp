@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "format/json_parse.h"
+
 namespace fs {
 namespace {
 
@@ -94,12 +96,13 @@ Expected<SafetensorsHeader> parse_safetensors_header(std::span<const std::uint8_
   const std::uint64_t data_size = file.size() - h.data_start;
 
   const auto* text = reinterpret_cast<const char*>(file.data() + 8);
-  json root;
-  try {
-    root = json::parse(text, text + header_len);
-  } catch (const json::parse_error& e) {
-    return corrupt(std::string("header is not valid JSON: ") + e.what());
-  }
+  // Bounded and exception-free: a number out of range or deep nesting is a refusal too.
+  JsonLimits limits;
+  limits.max_bytes = kMaxSafetensorsHeaderBytes;
+  limits.max_values = std::size_t{1} << 26;
+  auto parsed = parse_json_bounded(std::string_view(text, header_len), limits);
+  if (!parsed.ok()) return corrupt("header is not valid JSON: " + parsed.status().message());
+  json root = std::move(*parsed);
   if (!root.is_object()) return corrupt("header JSON is not an object");
 
   for (auto it = root.begin(); it != root.end(); ++it) {
@@ -177,12 +180,9 @@ Expected<Checkpoint> Checkpoint::open(const std::string& path) {
     if (stdfs::exists(index_path, ec)) {
       auto text = read_text_file(index_path);
       if (!text.ok()) return text.status();
-      nlohmann::json index;
-      try {
-        index = nlohmann::json::parse(*text);
-      } catch (const nlohmann::json::parse_error& e) {
-        return corrupt(index_path + ": not valid JSON: " + e.what());
-      }
+      auto parsed = parse_json_bounded(*text);
+      if (!parsed.ok()) return corrupt(index_path + ": " + parsed.status().message());
+      nlohmann::json index = std::move(*parsed);
       if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
         return corrupt(index_path + ": no 'weight_map' object");
       }

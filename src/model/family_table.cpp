@@ -2,11 +2,9 @@
 
 #include <algorithm>
 
-#include "backend/backend.h"
 #include "format/config_json.h"
 #include "model/deepseek_v4/schema.h"
 #include "model/glm5/schema.h"
-#include "model/qwen_next/forward.h"
 #include "model/qwen_next/schema.h"
 
 namespace fs {
@@ -19,18 +17,6 @@ Status describe_qwen_next(ConfigReader& r, ModelDescription& d) {
   d.tensors = qwen_next_tensors(*c);
   d.config = std::move(c).value();
   return {};
-}
-
-Expected<std::unique_ptr<Model>> load_qwen_next(const ModelDescription& d, const std::string& dir,
-                                                std::unique_ptr<Backend> backend,
-                                                DType matrix_dtype) {
-  const auto& config = std::get<QwenNextConfig>(d.config);
-  auto weights = load_qwen_next_weights(config, dir);
-  if (!weights.ok()) return weights.status();
-  if (Status s = upload_qwen_next_weights(*weights, *backend, matrix_dtype); !s.ok())
-    return s.with_context("uploading " + dir + " to the " + backend->name() + " backend");
-  return std::unique_ptr<Model>(
-      std::make_unique<QwenNextModel>(config, std::move(weights).value(), std::move(backend)));
 }
 
 Status describe_deepseek_v4(ConfigReader& r, ModelDescription& d) {
@@ -62,22 +48,19 @@ const std::vector<FamilyEntry>& entries() {
        {"qwen4_exp_text"},
        {'F', 'S', 'C', 'K', 'Q', 'N', 'X', '1'},
        1,
-       describe_qwen_next,
-       load_qwen_next},
+       describe_qwen_next},
       {Family::kDeepseekV4,
        "deepseek_v4",
        {},
        {'F', 'S', 'C', 'K', 'D', 'S', '4', '1'},
        1,
-       describe_deepseek_v4,
-       nullptr},
+       describe_deepseek_v4},
       {Family::kGlm5,
        "glm5_next",
        {"glm5_next_text"},
        {'F', 'S', 'C', 'K', 'G', 'L', '5', '1'},
        1,
-       describe_glm5,
-       nullptr},
+       describe_glm5},
   };
   return table;
 }

@@ -1,12 +1,12 @@
 // The one table of model families. Everything that differs by family and is not inside the
 // family's own folder is an entry field here: the HF model_type names, how the config becomes a
-// description, how a model is built on a backend, and the checkpoint identity. Adding a family
-// is one entry plus its folder.
+// description, and the checkpoint identity. Adding a family is one entry plus its folder (and,
+// once it has a forward pass, its constructor in loader.cpp, which is kept apart so that the
+// parsers, their sanitizer builds and the fuzzers link without the model code).
 #pragma once
 
 #include <array>
 #include <cstdint>
-#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -16,9 +16,7 @@
 
 namespace fs {
 
-class Backend;
 class ConfigReader;
-class Model;
 
 struct FamilyEntry {
   Family family;
@@ -30,10 +28,6 @@ struct FamilyEntry {
   std::uint32_t checkpoint_version;
   // Fills config, layers, tensors and mtp_prefixes of `d` from the config.
   Status (*describe)(ConfigReader& config, ModelDescription& d);
-  // Builds the runnable model on `backend`, matrices as `matrix_dtype`; nullptr while the
-  // family has no forward pass.
-  Expected<std::unique_ptr<Model>> (*load)(const ModelDescription& d, const std::string& dir,
-                                           std::unique_ptr<Backend> backend, DType matrix_dtype);
 };
 
 std::span<const FamilyEntry> family_table();

@@ -2,15 +2,45 @@
 
 #include "backend/backend.h"
 #include "model/family.h"
-#include "model/family_table.h"
+#include "model/qwen_next/forward.h"
 
 namespace fs {
+namespace {
+
+using LoadFn = Expected<std::unique_ptr<Model>> (*)(const ModelDescription& d,
+                                                    const std::string& dir,
+                                                    std::unique_ptr<Backend> backend,
+                                                    DType matrix_dtype);
+
+Expected<std::unique_ptr<Model>> load_qwen_next(const ModelDescription& d, const std::string& dir,
+                                                std::unique_ptr<Backend> backend,
+                                                DType matrix_dtype) {
+  const auto& config = std::get<QwenNextConfig>(d.config);
+  auto weights = load_qwen_next_weights(config, dir);
+  if (!weights.ok()) return weights.status();
+  if (Status s = upload_qwen_next_weights(*weights, *backend, matrix_dtype); !s.ok())
+    return s.with_context("uploading " + dir + " to the " + backend->name() + " backend");
+  return std::unique_ptr<Model>(
+      std::make_unique<QwenNextModel>(config, std::move(weights).value(), std::move(backend)));
+}
+
+// The runnable families' constructors (the rest of what a family is lives in family_table.cpp).
+struct FamilyLoader {
+  Family family;
+  LoadFn load;
+};
+constexpr FamilyLoader kLoaders[] = {{Family::kQwenNext, load_qwen_next}};
+
+}  // namespace
 
 Expected<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOptions& options) {
   auto desc = describe_model(dir);
   if (!desc.ok()) return desc.status();
-  const auto& entry = family_entry(desc->family);
-  if (entry.load == nullptr)
+  LoadFn load = nullptr;
+  for (const auto& l : kLoaders) {
+    if (l.family == desc->family) load = l.load;
+  }
+  if (load == nullptr)
     return unsupported(desc->model_type + ": no forward pass for this family yet");
   if (options.dtype != "auto" && options.dtype != "f32" && options.dtype != "bf16")
     return invalid_argument("unknown --dtype '" + options.dtype + "' (expected f32, bf16 or auto)");
@@ -21,7 +51,7 @@ Expected<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOp
   const bool host = (*backend)->memory()->device() == Device::kHost;
   const DType dtype =
       options.dtype == "bf16" || (options.dtype == "auto" && !host) ? DType::kBF16 : DType::kF32;
-  return entry.load(*desc, dir, std::move(backend).value(), dtype);
+  return load(*desc, dir, std::move(backend).value(), dtype);
 }
 
 }  // namespace fs

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iostream>
 
+#include "decode/stop_tokens.h"
 #include "server/stop_matcher.h"
 #include "session/checkpoint.h"
 #include "session/live_session.h"
@@ -33,10 +34,7 @@ Engine::Engine(Key, EngineOptions options, std::unique_ptr<Model> model,
       tokenizer_(tokenizer),
       metrics_(metrics),
       bank_(SessionBankOptions{options_.ram_bank_bytes, 64}) {
-  stop_ids_ = stop_token_ids(tokenizer.metadata, tokenizer.tokenizer);
-  for (const TokenId id : model_->info().eos_token_ids)
-    if (std::find(stop_ids_.begin(), stop_ids_.end(), id) == stop_ids_.end())
-      stop_ids_.push_back(id);
+  stop_ids_ = turn_stop_tokens(tokenizer, model_->info());
 }
 
 Expected<std::unique_ptr<Engine>> Engine::create(EngineOptions options,
@@ -172,7 +170,10 @@ void Engine::run(Job& job) {
   // Long generations reach the disk tier at aligned frontiers, not only at the end of the turn.
   g.on_commit = persist_at_frontiers(tiers, PrepareOptions{}.restore_point_interval,
                                      static_cast<std::int64_t>(prepared->state.tokens.size()));
-  g.cancelled = [&] { return job.cancelled.load() || stops.stopped(); };
+  g.cancelled = [&] { return job.cancelled.load(); };
+  // A stop sequence ends the turn at the token that completed it: that token is committed and the
+  // state (key = prompt + every counted token) is banked like any finished turn.
+  g.stop_requested = [&] { return stops.stopped(); };
   g.on_token = [&](TokenId id) {
     const auto now = Clock::now();
     const double dt = std::chrono::duration<double>(now - last_token).count();

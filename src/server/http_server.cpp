@@ -11,8 +11,10 @@
 #include <random>
 
 #include "model/loader.h"
+#include "server/auth.h"
 #include "server/engine.h"
 #include "server/format.h"
+#include "server/front_door.h"
 #include "server/metrics.h"
 #include "tokenizer/chat/chat.h"
 #include "tokenizer/metadata.h"
@@ -32,6 +34,7 @@ struct Context {
   std::int64_t created = 0;
   std::int64_t max_context = 0;
   Metrics metrics;
+  GuardedServer* door = nullptr;
   std::unique_ptr<Engine> engine;  // last: it refers to the tokenizer and metrics above
 };
 
@@ -149,10 +152,41 @@ void handle_generation(Context& ctx, const httplib::Request& req, httplib::Respo
   meta.model = r.model.empty() ? ctx.model_id : r.model;
   meta.prompt_tokens = prompt_tokens;
 
+  // The request's deadline: a generation still running then is cancelled (queued or not).
+  const auto deadline = arrived + std::chrono::seconds(ctx.options.request_timeout_s);
+  const auto timed_out_error = [anthropic] {
+    ApiError err;
+    err.status = 504;
+    err.type = anthropic ? "api_error" : "server_error";
+    err.code = "request_timeout";
+    err.message = "the request did not finish within the server's deadline (--request-timeout-s)";
+    return err;
+  };
+
   if (!r.stream) {
     std::string out;
+    auto next_check = std::chrono::steady_clock::now();
     for (;;) {
-      auto e = job->next(std::chrono::milliseconds(1000));
+      auto e = job->next(std::chrono::milliseconds(50));
+      // Every 50 ms, events or not: nobody reads a closed connection's answer, so its
+      // generation stops; past the deadline it stops too.
+      if (const auto now = std::chrono::steady_clock::now(); now >= next_check) {
+        next_check = now + std::chrono::milliseconds(50);
+        if (client_disconnected()) {
+          job->cancelled = true;
+          // Nobody reads this; 499 (client closed the request) is what the logs and metrics see.
+          ApiError gone;
+          gone.status = 499;
+          gone.type = "client_closed_request";
+          gone.message = "the client disconnected";
+          res.set_header("Connection", "close");
+          return send_error(res, anthropic, gone);
+        }
+        if (now >= deadline) {
+          job->cancelled = true;
+          return send_error(res, anthropic, timed_out_error());
+        }
+      }
       if (!e) continue;
       if (!e->done) {
         out += e->text;
@@ -175,9 +209,11 @@ void handle_generation(Context& ctx, const httplib::Request& req, httplib::Respo
     std::unique_ptr<StreamFormatter> format;
     bool started = false;
     bool finished = false;
+    std::chrono::steady_clock::time_point deadline;
   };
   auto st = std::make_shared<StreamState>();
   st->job = job;
+  st->deadline = deadline;
   st->format = make_stream_formatter(kind, meta, r.include_usage);
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
@@ -198,10 +234,20 @@ void handle_generation(Context& ctx, const httplib::Request& req, httplib::Respo
           return write(st->format->start());
         }
         for (;;) {
+          if (std::chrono::steady_clock::now() >= st->deadline) {
+            // Past the deadline: the generation stops and the stream ends with an error event.
+            st->job->cancelled = true;
+            st->finished = true;
+            if (!write(st->format->error("the request did not finish within the server's deadline "
+                                         "(--request-timeout-s)")))
+              return false;
+            sink.done();
+            return true;
+          }
           auto e = st->job->next(std::chrono::milliseconds(100));
           if (!e) {
             if (!sink.is_writable()) {
-              st->job->cancelled = true;
+              st->job->cancelled = true;  // the client has gone: stop generating for it
               return false;
             }
             continue;
@@ -222,15 +268,21 @@ void handle_generation(Context& ctx, const httplib::Request& req, httplib::Respo
 
 bool authorized(const Context& ctx, const httplib::Request& req) {
   if (ctx.options.api_key.empty()) return true;
-  if (req.get_header_value("x-api-key") == ctx.options.api_key) return true;
-  return req.get_header_value("Authorization") == "Bearer " + ctx.options.api_key;
+  return api_key_matches(req.get_header_value("x-api-key"), req.get_header_value("Authorization"),
+                         ctx.options.api_key);
 }
 
-void install_routes(httplib::Server& svr, Context& ctx) {
+// What an overflow thread answers itself: cheap reads that must work under any load.
+bool served_under_overload(const httplib::Request& req) {
+  return req.method == "GET" &&
+         (req.path == "/health" || req.path == "/metrics" || req.path.rfind("/v1/models", 0) == 0);
+}
+
+void install_routes(GuardedServer& svr, Context& ctx) {
   svr.set_payload_max_length(ctx.options.max_body_bytes);
-  // httplib's shutdown waits for idle keep-alive connections to time out, so keep this short.
-  svr.set_keep_alive_timeout(2);
-  svr.set_read_timeout(30, 0);
+  // Advertised in the Keep-Alive header; the front door closes idle connections after it.
+  svr.set_keep_alive_timeout(
+      std::chrono::duration_cast<std::chrono::seconds>(svr.options().keep_alive_timeout).count());
 
   svr.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
     if (ctx.options.cors) {
@@ -242,6 +294,17 @@ void install_routes(httplib::Server& svr, Context& ctx) {
         res.status = 204;
         return httplib::Server::HandlerResponse::Handled;
       }
+    }
+    // Every worker is busy: this overflow thread answers at once instead of queueing.
+    if (on_overflow_thread() && !served_under_overload(req)) {
+      ApiError e;
+      e.status = 503;
+      e.type = is_anthropic_path(req.path) ? "overloaded_error" : "server_error";
+      e.code = "overloaded";
+      e.message = "the server is busy (every HTTP worker is serving a request); retry later";
+      res.set_header("Retry-After", "1");
+      send_error(res, is_anthropic_path(req.path), e);
+      return httplib::Server::HandlerResponse::Handled;
     }
     if (req.path.rfind("/v1/", 0) == 0 && !authorized(ctx, req)) {
       ApiError e;
@@ -299,13 +362,25 @@ void install_routes(httplib::Server& svr, Context& ctx) {
                     "application/json");
   });
   svr.Get("/metrics", [&ctx](const httplib::Request&, httplib::Response& res) {
-    res.set_content(ctx.metrics.render(ctx.engine->stats()), "text/plain; version=0.0.4");
+    ExternalStats ext = ctx.engine->stats();
+    if (ctx.door) {
+      const FrontDoorStats d = ctx.door->stats();
+      ext.http_open_connections = d.open_connections;
+      ext.http_refused = d.refused;
+      ext.http_overflow = d.overflow;
+      ext.http_timed_out = d.timed_out;
+    }
+    res.set_content(ctx.metrics.render(ext), "text/plain; version=0.0.4");
   });
 
   // 404s, 413s (body over the limit) and the like get a body of the API's shape.
   svr.set_error_handler(
       httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        // httplib's own refusals (unparsable request, body over the limit) may leave unread bytes
+        // on the connection: it must not be reused.
+        if (res.status == 400 || res.status == 413 || res.status == 414 || res.status >= 500)
+          res.set_header("Connection", "close");
         ApiError e;
         e.status = res.status;
         e.type = res.status >= 500 ? "server_error" : "invalid_request_error";
@@ -336,7 +411,7 @@ void install_routes(httplib::Server& svr, Context& ctx) {
         e.message = "internal error: " + what;
         send_error(res, is_anthropic_path(req.path), e);
       });
-  svr.set_logger([&ctx](const httplib::Request& req, const httplib::Response& res) {
+  svr.set_guarded_logger([&ctx](const httplib::Request& req, const httplib::Response& res) {
     ctx.metrics.count_request(endpoint_label(req.path), res.status);
   });
 }
@@ -386,10 +461,14 @@ Status run_server(const ServerOptions& options) {
   if (!engine.ok()) return engine.status();
   ctx->engine = std::move(*engine);
 
-  httplib::Server svr;
-  const int threads = std::max(options.http_threads, 2);
-  // httplib takes ownership of the queue it is handed (its API needs a raw pointer here).
-  svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  FrontDoorOptions fo;
+  fo.workers = std::max(options.http_threads, 1);
+  fo.overflow_workers = 2;
+  fo.max_connections = options.max_connections;
+  fo.max_body_bytes = options.max_body_bytes;
+  fo.request_read_timeout = std::chrono::milliseconds(options.read_timeout_ms);
+  GuardedServer svr(fo);
+  ctx->door = &svr;
   install_routes(svr, *ctx);
 
   int port = options.port;
@@ -400,6 +479,7 @@ Status run_server(const ServerOptions& options) {
     return io_error("cannot bind " + options.host + ":" + std::to_string(port) +
                     " (in use, or not an address of this machine)");
   }
+  svr.set_listen_backlog(1024);
   std::cerr << "flashserve: serving " << ctx->model_id << " on " << compute << " (context "
             << ctx->max_context << ", mtp depth " << options.mtp_depth << ")\n"
             << "flashserve: listening on http://" << options.host << ":" << port << std::endl;
@@ -419,6 +499,7 @@ Status run_server(const ServerOptions& options) {
   const bool listened = svr.listen_after_bind();
   done = true;
   waiter.join();
+  ctx->door = nullptr;
   ctx->engine.reset();  // finishes queued work and persists the bank before the rest goes
   std::cerr << "flashserve: stopped" << std::endl;
   return listened || signalled ? Status() : io_error("the server stopped listening unexpectedly");

@@ -26,8 +26,11 @@ struct ServerOptions {
   std::size_t session_ram_mb = 1024;
   std::size_t max_queue = 64;
   std::size_t max_body_bytes = std::size_t{8} << 20;
-  std::int64_t max_context = 0;  // 0: the model's max_position_embeddings
-  int http_threads = 16;
+  std::int64_t max_context = 0;          // 0: the model's max_position_embeddings
+  int http_threads = 16;                 // requests served at once (the rest: 503 + Retry-After)
+  std::size_t max_connections = 512;     // open connections, idle and slow ones included
+  std::int64_t read_timeout_ms = 10000;  // a request's first byte to its last
+  std::int64_t request_timeout_s = 600;  // arrival to the end of its generation
   RequestLimits limits;
 };
 

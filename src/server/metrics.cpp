@@ -169,6 +169,17 @@ std::string Metrics::render(const ExternalStats& ext) const {
   out += "flashserve_session_disk_bytes " + std::to_string(ext.disk_bytes) + "\n";
   header(out, "flashserve_queue_depth", "gauge", "Requests waiting for the engine worker.");
   out += "flashserve_queue_depth " + std::to_string(ext.queue_depth) + "\n";
+  header(out, "flashserve_http_open_connections", "gauge", "Open HTTP connections.");
+  out += "flashserve_http_open_connections " + std::to_string(ext.http_open_connections) + "\n";
+  header(out, "flashserve_http_refused_total", "counter",
+         "Connections answered 503 by the front door (no worker and no overflow slot free).");
+  out += "flashserve_http_refused_total " + std::to_string(ext.http_refused) + "\n";
+  header(out, "flashserve_http_overflow_total", "counter",
+         "Requests served by the overflow threads while every worker was busy (503 or cheap).");
+  out += "flashserve_http_overflow_total " + std::to_string(ext.http_overflow) + "\n";
+  header(out, "flashserve_http_timed_out_total", "counter",
+         "Requests dropped because they did not arrive within the read timeout.");
+  out += "flashserve_http_timed_out_total " + std::to_string(ext.http_timed_out) + "\n";
   return out;
 }
 

@@ -33,6 +33,8 @@ struct ExternalStats {
   std::map<std::string, std::int64_t> checkpoint_rejections;  // by reason
   std::int64_t ram_entries = 0, ram_bytes = 0, disk_entries = 0, disk_bytes = 0;
   std::int64_t queue_depth = 0;
+  // The connection front door (front_door.h).
+  std::int64_t http_open_connections = 0, http_refused = 0, http_overflow = 0, http_timed_out = 0;
 };
 
 class Metrics {

@@ -2,19 +2,25 @@
 
 #include <cmath>
 
+#include "format/json_parse.h"
+
 namespace fs::server {
 namespace {
 
 using json = nlohmann::ordered_json;
 
-// Parses the body; a JSON value that is not an object is refused here so that every later
-// lookup can assume an object.
-std::variant<json, ApiError> parse_body(std::string_view body) {
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded())
-    return ApiError::invalid("", "the request body is not valid JSON", "invalid_json");
-  if (!j.is_object()) return ApiError::invalid("", "the request body must be a JSON object");
-  return j;
+// Parses the body within the limits (depth, values; linear time); a JSON value that is not an
+// object is refused here so that every later lookup can assume an object.
+std::variant<json, ApiError> parse_body(std::string_view body, const RequestLimits& limits) {
+  JsonLimits l;
+  l.max_depth = limits.max_json_depth;
+  l.max_values = limits.max_json_values;
+  auto j = parse_ordered_json_bounded(body, l);
+  if (!j.ok())
+    return ApiError::invalid("", "the request body is refused: " + j.status().message(),
+                             "invalid_json");
+  if (!j->is_object()) return ApiError::invalid("", "the request body must be a JSON object");
+  return std::move(*j);
 }
 
 // Reads optional typed fields of the request object; the first failure is kept and later reads
@@ -210,9 +216,9 @@ std::variant<std::string, ApiError> anthropic_text(const json& content, const st
 }  // namespace
 
 ParsedRequest parse_openai_chat(std::string_view body, const RequestLimits& limits) {
-  auto parsed = parse_body(body);
+  auto parsed = parse_body(body, limits);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
-  const json& j = std::get<json>(parsed);
+  json& j = std::get<json>(parsed);
   GenerationRequest r;
   r.kind = ApiKind::kChat;
   Fields f(j);
@@ -221,12 +227,13 @@ ParsedRequest parse_openai_chat(std::string_view body, const RequestLimits& limi
   const json* messages = f.get("messages");
   if (!messages) return ApiError::invalid("messages", "'messages' is required");
   if (!messages->is_array()) return ApiError::invalid("messages", "'messages' must be a list");
-  json chat = {{"messages", *messages}};
-  if (const json* tools = f.get("tools")) {
-    if (!tools->is_array()) return ApiError::invalid("tools", "'tools' must be a list");
-    chat["tools"] = *tools;
+  json tools;
+  if (const json* t = f.get("tools")) {
+    if (!t->is_array()) return ApiError::invalid("tools", "'tools' must be a list");
+    tools = std::move(j["tools"]);
   }
-  auto c = parse_chat_request(chat);
+  // Client JSON is moved, never copied (a copy is a recursive walk of the client's nesting).
+  auto c = parse_chat_messages(std::move(j["messages"]), std::move(tools));
   if (!c.ok()) return ApiError::invalid("messages", "'messages': " + c.status().message());
   r.chat = std::move(*c);
   r.chat.add_generation_prompt = true;
@@ -234,7 +241,7 @@ ParsedRequest parse_openai_chat(std::string_view body, const RequestLimits& limi
 }
 
 ParsedRequest parse_openai_completion(std::string_view body, const RequestLimits& limits) {
-  auto parsed = parse_body(body);
+  auto parsed = parse_body(body, limits);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
   const json& j = std::get<json>(parsed);
   GenerationRequest r;
@@ -262,7 +269,7 @@ namespace {
 
 ParsedRequest parse_anthropic(std::string_view body, const RequestLimits& limits,
                               bool require_max_tokens) {
-  auto parsed = parse_body(body);
+  auto parsed = parse_body(body, limits);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
   const json& j = std::get<json>(parsed);
   GenerationRequest r;
@@ -301,7 +308,7 @@ ParsedRequest parse_anthropic(std::string_view body, const RequestLimits& limits
     if (auto* e = std::get_if<ApiError>(&text)) return *e;
     messages.push_back({{"role", *role}, {"content", std::get<std::string>(text)}});
   }
-  auto c = parse_chat_request(json{{"messages", messages}});
+  auto c = parse_chat_messages(std::move(messages), nullptr);
   if (!c.ok()) return ApiError::invalid("messages", "'messages': " + c.status().message());
   r.chat = std::move(*c);
   r.chat.add_generation_prompt = true;

@@ -24,6 +24,9 @@ struct RequestLimits {
   std::int64_t max_tokens = 32768;        // above this a request is refused
   std::size_t max_stop_sequences = 16;
   std::size_t max_stop_bytes = 256;
+  // Bounds on the body's JSON, checked while it is parsed (see format/json_parse.h).
+  std::size_t max_json_depth = 64;
+  std::size_t max_json_values = std::size_t{1} << 20;
 };
 
 struct GenerationRequest {

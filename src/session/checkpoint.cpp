@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "format/json_parse.h"
 #include "format/safetensors.h"
 #include "util/atomic_file.h"
 #include "util/hash.h"
@@ -201,9 +202,14 @@ Expected<CheckpointHeader> parse_checkpoint_impl(std::span<const std::uint8_t> f
   reason = "header_checksum";
   if (xxh3_64(text) != header_sum) return corrupt("header checksum mismatch");
   reason = "header";
-  json j;
+  JsonLimits limits;
+  limits.max_bytes = kMaxCheckpointHeaderBytes;
+  limits.max_values = std::size_t{1} << 28;
+  auto parsed = parse_json_bounded(
+      std::string_view(reinterpret_cast<const char*>(text.data()), text.size()), limits);
+  if (!parsed.ok()) return corrupt("header: " + parsed.status().message());
+  const json& j = *parsed;
   try {
-    j = json::parse(text.begin(), text.end());
     h.model_fingerprint = j.at("model_fingerprint").get<std::string>();
     if (j.at("family").get<std::string>() != family_name(h.family))
       return corrupt("header family disagrees with the magic");
@@ -255,6 +261,18 @@ Expected<CheckpointHeader> parse_checkpoint_impl(std::span<const std::uint8_t> f
   for (std::size_t i = 1; i < spans.size(); ++i) {
     if (spans[i].first < spans[i - 1].second) return corrupt("tensors overlap in the payload");
   }
+  // The key must be exactly what every cache covers (the MTP history one row less): a longer
+  // key is the DS4Server corruption. Checked here so that `state inspect` refuses it too.
+  reason = "key_coverage";
+  const auto n = static_cast<std::int64_t>(h.key.size());
+  for (const auto& c : h.caches) {
+    const std::int64_t want = c.group == "mtp" ? std::max<std::int64_t>(n - 1, 0) : n;
+    if (c.covered != want) {
+      return corrupt("key has " + std::to_string(n) + " tokens but " + c.group + " cache " +
+                     std::to_string(c.index) + " (" + c.kind + ") covers " +
+                     std::to_string(c.covered));
+    }
+  }
   reason.clear();
   return h;
 }
@@ -288,18 +306,10 @@ Expected<LoadedCheckpoint> load_checkpoint(const std::string& path, Model& model
                                                    id.model_fingerprint + ")"));
   }
 
-  // The key must be exactly what every cache covers: a longer key is the DS4Server corruption.
+  // (The key against every cache's coverage was checked by the parse.)
   const auto n = static_cast<std::int64_t>(h.key.size());
   bool has_mtp = false;
-  for (const auto& c : h.caches) {
-    const std::int64_t want = c.group == "mtp" ? std::max<std::int64_t>(n - 1, 0) : n;
-    has_mtp |= c.group == "mtp";
-    if (c.covered != want) {
-      return fail("key_coverage", corrupt("key has " + std::to_string(n) + " tokens but " +
-                                          c.group + " cache " + std::to_string(c.index) + " (" +
-                                          c.kind + ") covers " + std::to_string(c.covered)));
-    }
-  }
+  for (const auto& c : h.caches) has_mtp |= c.group == "mtp";
   for (TokenId t : h.key) {
     if (t < 0 || t >= model.info().vocab_size)
       return fail("header",
@@ -333,6 +343,32 @@ Expected<LoadedCheckpoint> load_checkpoint(const std::string& path, Model& model
   if (auto s = expect_group("trunk", *state.trunk); !s.ok()) return fail("table", s);
   if (state.mtp_history) {
     if (auto s = expect_group("mtp", *state.mtp_history); !s.ok()) return fail("table", s);
+  }
+  // Exactly this model's tensors, no more and no fewer (cache tensor names do not depend on
+  // coverage), and the two vectors at the sizes the model gives them.
+  std::set<std::string> want_names = {"next_logits", "last_hidden"};
+  for (const auto& t : state.trunk->tensors()) want_names.insert("trunk/" + t.name);
+  if (state.mtp_history)
+    for (const auto& t : state.mtp_history->tensors()) want_names.insert("mtp/" + t.name);
+  for (const auto& t : h.tensors)
+    if (!want_names.count(t.name))
+      return fail("table",
+                  corrupt("tensor '" + t.name + "' is not a tensor of this model's state"));
+  for (const auto& name : want_names)
+    if (!by_name.count(name)) return fail("table", corrupt("no '" + name + "' tensor"));
+  const auto expect_vector = [&](const char* name, std::int64_t size) -> Status {
+    const Shape& shape = by_name.at(name)->shape;
+    if (shape.size() == 1 && shape[0] == size) return {};
+    return corrupt(std::string(name) + " has shape " + shape_to_string(shape) +
+                   "; this model's is [" + std::to_string(size) + "]");
+  };
+  if (auto s = expect_vector("next_logits", n > 0 ? model.info().vocab_size : 0); !s.ok())
+    return fail("shape", s);
+  // last_hidden is the MTP head's input: its width exactly when there is a head; a model without
+  // one never reads it, and an empty one is all it may hold before the first token.
+  if (MtpHead* head = model.mtp(); head || n == 0) {
+    if (auto s = expect_vector("last_hidden", n > 0 ? head->hidden_width() : 0); !s.ok())
+      return fail("shape", s);
   }
   const auto payload = file.subspan(h.payload_offset, h.payload_bytes);
   for (const auto& t : h.tensors) {
@@ -370,30 +406,11 @@ Expected<LoadedCheckpoint> load_checkpoint(const std::string& path, Model& model
     (std::string(name) == "next_logits" ? state.next_logits : state.last_hidden)
         .assign(v.data.begin(), v.data.end());
   }
-  if (n > 0 && static_cast<std::int64_t>(state.next_logits.size()) != model.info().vocab_size) {
-    return fail("shape",
-                corrupt("next_logits has " + std::to_string(state.next_logits.size()) +
-                        " entries for a vocabulary of " + std::to_string(model.info().vocab_size)));
-  }
   state.tokens = h.key;
   if (auto s = state.check_invariant(); !s.ok()) return fail("key_coverage", s);
   return LoadedCheckpoint{h, std::move(state)};
 }
 
-Expected<std::string> model_fingerprint(const std::string& model_dir) {
-  auto config = read_text_file((std::filesystem::path(model_dir) / "config.json").string());
-  if (!config.ok()) return config.status();
-  auto ck = Checkpoint::open(model_dir);
-  if (!ck.ok()) return ck.status();
-  std::string index;
-  for (const auto& [name, stored] : ck->tensors()) {
-    index += name;
-    index += ' ';
-    index += dtype_name(stored.entry->dtype);
-    index += shape_to_string(stored.entry->shape);
-    index += ';';
-  }
-  return hex64(xxh3_64(*config)) + hex64(xxh3_64(index));
-}
+// model_fingerprint and weights_hash: fingerprint.cpp.
 
 }  // namespace fs

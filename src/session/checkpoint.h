@@ -102,8 +102,12 @@ Expected<LoadedCheckpoint> load_checkpoint(const std::string& path, Model& model
                                            const CheckpointIdentity& id,
                                            std::string* rejection_reason = nullptr);
 
-// Fingerprint of a model folder's identity: config.json text and the checkpoint's tensor index
-// (names, dtypes, shapes). Two folders with equal fingerprints load each other's checkpoints.
+// Fingerprint of a model folder's identity: config.json text, the checkpoint's tensor index
+// (names, dtypes, shapes) and the weights' bytes (weights_hash). Two folders with equal
+// fingerprints load each other's checkpoints.
 Expected<std::string> model_fingerprint(const std::string& model_dir);
+// xxh3 of every shard's bytes, cached beside the model keyed by each shard's stat (see
+// fingerprint.cpp for the cost).
+Expected<std::string> weights_hash(const std::string& model_dir);
 
 }  // namespace fs

@@ -70,8 +70,10 @@ std::string DiskStore::path_for(std::span<const TokenId> key) const {
 }
 
 void DiskStore::index_locked(FileEntry entry) {
+  // One file per key: an entry already indexed under this key under another name (a copy, or a
+  // file named by another scheme) is deleted, or it would stay on disk outside the budget.
   if (auto m = tree_.longest_prefix(entry.key); m && m->length == entry.key.size())
-    remove_locked(m->id, false);
+    remove_locked(m->id, files_.at(m->id).path != entry.path);
   const auto id = next_id_++;
   tree_.insert(entry.key, id);
   bytes_ += entry.bytes;
@@ -172,7 +174,11 @@ std::optional<SessionBank::Hit> DiskStore::lookup(std::span<const TokenId> promp
     std::string reason;
     auto loaded = load_checkpoint(path, model, options_.identity, &reason);
     lock.lock();
-    if (loaded.ok() && loaded->state.tokens.size() == m->length) {
+    // The file must hold exactly the key it is indexed under (it may have been replaced since it
+    // was indexed): the tokens, not only their count.
+    const auto want = prompt.first(m->length);
+    if (loaded.ok() && std::equal(loaded->state.tokens.begin(), loaded->state.tokens.end(),
+                                  want.begin(), want.end())) {
       ++stats_.hits;
       std::error_code ec;
       stdfs::last_write_time(path, stdfs::file_time_type::clock::now(), ec);  // LRU across restarts

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/config_json.h"
+#include "format/json_parse.h"
 #include "util/mapped_file.h"
 
 namespace fs {
@@ -34,12 +35,9 @@ Expected<TokenizerMetadata> load_tokenizer_metadata(const std::string& dir) {
   if (std::filesystem::exists(config_path)) {
     auto text = read_text_file(config_path);
     if (!text.ok()) return text.status();
-    json root;
-    try {
-      root = json::parse(*text);
-    } catch (const json::parse_error& e) {
-      return invalid_argument(config_path + ": not valid JSON: " + e.what());
-    }
+    auto parsed = parse_json_bounded(*text);
+    if (!parsed.ok()) return invalid_argument(config_path + ": " + parsed.status().message());
+    json root = std::move(*parsed);
     if (!root.is_object())
       return invalid_argument(config_path + ": the top level is not a JSON object");
     for (auto [field, slot] :

@@ -210,6 +210,25 @@ await test('stop sequences (OpenAI and Anthropic, streaming and not)', async () 
   }
 });
 
+// A turn that ends on a stop sequence is a finished turn: its state (prompt + the tokens up to
+// and including the match) is published to the bank. (It used to end as a cancellation and be
+// dropped.)
+await test('a turn ended by a stop sequence is banked', async () => {
+  const prompt = `# ${nonce()}\nclass Queue:\n    def`;
+  const body = { model: 'x', prompt, max_tokens: 24, temperature: 0 };
+  const free = (await openai.completions.create(body)).choices[0].text;
+  assert.ok(free.length >= 8, `generated text too short: ${JSON.stringify(free)}`);
+  const stop = free.slice(4, 6);
+  const key = 'flashserve_session_commits_total{result="published"}';
+  const before = await metrics(base);
+  const r = await openai.completions.create({ ...body, stop: [stop] });
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  const after = await metrics(base);
+  assert.equal(after.get(key) - before.get(key), 1, 'the stop-sequence turn was not banked');
+  assert.equal(after.get('flashserve_session_commits_total{result="dropped"}'),
+    before.get('flashserve_session_commits_total{result="dropped"}'));
+});
+
 await test('seed reproducibility (sampled)', async () => {
   const body = {
     model: 'x', messages: userMsg('def main():'), max_tokens: 16, temperature: 1.0, top_p: 0.95,
@@ -258,7 +277,7 @@ await test('anthropic: count_tokens equals the usage of the same messages', asyn
   assert.equal(bad.json.type, 'error');
 });
 
-await test('fuzz: 150 mutated bodies get JSON answers (200 or 4xx), never a crash or a hang', async () => {
+await test('fuzz: 150 mutated bodies (bytes, values, nesting, key counts, Unicode, size) get JSON answers (200 or 4xx), never a crash or a hang', async () => {
   const seeds = [
     ['/v1/chat/completions', { model: 'x', messages: userMsg('hi'), max_tokens: 2, temperature: 0.5, stop: ['a'] }],
     ['/v1/completions', { model: 'x', prompt: 'x = ', max_tokens: 2, top_p: 0.5 }],
@@ -270,19 +289,80 @@ await test('fuzz: 150 mutated bodies get JSON answers (200 or 4xx), never a cras
   for (let i = 0; i < 150; ++i) {
     const [path, body] = seeds[i % seeds.length];
     let text = JSON.stringify(body);
-    const kind = rand(3);
-    if (kind === 0) text = text.slice(0, rand(text.length));
+    const kind = rand(7);
+    const at = rand(text.length);
+    if (kind === 0) text = text.slice(0, at);
     else if (kind === 1) {
-      const at = rand(text.length);
       text = text.slice(0, at) + String.fromCharCode(rand(128)) + text.slice(at + 1);
-    } else {
-      const at = rand(text.length);
+    } else if (kind === 2) {
       text = text.slice(0, at) + ['null', '[]', '{}', '-1', '1e309', '"\\u0000"', 'true'][rand(7)] + text.slice(at);
+    } else if (kind === 3) {
+      // Nesting, closed or not, anywhere (the depth limit is 64).
+      const d = [63, 64, 65, 1000, 100000][rand(5)];
+      text = text.slice(0, at) + '['.repeat(d) + (rand(2) ? ']'.repeat(d) : '') + text.slice(at);
+    } else if (kind === 4) {
+      // Many keys (linear-time parsing), as a value or spliced into an object.
+      const n = [1, 1000, 40000][rand(3)];
+      text = text.slice(0, at) + '{' + Array.from({ length: n }, (_, i) => `"k${i}":${i}`).join(',') + '}' + text.slice(at);
+    } else if (kind === 5) {
+      // Unicode edge cases where a string may be.
+      const u = ['"\\ud800"', '"\\udfff\\ud800"', '"\\ud83d\\ude00"', '"\uffff\ufeff"', '"\u0301\u200d"', '"\\u0000\\u001f"'][rand(6)];
+      text = text.slice(0, at) + u + text.slice(at);
+    } else {
+      // Size: a long string near the body limit (1 MiB on this server) or over it.
+      text = text.slice(0, at) + JSON.stringify('x'.repeat([1000, 900000, 1200000][rand(3)])) + text.slice(at);
     }
     const r = await postJson(base, path, text);
     if (!(r.status === 200 || (r.status >= 400 && r.status < 500)) || r.json === null)
       failures.push(`${path} ${JSON.stringify(text)} -> ${r.status} ${r.text.slice(0, 120)}`);
   }
+  assert.deepEqual(failures, []);
+  assert.ok((await fetch(`${base}/health`)).ok);
+});
+
+// Hostile shapes rather than random bytes: deep nesting (the body that used to kill the server
+// with ~120k '['), huge key counts (quadratic parsing), big bodies near the limit and Unicode
+// edge cases, in every field position the parsers read. Each must get a JSON answer quickly.
+await test('fuzz: nesting, size, key-count and Unicode mutations get JSON answers, the server stays up', async () => {
+  const deep = (d, inner = '"x"') => '['.repeat(d) + inner + ']'.repeat(d);
+  const deepObj = (d) => '{"a":'.repeat(d) + '1' + '}'.repeat(d);
+  const manyKeys = (n) => '{' + Array.from({ length: n }, (_, i) => `"k${i}":${i}`).join(',') + '}';
+  const wrapChat = (content, extra = '') =>
+    `{"model":"x","max_tokens":2,"messages":[{"role":"user","content":${content}}]${extra}}`;
+  const cases = [
+    ['/v1/chat/completions', wrapChat(deep(120000)), 400],
+    ['/v1/chat/completions', wrapChat('"hi"', `,"tools":[${deep(100000)}]`), 400],
+    ['/v1/chat/completions', '['.repeat(240000), 400],
+    ['/v1/chat/completions', wrapChat(deepObj(70000)), 400],
+    ['/v1/completions', `{"prompt":"x","max_tokens":2,"stop":${deep(5000)}}`, 400],
+    ['/v1/messages', `{"max_tokens":2,"messages":[{"role":"user","content":${deep(80000)}}]}`, 400],
+    ['/v1/messages', `{"max_tokens":2,"system":${deepObj(10000)},"messages":[{"role":"user","content":"q"}]}`, 400],
+    ['/v1/chat/completions', wrapChat(deep(60)), 400],  // within the depth limit, still not a string
+    ['/v1/chat/completions', wrapChat('"hi"', `,"metadata":${manyKeys(50000)}`), 200],
+    ['/v1/chat/completions', manyKeys(60000).slice(0, -1) + ',"messages":[{"role":"user","content":"hi"}],"max_tokens":2}', 200],
+    ['/v1/completions', `{"prompt":"x","max_tokens":2,"logit_bias":${manyKeys(50000)}}`, 200],
+    ['/v1/chat/completions', wrapChat(JSON.stringify('y'.repeat(1000000 - 200))), 400],  // context exceeded
+    ['/v1/chat/completions', wrapChat(JSON.stringify('y'.repeat(1100000))), 413],
+    ['/v1/chat/completions', wrapChat('"\\ud83d\\ude00 \\u00e9 \u65e5\u672c \ud83c\udff3\ufe0f\u200d\ud83c\udf08"'), 200],
+    ['/v1/chat/completions', wrapChat('"\\ud800 lone surrogate"'), 400],
+    ['/v1/chat/completions', wrapChat('"\\udfff"'), 400],
+    ['/v1/chat/completions', wrapChat('"nul \\u0000 inside"'), 200],
+    ['/v1/messages', `{"max_tokens":2,"messages":[{"role":"user","content":"\u0301\u0301 combining \ufeff bom \u2028 sep"}]}`, 200],
+    ['/v1/chat/completions', wrapChat('"x"', ',"stop":["\\ud83d\\ude00"]'), 200],
+  ];
+  const failures = [];
+  for (const [path, text, want] of cases) {
+    const t0 = performance.now();
+    const r = await postJson(base, path, text);
+    const ms = performance.now() - t0;
+    if (r.status !== want || r.json === null || ms > 10000)
+      failures.push(`${path} ${text.slice(0, 80)}... (${text.length} bytes) -> ${r.status} in ${Math.round(ms)} ms: ${r.text.slice(0, 160)}`);
+  }
+  // Invalid UTF-8 bytes (not expressible as a JS string): a raw body.
+  const raw = Buffer.concat([Buffer.from('{"max_tokens":2,"messages":[{"role":"user","content":"'), Buffer.from([0xff, 0xfe, 0xc0, 0x80]), Buffer.from('"}]}')]);
+  const r = await fetch(`${base}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: raw });
+  if (r.status !== 400) failures.push(`invalid UTF-8 -> ${r.status}`);
+  await r.text();
   assert.deepEqual(failures, []);
   assert.ok((await fetch(`${base}/health`)).ok);
 });

@@ -182,8 +182,100 @@ TEST_F(CheckpointRejection, KeyOneTokenLongerThanTheStateCovers) {
   bytes.insert(bytes.end(), good_.begin() + static_cast<std::ptrdiff_t>(header->payload_offset),
                good_.end());
   const auto path = write("long_key.fsck", bytes);
-  ASSERT_TRUE(parse_checkpoint(bytes).ok());             // structurally fine...
-  EXPECT_EQ(load_reason(path, model_), "key_coverage");  // ...but it lies about what it covers
+  // Checksums and table are fine, but it lies about what it covers: refused without a model
+  // too (`state inspect`), not only on load.
+  const auto parsed = parse_checkpoint(bytes);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("key has 9 tokens but trunk cache"), std::string::npos)
+      << parsed.status().message();
+  EXPECT_EQ(load_reason(path, model_), "key_coverage");
+  std::string out;
+  EXPECT_EQ(test::run_command(test::flashserve_binary() + " state inspect " + path, &out), 2)
+      << out;
+  EXPECT_NE(out.find("key has 9 tokens"), std::string::npos) << out;
+}
+
+// A file with valid checksums whose last_hidden holds 3 values: it used to load, enter the RAM
+// bank and fail every request that extended its key. Refused now, and so is a next_logits of
+// the wrong size.
+TEST_F(CheckpointRejection, VectorsOfTheWrongSize) {
+  DecodeState bad = state_.clone();
+  bad.last_hidden.resize(3);
+  ASSERT_TRUE(save_checkpoint(dir_.file("hidden.fsck"), bad, toy_identity()).ok());
+  EXPECT_EQ(load_reason(dir_.file("hidden.fsck"), model_), "shape");
+  bad = state_.clone();
+  bad.last_hidden.clear();
+  ASSERT_TRUE(save_checkpoint(dir_.file("no_hidden.fsck"), bad, toy_identity()).ok());
+  EXPECT_EQ(load_reason(dir_.file("no_hidden.fsck"), model_), "shape");
+  bad = state_.clone();
+  bad.next_logits.push_back(0.5f);
+  ASSERT_TRUE(save_checkpoint(dir_.file("logits.fsck"), bad, toy_identity()).ok());
+  EXPECT_EQ(load_reason(dir_.file("logits.fsck"), model_), "shape");
+}
+
+// A tensor this model's state does not have (valid checksums, inside the payload, no overlap)
+// is refused: every tensor of the file must be one the model expects.
+TEST_F(CheckpointRejection, TensorTheModelDoesNotHave) {
+  auto header = parse_checkpoint(good_);
+  ASSERT_TRUE(header.ok());
+  CheckpointHeader h = *header;
+  std::vector<std::uint8_t> extra(64, 0x3f);
+  CheckpointTensor t;
+  t.name = "trunk/0.extra.weights";
+  t.shape = {16};
+  t.offset = h.payload_bytes;
+  t.bytes = 64;
+  t.xxh3 = xxh3_64(std::span<const std::uint8_t>(extra));
+  h.tensors.push_back(t);
+  h.payload_bytes += 64;
+  std::vector<std::uint8_t> bytes = encode_checkpoint_head(h);
+  bytes.insert(bytes.end(), good_.begin() + static_cast<std::ptrdiff_t>(header->payload_offset),
+               good_.end());
+  bytes.insert(bytes.end(), extra.begin(), extra.end());
+  const auto path = write("extra.fsck", bytes);
+  ASSERT_TRUE(parse_checkpoint(bytes).ok()) << parse_checkpoint(bytes).status().to_string();
+  std::string reason;
+  auto r = load_checkpoint(path, model_, toy_identity(), &reason);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(reason, "table");
+  EXPECT_NE(r.status().message().find("not a tensor of this model's state"), std::string::npos)
+      << r.status().message();
+}
+
+// The fingerprint covers the weights: the same config and shapes with one weight byte changed
+// (a fine-tune) is another model. The hash is cached beside the model and a rewritten shard is
+// hashed again even when its size and mtime are put back.
+TEST(ModelFingerprint, CoversTheWeights) {
+  ScratchDir dir;
+  const std::filesystem::path src = std::string(FLASHSERVE_TEST_FIXTURES) + "/qwen4_exp_variant";
+  const auto model = dir.path() / "m";
+  std::filesystem::create_directories(model);
+  for (const char* f : {"config.json", "model.safetensors"})
+    std::filesystem::copy_file(src / f, model / f);
+  auto a = model_fingerprint(model.string());
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  EXPECT_TRUE(std::filesystem::exists(model / ".flashserve-weights-xxh3"));
+  auto again = model_fingerprint(model.string());  // from the cache
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*a, *again);
+
+  const auto shard = (model / "model.safetensors").string();
+  const auto mtime = std::filesystem::last_write_time(shard);
+  auto bytes = test::read_bytes(shard);
+  bytes[bytes.size() - 5] ^= 0x01;  // the last tensor's data, not the header
+  test::write_bytes(shard, bytes);
+  std::filesystem::last_write_time(shard, mtime);  // size and mtime as before
+  auto b = model_fingerprint(model.string());
+  ASSERT_TRUE(b.ok());
+  EXPECT_NE(*a, *b);
+  // A checkpoint saved under the old weights is refused by the new ones.
+  ToyModel toy;
+  const DecodeState s = prefilled(toy, {1, 2, 3});
+  ASSERT_TRUE(
+      save_checkpoint(dir.file("s.fsck"), s, {Family::kQwenNext, *a, 0, kEnginePolicyVersion})
+          .ok());
+  EXPECT_EQ(load_reason(dir.file("s.fsck"), toy, {Family::kQwenNext, *b, 0, kEnginePolicyVersion}),
+            "fingerprint");
 }
 
 TEST_F(CheckpointRejection, GarbageAndMissingFiles) {

@@ -3,6 +3,7 @@
 // with the final commit run exactly once; sampled MTP has the autoregressive distribution.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -219,6 +220,102 @@ TEST(Generator, CancellationAndFailureNeverPublishACompleteState) {
   EXPECT_EQ(f.stats.final_commits, 1);
 }
 
+// A stop the caller requests after a token (a stop sequence matched on the text) ends the turn
+// AT that token, on every path (a fresh primary, an accepted draft, a sampled correction): the
+// token is committed, nothing after it is emitted, the finish reason is stop, and the state is
+// complete and equal to the cold prefill of prompt + tokens, so it can be banked.
+TEST(Generator, RequestedStopEndsTheTurnAtThatTokenWithACompleteState) {
+  ToyModel model;
+  const auto V = model.info().vocab_size;
+  std::set<ExitPath> paths;
+  for (bool sampled : {false, true}) {
+    for (int depth = 0; depth <= kMaxMtpDepth; ++depth) {
+      for (std::uint32_t seed = 0; seed < 4; ++seed) {
+        for (std::int64_t at = 1; at <= 7; ++at) {
+          SCOPED_TRACE("depth " + std::to_string(depth) + " seed " + std::to_string(seed) +
+                       " stop after token " + std::to_string(at) + (sampled ? " sampled" : ""));
+          const auto prompt = make_prompt(seed + 40, 5 + seed, V);
+          GenerateOptions opt;
+          opt.max_tokens = 12;
+          opt.mtp_depth = depth;
+          opt.seed = seed;
+          if (sampled) opt.sampler.temperature = 0.8;
+          std::int64_t seen = 0;
+          opt.on_token = [&](TokenId) { ++seen; };
+          opt.stop_requested = [&] { return seen >= at; };
+          DecodeState state;
+          const auto r = run(model, prompt, opt, &state);
+          ASSERT_TRUE(r.error.ok()) << r.error.to_string();
+          EXPECT_EQ(r.finish_reason, FinishReason::kStop);
+          EXPECT_EQ(static_cast<std::int64_t>(r.tokens.size()), at);
+          EXPECT_EQ(seen, at);
+          ASSERT_TRUE(r.state_complete) << exit_path_name(r.exit_path);
+          ASSERT_EQ(state.tokens.size(), prompt.size() + r.tokens.size());
+          expect_equals_cold(model, state);
+          if (HasFatalFailure()) return;
+          paths.insert(r.exit_path);
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(paths.count(ExitPath::kHeadStop));
+  EXPECT_TRUE(paths.count(ExitPath::kDraftStop));
+  EXPECT_TRUE(paths.count(ExitPath::kCorrectionStop));
+}
+
+// finish_turn's own work, observed from outside: on every exit that leaves a pending token, the
+// turn's LAST forward is finish_turn forwarding it. Make exactly that forward fail: the turn
+// must end in error, never claim a complete state, and still run the final commit once. Make
+// the one after it fail instead: nothing changes. (A finish_turn that ignored the forward's
+// status, skipped the forward or ran twice fails one of these.)
+TEST(Generator, FinishTurnForwardsThePendingTokenAndReportsItsFailure) {
+  ToyModel model;
+  const auto V = model.info().vocab_size;
+  int pending_exits = 0;
+  for (bool sampled : {false, true}) {
+    for (int depth = 0; depth <= kMaxMtpDepth; ++depth) {
+      for (std::uint32_t seed = 0; seed < 6; ++seed) {
+        const auto prompt = make_prompt(seed + 70, 4 + seed % 3, V);
+        GenerateOptions opt;
+        opt.max_tokens = 1 + seed;
+        opt.mtp_depth = depth;
+        opt.seed = seed;
+        opt.stop_tokens = {static_cast<TokenId>(seed % V)};
+        if (sampled) opt.sampler.temperature = 0.9;
+        DecodeState base = prefill(model, prompt);
+        DecodeState ok_state = base.clone();
+        const auto before = model.forwards;
+        const auto ok = generate(model, ok_state, opt);
+        const auto forwards = model.forwards - before;
+        ASSERT_TRUE(ok.state_complete);
+        ASSERT_EQ(ok.stats.final_commits, 1);
+        if (!ok.exit_with_pending) continue;
+        ++pending_exits;
+        ASSERT_EQ(ok_state.tokens.back(), ok.tokens.back());  // the pending token is in the key
+
+        DecodeState failed_state = base.clone();
+        model.fail_in = forwards - 1;  // the last forward: finish_turn's
+        const auto failed = generate(model, failed_state, opt);
+        model.fail_in = -1;
+        EXPECT_EQ(failed.finish_reason, FinishReason::kError);
+        EXPECT_FALSE(failed.error.ok());
+        EXPECT_FALSE(failed.state_complete);
+        EXPECT_EQ(failed.stats.final_commits, 1);
+        EXPECT_EQ(failed.tokens, ok.tokens);  // everything before the commit went the same way
+
+        DecodeState later_state = base.clone();
+        model.fail_in = forwards;  // one past the turn: never reached
+        const auto later = generate(model, later_state, opt);
+        model.fail_in = -1;
+        EXPECT_TRUE(later.state_complete);
+        EXPECT_EQ(later.tokens, ok.tokens);
+        EXPECT_EQ(later_state.tokens, ok_state.tokens);
+      }
+    }
+  }
+  EXPECT_GT(pending_exits, 20);
+}
+
 TEST(Generator, StateInvariantCatchesAKeyLongerThanTheState) {
   ToyModel model;
   DecodeState s = prefill(model, make_prompt(9, 5, model.info().vocab_size));
@@ -296,8 +393,12 @@ std::vector<double> exact_marginal(ToyModel& model, const std::vector<TokenId>& 
   return out;
 }
 
-// Pearson's chi-square of observed counts against expected probabilities, cells with an
-// expected count below 5 pooled; returns (statistic, degrees of freedom).
+// Pearson's chi-square of observed counts against expected probabilities. Cells with an
+// expected count below 5 are pooled into one cell, which is kept (none of its observations is
+// dropped) when its expectation is at least 1 (Cochran's rule); a pool below 1 is judged by
+// the exact Poisson tail instead: observing its count or more must not be below 0.1%. A draw
+// the exact distribution gives no mass makes the statistic infinite. Returns (statistic,
+// degrees of freedom).
 std::pair<double, int> chi_square(const std::vector<std::int64_t>& observed,
                                   const std::vector<double>& p, std::int64_t n) {
   double stat = 0, pooled_e = 0;
@@ -305,6 +406,7 @@ std::pair<double, int> chi_square(const std::vector<std::int64_t>& observed,
   int cells = 0;
   for (std::size_t i = 0; i < p.size(); ++i) {
     const double e = p[i] * static_cast<double>(n);
+    if (e == 0 && observed[i] > 0) return {INFINITY, 1};
     if (e < 5) {
       pooled_e += e;
       pooled_o += observed[i];
@@ -313,14 +415,58 @@ std::pair<double, int> chi_square(const std::vector<std::int64_t>& observed,
     stat += (static_cast<double>(observed[i]) - e) * (static_cast<double>(observed[i]) - e) / e;
     ++cells;
   }
-  if (pooled_e >= 5) {
+  if (pooled_e >= 1) {
     stat += (static_cast<double>(pooled_o) - pooled_e) *
             (static_cast<double>(pooled_o) - pooled_e) / pooled_e;
     ++cells;
-  } else if (pooled_o > 0 && pooled_e == 0) {
-    stat = INFINITY;  // a token the exact distribution gives no mass
+  } else if (pooled_o > 0) {
+    // P(X >= pooled_o) for X ~ Poisson(pooled_e).
+    double term = std::exp(-pooled_e), below = 0;
+    for (std::int64_t k = 0; k < pooled_o; ++k) {
+      below += term;
+      term *= pooled_e / static_cast<double>(k + 1);
+    }
+    if (1.0 - below < 1e-3) return {INFINITY, std::max(cells - 1, 1)};
   }
   return {stat, cells - 1};
+}
+
+// Exact joint distribution of the first two generated tokens, as a V*V table (t1 * V + t2).
+std::vector<double> exact_joint_first_two(ToyModel& model, const std::vector<TokenId>& prompt,
+                                          const SamplerConfig& c) {
+  const auto V = static_cast<std::size_t>(model.info().vocab_size);
+  std::vector<double> out(V * V, 0.0);
+  DecodeState s = prefill(model, prompt);
+  TokenCounts counts;
+  const auto d1 = target_distribution(apply_penalties(s.next_logits, counts, c), c);
+  for (std::size_t i = 0; i < d1.ids.size(); ++i) {
+    DecodeState next = s.clone();
+    const TokenId in[1] = {d1.ids[i]};
+    EXPECT_TRUE(extend(model, next, in).ok());
+    TokenCounts c1;
+    ++c1[d1.ids[i]];
+    const auto d2 = target_distribution(apply_penalties(next.next_logits, c1, c), c);
+    for (std::size_t j = 0; j < d2.ids.size(); ++j)
+      out[static_cast<std::size_t>(d1.ids[i]) * V + static_cast<std::size_t>(d2.ids[j])] +=
+          d1.probs[i] * d2.probs[j];
+  }
+  return out;
+}
+
+double chi_square_critical(int df);
+
+TEST(Generator, ChiSquareCountsEveryObservation) {
+  // Two rare cells (expected 2 each) hold 44 observations: their pool (expected 4) used to be
+  // dropped for being under 5, so this passed; counted now, it fails, as it must.
+  const std::vector<double> p = {0.498, 0.498, 0.002, 0.002};
+  const auto [stat, df] = chi_square({478, 478, 22, 22}, p, 1000);
+  EXPECT_GT(stat, chi_square_critical(df));
+  const auto [fair, fair_df] = chi_square({497, 497, 3, 3}, p, 1000);
+  EXPECT_LT(fair, chi_square_critical(fair_df));
+  // A pool expected below 1 that holds many observations fails by its Poisson tail.
+  const std::vector<double> q = {0.4998, 0.4998, 0.0002, 0.0002};
+  EXPECT_TRUE(std::isinf(chi_square({494, 494, 6, 6}, q, 1000).first));  // pool expects 0.4
+  EXPECT_FALSE(std::isinf(chi_square({499, 500, 1, 0}, q, 1000).first));
 }
 
 // Upper 0.1% point of chi-square (Wilson-Hilferty approximation).
@@ -343,9 +489,11 @@ TEST(Generator, SampledMtpHasTheAutoregressiveDistribution) {
     const int positions = 3;
     std::vector<std::vector<double>> exact;
     for (int k = 0; k < positions; ++k) exact.push_back(exact_marginal(model, prompt, c, k));
+    const auto joint = exact_joint_first_two(model, prompt, c);
     const std::int64_t draws = 20000;
     for (int depth = 0; depth <= kMaxMtpDepth; ++depth) {
       std::vector<std::vector<std::int64_t>> counts(positions, std::vector<std::int64_t>(8, 0));
+      std::vector<std::int64_t> pairs(64, 0);
       DecodeState base = prefill(model, prompt);
       for (std::int64_t i = 0; i < draws; ++i) {
         GenerateOptions opt;
@@ -361,6 +509,7 @@ TEST(Generator, SampledMtpHasTheAutoregressiveDistribution) {
         for (int k = 0; k < positions; ++k)
           ++counts[static_cast<std::size_t>(k)]
                   [static_cast<std::size_t>(r.tokens[static_cast<std::size_t>(k)])];
+        ++pairs[static_cast<std::size_t>(r.tokens[0] * 8 + r.tokens[1])];
       }
       for (int k = 0; k < positions; ++k) {
         const auto [stat, df] = chi_square(counts[static_cast<std::size_t>(k)],
@@ -370,6 +519,13 @@ TEST(Generator, SampledMtpHasTheAutoregressiveDistribution) {
                     with_penalties, depth, k + 1, stat, df, crit);
         EXPECT_LT(stat, crit) << "depth " << depth << " token " << k + 1;
       }
+      // Jointly: the pair (token 1, token 2) against its exact distribution, so a dependence
+      // between positions that keeps each marginal right still shows.
+      const auto [jstat, jdf] = chi_square(pairs, joint, draws);
+      const double jcrit = chi_square_critical(jdf);
+      std::printf("penalties %d depth %d tokens 1-2 jointly: chi2 %.2f df %d (critical %.2f)\n",
+                  with_penalties, depth, jstat, jdf, jcrit);
+      EXPECT_LT(jstat, jcrit) << "depth " << depth << " joint";
     }
   }
 }

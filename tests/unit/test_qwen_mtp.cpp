@@ -3,16 +3,19 @@
 // cold-prefill state, and drafts are accepted at useful rates on held-out code.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "decode/generator.h"
+#include "decode/stop_tokens.h"
 #include "model/loader.h"
 #include "session/live_session.h"
 #include "test_backend.h"
 #include "test_support.h"
+#include "tokenizer/metadata.h"
 
 namespace fs {
 namespace {
@@ -56,6 +59,27 @@ Model* EmbeddedModel::model_ = nullptr;
 TEST_F(EmbeddedModel, HasAnMtpHead) {
   EXPECT_TRUE(model_->info().has_mtp);
   ASSERT_NE(model_->mtp(), nullptr);
+}
+
+// `run` and `serve` stop on one set (decode/stop_tokens.h): the tokenizer's end-of-turn and eos
+// ids and the model config's eos ids. `run` used to take the tokenizer's only, so a model whose
+// config names another eos id ran past it on the command line and stopped in the server.
+TEST_F(EmbeddedModel, RunAndServeStopOnTheSameTokens) {
+  auto bundle = load_tokenizer_dir(kModel);
+  ASSERT_TRUE(bundle.ok()) << bundle.status().to_string();
+  ModelInfo info = model_->info();
+  info.eos_token_ids.push_back(7);  // an id only the model config names
+  const auto ids = turn_stop_tokens(*bundle, info);
+  const auto has = [&](TokenId t) { return std::find(ids.begin(), ids.end(), t) != ids.end(); };
+  for (const TokenId t : stop_token_ids(bundle->metadata, bundle->tokenizer)) EXPECT_TRUE(has(t));
+  for (const TokenId t : info.eos_token_ids) EXPECT_TRUE(has(t)) << t;
+  EXPECT_EQ(std::set<TokenId>(ids.begin(), ids.end()).size(), ids.size()) << "no repeats";
+  // And both front ends take their stop tokens from it.
+  for (const char* file : {"src/cli/run_command.cpp", "src/server/engine.cpp"}) {
+    const auto bytes = test::read_bytes(std::string(FLASHSERVE_SOURCE_DIR) + "/" + file);
+    EXPECT_NE(std::string(bytes.begin(), bytes.end()).find("turn_stop_tokens("), std::string::npos)
+        << file;
+  }
 }
 
 TEST_F(EmbeddedModel, TrunkAndMtpLogitsMatchTheTrainingFramework) {

@@ -29,8 +29,10 @@ std::unique_ptr<Model> load(const std::string& dir) {
   return m.ok() ? std::move(m).value() : nullptr;
 }
 
-// The float32 engine against float64 reference logits: measured max 1.5e-5 (README).
-constexpr double kF32Tolerance = 1e-3;
+// The float32 engine against float64 reference logits: measured max 1.9e-5 over runs (README;
+// OpenBLAS's summation order varies with its threads), asserted at about twice that, so a
+// regression of a few ulps per layer shows rather than hiding under 1e-3.
+constexpr double kF32Tolerance = 4e-5;
 
 class QwenParityAll : public ::testing::TestWithParam<std::string> {};
 

@@ -137,6 +137,17 @@ TEST(SafetensorsCorrupt, OverlappingTensors) {
                ErrorCode::kCorrupt, "overlap");
 }
 
+// Found by fuzz.safetensors: a number too large for a double made nlohmann throw out_of_range,
+// which the parser did not catch (std::terminate). Deep nesting is refused too.
+TEST(SafetensorsCorrupt, NumbersOutOfRangeAndDeepNesting) {
+  expect_error(parse_status(raw_file(
+                   R"({"a":{"dtype":"F32","shape":333e3333333333,"data_offsets":[0,4]}})", 4)),
+               ErrorCode::kCorrupt, "not valid JSON");
+  expect_error(parse_status(raw_file(
+                   "{\"a\":" + std::string(100000, '[') + "1" + std::string(100000, ']') + "}", 0)),
+               ErrorCode::kCorrupt, "nested deeper than 64");
+}
+
 TEST(SafetensorsCorrupt, BadJson) {
   expect_error(parse_status(raw_file(R"({"a":{"dtype":"F32",)", 0)), ErrorCode::kCorrupt,
                "not valid JSON");

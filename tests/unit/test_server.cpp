@@ -2,9 +2,14 @@
 // response shapes, stop sequences on a text stream, and the Prometheus exposition.
 #include <gtest/gtest.h>
 
+#include <malloc.h>
+
+#include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "format/json_parse.h"
 #include "server/api_error.h"
+#include "server/auth.h"
 #include "server/format.h"
 #include "server/metrics.h"
 #include "server/request.h"
@@ -107,6 +112,183 @@ TEST(ServerRequest, MalformedBodies) {
     EXPECT_EQ(e.status, 400) << body;
     EXPECT_FALSE(e.message.empty());
   }
+}
+
+// The body of issue 13: ~120k nested '[' inside a message field. It used to overflow the stack
+// (SIGSEGV) in the recursive copies of the request JSON; it must be a 400 naming the limit.
+TEST(ServerRequestHostile, DeepNestingIsA400NotACrash) {
+  for (const std::size_t depth : {65ul, 1000ul, 120000ul}) {
+    std::string body = R"({"model":"m","messages":[{"role":"user","content":)";
+    body.append(depth, '[');
+    body += "\"x\"";
+    body.append(depth, ']');
+    body += "}]}";
+    for (const auto& e : {error_of(parse_openai_chat(body, kLimits)),
+                          error_of(parse_anthropic_messages(body, kLimits))}) {
+      EXPECT_EQ(e.status, 400);
+      EXPECT_NE(e.message.find("nested deeper than 64"), std::string::npos) << e.message;
+    }
+  }
+  // Unclosed nesting too (the parser stops at the limit, not at the end of the text).
+  const std::string open_only = R"({"messages":)" + std::string(240000, '[');
+  EXPECT_EQ(error_of(parse_openai_chat(open_only, kLimits)).status, 400);
+  // Nesting within the limit is accepted where the API allows arbitrary JSON (tool schemas).
+  std::string tools =
+      R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":)";
+  for (int i = 0; i < 50; ++i) tools += R"({"a":)";
+  tools += "1";
+  for (int i = 0; i < 50; ++i) tools += "}";
+  tools += "}}]}";
+  EXPECT_EQ(ok_request(parse_openai_chat(tools, kLimits)).chat.tools.size(), 1u);
+}
+
+// An object of n keys used to cost O(n^2) (ordered_json inserts each key by a linear scan): 80k
+// keys took 10 s. Linear now (0.3 s and 0.9 s for 80k and 320k keys on the 2-core machine); the
+// time grows about linearly (the 4x larger body may take at most 10x as long, with slack for a busy
+// machine).
+TEST(ServerRequestHostile, ManyKeysParseInLinearTime) {
+  const auto body_with_keys = [](int n) {
+    std::string body = R"({"messages":[{"role":"user","content":"hi"}])";
+    for (int i = 0; i < n; ++i) body += ",\"k" + std::to_string(i) + "\":0";
+    return body + "}";
+  };
+  const auto seconds = [&](int n) {
+    const std::string body = body_with_keys(n);
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)ok_request(parse_openai_chat(body, kLimits));
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  (void)seconds(1000);  // warm up the allocator
+  const double t80 = seconds(80000);
+  const double t320 = seconds(320000);
+  EXPECT_LT(t80, 2.0);
+  EXPECT_LT(t320, 6.0);
+  EXPECT_LT(t320, 10 * t80 + 0.05) << "80k keys " << t80 << " s, 320k keys " << t320 << " s";
+  std::cout << "80k keys: " << t80 << " s, 320k keys: " << t320 << " s\n";
+  // A repeated key keeps its last value, as nlohmann's own parser does.
+  const auto r = ok_request(parse_openai_chat(
+      R"({"messages":[{"role":"user","content":"a"}],"max_tokens":3,"max_tokens":5})", kLimits));
+  EXPECT_EQ(r.max_tokens, 5);
+}
+
+// Too many values is refused while parsing, before the document is built.
+TEST(ServerRequestHostile, ValueCountIsBounded) {
+  RequestLimits small = kLimits;
+  small.max_json_values = 1000;
+  std::string body = R"({"messages":[{"role":"user","content":"hi"}],"x":[)";
+  for (int i = 0; i < 2000; ++i) body += i ? ",0" : "0";
+  body += "]}";
+  const auto e = error_of(parse_openai_chat(body, small));
+  EXPECT_EQ(e.status, 400);
+  EXPECT_NE(e.message.find("more than 1000 values"), std::string::npos) << e.message;
+}
+
+// Memory per request, measured: the heap held by a parsed body (the peak of a request, which
+// keeps the body text and the document while it validates), over the body's size, for the
+// bodies that cost the most per byte (many tiny values, many small objects, many keys, long
+// strings). The server's body limit times this ratio bounds what one request can take
+// (docs/SERVER.md).
+TEST(ServerRequestHostile, MemoryPerRequestIsBoundedAndMeasured) {
+#ifdef __SANITIZE_ADDRESS__
+  GTEST_SKIP() << "glibc's malloc statistics do not see AddressSanitizer's allocator";
+#endif
+  const auto chat_with = [](const std::string& extra) {
+    return R"({"messages":[{"role":"user","content":"hi"}],"x":)" + extra + "}";
+  };
+  std::string zeros = "[0";
+  std::string empties = "[[]";
+  std::string objects = "[{}";
+  std::string keys = "{\"k0\":0";
+  for (int i = 1; i < 200000; ++i) {
+    zeros += ",0";
+    empties += ",[]";
+    objects += ",{}";
+    keys += ",\"k" + std::to_string(i) + "\":0";
+  }
+  zeros += "]";
+  empties += "]";
+  objects += "]";
+  keys += "}";
+  const std::string text =
+      R"({"messages":[{"role":"user","content":")" + std::string(1 << 20, 'a') + R"("}]})";
+  double worst = 0;
+  for (const std::string& body :
+       {chat_with(zeros), chat_with(empties), chat_with(objects), chat_with(keys), text}) {
+    malloc_trim(0);
+    const auto before = mallinfo2().uordblks;
+    {
+      ASSERT_TRUE(std::holds_alternative<GenerationRequest>(parse_openai_chat(body, kLimits)));
+      JsonLimits limits;
+      limits.max_depth = kLimits.max_json_depth;
+      limits.max_values = kLimits.max_json_values;
+      const auto parsed = parse_ordered_json_bounded(body, limits);
+      ASSERT_TRUE(parsed.ok());
+      const auto held = mallinfo2().uordblks;
+      const double ratio =
+          static_cast<double>(held > before ? held - before : 0) / static_cast<double>(body.size());
+      worst = std::max(worst, ratio);
+    }
+  }
+  std::cout << "request memory: at most " << worst << " x the body size\n";
+  EXPECT_LT(worst, 20.0);  // 16.0 measured (many empty arrays)
+}
+
+// Unicode the parser must pass through unchanged or refuse cleanly: escaped surrogate pairs,
+// raw multi-byte text, a lone surrogate escape, invalid UTF-8 bytes.
+TEST(ServerRequestHostile, UnicodeBodies) {
+  const auto r = ok_request(parse_openai_chat(
+      "{\"messages\":[{\"role\":\"user\",\"content\":\"\\ud83d\\ude00 \\u00e9 \xe6\x97\xa5\"}]}",
+      kLimits));
+  EXPECT_EQ(r.chat.messages[0].text(), "\xF0\x9F\x98\x80 \xC3\xA9 \xE6\x97\xA5");
+  EXPECT_EQ(
+      error_of(parse_openai_chat(R"({"messages":[{"role":"user","content":"\ud800"}]})", kLimits))
+          .status,
+      400);
+  EXPECT_EQ(error_of(parse_openai_chat(
+                         "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}", kLimits))
+                .status,
+            400);
+}
+
+TEST(ServerAuth, KeysMatchOnlyExactly) {
+  EXPECT_TRUE(api_key_matches("sekret", "", "sekret"));
+  EXPECT_TRUE(api_key_matches("", "Bearer sekret", "sekret"));
+  EXPECT_TRUE(api_key_matches("wrong", "Bearer sekret", "sekret"));
+  for (const char* bad : {"", "sekre", "sekret2", "Sekret", "sekret\n", "s"}) {
+    EXPECT_FALSE(api_key_matches(bad, "", "sekret")) << bad;
+    EXPECT_FALSE(api_key_matches("", std::string("Bearer ") + bad, "sekret")) << bad;
+  }
+  EXPECT_FALSE(api_key_matches("", "sekret", "sekret"));  // no "Bearer "
+  EXPECT_FALSE(api_key_matches("", "Basic sekret", "sekret"));
+  EXPECT_TRUE(constant_time_equal("", ""));
+  EXPECT_FALSE(constant_time_equal("a", ""));
+  EXPECT_FALSE(constant_time_equal("", "a"));
+}
+
+// The comparison takes the same time wherever the first difference is: a candidate wrong in its
+// first byte and one wrong in its last byte cost the same (a plain == returns at the first
+// difference, ~1000x faster for the first than for the last on a 1 MiB key).
+TEST(ServerAuth, ComparisonTimeDoesNotDependOnWhereKeysDiffer) {
+  const std::string key(1 << 20, 'k');
+  std::string first = key, last = key;
+  first.front() = 'x';
+  last.back() = 'x';
+  const auto best_of = [&](const std::string& candidate) {
+    double best = 1e9;
+    for (int trial = 0; trial < 15; ++trial) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < 4; ++i) EXPECT_FALSE(constant_time_equal(candidate, key));
+      best = std::min(best,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return best;
+  };
+  const double t_first = best_of(first), t_last = best_of(last), t_short = best_of("k");
+  std::cout << "1 MiB key: differing first " << t_first * 1e6 / 4 << " us, last "
+            << t_last * 1e6 / 4 << " us, 1-byte candidate " << t_short * 1e6 / 4 << " us\n";
+  EXPECT_GT(t_first / t_last, 0.5);
+  EXPECT_LT(t_first / t_last, 2.0);
+  EXPECT_GT(t_short / t_last, 0.5);  // a short candidate does not return early either
 }
 
 TEST(ServerRequest, Completion) {

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "decode/generator.h"
+#include "session/checkpoint.h"
 #include "session/live_session.h"
 #include "session/radix_tree.h"
 #include "test_support.h"
@@ -212,6 +213,64 @@ TEST(DiskStore, SurvivesRestartAndRejectsCorruptFiles) {
                                 .identity = {Family::kQwenNext, "other", 0, kEnginePolicyVersion}});
   ASSERT_TRUE(other.ok());
   EXPECT_EQ((*other)->entries(), 0u);
+}
+
+// The disk tier compares keys, not lengths: a file replaced after it was indexed by another
+// conversation's state of the same length is refused, never served for this prompt.
+TEST(DiskStore, ComparesKeysNotLengths) {
+  ToyModel model;
+  ScratchDir dir;
+  const CheckpointIdentity id{Family::kQwenNext, "toy", 0, kEnginePolicyVersion};
+  const auto a = seq(40, 11), b = seq(40, 12);
+  ASSERT_NE(a, b);
+  auto store =
+      DiskStore::open({.dir = dir.path().string(), .byte_budget = 1 << 20, .identity = id});
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->persist(cold(model, a)).ok());
+  (*store)->flush();
+  std::string path;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) path = e.path().string();
+  ASSERT_TRUE(path.ends_with("-40.fsck")) << path;
+  ASSERT_TRUE(save_checkpoint(path, cold(model, b), id).ok());  // same length, other tokens
+  auto longer = a;
+  longer.push_back(1);
+  EXPECT_FALSE((*store)->lookup(longer, model));
+  EXPECT_EQ((*store)->stats().rejections.at("key_coverage"), 1);
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+// Two files holding the same key (a copy under another name): the store keeps one and deletes
+// the other, so nothing stays on disk outside the index and the budget.
+TEST(DiskStore, DuplicateKeysLeaveNoOrphanFiles) {
+  ToyModel model;
+  ScratchDir dir;
+  const CheckpointIdentity id{Family::kQwenNext, "toy", 0, kEnginePolicyVersion};
+  const auto a = seq(30, 21);
+  {
+    auto store =
+        DiskStore::open({.dir = dir.path().string(), .byte_budget = 1 << 20, .identity = id});
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->persist(cold(model, a)).ok());
+    (*store)->flush();
+  }
+  std::string path;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) path = e.path().string();
+  std::filesystem::copy_file(path, dir.file("copy-of-a.fsck"));
+  auto store =
+      DiskStore::open({.dir = dir.path().string(), .byte_budget = 1 << 20, .identity = id});
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ((*store)->entries(), 1u);
+  std::size_t files = 0;
+  std::uint64_t on_disk = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    ++files;
+    on_disk += e.file_size();
+  }
+  EXPECT_EQ(files, 1u);
+  EXPECT_EQ((*store)->bytes(), on_disk);
+  auto hit = (*store)->lookup(a, model);
+  ASSERT_TRUE(hit);
+  expect_same(hit->state, cold(model, a));
 }
 
 TEST(DiskStore, StaysUnderItsBudget) {

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "format/config_json.h"
+#include "format/json_parse.h"
 #include "util/mapped_file.h"
 
 namespace fs {
@@ -24,7 +25,9 @@ Expected<std::optional<std::string>> parse_content(const ojson& m, std::size_t i
       if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
           !part["text"].is_string()) {
         return unsupported(where + ": only content parts of type \"text\" are supported, got " +
-                           part.dump());
+                           (part.is_object() && part.contains("type") && part["type"].is_string()
+                                ? "type \"" + part["type"].get<std::string>().substr(0, 64) + "\""
+                                : std::string("a ") + part.type_name()));
       }
       joined += part["text"].get<std::string>();
     }
@@ -33,7 +36,8 @@ Expected<std::optional<std::string>> parse_content(const ojson& m, std::size_t i
   return invalid_argument(where + ": 'content' must be a string, null or a list of text parts");
 }
 
-Expected<ChatToolCall> parse_tool_call(const ojson& t, const std::string& where) {
+// Moves what it keeps out of `t`: a tool call's arguments are client JSON and are never copied.
+Expected<ChatToolCall> parse_tool_call(ojson& t, const std::string& where) {
   if (!t.is_object()) return invalid_argument(where + ": a tool call must be an object");
   ChatToolCall call;
   if (t.contains("type")) {
@@ -42,12 +46,12 @@ Expected<ChatToolCall> parse_tool_call(const ojson& t, const std::string& where)
     call.type = t["type"].get<std::string>();
   }
   // OpenAI nests name/arguments under "function"; accept them at the top level too.
-  const ojson& f = t.contains("function") && t["function"].is_object() ? t["function"] : t;
+  ojson& f = t.contains("function") && t["function"].is_object() ? t["function"] : t;
   if (!f.contains("name") || !f["name"].is_string())
     return invalid_argument(where + ": tool call has no function name");
   call.name = f["name"].get<std::string>();
   if (f.contains("arguments")) {
-    call.arguments = f["arguments"];
+    call.arguments = std::move(f["arguments"]);
     if (!call.arguments.is_string() && !call.arguments.is_object()) {
       return invalid_argument(where + ": tool call arguments must be a JSON string or an object");
     }
@@ -59,21 +63,17 @@ Expected<ChatToolCall> parse_tool_call(const ojson& t, const std::string& where)
 
 }  // namespace
 
-Expected<ChatRequest> parse_chat_request(const ojson& j) {
+Expected<ChatRequest> parse_chat_messages(ojson messages, ojson tools) {
   ChatRequest req;
-  const ojson* list = &j;
-  if (j.is_object()) {
-    if (!j.contains("messages")) return invalid_argument("the request has no 'messages'");
-    list = &j["messages"];
-    if (j.contains("tools") && !j["tools"].is_null()) {
-      if (!j["tools"].is_array()) return invalid_argument("'tools' must be a list");
-      req.tools = j["tools"];
-    }
+  if (!tools.is_null()) {
+    if (!tools.is_array()) return invalid_argument("'tools' must be a list");
+    req.tools = std::move(tools);
   }
+  ojson* list = &messages;
   if (!list->is_array()) return invalid_argument("'messages' must be a list of messages");
   if (list->empty()) return invalid_argument("'messages' is empty");
   for (std::size_t i = 0; i < list->size(); ++i) {
-    const ojson& m = (*list)[i];
+    ojson& m = (*list)[i];
     const std::string where = "message " + std::to_string(i);
     if (!m.is_object()) return invalid_argument(where + ": not an object");
     ChatMessage msg;
@@ -111,16 +111,18 @@ Expected<ChatRequest> parse_chat_request(const ojson& j) {
   return req;
 }
 
+Expected<ChatRequest> parse_chat_request(const ojson& j) {
+  if (!j.is_object()) return parse_chat_messages(j, nullptr);
+  if (!j.contains("messages")) return invalid_argument("the request has no 'messages'");
+  return parse_chat_messages(j["messages"], j.contains("tools") ? j["tools"] : ojson());
+}
+
 Expected<ChatRequest> parse_chat_request_file(const std::string& path) {
   auto text = read_text_file(path);
   if (!text.ok()) return text.status();
-  ojson j;
-  try {
-    j = ojson::parse(*text);
-  } catch (const ojson::parse_error& e) {
-    return invalid_argument(path + ": not valid JSON: " + e.what());
-  }
-  auto req = parse_chat_request(j);
+  auto j = parse_ordered_json_bounded(*text);
+  if (!j.ok()) return j.status().with_context(path);
+  auto req = parse_chat_request(*j);
   if (!req.ok()) return req.status().with_context(path);
   return req;
 }

@@ -48,7 +48,11 @@ struct ChatRequest {
   std::optional<bool> enable_thinking;  // nullopt: the template's default
 };
 
-// Parses a message list, or an object {"messages": [...], "tools": [...]}.
+// Parses a message list and the tool list (null: none), taking both by value so that a caller
+// can move client JSON in: nothing of it is copied.
+Expected<ChatRequest> parse_chat_messages(nlohmann::ordered_json messages,
+                                          nlohmann::ordered_json tools);
+// Parses a message list, or an object {"messages": [...], "tools": [...]} (copies it).
 Expected<ChatRequest> parse_chat_request(const nlohmann::ordered_json& j);
 Expected<ChatRequest> parse_chat_request_file(const std::string& path);
 

@@ -10,6 +10,8 @@
 #include <string>
 
 #include "tokenizer/chat/chat.h"
+
+#include "format/json_parse.h"
 #include "tokenizer/utf8.h"
 
 namespace fs {
@@ -27,11 +29,14 @@ constexpr std::string_view kToolsFooter =
 
 void append_tool_call(std::string& out, const ChatToolCall& call) {
   append_all(out, {"\n<tool_call>", call.name});
-  nlohmann::ordered_json args = call.arguments;
-  if (args.is_string()) {
-    args =
-        nlohmann::ordered_json::parse(args.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+  // Arguments sent as a JSON string are parsed (bounded: they come from the client); an object is
+  // read in place.
+  nlohmann::ordered_json parsed;
+  if (call.arguments.is_string()) {
+    auto p = parse_ordered_json_bounded(call.arguments.get_ref<const std::string&>());
+    if (p.ok()) parsed = std::move(*p);
   }
+  const nlohmann::ordered_json& args = call.arguments.is_string() ? parsed : call.arguments;
   if (args.is_object()) {
     for (auto it = args.begin(); it != args.end(); ++it) {
       append_all(out, {"\n<arg_key>", it.key(), "</arg_key>\n<arg_value>"});
