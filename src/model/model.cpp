@@ -63,6 +63,20 @@ std::vector<StateTensor> ModelState::tensors() const {
   return out;
 }
 
+Status ModelState::check_allocated() const {
+  // Runs before every forward: per-cache names only (short), the full name on failure.
+  for (std::size_t i = 0; i < caches_.size(); ++i) {
+    for (const auto& t : caches_[i]->tensors()) {
+      if (t.tensor->ok()) continue;
+      return out_of_range("state tensor " + std::to_string(i) + "." + caches_[i]->kind() + "." +
+                          t.name + " " + shape_to_string(t.tensor->shape()) +
+                          " could not be allocated in " + device_name(t.tensor->device()) +
+                          " memory");
+    }
+  }
+  return {};
+}
+
 HostStateTensors copy_to_host(const LayerCache& cache) {
   HostStateTensors out;
   const auto tensors = cache.tensors();

@@ -88,6 +88,9 @@ class ModelState {
   Status truncate(std::int64_t length);
   // Every cache's tensors, named "<index>.<kind>.<name>".
   std::vector<StateTensor> tensors() const;
+  // An error naming the first tensor whose allocation failed (its memory was exhausted when the
+  // state was built or loaded): such a state must not enter a forward.
+  Status check_allocated() const;
 
  private:
   std::vector<std::unique_ptr<LayerCache>> caches_;

@@ -108,9 +108,7 @@ bool Tensor::grow_rows(std::int64_t rows) {
     const auto target = std::max({want, capacity_ * 2, per_row * 64});
     if (!reserve(target, true)) return false;
   }
-  const auto old = bytes();
   shape_ = std::move(grown);
-  if (bytes() > old) memory_->zero(static_cast<std::uint8_t*>(data_) + old, bytes() - old);
   return true;
 }
 

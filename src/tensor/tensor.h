@@ -102,8 +102,9 @@ class Tensor {
   bool allocate(const std::shared_ptr<Memory>& memory, Shape shape, DType dtype = DType::kF32);
   // Resizes to `shape` in its own memory as float32, zero-filled.
   bool reset(Shape shape);
-  // Grows the leading dimension to `rows`, keeping the contents and zero-filling the new rows;
-  // capacity grows geometrically so appending one row at a time is amortised.
+  // Grows the leading dimension to `rows`, keeping the contents; the new rows are unspecified
+  // (the caller writes them: `append_rows`). Capacity grows geometrically so appending one row at
+  // a time is amortised.
   bool grow_rows(std::int64_t rows);
   // Drops rows past `rows` (capacity kept).
   void shrink_rows(std::int64_t rows);

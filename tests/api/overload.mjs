@@ -13,10 +13,10 @@
 // unchanged, its open connections return to zero and its resident memory stays flat. Every loop
 // is bounded; a global timer kills the server if anything hangs. Prints one line per check and
 // "N passed, M failed".
-import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import assert from 'node:assert/strict';
+import { spawnServer } from './server.mjs';
 
 const args = process.argv.slice(2);
 const argOf = (name, dflt) => {
@@ -41,25 +41,12 @@ const READ_TIMEOUT_MS = 1500;
 const DEADLINE_S = 6;
 
 async function startServer() {
-  const argv = ['serve', '--port', '0', ...(model ? ['--model', model] : []), '--mtp-depth', '0',
+  const server = await spawnServer(binary, [...(model ? ['--model', model] : []), '--mtp-depth', '0',
     '--http-threads', '2', '--max-queue', '1', '--read-timeout-ms', String(READ_TIMEOUT_MS),
     // A small RAM bank: what it keeps is bounded by its budget, so memory can be compared.
-    '--session-ram-mb', '8', '--request-timeout-s', String(DEADLINE_S)];
-  proc = spawn(binary, argv, { stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '';
-  const port = await new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error('server did not start:\n' + log)), 30000);
-    proc.stderr.on('data', (d) => {
-      log += d.toString();
-      const m = log.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) {
-        clearTimeout(t);
-        resolve(Number(m[1]));
-      }
-    });
-    proc.on('exit', (code) => reject(new Error(`server exited (${code}):\n${log}`)));
-  });
-  return { port, base: `http://127.0.0.1:${port}`, log: () => log };
+    '--session-ram-mb', '8', '--request-timeout-s', String(DEADLINE_S)]);
+  proc = server.proc;
+  return server;
 }
 
 // One request on its own connection; resolves with {status, headers, body} or {status: 0, error}.

@@ -6,13 +6,13 @@
 // waits for /health, runs every test in order, and stops the server. A global timer kills the
 // server and fails the run if anything hangs. Prints one line per test and a JSON summary with
 // the measured figures (load test requests/s, TTFT).
-import { spawn } from 'node:child_process';
 import { mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync, writeSync, closeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
+import { spawnServer } from './server.mjs';
 
 const args = process.argv.slice(2);
 const argOf = (name, dflt) => {
@@ -34,29 +34,14 @@ const globalTimer = setTimeout(() => {
 }, Number(argOf('--timeout-s', '150')) * 1000);
 
 async function startServer(extra) {
-  const argv = ['serve', '--port', '0', ...(model ? ['--model', model] : []), ...extra];
-  const proc = spawn(binary, argv, { stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '';
-  const port = await new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error('server did not start:\n' + log)), 30000);
-    proc.stderr.on('data', (d) => {
-      log += d.toString();
-      const m = log.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) {
-        clearTimeout(t);
-        resolve(Number(m[1]));
-      }
-    });
-    proc.on('exit', (code) => reject(new Error(`server exited (${code}):\n${log}`)));
-  });
-  const base = `http://127.0.0.1:${port}`;
+  const { proc, port, base, log } = await spawnServer(binary, [...(model ? ['--model', model] : []), ...extra]);
   for (let i = 0; i < 100; ++i) {
     try {
       if ((await fetch(`${base}/health`)).ok) break;
     } catch {}
     await new Promise((r) => setTimeout(r, 100));
   }
-  const server = { proc, base, port, log: () => log };
+  const server = { proc, base, port, log };
   servers.push(server);
   return server;
 }

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <stdexcept>
 
@@ -45,6 +46,12 @@ std::vector<std::uint8_t> read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot read " + path);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::vector<std::int32_t> read_json_ids(const std::string& path) {
+  const auto bytes = read_bytes(path);
+  return nlohmann::json::parse(std::string(bytes.begin(), bytes.end()))
+      .get<std::vector<std::int32_t>>();
 }
 
 void write_bytes(const std::string& path, const std::vector<std::uint8_t>& bytes) {

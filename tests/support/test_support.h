@@ -28,6 +28,8 @@ class ScratchDir {
 };
 
 std::vector<std::uint8_t> read_bytes(const std::string& path);
+// A file holding one JSON array of integers (token ids: the models' parity/tokens.json).
+std::vector<std::int32_t> read_json_ids(const std::string& path);
 void write_bytes(const std::string& path, const std::vector<std::uint8_t>& bytes);
 void write_text(const std::string& path, const std::string& text);
 

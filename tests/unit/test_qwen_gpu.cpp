@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
-#include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
 #include "decode/generator.h"
@@ -22,8 +21,7 @@ namespace {
 const std::string kModel = EMBEDDED_MODEL_DIR;
 
 std::vector<TokenId> parity_tokens() {
-  const auto bytes = test::read_bytes(kModel + "/parity/tokens.json");
-  return nlohmann::json::parse(std::string(bytes.begin(), bytes.end())).get<std::vector<TokenId>>();
+  return test::read_json_ids(kModel + "/parity/tokens.json");
 }
 
 class Gpu : public ::testing::Test {

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <nlohmann/json.hpp>
 #include <set>
 
 #include "decode/generator.h"
@@ -23,8 +22,7 @@ namespace {
 const std::string kModel = EMBEDDED_MODEL_DIR;
 
 std::vector<TokenId> parity_tokens() {
-  const auto bytes = test::read_bytes(kModel + "/parity/tokens.json");
-  return nlohmann::json::parse(std::string(bytes.begin(), bytes.end())).get<std::vector<TokenId>>();
+  return test::read_json_ids(kModel + "/parity/tokens.json");
 }
 
 std::vector<float> read_f32(const std::string& path) {

@@ -9,6 +9,7 @@
 #include "model/common/ngram_hash.h"
 #include "model/loader.h"
 #include "model/qwen_next/config.h"
+#include "model/qwen_next/forward.h"
 #include "model/qwen_next/state.h"
 #include "qwen_fixture.h"
 #include "test_backend.h"
@@ -191,6 +192,35 @@ TEST(QwenState, TruncateSemantics) {
   EXPECT_EQ(*fresh->covered_tokens(), 0);
   EXPECT_TRUE(fresh->truncate(0).ok());
   EXPECT_FALSE(fresh->truncate(1).ok());
+}
+
+// A memory with nothing left: every allocation fails.
+class ExhaustedMemory final : public Memory {
+ public:
+  Device device() const override { return Device::kHost; }
+  void* allocate(std::size_t) override { return nullptr; }
+  void release(void*, std::size_t) override {}
+  void to_host(void*, const void*, std::size_t) override {}
+  void from_host(void*, const void*, std::size_t) override {}
+  void copy(void*, const void*, std::size_t) override {}
+  void zero(void*, std::size_t) override {}
+};
+
+// A state whose memory ran out while it was built is refused by the forward, naming the tensor,
+// instead of handing a kernel a buffer that is not there.
+TEST(QwenState, ForwardRefusesAStateWhoseAllocationFailed) {
+  auto m = tiny_model();
+  ASSERT_NE(m, nullptr);
+  auto s = m->new_state();
+  ASSERT_TRUE(s->check_allocated().ok());
+  const auto& config = dynamic_cast<const QwenNextModel&>(*m).config();
+  s->replace_cache(0, std::make_unique<GatedDeltaNetCache>(config,
+                                                           std::make_shared<ExhaustedMemory>()));
+  const std::vector<TokenId> ok = {1, 2};
+  ForwardOutput out;
+  const Status st = m->forward(*s, ok, LogitsRows::kAll, out);
+  EXPECT_EQ(st.code(), ErrorCode::kOutOfRange);
+  EXPECT_NE(st.message().find("0.gdn.recurrent"), std::string::npos) << st.to_string();
 }
 
 TEST(QwenState, ForwardRejectsBadTokensAndForeignStates) {

@@ -420,7 +420,7 @@ void CudaBackend::append_rows(Tensor& cache, const Tensor& x) {
                       std::to_string(cache.dim(0) + x.rows()) + " rows"));
     return;
   }
-  // grow_rows zero-fills the new rows (stream-ordered); the copy lands after that.
+  // The new rows are unspecified until this stream-ordered copy fills them.
   memory_->copy(static_cast<std::uint8_t*>(cache.raw()) + old_bytes, x.raw(), x.bytes());
 }
 

@@ -235,6 +235,7 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
     }
   }
   if (ci != state.cache_count()) return invalid_argument("state has more caches than this model");
+  if (Status s = state.check_allocated(); !s.ok()) return s;
 
   for (std::size_t i = 0; i < weights_.layers.size(); ++i) {
     decoder_layer(weights_.layers[i], bound[i], first, tokens, h);

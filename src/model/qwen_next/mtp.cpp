@@ -33,6 +33,7 @@ Status QwenNextMtpHead::forward(ModelState& history, std::span<const float> hidd
   if (history.cache_count() != 1) return invalid_argument("MTP history has the wrong shape");
   auto* cache = dynamic_cast<QsaCache*>(&history.cache(0));
   if (cache == nullptr) return invalid_argument("MTP history cache has the wrong type");
+  if (Status s = history.check_allocated(); !s.ok()) return s.with_context("MTP history");
   out = ForwardOutput{};
   if (S == 0) return {};
   const Position first = cache->covered_tokens();
