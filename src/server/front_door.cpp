@@ -439,6 +439,9 @@ void GuardedServer::serve(Conn conn, bool overflow) {
   // not whole here (chunked, 100-continue, too large) ends the connection.
   std::size_t size = 0;
   (void)request_ready(conn, &size);
+  // Counted before the answer goes out, so a client that has its 503 already sees it counted in
+  // /metrics (the overload test compares the two).
+  if (overflow) ++overflow_served_;
   bool closed = false;
   bool ok;
   std::string rest;
@@ -449,7 +452,6 @@ void GuardedServer::serve(Conn conn, bool overflow) {
   }
   t_fd = -1;
   t_overflow = false;
-  if (overflow) ++overflow_served_;
   if (!ok || closed || last || size == 0 || t_close) return close_conn(conn);
   conn.buf = std::move(rest);
   hand_back(std::move(conn));
