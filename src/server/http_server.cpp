@@ -134,6 +134,7 @@ void handle_generation(Context& ctx, const httplib::Request& req, httplib::Respo
   job->seed = r.seed ? *r.seed : random_seed();
   job->stop = r.stop;
   if (!ctx.engine->submit(job)) {
+    ctx.metrics.count_queue_full();
     res.set_header("Retry-After", "1");
     ApiError e;
     e.status = 503;

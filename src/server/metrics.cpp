@@ -111,6 +111,11 @@ void Metrics::count_finish(const std::string& reason) {
   ++finishes_[reason];
 }
 
+void Metrics::count_queue_full() {
+  std::lock_guard lock(mu_);
+  ++queue_full_;
+}
+
 std::string Metrics::render(const ExternalStats& ext) const {
   std::lock_guard lock(mu_);
   std::string out;
@@ -167,6 +172,9 @@ std::string Metrics::render(const ExternalStats& ext) const {
   out += "flashserve_session_disk_entries " + std::to_string(ext.disk_entries) + "\n";
   header(out, "flashserve_session_disk_bytes", "gauge", "Bytes of the disk tier.");
   out += "flashserve_session_disk_bytes " + std::to_string(ext.disk_bytes) + "\n";
+  header(out, "flashserve_queue_full_total", "counter",
+         "Generation requests answered 503 because the engine queue was full.");
+  out += "flashserve_queue_full_total " + std::to_string(queue_full_) + "\n";
   header(out, "flashserve_queue_depth", "gauge", "Requests waiting for the engine worker.");
   out += "flashserve_queue_depth " + std::to_string(ext.queue_depth) + "\n";
   header(out, "flashserve_http_open_connections", "gauge", "Open HTTP connections.");

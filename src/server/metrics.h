@@ -51,6 +51,9 @@ class Metrics {
   void count_session(const std::string& tier);                           // ram, disk or cold
   void count_commit(bool published);
   void count_finish(const std::string& reason);
+  // A generation request answered 503 because the engine queue was full; counted before the
+  // answer goes out, so a client holding its 503 already sees it in /metrics.
+  void count_queue_full();
 
   std::string render(const ExternalStats& external) const;
 
@@ -63,6 +66,7 @@ class Metrics {
   std::map<std::string, std::int64_t> sessions_;
   std::int64_t commits_published_ = 0, commits_dropped_ = 0;
   std::map<std::string, std::int64_t> finishes_;
+  std::int64_t queue_full_ = 0;
 };
 
 // Escapes a label value (backslash, quote, newline) as the exposition format requires.
