@@ -69,7 +69,11 @@ void AssistantOutput::absorb(std::vector<OutputEvent> in, std::vector<OutputEven
         if (e.index >= 0 && static_cast<std::size_t>(e.index) < message_.tool_calls.size())
           message_.tool_calls[static_cast<std::size_t>(e.index)].arguments += e.text;
         break;
-      default:
+      case OutputEventKind::kToolCallEnd:
+        if (e.index >= 0 && static_cast<std::size_t>(e.index) < message_.tool_calls.size())
+          message_.tool_calls[static_cast<std::size_t>(e.index)].complete = e.complete;
+        break;
+      case OutputEventKind::kText:
         break;
     }
     out.push_back(std::move(e));

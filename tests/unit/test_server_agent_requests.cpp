@@ -436,8 +436,10 @@ JobSummary summary(std::string finish = "stop") {
 
 TEST(AgentStream, AnthropicBlocksForThinkingTextAndToolUse) {
   auto f = make_stream_formatter(ApiKind::kMessages, {"msg_1", 1, "m", 40}, {});
-  const std::string sse = f->start(summary()) + f->events(kCallTurn, {}) +
-                          f->finish(summary(), call_turn_message());
+  // One call per statement: the order of the operands of + is unspecified.
+  std::string sse = f->start(summary());
+  sse += f->events(kCallTurn, {});
+  sse += f->finish(summary(), call_turn_message());
   const auto p = payloads(sse);
   std::vector<std::string> got;
   for (const auto& e : p) {
@@ -491,8 +493,10 @@ TEST(AgentStream, AnthropicBlocksForThinkingTextAndToolUse) {
 
 TEST(AgentStream, OpenAiToolCallDeltasAndReasoning) {
   auto f = make_stream_formatter(ApiKind::kChat, {"chatcmpl-1", 1, "m", 40}, {});
-  const std::string sse = f->start(summary()) + f->events(kCallTurn, {}) +
-                          f->finish(summary(), call_turn_message());
+  // One call per statement: the order of the operands of + is unspecified.
+  std::string sse = f->start(summary());
+  sse += f->events(kCallTurn, {});
+  sse += f->finish(summary(), call_turn_message());
   const auto p = payloads(sse);
   std::vector<json> deltas;
   for (const auto& c : p) deltas.push_back(c["choices"][0]["delta"]);
@@ -631,22 +635,37 @@ TEST(AgentGlue, StopSequencesApplyToVisibleTextOnly) {
   EXPECT_TRUE(out.feed("more text").empty());
 }
 
-TEST(AgentGlue, MalformedCallComesBackAsText) {
-  const std::string text =
-      "Let me call.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {not json}\n</tool_call>";
+// A call that is malformed before its arguments begin is text, whole. One that breaks once its
+// arguments streamed stays a call, marked incomplete, and the text after the break is text.
+TEST(AgentGlue, MalformedCallsLoseNothing) {
   for (const std::size_t step : {1ul, 4ul, 1000ul}) {
-    AssistantOutput out(qwen_options());
-    const auto events = run_glue(out, text, step);
-    EXPECT_TRUE(out.message().tool_calls.empty());
-    EXPECT_NE(out.message().content.find("{not json}"), std::string::npos) << out.message().content;
-    EXPECT_NE(out.message().content.find("Let me call."), std::string::npos);
-    expect_same(rebuild(events), out.message(), "events");
+    const std::string bad_name = "Let me call.<tool_call>\nget_weather(Paris)\n</tool_call> done";
+    AssistantOutput a(qwen_options());
+    auto events = run_glue(a, bad_name, step);
+    EXPECT_TRUE(a.message().tool_calls.empty());
+    EXPECT_EQ(a.message().content, bad_name);
+    expect_same(rebuild(events), a.message(), "events");
+
+    AssistantOutput cut(qwen_options());  // max_tokens ended it before the arguments
+    run_glue(cut, "<tool_call>\n{\"name\": \"get_weather\", \"argum", step);
+    EXPECT_TRUE(cut.message().tool_calls.empty());
+    EXPECT_EQ(cut.message().content, "<tool_call>\n{\"name\": \"get_weather\", \"argum");
+
+    AssistantOutput broken(qwen_options());
+    events = run_glue(
+        broken, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {not json}\n</tool_call> after",
+        step);
+    ASSERT_EQ(broken.message().tool_calls.size(), 1u);
+    EXPECT_EQ(broken.message().tool_calls[0].name, "get_weather");
+    EXPECT_FALSE(broken.message().tool_calls[0].complete);
+    EXPECT_NE(broken.message().content.find("not json}"), std::string::npos);
+    EXPECT_TRUE(broken.message().content.ends_with(" after"));
+    ASSERT_FALSE(events.empty());
+    // The Anthropic body still has an object as the input.
+    const json body = complete_response(ApiKind::kMessages, {}, broken.message(), summary());
+    EXPECT_EQ(body["content"][1]["type"], "tool_use");
+    EXPECT_TRUE(body["content"][1]["input"].is_object());
   }
-  // An unfinished call at the end of generation (max_tokens) is text too.
-  AssistantOutput cut(qwen_options());
-  run_glue(cut, "<tool_call>\n{\"name\": \"get_weather\", \"argum", 2);
-  EXPECT_TRUE(cut.message().tool_calls.empty());
-  EXPECT_NE(cut.message().content.find("argum"), std::string::npos);
 }
 
 TEST(AgentGlue, ForcedPrefixIsParsedAsOutput) {
@@ -708,11 +727,9 @@ TEST(AgentGlue, StreamedAnthropicTurnEqualsTheBody) {
     if (d["type"] == "thinking_delta")
       b["thinking"] = b["thinking"].get<std::string>() + d["thinking"].get<std::string>();
     if (d["type"] == "signature_delta") b["signature"] = d["signature"];
-    if (d["type"] == "input_json_delta") {
-      partial[e["index"].get<int>()] += d["partial_json"].get<std::string>();
-      b["input"] = json::parse(partial[e["index"].get<int>()]);
-    }
+    if (d["type"] == "input_json_delta") partial[e["index"].get<int>()] += d["partial_json"].get<std::string>();
   }
+  for (const auto& [index, text] : partial) content[static_cast<std::size_t>(index)]["input"] = json::parse(text);
   const json body = complete_response(ApiKind::kMessages, {"msg_1", 1, "m", 40}, out.message(), summary());
   EXPECT_EQ(content, body["content"]);
 }
