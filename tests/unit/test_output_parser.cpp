@@ -137,6 +137,12 @@ void expect_json_eq(const std::string& text, const char* want) {
   EXPECT_EQ(got, ojson::parse(want)) << text;
 }
 
+ChatRequest request(const char* json) {
+  auto r = parse_chat_request(ojson::parse(json));
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? *r : ChatRequest{};
+}
+
 // ---- Qwen ----
 
 TEST(OutputParser, PlainTextPassesThrough) {
@@ -373,6 +379,19 @@ TEST(OutputParser, OptionsSwitchParsingOff) {
   EXPECT_EQ(r.content, "");
 }
 
+TEST(OutputParser, PromptsThatOpenReasoning) {
+  EXPECT_TRUE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n"));
+  EXPECT_TRUE(prompt_opens_reasoning("<｜User｜>hi<｜Assistant｜><think>"));
+  EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n"));
+  // What the renderers write: Qwen3 with thinking off closes the block; DeepSeek V3 has none.
+  ChatRequest r = request(R"({"messages": [{"role": "user", "content": "hi"}]})");
+  r.add_generation_prompt = true;
+  r.enable_thinking = false;
+  EXPECT_FALSE(prompt_opens_reasoning(*render_chat(ChatFamily::kQwen, r, {})));
+  EXPECT_FALSE(prompt_opens_reasoning(*render_chat(ChatFamily::kDeepSeek, r, {})));
+}
+
 // ---- DeepSeek ----
 
 TEST(OutputParser, DeepSeekV3Calls) {
@@ -543,12 +562,6 @@ std::string generated_part(const std::string& prompt, std::string_view marker,
   std::string part = prompt.substr(at + marker.size());
   if (!end.empty() && part.ends_with(end)) part.resize(part.size() - end.size());
   return part;
-}
-
-ChatRequest request(const char* json) {
-  auto r = parse_chat_request(ojson::parse(json));
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? *r : ChatRequest{};
 }
 
 void expect_round_trip(ChatFamily f, const ChatRequest& req, std::string_view marker,

@@ -3,16 +3,18 @@
 // chat.h: whatever render_chat writes for an assistant turn, this parser reads back.
 //
 // Syntaxes (the readers in tool_calls_*.cpp document each in full):
-//   Qwen      <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call>          (Qwen3, qwen3.cpp)
-//             <tool_call>\n<function=N>\n<parameter=P>\nV\n</parameter>\n</function>\n</tool_call>
-//                                                                         (Qwen3-Coder)
-//   DeepSeek  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n{...}\n```
-//             <｜tool▁call▁end｜>...<｜tool▁calls▁end｜>                  (V3, deepseek_v3.cpp)
-//             <｜tool▁call▁begin｜>N<｜tool▁sep｜>{...}<｜tool▁call▁end｜>    (V3.1, same block)
-//             <｜DSML｜tool_calls><｜DSML｜invoke name="N"><｜DSML｜parameter name="P"
-//             string="true|false">V</｜DSML｜parameter></｜DSML｜invoke></｜DSML｜tool_calls>
-//                                                                         (V4; V3.2: function_calls)
-//   GLM       <tool_call>N\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n</tool_call>   (glm.cpp)
+//   Qwen3 (qwen3.cpp):  <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call>
+//   Qwen3-Coder:        <tool_call>\n<function=N>\n<parameter=P>\nV\n</parameter>\n...
+//                       </function>\n</tool_call>
+//   DeepSeek V3 (deepseek_v3.cpp):
+//       <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n{...}\n```
+//       <｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
+//   DeepSeek V3.1, in the same block:  <｜tool▁call▁begin｜>N<｜tool▁sep｜>{...}<｜tool▁call▁end｜>
+//   DeepSeek V4 (V3.2 spells the block function_calls):
+//       <｜DSML｜tool_calls><｜DSML｜invoke name="N">
+//       <｜DSML｜parameter name="P" string="true|false">V</｜DSML｜parameter>...
+//       </｜DSML｜invoke></｜DSML｜tool_calls>
+//   GLM (glm.cpp):  <tool_call>N\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n</tool_call>
 // and for all three <think>...</think>, recognised before any visible text (or from the start
 // when the prompt opened it: starts_in_reasoning). A <tool_call> inside reasoning is reasoning.
 // Arguments are JSON object text: the JSON syntaxes pass the model's object on as written (raw
@@ -72,9 +74,9 @@ struct OutputEvent {
   std::string id;    // kToolCallBegin: "call_" + random hex, unique per call
   std::string name;  // kToolCallBegin
   // kToolCallEnd: false when the call was cut off or broke after it began streaming (see
-  // "Malformed calls" below): its arguments are what was streamed, which for the JSON syntaxes
-  // may be an unfinished object. Added for the API layers, which may report such a call as
-  // truncated; the other fields are unchanged.
+  // "Malformed calls" at the top): its arguments are what was streamed, which for the JSON
+  // syntaxes may be an unfinished object. Added for the API layers, which may report such a call
+  // as truncated; the other fields are unchanged.
   bool complete = true;
 };
 
@@ -121,5 +123,10 @@ struct ParsedOutput {
   std::vector<Call> tool_calls;
 };
 ParsedOutput parse_chat_output(std::string_view text, const OutputParserOptions& options);
+
+// Whether a rendered prompt leaves a <think> block open (its last <think> has no </think> after
+// it), so that the output starts as reasoning: OutputParserOptions::starts_in_reasoning. Added so
+// that each API layer need not look for itself.
+bool prompt_opens_reasoning(std::string_view prompt);
 
 }  // namespace fs
