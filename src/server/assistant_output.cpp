@@ -105,10 +105,6 @@ std::string tool_call_prefix(ChatFamily family, std::string_view name) {
   return {};
 }
 
-void prepare_for_output(GenerationRequest& request) {
-  if (forces_call(request.tool_choice)) request.chat.enable_thinking = false;
-}
-
 OutputPlan plan_output(ChatFamily family, const GenerationRequest& request,
                        std::string_view rendered) {
   OutputPlan plan;

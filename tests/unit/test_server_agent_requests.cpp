@@ -165,7 +165,7 @@ TEST(AgentAnthropic, ThinkingConfigAndBlocks) {
             std::optional<bool>(false));
   EXPECT_EQ(ok(thinking(R"({"type": "adaptive"})")).chat.enable_thinking,
             std::optional<bool>(true));
-  EXPECT_EQ(ok(thinking("null")).chat.enable_thinking, std::optional<bool>(false));
+  EXPECT_FALSE(ok(thinking("null")).chat.enable_thinking.has_value());  // the template's default
   EXPECT_EQ(error_of(thinking(R"({"type": "enabled"})")).param, "thinking.budget_tokens");
   EXPECT_EQ(error_of(thinking(R"({"type": "enabled", "budget_tokens": "lots"})")).param,
             "thinking.budget_tokens");
@@ -351,12 +351,11 @@ TEST(AgentToolChoice, ForcingWritesTheCallPrefixIntoThePrompt) {
   EXPECT_NE(tool_call_prefix(ChatFamily::kDeepSeek, "f").find("function<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>f\n```json\n"),
             std::string::npos);
 
-  auto r = ok(parse_anthropic_messages(
+  const auto r = ok(parse_anthropic_messages(
       anthropic_body(R"(, "thinking": {"type": "adaptive"}, "tool_choice": {"type": "tool", "name": "get_weather"})",
                      R"([{"role": "user", "content": "weather?"}])"),
       kLimits));
-  prepare_for_output(r);
-  EXPECT_EQ(r.chat.enable_thinking, std::optional<bool>(false));
+  EXPECT_EQ(r.chat.enable_thinking, std::optional<bool>(true));
   const auto rendered = render_chat(ChatFamily::kQwen, r.chat, {});
   ASSERT_TRUE(rendered.ok());
   const OutputPlan plan = plan_output(ChatFamily::kQwen, r, *rendered);
@@ -364,15 +363,31 @@ TEST(AgentToolChoice, ForcingWritesTheCallPrefixIntoThePrompt) {
   EXPECT_EQ(plan.output.forced_prefix, plan.prompt_suffix);
   EXPECT_TRUE(plan.output.parser.parse_tool_calls);
   EXPECT_TRUE(std::string(*rendered + plan.prompt_suffix)
-                  .ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>\n{\"name\": "
-                             "\"get_weather\", \"arguments\": "));
-  // auto: nothing is forced, thinking stays as asked.
-  auto a = ok(parse_anthropic_messages(
+                  .ends_with("<|im_start|>user\nweather?<|im_end|>\n<|im_start|>assistant\n<tool_call>"
+                             "\n{\"name\": \"get_weather\", \"arguments\": "));
+  // The forced opening is a prefix of how the next turn renders the call: that turn is warm.
+  ChatRequest next = r.chat;
+  ChatMessage call;
+  call.role = "assistant";
+  call.tool_calls.push_back({"function", "get_weather", nlohmann::ordered_json::parse(R"({"location": "Paris"})")});
+  next.messages.push_back(call);
+  ChatMessage result;
+  result.role = "tool";
+  result.content = "14C";
+  next.messages.push_back(result);
+  const auto next_prompt = render_chat(ChatFamily::kQwen, next, {});
+  ASSERT_TRUE(next_prompt.ok());
+  EXPECT_TRUE(next_prompt->starts_with(*rendered + plan.prompt_suffix)) << *next_prompt;
+  // auto: nothing is forced.
+  const auto a = ok(parse_anthropic_messages(
       anthropic_body(R"(, "thinking": {"type": "adaptive"})", R"([{"role": "user", "content": "x"}])"),
       kLimits));
-  prepare_for_output(a);
-  EXPECT_EQ(a.chat.enable_thinking, std::optional<bool>(true));
   EXPECT_TRUE(plan_output(ChatFamily::kQwen, a, "").prompt_suffix.empty());
+  // any: the opening without a name.
+  const auto any = ok(parse_anthropic_messages(
+      anthropic_body(R"(, "tool_choice": {"type": "any"})", R"([{"role": "user", "content": "x"}])"),
+      kLimits));
+  EXPECT_EQ(plan_output(ChatFamily::kQwen, any, "").prompt_suffix, "<tool_call>\n{\"name\": \"");
   // A template that opens the think block itself starts the output in reasoning.
   EXPECT_TRUE(plan_output(ChatFamily::kQwen, a, "...<|im_start|>assistant\n<think>\n")
                   .output.parser.starts_in_reasoning);
