@@ -72,6 +72,9 @@ void AssistantOutput::absorb(std::vector<OutputEvent> in, std::vector<OutputEven
       case OutputEventKind::kToolCallEnd:
         if (e.index >= 0 && static_cast<std::size_t>(e.index) < message_.tool_calls.size())
           message_.tool_calls[static_cast<std::size_t>(e.index)].complete = e.complete;
+        calls_done_ =
+            options_.max_tool_calls > 0 &&
+            message_.tool_calls.size() >= static_cast<std::size_t>(options_.max_tool_calls);
         break;
       case OutputEventKind::kText:
         break;
@@ -89,8 +92,12 @@ std::string tool_call_prefix(ChatFamily family, std::string_view name) {
     case ChatFamily::kDeepSeek: {
       // <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
       std::string p =
-          "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>"
-          "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>function"
+          "<\xEF\xBD\x9Ctool\xE2\x96\x81"
+          "calls\xE2\x96\x81"
+          "begin\xEF\xBD\x9C>"
+          "<\xEF\xBD\x9Ctool\xE2\x96\x81"
+          "call\xE2\x96\x81"
+          "begin\xEF\xBD\x9C>function"
           "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>";
       if (!name.empty()) p.append(name).append("\n```json\n");
       return p;
@@ -116,6 +123,7 @@ OutputPlan plan_output(ChatFamily family, const GenerationRequest& request,
   plan.output.parser.family = family;
   plan.output.parser.parse_tool_calls = !request.chat.tools.empty();
   plan.output.parser.parse_reasoning = true;
+  plan.output.max_tool_calls = request.tool_choice.parallel ? 0 : 1;
   // A template that opens the think block itself: the output starts inside it.
   plan.output.parser.starts_in_reasoning = prompt_opens_reasoning(rendered);
   if (forces_call(request.tool_choice) && !request.chat.tools.empty()) {
