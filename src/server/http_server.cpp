@@ -143,6 +143,10 @@ void handle_generation(Context& ctx, const httplib::Request& req, httplib::Respo
   job->sampler = r.sampler;
   job->seed = r.seed ? *r.seed : random_seed();
   job->output = std::move(plan.output);
+  if (r.thinking_budget && !plan.reasoning_close.empty()) {
+    job->reasoning_budget = r.thinking_budget;
+    job->reasoning_close = plan.reasoning_close;
+  }
   job->api = api_label(kind);
   job->logprobs = r.logprobs;
   job->top_logprobs = r.top_logprobs;
