@@ -58,7 +58,7 @@ struct GenerationRequest {
   bool stream = false;
   bool include_usage = false;  // OpenAI stream_options.include_usage
   ToolChoice tool_choice;      // kNone: chat.tools was emptied (no tools in the prompt)
-  // Anthropic thinking.budget_tokens (accepted; reasoning counts against max_tokens).
+  // Anthropic thinking.budget_tokens: the reasoning tokens before the think block is closed.
   std::optional<std::int64_t> thinking_budget;
   bool logprobs = false;          // chat: logprobs; completions: logprobs given
   std::int32_t top_logprobs = 0;  // alternatives per token, 0-20 (completions: 0-5)
