@@ -355,6 +355,11 @@ TEST(OutputParser, QwenTolerances) {
       "<tool_call>\n{\"name\": \"w\", \"arguments\": {\"s\": \"a\nb\tc\"}}\n</tool_call>",
       family(ChatFamily::kQwen));
   EXPECT_EQ(r.calls.at(0), (Call{"w", "{\"s\": \"a\\nb\\tc\"}", true}));
+  // XML form: a forgotten </parameter> ends the value at the next tag.
+  r = parse_everywhere(
+      "<tool_call>\n<function=f>\n<parameter=a>\nx\n<parameter=b>\n2\n</function>\n</tool_call>",
+      family(ChatFamily::kQwen));
+  EXPECT_EQ(r.calls.at(0), (Call{"f", "{\"a\": \"x\", \"b\": 2}", true}));
 }
 
 TEST(OutputParser, OptionsSwitchParsingOff) {
