@@ -210,7 +210,11 @@ class QwenReader final : public ToolCallReader {
           have_name_ = true;
         }
       } else if (arguments_started_ && !arguments_done_) {
-        piece += p == JsonScanner::Push::kEscaped ? wrapper_.escaped() : std::string(1, c);
+        if (p == JsonScanner::Push::kEscaped) {
+          piece += wrapper_.escaped();
+        } else {
+          piece += c;
+        }
         if (wrapper_.depth() == 1) arguments_done_ = true;
       }
       if (!out.call_open() && have_name_ && (arguments_started_ || wrapper_.done())) {
