@@ -382,6 +382,8 @@ TEST(OutputParser, OptionsSwitchParsingOff) {
   r = parse_everywhere("still thinking <tool_call>\n", o);
   EXPECT_EQ(r.reasoning, "still thinking <tool_call>");
   EXPECT_EQ(r.content, "");
+  r = parse_everywhere("cut in the tag </thi", o);
+  EXPECT_EQ(r.reasoning, "cut in the tag </thi");
 }
 
 TEST(OutputParser, PromptsThatOpenReasoning) {
@@ -551,6 +553,13 @@ TEST(OutputParser, RandomFragmentsStreamLikeTheWhole) {
       o.starts_in_reasoning = rng() % 4 == 0;
       SCOPED_TRACE(ojson(text).dump());
       calls += parse_everywhere(text, o).calls.size();
+      // Nothing lost: without reasoning, text with no call in it comes back whole (less the
+      // whitespace that starts the output).
+      o.parse_reasoning = false;
+      const Result plain = whole(text, o);
+      if (plain.calls.empty()) {
+        EXPECT_EQ(plain.content, text.substr(std::min(text.find_first_not_of(" \n"), text.size())));
+      }
       if (HasFailure()) return;
     }
   }
