@@ -473,7 +473,8 @@ TEST(OutputParser, DeepSeekMalformed) {
        {"<｜tool▁calls▁begin｜>hello",
         "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n"
         "```python\n{}\n```<｜tool▁call▁end｜>",
-        "a <｜DSML｜tool_calls>\n<｜DSML｜invoke nam", "<｜tool▁call▁begin｜>f<｜tool▁sep｜>[1]"}) {
+        "a <｜DSML｜tool_calls>\n<｜DSML｜invoke nam", "<｜tool▁call▁begin｜>f<｜tool▁sep｜>[1]",
+        "<｜tool▁calls▁begin｜>\n<｜tool▁calls▁end｜>"}) {
     const Result r = parse_everywhere(text, family(ChatFamily::kDeepSeek));
     EXPECT_EQ(r.content, text);
     EXPECT_TRUE(r.calls.empty()) << text;
