@@ -29,10 +29,11 @@
 //
 // Incremental: feed() takes text as the stream decoder releases it (any split point, inside a
 // tag, a special token or a multi-byte character included) and returns the events that are
-// certain so far. Only what may still be the start of a tag (or the whitespace and newlines
-// above) is held back, and a piece never ends inside a UTF-8 character; everything else is
-// released at once. The events of any split, concatenated, equal those of the whole text
-// (parse_chat_output), call ids apart.
+// certain so far. Held back are only: what may still be the start of a tag, a call until it
+// commits (below), an XML-like parameter until its closing tag, the whitespace above, and the
+// end of a piece that would split a UTF-8 character; everything else is released at once. The
+// events of any split, concatenated, equal those of the whole text (parse_chat_output), call
+// ids apart. An empty DeepSeek/DSML block, which calls nothing, stays text.
 //
 // Malformed calls. A call commits when its name is known and its arguments have begun (JSON
 // syntaxes: the arguments' '{'; XML-like ones: the name's tag): kToolCallBegin is sent and the
