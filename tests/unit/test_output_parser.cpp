@@ -343,6 +343,24 @@ TEST(OutputParser, CallThatBreaksAfterStreamingEndsIncomplete) {
   EXPECT_EQ(r.content, "\n<parameter=b>\nhal");
 }
 
+TEST(OutputParser, HostileCallsAreBounded) {
+  // Nesting past the scanner's bound breaks the call there (no unbounded stack).
+  const std::string deep =
+      "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": " + std::string(100, '[') +
+      std::string(100, ']') + "}}\n</tool_call>";
+  Result r = whole(deep, family(ChatFamily::kQwen));
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_FALSE(r.calls[0].complete);
+  EXPECT_EQ(r.calls[0].arguments, "{\"a\": " + std::string(62, '['));  // 64 open with the wrapper
+  EXPECT_EQ(r.content, std::string(38, '[') + std::string(100, ']') + "}}\n</tool_call>");
+  // A name longer than 256 bytes is no name: the call is text.
+  const std::string long_name =
+      "<tool_call>\n<function=" + std::string(300, 'n') + ">\n</function>";
+  r = whole(long_name, family(ChatFamily::kQwen));
+  EXPECT_TRUE(r.calls.empty());
+  EXPECT_EQ(r.content, long_name);
+}
+
 TEST(OutputParser, QwenTolerances) {
   // The wrapper's closing brace forgotten before </tool_call>.
   Result r =
