@@ -409,6 +409,9 @@ TEST(OutputParser, PromptsThatOpenReasoning) {
   EXPECT_TRUE(prompt_opens_reasoning("<｜User｜>hi<｜Assistant｜><think>"));
   EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
   EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n"));
+  EXPECT_FALSE(
+      prompt_opens_reasoning("<|im_start|>user\nWhat is <think>?<|im_end|>\n"
+                             "<|im_start|>assistant\n"));
   // What the renderers write: Qwen3 with thinking off closes the block; DeepSeek V3 has none.
   ChatRequest r = request(R"({"messages": [{"role": "user", "content": "hi"}]})");
   r.add_generation_prompt = true;

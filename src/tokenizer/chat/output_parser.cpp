@@ -353,9 +353,8 @@ ParsedOutput parse_chat_output(std::string_view text, const OutputParserOptions&
 }
 
 bool prompt_opens_reasoning(std::string_view prompt) {
-  const std::size_t open = prompt.rfind(kThinkOpen);
-  return open != std::string_view::npos &&
-         prompt.find(kThinkClose, open + kThinkOpen.size()) == std::string_view::npos;
+  prompt.remove_suffix(trailing_space(prompt));
+  return prompt.ends_with(kThinkOpen);
 }
 
 }  // namespace fs

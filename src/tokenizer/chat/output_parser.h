@@ -125,9 +125,10 @@ struct ParsedOutput {
 };
 ParsedOutput parse_chat_output(std::string_view text, const OutputParserOptions& options);
 
-// Whether a rendered prompt leaves a <think> block open (its last <think> has no </think> after
-// it), so that the output starts as reasoning: OutputParserOptions::starts_in_reasoning. Added so
-// that each API layer need not look for itself.
+// Whether a rendered prompt leaves a <think> block open for the output (it ends with <think> and
+// maybe whitespace, as generation prompts that start the model thinking do), so that the output
+// starts as reasoning: OutputParserOptions::starts_in_reasoning. A <think> earlier in the prompt
+// (quoted by a user, say) does not count. Added so that each API layer need not look for itself.
 bool prompt_opens_reasoning(std::string_view prompt);
 
 }  // namespace fs
