@@ -62,6 +62,9 @@ export async function startRecorder({ upstream } = {}) {
   const records = [];
   const up = upstream ? new URL(upstream) : null;
   const server = createServer((req, res) => {
+    // An agent killed at its timeout resets its connections; that ends the exchange, nothing more.
+    req.on('error', () => {});
+    res.on('error', () => {});
     const chunks = [];
     req.on('data', (c) => chunks.push(c));
     req.on('end', () => {
@@ -116,6 +119,7 @@ export async function startRecorder({ upstream } = {}) {
     });
   });
   server.on('connect', (req, socket) => {
+    socket.on('error', () => {});  // the agent may reset it first
     records.push({ method: 'CONNECT', path: req.url, headers: redact(req.headers), outbound: true, status: 403 });
     socket.end('HTTP/1.1 403 Forbidden\r\n\r\n');
   });
