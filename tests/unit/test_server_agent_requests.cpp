@@ -883,5 +883,27 @@ TEST(ServerAgentFixtures, QwenCodeRequestsAreAccepted) {
   EXPECT_EQ(r.chat.messages.back().role, "tool");
 }
 
+// An agent's second request of a tool turn renders to a prompt that extends the first one's (the
+// tool call and its result appended): the warm prefix the session bank reuses.
+TEST(ServerAgentFixtures, TheToolTurnsSecondPromptExtendsTheFirst) {
+  const auto prompt_of = [](const char* name) {
+    const json f = fixture(name);
+    const std::string body = f["body"].dump();
+    const auto r = f["path"].get<std::string>().rfind("/v1/messages", 0) == 0
+                       ? ok(parse_anthropic_messages(body, kLimits))
+                       : ok(parse_openai_chat(body, kLimits));
+    auto p = render_chat(ChatFamily::kQwen, r.chat, {});
+    EXPECT_TRUE(p.ok());
+    return p.ok() ? *p : std::string();
+  };
+  for (const auto& [first, second] : {std::pair{"claude-code-2.json", "claude-code-3.json"},
+                                      std::pair{"qwen-code-2.json", "qwen-code-3.json"}}) {
+    const std::string a = prompt_of(first), b = prompt_of(second);
+    ASSERT_FALSE(a.empty());
+    EXPECT_GT(b.size(), a.size());
+    EXPECT_TRUE(b.starts_with(a)) << first << " -> " << second;
+  }
+}
+
 }  // namespace
 }  // namespace fs::server
