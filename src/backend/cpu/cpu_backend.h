@@ -12,6 +12,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -94,8 +95,20 @@ class CpuBackend final : public Backend {
   std::deque<std::vector<float>> owned_f32_;
 };
 
-// Runs fn(i) for i in [0, n) on up to hardware_concurrency threads when `work` (a rough count of
-// flops) makes it worth a thread start; otherwise inline.
+// The backend's threads (cpu_threads.cpp): a pool of hardware_concurrency - 1 workers and the
+// caller. cpu_parallel_for runs fn(i) for i in [0, n) on them when `work` (a rough count of
+// flops) makes it worth waking a worker, otherwise inline (as it does inside a job, or while
+// another thread's job holds the pool). cpu_parallel_ranges hands each thread one contiguous
+// range [begin, end) of [0, n).
+std::int64_t cpu_threads();
 void cpu_parallel_for(std::int64_t n, double work, const std::function<void(std::int64_t)>& fn);
+void cpu_parallel_ranges(std::int64_t n, double work,
+                         const std::function<void(std::int64_t, std::int64_t)>& fn);
+
+// OpenBLAS for this CPU, once per process (cpu_blas.cpp): kernels of the instruction set the CPU
+// has when the library's own detection fell short, and one BLAS thread (products are split over
+// the pool above). `make_cpu_backend` calls it; cpu_blas_kernels names the kernels in use.
+void cpu_blas_setup();
+std::string cpu_blas_kernels();
 
 }  // namespace fs

@@ -1,0 +1,299 @@
+// Compiled with -ffp-contract=fast (CMakeLists.txt): a*b+c becomes one FMA where the CPU has it.
+#include "backend/cpu/cpu_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace fs::cpu {
+namespace {
+
+// Every kernel below exists in three versions; the loader picks the best the CPU runs.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define FS_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define FS_CPU_CLONES
+#endif
+
+// 16 floats / 8 doubles: one AVX-512 register (two AVX2 ones, four SSE ones). The *_u types
+// read and write unaligned float arrays in place (no helper functions: a vector passed by value
+// outside the cloned functions would change the ABI with the instruction set).
+using f16v = float __attribute__((vector_size(64)));
+using d8v = double __attribute__((vector_size(64)));
+using f16u = float __attribute__((vector_size(64), aligned(4), may_alias));
+using f8u = float __attribute__((vector_size(32), aligned(4), may_alias));
+
+// expf with Cephes' range reduction and polynomial: exp(x) = 2^n exp(r), n = round(x log2 e),
+// r = x - n ln 2 in two parts, exp(r) by a degree-6 polynomial on |r| <= ln2/2; within 2 ulp of
+// libm. Inputs are clamped to [-87, 88.5] (the result's exponent stays normal), which only
+// matters where the model saturates anyway (sigmoid of |x| > 87).
+inline float exp_approx(float x) {
+  x = std::min(std::max(x, -87.0f), 88.5f);
+  // Round to nearest by the 1.5 * 2^23 trick (|x log2 e| < 2^22).
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * r * r + r + 1.0f;
+  const auto bits = static_cast<std::int32_t>(n + 127.0f) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return y * scale;
+}
+
+}  // namespace
+
+FS_CPU_CLONES double sum_squares(const float* x, std::int64_t n) {
+  d8v a0 = {}, a1 = {};
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const auto lo = __builtin_convertvector(*reinterpret_cast<const f8u*>(x + i), d8v);
+    const auto hi = __builtin_convertvector(*reinterpret_cast<const f8u*>(x + i + 8), d8v);
+    a0 += lo * lo;
+    a1 += hi * hi;
+  }
+  double s = 0;
+  for (int l = 0; l < 8; ++l) s += a0[l];
+  for (int l = 0; l < 8; ++l) s += a1[l];
+  for (; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return s;
+}
+
+FS_CPU_CLONES void scale_mul(const float* x, float s, const float* w, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] * s * w[i];
+}
+
+FS_CPU_CLONES void sigmoid(float* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) x[i] = 1.0f / (1.0f + exp_approx(-x[i]));
+}
+
+FS_CPU_CLONES void silu(float* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + exp_approx(-x[i]));
+}
+
+FS_CPU_CLONES void swiglu(const float* gate, const float* up, float* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + exp_approx(-gate[i])) * up[i];
+}
+
+FS_CPU_CLONES void mul(float* x, const float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) x[i] *= y[i];
+}
+
+FS_CPU_CLONES void mul_gate(float* x, const float* gate, std::int64_t n, bool silu) {
+  if (silu) {
+    for (std::int64_t i = 0; i < n; ++i) x[i] *= gate[i] / (1.0f + exp_approx(-gate[i]));
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) x[i] *= 1.0f / (1.0f + exp_approx(-gate[i]));
+  }
+}
+
+FS_CPU_CLONES void axpy(float* x, float a, const float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) x[i] += a * y[i];
+}
+
+// Two queries x four vectors of 16 blocks: 8 accumulators, each key vector loaded once per
+// dimension for both queries. The heads' relu'd sums are added in head order.
+FS_CPU_CLONES void index_scores_tile(const float* q0, const float* q1, std::int64_t heads,
+                                     std::int64_t dim, const float* kt, float scale, float* o0,
+                                     float* o1) {
+  static_assert(kIndexTile == 64);
+  const float* q1p = q1 != nullptr ? q1 : q0;
+  f16v t0[4] = {}, t1[4] = {};
+  const f16v zero = {};
+  for (std::int64_t h = 0; h < heads; ++h) {
+    f16v a0[4] = {}, a1[4] = {};
+    const float* qa = q0 + h * dim;
+    const float* qb = q1p + h * dim;
+    for (std::int64_t c = 0; c < dim; ++c) {
+      const float* row = kt + c * kIndexTile;
+      const float x0 = qa[c], x1 = qb[c];
+      for (int j = 0; j < 4; ++j) {
+        const f16v kv = *reinterpret_cast<const f16u*>(row + 16 * j);
+        a0[j] += x0 * kv;
+        a1[j] += x1 * kv;
+      }
+    }
+    for (int j = 0; j < 4; ++j) {
+      t0[j] += a0[j] > zero ? a0[j] : zero;
+      t1[j] += a1[j] > zero ? a1[j] : zero;
+    }
+  }
+  for (int j = 0; j < 4; ++j) {
+    *reinterpret_cast<f16u*>(o0 + 16 * j) = t0[j] * scale;
+    if (o1 != nullptr) *reinterpret_cast<f16u*>(o1 + 16 * j) = t1[j] * scale;
+  }
+}
+
+FS_CPU_CLONES void attention_heads(const float* q, std::int64_t rep, std::int64_t D, const float* k,
+                                   const float* v, std::int64_t ld, const std::int32_t* idx,
+                                   std::int64_t n, float scale, float* out) {
+  thread_local std::vector<float> scratch;
+  const auto need = static_cast<std::size_t>(D * n + rep * n);
+  if (scratch.size() < need) scratch.resize(need);
+  float* KT = scratch.data();  // [D][n]: the keys transposed
+  float* P = KT + D * n;       // [rep][n]
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float* ki = k + static_cast<std::int64_t>(idx[i]) * ld;
+    for (std::int64_t x = 0; x < D; ++x) KT[x * n + i] = ki[x];
+  }
+  for (std::int64_t r = 0; r < rep; ++r) {
+    float* p = P + r * n;
+    const float* qr = q + r * D;
+    std::fill(p, p + n, 0.0f);
+    for (std::int64_t x = 0; x < D; ++x) {
+      const float a = qr[x];
+      const float* kt = KT + x * n;
+      for (std::int64_t i = 0; i < n; ++i) p[i] += a * kt[i];
+    }
+    float m = -INFINITY;
+    for (std::int64_t i = 0; i < n; ++i) {
+      p[i] *= scale;
+      m = std::max(m, p[i]);
+    }
+    for (std::int64_t i = 0; i < n; ++i) p[i] = exp_approx(p[i] - m);
+    double z = 0;
+    for (std::int64_t i = 0; i < n; ++i) z += p[i];
+    float* o = out + r * D;
+    std::fill(o, o + D, 0.0f);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float w = static_cast<float>(p[i] / z);
+      const float* vi = v + static_cast<std::int64_t>(idx[i]) * ld;
+      for (std::int64_t x = 0; x < D; ++x) o[x] += w * vi[x];
+    }
+  }
+}
+
+FS_CPU_CLONES void causal_conv_rows(const float* x, const float* wt, std::int64_t C, std::int64_t K,
+                                    std::int64_t dilation, std::int64_t rows, float* y) {
+  for (std::int64_t t = 0; t < rows; ++t) {
+    float* out = y + t * C;
+    std::fill(out, out + C, 0.0f);
+    for (std::int64_t j = 0; j < K; ++j) {
+      const float* w = wt + j * C;
+      const float* in = x + (t + j * dilation) * C;
+      for (std::int64_t c = 0; c < C; ++c) out[c] += w[c] * in[c];
+    }
+  }
+}
+
+FS_CPU_CLONES void exp_diff(float a, const float* x, float* out, std::int64_t n) {
+  for (std::int64_t j = 0; j < n; ++j) out[j] = exp_approx(a - x[j]);
+}
+
+FS_CPU_CLONES void unit_lower_inverse64(const float* A, std::int64_t n, float* T) {
+  constexpr int L = 64, V = 4;  // 4 vectors of 16 per row
+  for (std::int64_t i = 0; i < L; ++i) {
+    f16v acc[V] = {};
+    if (i < n) {
+      for (std::int64_t j = 0; j < i; ++j) {
+        const float a = A[i * L + j];
+        const float* tj = T + j * L;
+        for (int x = 0; x < V; ++x) acc[x] -= a * *reinterpret_cast<const f16u*>(tj + 16 * x);
+      }
+      acc[i / 16][i % 16] += 1.0f;
+    }
+    for (int x = 0; x < V; ++x) *reinterpret_cast<f16u*>(T + i * L + 16 * x) = acc[x];
+  }
+}
+
+// A tile of 32 value columns (two vectors) is carried through all the tokens: the state's rows
+// for it, [dk][32], stay in L1, and the two vectors with four partial sums each give eight
+// independent FMA chains.
+FS_CPU_CLONES void delta_rule_recurrent_head(const DeltaRuleHead& h, float* state) {
+  constexpr std::int64_t TW = 32;
+  const auto dk = h.dk, dv = h.dv;
+  thread_local std::vector<float> tile_buf;
+  tile_buf.resize(static_cast<std::size_t>(dk * TW));
+  float* tile = tile_buf.data();
+  auto row = [&](std::int64_t i, int half) {
+    return reinterpret_cast<f16u*>(tile + i * TW + 16 * half);
+  };
+  for (std::int64_t x0 = 0; x0 < dv; x0 += TW) {
+    const auto w = std::min(TW, dv - x0);
+    std::fill(tile, tile + dk * TW, 0.0f);
+    for (std::int64_t i = 0; i < dk; ++i) std::copy_n(state + i * dv + x0, w, tile + i * TW);
+    for (std::int64_t t = 0; t < h.tokens; ++t) {
+      const float* kt = h.k + t * h.ldk;
+      const float* qt = h.q + t * h.ldq;
+      const float* vt = h.v + t * h.ldv + x0;
+      const float decay = std::exp(h.g[t * h.ldg]), b = h.beta[t * h.ldg];
+      // S *= decay; mem = S^T k, in four partial sums per vector (rows i mod 4).
+      f16v m0[4] = {}, m1[4] = {};
+      std::int64_t i = 0;
+      for (; i + 4 <= dk; i += 4) {
+        for (int p = 0; p < 4; ++p) {
+          const f16v s0 = *row(i + p, 0) * decay, s1 = *row(i + p, 1) * decay;
+          *row(i + p, 0) = s0;
+          *row(i + p, 1) = s1;
+          m0[p] += kt[i + p] * s0;
+          m1[p] += kt[i + p] * s1;
+        }
+      }
+      for (; i < dk; ++i) {
+        const f16v s0 = *row(i, 0) * decay, s1 = *row(i, 1) * decay;
+        *row(i, 0) = s0;
+        *row(i, 1) = s1;
+        m0[0] += kt[i] * s0;
+        m1[0] += kt[i] * s1;
+      }
+      float vbuf[TW] = {};
+      std::copy_n(vt, w, vbuf);
+      const f16v d0 =
+          (*reinterpret_cast<const f16u*>(vbuf) - ((m0[0] + m0[1]) + (m0[2] + m0[3]))) * b;
+      const f16v d1 =
+          (*reinterpret_cast<const f16u*>(vbuf + 16) - ((m1[0] + m1[1]) + (m1[2] + m1[3]))) * b;
+      // S += k delta^T; o = S^T q.
+      f16v o0[4] = {}, o1[4] = {};
+      for (i = 0; i + 4 <= dk; i += 4) {
+        for (int p = 0; p < 4; ++p) {
+          const f16v s0 = *row(i + p, 0) + kt[i + p] * d0, s1 = *row(i + p, 1) + kt[i + p] * d1;
+          *row(i + p, 0) = s0;
+          *row(i + p, 1) = s1;
+          o0[p] += qt[i + p] * s0;
+          o1[p] += qt[i + p] * s1;
+        }
+      }
+      for (; i < dk; ++i) {
+        const f16v s0 = *row(i, 0) + kt[i] * d0, s1 = *row(i, 1) + kt[i] * d1;
+        *row(i, 0) = s0;
+        *row(i, 1) = s1;
+        o0[0] += qt[i] * s0;
+        o1[0] += qt[i] * s1;
+      }
+      float obuf[TW];
+      *reinterpret_cast<f16u*>(obuf) = (o0[0] + o0[1]) + (o0[2] + o0[3]);
+      *reinterpret_cast<f16u*>(obuf + 16) = (o1[0] + o1[1]) + (o1[2] + o1[3]);
+      std::copy_n(obuf, w, h.out + t * h.ldo + x0);
+    }
+    for (std::int64_t i = 0; i < dk; ++i) std::copy_n(tile + i * TW, w, state + i * dv + x0);
+  }
+}
+
+void topk_row(const float* p, std::int64_t n, std::int64_t k, std::int32_t* idx, float* val) {
+  // One pass keeping the best `take` sorted (value descending, index ascending). Scanning in
+  // index order, an entry equal to the current last one loses (its index is higher), so only a
+  // strictly larger value enters.
+  const auto take = std::min(k, n);
+  if (take <= 0) return;
+  std::int64_t have = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float x = p[i];
+    if (have == take && !(x > p[idx[take - 1]])) continue;
+    auto at = have < take ? have++ : take - 1;
+    while (at > 0 && x > p[idx[at - 1]]) {
+      idx[at] = idx[at - 1];
+      --at;
+    }
+    idx[at] = static_cast<std::int32_t>(i);
+  }
+  if (val != nullptr)
+    for (std::int64_t i = 0; i < take; ++i) val[i] = p[idx[i]];
+}
+
+}  // namespace fs::cpu
