@@ -1,5 +1,6 @@
 #include "counting_backend.h"
 
+#include <ctime>
 #include <vector>
 
 namespace fs::bench {
@@ -10,6 +11,12 @@ double d(std::int64_t v) {
 }
 
 }  // namespace
+
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 double CountingBackend::total_flops() const {
   double f = 0;

@@ -22,9 +22,13 @@ namespace fs::bench {
 
 struct OpStats {
   double flops = 0;
-  double seconds = 0;
+  double seconds = 0;      // wall clock
+  double cpu_seconds = 0;  // the process's CPU time (all threads) meanwhile
   std::int64_t calls = 0;
 };
+
+// CPU time of the whole process (all threads), in seconds.
+double process_cpu_seconds();
 
 class CountingBackend final : public Backend {
  public:
@@ -108,8 +112,10 @@ class CountingBackend final : public Backend {
   void run(const char* op, double flops, F&& fn) {
     if (failed()) return;
     const auto t0 = std::chrono::steady_clock::now();
+    const double c0 = process_cpu_seconds();
     fn(*inner_);
     auto& s = ops_[op];
+    s.cpu_seconds += process_cpu_seconds() - c0;
     s.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     s.flops += flops;
     ++s.calls;

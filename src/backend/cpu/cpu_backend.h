@@ -98,12 +98,15 @@ class CpuBackend final : public Backend {
 // The backend's threads (cpu_threads.cpp): a pool of hardware_concurrency - 1 workers and the
 // caller. cpu_parallel_for runs fn(i) for i in [0, n) on them when `work` (a rough count of
 // flops) makes it worth waking a worker, otherwise inline (as it does inside a job, or while
-// another thread's job holds the pool). cpu_parallel_ranges hands each thread one contiguous
-// range [begin, end) of [0, n).
+// another thread's job holds the pool). cpu_parallel_ranges cuts [0, n) into `per_thread`
+// contiguous ranges [begin, end) per thread: a few by default, so that a thread that runs late
+// (a busy machine) or slow holds up little; one where each range has a fixed cost (a product
+// packs its operands).
 std::int64_t cpu_threads();
 void cpu_parallel_for(std::int64_t n, double work, const std::function<void(std::int64_t)>& fn);
 void cpu_parallel_ranges(std::int64_t n, double work,
-                         const std::function<void(std::int64_t, std::int64_t)>& fn);
+                         const std::function<void(std::int64_t, std::int64_t)>& fn,
+                         std::int64_t per_thread = 4);
 
 // OpenBLAS for this CPU, once per process (cpu_blas.cpp): kernels of the instruction set the CPU
 // has when the library's own detection fell short, and one BLAS thread (products are split over

@@ -275,25 +275,46 @@ FS_CPU_CLONES void delta_rule_recurrent_head(const DeltaRuleHead& h, float* stat
   }
 }
 
-void topk_row(const float* p, std::int64_t n, std::int64_t k, std::int32_t* idx, float* val) {
-  // One pass keeping the best `take` sorted (value descending, index ascending). Scanning in
-  // index order, an entry equal to the current last one loses (its index is higher), so only a
-  // strictly larger value enters.
+namespace {
+
+// Offers p[i] to the sorted best list idx[0, have) of capacity take (value descending, index
+// ascending). The row is scanned from its end, so i is lower than every index already listed:
+// it goes before the entries it equals, and enters a full list when it is at least its last.
+inline void topk_offer(const float* p, std::int64_t i, std::int64_t take, std::int64_t& have,
+                       std::int32_t* idx) {
+  const float x = p[i];
+  if (have == take && !(x >= p[idx[take - 1]])) return;
+  auto at = have < take ? have++ : take - 1;
+  while (at > 0 && x >= p[idx[at - 1]]) {
+    idx[at] = idx[at - 1];
+    --at;
+  }
+  idx[at] = static_cast<std::int32_t>(i);
+}
+
+}  // namespace
+
+// Scanned from the end (the QSA scores favour recent blocks, so the list fills with good entries
+// at once); once it is full, 64 entries at a time are skipped when none reaches its last value.
+FS_CPU_CLONES void topk_row(const float* p, std::int64_t n, std::int64_t k, std::int32_t* idx,
+                            float* val) {
   const auto take = std::min(k, n);
   if (take <= 0) return;
-  std::int64_t have = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float x = p[i];
-    if (have == take && !(x > p[idx[take - 1]])) continue;
-    auto at = have < take ? have++ : take - 1;
-    while (at > 0 && x > p[idx[at - 1]]) {
-      idx[at] = idx[at - 1];
-      --at;
-    }
-    idx[at] = static_cast<std::int32_t>(i);
+  std::int64_t have = 0, i = n;  // entries [i, n) have been offered
+  while (i > 0 && have < take) topk_offer(p, --i, take, have, idx);
+  for (; i >= 64; i -= 64) {
+    const f16u* v = reinterpret_cast<const f16u*>(p + i - 64);
+    const float last = p[idx[take - 1]];
+    // Lanes where one of the 4 vectors reaches the last kept value.
+    const auto ge = (v[0] >= last) | (v[1] >= last) | (v[2] >= last) | (v[3] >= last);
+    bool enters = false;
+    for (int l = 0; l < 16; ++l) enters |= ge[l] != 0;
+    if (!enters) continue;
+    for (auto j = i - 1; j >= i - 64; --j) topk_offer(p, j, take, have, idx);
   }
+  while (i > 0) topk_offer(p, --i, take, have, idx);
   if (val != nullptr)
-    for (std::int64_t i = 0; i < take; ++i) val[i] = p[idx[i]];
+    for (std::int64_t j = 0; j < take; ++j) val[j] = p[idx[j]];
 }
 
 }  // namespace fs::cpu

@@ -70,7 +70,8 @@ struct DeltaRuleHead {
 void delta_rule_recurrent_head(const DeltaRuleHead& h, float* state);
 
 // The k largest of p[0, n), descending, ties to the lower index, into idx/val[0, min(k, n))
-// (val may be null); the entries past that are left as they were.
+// (val may be null); the entries past that are left as they were. Which entries a row with NaNs
+// yields is unspecified (as it was with std::partial_sort).
 void topk_row(const float* p, std::int64_t n, std::int64_t k, std::int32_t* idx, float* val);
 
 }  // namespace fs::cpu

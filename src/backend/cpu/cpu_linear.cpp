@@ -121,11 +121,16 @@ void CpuBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
   constexpr std::int64_t kAlign = 16;  // column parts start on a multiple of 16 weight rows
   if (out >= 2 * kTileRows) {
     const auto groups = (out + kAlign - 1) / kAlign;
-    cpu_parallel_ranges(groups, work, [&](std::int64_t g0, std::int64_t g1) {
-      part(0, S, g0 * kAlign, std::min(out, g1 * kAlign));
-    });
+    cpu_parallel_ranges(
+        groups, work,
+        [&](std::int64_t g0, std::int64_t g1) {
+          part(0, S, g0 * kAlign, std::min(out, g1 * kAlign));
+        },
+        /*per_thread=*/1);
   } else {
-    cpu_parallel_ranges(S, work, [&](std::int64_t r0, std::int64_t r1) { part(r0, r1, 0, out); });
+    cpu_parallel_ranges(
+        S, work, [&](std::int64_t r0, std::int64_t r1) { part(r0, r1, 0, out); },
+        /*per_thread=*/1);
   }
 }
 

@@ -37,7 +37,9 @@ class ThreadPool {
   std::int64_t threads() const { return static_cast<std::int64_t>(workers_.size()) + 1; }
 
   // fn(i) for every i in [0, n), on the workers and the caller; returns when all are done.
-  // A caller that finds the pool busy (another thread's op) runs its job inline.
+  // Indices are claimed one at a time, and the caller waits only for workers that claimed one:
+  // on a busy machine a worker that is not scheduled in time simply leaves its share to the
+  // caller. A caller that finds the pool busy (another thread's op) runs its job inline.
   void run(std::int64_t n, const std::function<void(std::int64_t)>& fn) {
     auto inline_run = [&] {
       for (std::int64_t i = 0; i < n; ++i) fn(i);
@@ -50,7 +52,6 @@ class ThreadPool {
       fn_ = &fn;
       n_ = n;
       next_.store(0);
-      active_ = static_cast<int>(workers_.size());
       ++generation_;
     }
     wake_.notify_all();
@@ -76,6 +77,8 @@ class ThreadPool {
         wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
         if (stop_) return;
         seen = generation_;
+        if (next_.load() >= n_) continue;  // the caller has claimed everything already
+        ++active_;
       }
       drain();
       {
@@ -92,7 +95,7 @@ class ThreadPool {
   const std::function<void(std::int64_t)>* fn_ = nullptr;
   std::int64_t n_ = 0;
   std::atomic<std::int64_t> next_{0};
-  int active_ = 0;
+  int active_ = 0;  // workers inside the current job
   std::uint64_t generation_ = 0;
   bool stop_ = false;
 };
@@ -120,8 +123,9 @@ void cpu_parallel_for(std::int64_t n, double work, const std::function<void(std:
 }
 
 void cpu_parallel_ranges(std::int64_t n, double work,
-                         const std::function<void(std::int64_t, std::int64_t)>& fn) {
-  const auto parts = std::min(n, work < kMinParallelWork ? 1 : cpu_threads());
+                         const std::function<void(std::int64_t, std::int64_t)>& fn,
+                         std::int64_t per_thread) {
+  const auto parts = std::min(n, work < kMinParallelWork ? 1 : per_thread * cpu_threads());
   if (parts <= 1) {
     if (n > 0) fn(0, n);
     return;
