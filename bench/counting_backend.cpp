@@ -26,8 +26,15 @@ double CountingBackend::total_flops() const {
 
 void CountingBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
   add_shape(x.rows(), w.rows(), w.cols());
-  run("linear", 2 * d(x.rows()) * d(w.rows()) * d(w.cols()),
-      [&](Backend& b) { b.linear(x, w, y); });
+  const double flops = 2 * d(x.rows()) * d(w.rows()) * d(w.cols());
+  const auto before = ops_["linear"];
+  run("linear", flops, [&](Backend& b) { b.linear(x, w, y); });
+  const auto& after = ops_["linear"];
+  auto& s = linear_by_weight_[{w.rows(), w.cols()}];
+  s.flops += flops;
+  s.seconds += after.seconds - before.seconds;
+  s.cpu_seconds += after.cpu_seconds - before.cpu_seconds;
+  ++s.calls;
 }
 void CountingBackend::add_bias(Tensor& y, const Weight& bias) {
   run("add_bias", 0, [&](Backend& b) { b.add_bias(y, bias); });

@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "backend/backend.h"
 
@@ -41,9 +42,14 @@ class CountingBackend final : public Backend {
       const {
     return shapes_;
   }
+  // `linear` per weight shape (out, in).
+  const std::map<std::pair<std::int64_t, std::int64_t>, OpStats>& linear_by_weight() const {
+    return linear_by_weight_;
+  }
   void reset() {
     ops_.clear();
     shapes_.clear();
+    linear_by_weight_.clear();
   }
   double total_flops() const;
 
@@ -131,6 +137,7 @@ class CountingBackend final : public Backend {
   std::unique_ptr<Backend> inner_;
   std::map<std::string, OpStats> ops_;
   std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, double> shapes_;
+  std::map<std::pair<std::int64_t, std::int64_t>, OpStats> linear_by_weight_;
 };
 
 }  // namespace fs::bench

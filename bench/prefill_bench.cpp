@@ -80,6 +80,7 @@ struct Run {
   double cpu_s = 0;  // process CPU time of the best run
   double flops = 0;
   std::map<std::string, fs::bench::OpStats> ops;  // of the best run
+  std::map<std::pair<std::int64_t, std::int64_t>, fs::bench::OpStats> linear;
 };
 
 }  // namespace
@@ -152,6 +153,7 @@ int main(int argc, char** argv) {
       times.push_back(t);
       if (t == *std::min_element(times.begin(), times.end())) {
         run.ops = counter.ops();
+        run.linear = counter.linear_by_weight();
         run.flops = counter.total_flops();
         run.cpu_s = cpu;
       }
@@ -215,5 +217,17 @@ int main(int argc, char** argv) {
                   s.seconds > 0 ? s.flops / s.seconds / 1e9 : 0.0);
     }
   }
+  // The products of the longest run by weight shape.
+  const auto& last = runs.back();
+  std::printf("\nlinear by weight [out, in] at %lld tokens\n", static_cast<long long>(last.tokens));
+  std::printf("| weight | calls | s | CPU s | GFLOP/s |\n|---|---:|---:|---:|---:|\n");
+  std::vector<std::pair<std::pair<std::int64_t, std::int64_t>, fs::bench::OpStats>> by(
+      last.linear.begin(), last.linear.end());
+  std::sort(by.begin(), by.end(),
+            [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  for (const auto& [w, s] : by)
+    std::printf("| [%lld, %lld] | %lld | %.3f | %.3f | %.1f |\n", static_cast<long long>(w.first),
+                static_cast<long long>(w.second), static_cast<long long>(s.calls), s.seconds,
+                s.cpu_seconds, s.seconds > 0 ? s.flops / s.seconds / 1e9 : 0.0);
   return 0;
 }

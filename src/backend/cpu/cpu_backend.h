@@ -1,7 +1,8 @@
-// The fp32 CPU reference backend. Large products go to OpenBLAS (sgemm); bf16 weights are
-// converted tile by tile into a scratch buffer just before each product, so no f32 copy of a
-// bf16 checkpoint is ever held (the tile costs 64 rows x in floats per thread). Per-head
-// sequence ops (delta rule, attention) run heads in parallel on a few threads.
+// The fp32 CPU reference backend. Products go to OpenBLAS (sgemm, one BLAS thread, split over
+// the backend's pool); bf16 weights are converted tile by tile into a scratch buffer just before
+// each product, so no f32 copy of a bf16 checkpoint is ever held (a tile is at most 1 MiB per
+// thread). The other inner loops are cpu_kernels.h, vectorised per CPU; ops run on the pool
+// (cpu_threads.cpp) when the work is large enough.
 //
 // Its tensors live in host memory, and it computes on the mapped checkpoint in place: `upload`
 // returns the view unless a conversion is asked for (an f32 matrix stored as bf16, a bf16 vector

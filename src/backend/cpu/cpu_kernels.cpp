@@ -138,6 +138,14 @@ FS_CPU_CLONES void attention_heads(const float* q, std::int64_t rep, std::int64_
   if (scratch.size() < need) scratch.resize(need);
   float* KT = scratch.data();  // [D][n]: the keys transposed
   float* P = KT + D * n;       // [rep][n]
+  // The rows are scattered over a long cache: ask for all of them before the first is needed.
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto at = static_cast<std::int64_t>(idx[i]) * ld;
+    for (std::int64_t x = 0; x < D; x += 16) {
+      __builtin_prefetch(k + at + x);
+      __builtin_prefetch(v + at + x);
+    }
+  }
   for (std::int64_t i = 0; i < n; ++i) {
     const float* ki = k + static_cast<std::int64_t>(idx[i]) * ld;
     for (std::int64_t x = 0; x < D; ++x) KT[x * n + i] = ki[x];
@@ -278,14 +286,14 @@ FS_CPU_CLONES void delta_rule_recurrent_head(const DeltaRuleHead& h, float* stat
 namespace {
 
 // Offers p[i] to the sorted best list idx[0, have) of capacity take (value descending, index
-// ascending). The row is scanned from its end, so i is lower than every index already listed:
-// it goes before the entries it equals, and enters a full list when it is at least its last.
+// ascending). Entries are offered in increasing index order, so an entry equal to the list's
+// last loses (its index is higher): only a strictly larger value enters a full list.
 inline void topk_offer(const float* p, std::int64_t i, std::int64_t take, std::int64_t& have,
                        std::int32_t* idx) {
   const float x = p[i];
-  if (have == take && !(x >= p[idx[take - 1]])) return;
+  if (have == take && !(x > p[idx[take - 1]])) return;
   auto at = have < take ? have++ : take - 1;
-  while (at > 0 && x >= p[idx[at - 1]]) {
+  while (at > 0 && x > p[idx[at - 1]]) {
     idx[at] = idx[at - 1];
     --at;
   }
@@ -294,25 +302,49 @@ inline void topk_offer(const float* p, std::int64_t i, std::int64_t take, std::i
 
 }  // namespace
 
-// Scanned from the end (the QSA scores favour recent blocks, so the list fills with good entries
-// at once); once it is full, 64 entries at a time are skipped when none reaches its last value.
+// One pass in index order. A floor is taken first from the row's last 256 entries (the QSA
+// scores favour recent blocks): the k-th largest of them. At least k entries reach it, so an entry
+// below it can never be picked, and blocks of 64 entries that all fall below it (or below the
+// list's last value) are skipped with vector compares.
 FS_CPU_CLONES void topk_row(const float* p, std::int64_t n, std::int64_t k, std::int32_t* idx,
                             float* val) {
   const auto take = std::min(k, n);
   if (take <= 0) return;
-  std::int64_t have = 0, i = n;  // entries [i, n) have been offered
-  while (i > 0 && have < take) topk_offer(p, --i, take, have, idx);
-  for (; i >= 64; i -= 64) {
-    const f16u* v = reinterpret_cast<const f16u*>(p + i - 64);
-    const float last = p[idx[take - 1]];
-    // Lanes where one of the 4 vectors reaches the last kept value.
-    const auto ge = (v[0] >= last) | (v[1] >= last) | (v[2] >= last) | (v[3] >= last);
-    bool enters = false;
-    for (int l = 0; l < 16; ++l) enters |= ge[l] != 0;
-    if (!enters) continue;
-    for (auto j = i - 1; j >= i - 64; --j) topk_offer(p, j, take, have, idx);
+  float floor = -INFINITY;
+  {
+    // The k largest values of the sample (values only: which of equal entries is kept does not
+    // change them), scanned from the end so that a rising row fills the list at once.
+    constexpr std::int64_t kSample = 256;
+    const auto from = std::max<std::int64_t>(0, n - kSample);
+    if (n - from >= take && take <= kSample) {
+      float best[kSample];
+      std::int64_t have = 0;
+      for (auto i = n; i-- > from;) {
+        const float x = p[i];
+        if (have == take && !(x > best[take - 1])) continue;
+        auto at = have < take ? have++ : take - 1;
+        for (; at > 0 && x > best[at - 1]; --at) best[at] = best[at - 1];
+        best[at] = x;
+      }
+      floor = best[take - 1];
+    }
   }
-  while (i > 0) topk_offer(p, --i, take, have, idx);
+  std::int64_t have = 0, i = 0;
+  auto offer = [&](std::int64_t j) {
+    if (p[j] >= floor) topk_offer(p, j, take, have, idx);
+  };
+  for (; i < n && have < take; ++i) offer(i);
+  for (; i + 64 <= n; i += 64) {
+    const f16u* v = reinterpret_cast<const f16u*>(p + i);
+    const float bar = std::max(floor, p[idx[take - 1]]);
+    // Lanes where one of the 4 vectors reaches the bar.
+    const auto ge = (v[0] >= bar) | (v[1] >= bar) | (v[2] >= bar) | (v[3] >= bar);
+    bool some = false;
+    for (int l = 0; l < 16; ++l) some |= ge[l] != 0;
+    if (!some) continue;
+    for (auto j = i; j < i + 64; ++j) offer(j);
+  }
+  for (; i < n; ++i) offer(i);
   if (val != nullptr)
     for (std::int64_t j = 0; j < take; ++j) val[j] = p[idx[j]];
 }
