@@ -1282,6 +1282,31 @@ TEST_F(CpuOps, TopkAndSelectBlocksEqualAStableSort) {
   }
 }
 
+// The indexer scores against a direct computation, at sizes that leave partial query groups and
+// block tiles: out[s, b] = scale * sum_h relu(q[s, h] . keys[b]).
+TEST_F(CpuOps, IndexScoresEqualDirect) {
+  for (const auto& [S, B, heads, dim] : std::vector<std::tuple<int, int, int, int>>{
+           {1, 1, 1, 4}, {7, 130, 3, 20}, {9, 64, 16, 32}, {4, 200, 2, 128}}) {
+    const auto q = normal_tensor({S, heads * dim}, rng), keys = normal_tensor({B, dim}, rng);
+    Tensor out;
+    be->index_scores(q, keys, heads, 0.25f, out);
+    ASSERT_EQ(out.shape(), (Shape{S, B}));
+    double worst = 0;
+    for (int s = 0; s < S; ++s)
+      for (int b = 0; b < B; ++b) {
+        double total = 0;
+        for (int h = 0; h < heads; ++h) {
+          double d = 0;
+          for (int c = 0; c < dim; ++c)
+            d += static_cast<double>(q.row(s)[h * dim + c]) * keys.row(b)[c];
+          total += d > 0 ? d : 0;
+        }
+        worst = std::max(worst, std::fabs(out.row(s)[b] - 0.25 * total));
+      }
+    EXPECT_LE(worst, 1e-4) << S << "x" << B << " heads " << heads << " dim " << dim;
+  }
+}
+
 TEST_F(CpuOps, NormalizeRowsDividesBySum) {
   Tensor x({2, 3}, {1, 2, 5, 0.5f, 0.25f, 0.25f});
   be->normalize_rows(x);

@@ -373,7 +373,7 @@ void CpuBackend::block_mean(const Tensor& x, std::int64_t first_row, std::int64_
 }
 
 // The block keys are transposed into tiles of kIndexTile (zero-padded), then each thread
-// scores every query against its share of the tiles, two queries at a time.
+// scores every query against its share of the tiles, four queries at a time.
 void CpuBackend::index_scores(const Tensor& q, const Tensor& keys, std::int64_t heads, float scale,
                               Tensor& out) {
   if (failed()) return;
@@ -391,15 +391,16 @@ void CpuBackend::index_scores(const Tensor& q, const Tensor& keys, std::int64_t 
   }
   const double work = 2.0 * static_cast<double>(S * B) * static_cast<double>(heads * dim);
   cpu_parallel_ranges(tiles, work, [&](std::int64_t t0, std::int64_t t1) {
-    float o[2][T];
+    float o[4][T];
+    float* op[4] = {o[0], o[1], o[2], o[3]};
+    const float* qp[4];
     for (auto t = t0; t < t1; ++t) {
       const auto b0 = t * T, valid = std::min(T, B - b0);
-      for (std::int64_t s = 0; s < S; s += 2) {
-        const bool pair = s + 1 < S;
-        cpu::index_scores_tile(q.row(s), pair ? q.row(s + 1) : nullptr, heads, dim,
-                               kt.data() + t * dim * T, scale, o[0], pair ? o[1] : nullptr);
-        std::copy_n(o[0], valid, out.row(s) + b0);
-        if (pair) std::copy_n(o[1], valid, out.row(s + 1) + b0);
+      for (std::int64_t s = 0; s < S; s += 4) {
+        const auto nq = std::min<std::int64_t>(4, S - s);
+        for (std::int64_t r = 0; r < nq; ++r) qp[r] = q.row(s + r);
+        cpu::index_scores_tile(qp, nq, heads, dim, kt.data() + t * dim * T, scale, op);
+        for (std::int64_t r = 0; r < nq; ++r) std::copy_n(o[r], valid, out.row(s + r) + b0);
       }
     }
   });

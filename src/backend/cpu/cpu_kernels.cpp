@@ -97,37 +97,45 @@ FS_CPU_CLONES void axpy(float* x, float a, const float* y, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) x[i] += a * y[i];
 }
 
-// Two queries x four vectors of 16 blocks: 8 accumulators, each key vector loaded once per
-// dimension for both queries. The heads' relu'd sums are added in head order.
-FS_CPU_CLONES void index_scores_tile(const float* q0, const float* q1, std::int64_t heads,
-                                     std::int64_t dim, const float* kt, float scale, float* o0,
-                                     float* o1) {
+// Four queries x four vectors of 16 blocks: 16 accumulators, each key vector loaded once per
+// dimension for the four queries; the heads' relu'd sums are added, in head order, into totals
+// kept beside (one load and store per head and vector).
+FS_CPU_CLONES void index_scores_tile(const float* const* q, std::int64_t nq, std::int64_t heads,
+                                     std::int64_t dim, const float* kt, float scale,
+                                     float* const* o) {
   static_assert(kIndexTile == 64);
-  const float* q1p = q1 != nullptr ? q1 : q0;
-  f16v t0[4] = {}, t1[4] = {};
+  const float* qs[4];
+  for (int r = 0; r < 4; ++r) qs[r] = q[r < nq ? r : 0];
+  alignas(64) float tot[4][kIndexTile] = {};
   const f16v zero = {};
   for (std::int64_t h = 0; h < heads; ++h) {
-    f16v a0[4] = {}, a1[4] = {};
-    const float* qa = q0 + h * dim;
-    const float* qb = q1p + h * dim;
+    f16v a[4][4] = {};
+    const float* q0 = qs[0] + h * dim;
+    const float* q1 = qs[1] + h * dim;
+    const float* q2 = qs[2] + h * dim;
+    const float* q3 = qs[3] + h * dim;
     for (std::int64_t c = 0; c < dim; ++c) {
       const float* row = kt + c * kIndexTile;
-      const float x0 = qa[c], x1 = qb[c];
+      f16v kv[4];
+      for (int j = 0; j < 4; ++j) kv[j] = *reinterpret_cast<const f16u*>(row + 16 * j);
+      const float x0 = q0[c], x1 = q1[c], x2 = q2[c], x3 = q3[c];
       for (int j = 0; j < 4; ++j) {
-        const f16v kv = *reinterpret_cast<const f16u*>(row + 16 * j);
-        a0[j] += x0 * kv;
-        a1[j] += x1 * kv;
+        a[0][j] += x0 * kv[j];
+        a[1][j] += x1 * kv[j];
+        a[2][j] += x2 * kv[j];
+        a[3][j] += x3 * kv[j];
       }
     }
-    for (int j = 0; j < 4; ++j) {
-      t0[j] += a0[j] > zero ? a0[j] : zero;
-      t1[j] += a1[j] > zero ? a1[j] : zero;
-    }
+    for (int r = 0; r < 4; ++r)
+      for (int j = 0; j < 4; ++j) {
+        auto* t = reinterpret_cast<f16v*>(tot[r] + 16 * j);
+        *t += a[r][j] > zero ? a[r][j] : zero;
+      }
   }
-  for (int j = 0; j < 4; ++j) {
-    *reinterpret_cast<f16u*>(o0 + 16 * j) = t0[j] * scale;
-    if (o1 != nullptr) *reinterpret_cast<f16u*>(o1 + 16 * j) = t1[j] * scale;
-  }
+  for (std::int64_t r = 0; r < nq; ++r)
+    for (int j = 0; j < 4; ++j)
+      *reinterpret_cast<f16u*>(o[r] + 16 * j) =
+          *reinterpret_cast<const f16v*>(tot[r] + 16 * j) * scale;
 }
 
 FS_CPU_CLONES void attention_heads(const float* q, std::int64_t rep, std::int64_t D, const float* k,

@@ -27,12 +27,12 @@ void mul_gate(float* x, const float* gate, std::int64_t n, bool silu);
 // x[i] += a * y[i].
 void axpy(float* x, float a, const float* y, std::int64_t n);
 
-// QSA indexer scores for two queries against one tile of kIndexTile block keys:
-// o[b] = scale * sum over heads h of relu(q[h*dim : (h+1)*dim] . key_b), with the tile's keys
-// transposed, kt[c * kIndexTile + b]. q1/o1 may be null (one query).
+// QSA indexer scores for nq <= 4 queries q[r] against one tile of kIndexTile block keys:
+// o[r][b] = scale * sum over heads h of relu(q[r][h*dim : (h+1)*dim] . key_b), with the tile's
+// keys transposed, kt[c * kIndexTile + b].
 inline constexpr std::int64_t kIndexTile = 64;
-void index_scores_tile(const float* q0, const float* q1, std::int64_t heads, std::int64_t dim,
-                       const float* kt, float scale, float* o0, float* o1);
+void index_scores_tile(const float* const* q, std::int64_t nq, std::int64_t heads, std::int64_t dim,
+                       const float* kt, float scale, float* const* o);
 
 // Softmax attention of `rep` query heads (q + r*D, r < rep) that share one kv head, over the n
 // keys k + idx[i]*ld (values v + idx[i]*ld) in the order given; out + r*D. Scores are summed
