@@ -310,10 +310,9 @@ inline void topk_offer(const float* p, std::int64_t i, std::int64_t take, std::i
 
 }  // namespace
 
-// One pass in index order. A floor is taken first from the row's last 256 entries (the QSA
-// scores favour recent blocks): the k-th largest of them. At least k entries reach it, so an entry
-// below it can never be picked, and blocks of 64 entries that all fall below it (or below the
-// list's last value) are skipped with vector compares.
+// One pass in index order. A floor is taken first from the row's last 256 entries: the k-th
+// largest of them. At least k entries reach it, so an entry below it can never be picked; only
+// a few per cent of a long row reach it, and the vector compares below find those.
 FS_CPU_CLONES void topk_row(const float* p, std::int64_t n, std::int64_t k, std::int32_t* idx,
                             float* val) {
   const auto take = std::min(k, n);
@@ -341,16 +340,20 @@ FS_CPU_CLONES void topk_row(const float* p, std::int64_t n, std::int64_t k, std:
   auto offer = [&](std::int64_t j) {
     if (p[j] >= floor) topk_offer(p, j, take, have, idx);
   };
-  for (; i < n && have < take; ++i) offer(i);
-  for (; i + 64 <= n; i += 64) {
-    const f16u* v = reinterpret_cast<const f16u*>(p + i);
-    const float bar = std::max(floor, p[idx[take - 1]]);
-    // Lanes where one of the 4 vectors reaches the bar.
-    const auto ge = (v[0] >= bar) | (v[1] >= bar) | (v[2] >= bar) | (v[3] >= bar);
-    bool some = false;
-    for (int l = 0; l < 16; ++l) some |= ge[l] != 0;
-    if (!some) continue;
-    for (auto j = i; j < i + 64; ++j) offer(j);
+  // 16 entries at a time: a vector compare against the bar (the floor while the list fills, then
+  // its last value) leaves a bit mask of the few that may enter, offered one by one (each offer
+  // checks again against the list as it is then).
+  for (; i + 16 <= n; i += 16) {
+    const f16v v = *reinterpret_cast<const f16u*>(p + i);
+    const bool full = have == take;
+    const float bar = full ? p[idx[take - 1]] : floor;
+    const auto pass = full ? (v > bar) : (v >= bar);
+    unsigned bits = 0;
+    for (int l = 0; l < 16; ++l) bits |= static_cast<unsigned>(pass[l] != 0) << l;
+    while (bits != 0) {
+      offer(i + __builtin_ctz(bits));
+      bits &= bits - 1;
+    }
   }
   for (; i < n; ++i) offer(i);
   if (val != nullptr)
