@@ -112,6 +112,13 @@ void CountingBackend::grouped_dot(const Tensor& a, const Tensor& bt, std::int64_
                                   Tensor& out) {
   run("grouped_dot", 0, [&](Backend& b) { b.grouped_dot(a, bt, group, out); });
 }
+void CountingBackend::stream_mix(const Tensor& xn, const Tensor& u, const Weight& up,
+                                 std::int64_t streams, Tensor& out) {
+  // Its product u · up^T; the rest is elementwise.
+  add_shape(u.rows(), up.rows(), up.cols());
+  run("stream_mix", 2 * d(u.rows()) * d(up.rows()) * d(up.cols()),
+      [&](Backend& b) { b.stream_mix(xn, u, up, streams, out); });
+}
 void CountingBackend::rope(Tensor& x, std::int64_t head_dim, std::int64_t rotary_dim,
                            std::int64_t first, std::int64_t stride, double theta) {
   run("rope", 0, [&](Backend& b) { b.rope(x, head_dim, rotary_dim, first, stride, theta); });

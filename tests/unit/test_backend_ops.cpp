@@ -498,6 +498,16 @@ std::vector<Case> make_cases() {
         return std::vector<Tensor>{mean, dot, hh};
       };
     });
+    // The fused stream mix (rank 16, bf16 up weight as checkpoints store it).
+    add("stream_mix_" + n(S) + "x" + n(W), kReduction, [=](Rng& rng) -> OpRun {
+      auto xn = random_tensor({S, streams * W}, rng), u = random_tensor({S, 16}, rng);
+      auto up = std::make_shared<HostWeight>(random_weight(BF16, {streams * W, 16}, rng, 0.25f));
+      return [=](const Feed& f) {
+        Tensor out;
+        f.be.stream_mix(f.in(xn), f.in(u), f.w(*up), streams, out);
+        return std::vector<Tensor>{out};
+      };
+    });
   }
 
   // --- positional ---
@@ -1304,6 +1314,33 @@ TEST_F(CpuOps, IndexScoresEqualDirect) {
         worst = std::max(worst, std::fabs(out.row(s)[b] - 0.25 * total));
       }
     EXPECT_LE(worst, 1e-4) << S << "x" << B << " heads " << heads << " dim " << dim;
+  }
+}
+
+// The fused stream mix equals the sequence it fuses (the base backend's body), for bf16 and f32
+// up weights and a width that is not a multiple of the kernel's 64 columns.
+TEST_F(CpuOps, StreamMixEqualsTheUnfusedSequence) {
+  for (const auto& [S, W, dtype] : std::vector<std::tuple<int, int, DType>>{
+           {5, 256, DType::kBF16}, {3, 40, DType::kF32}, {1, 7, DType::kF32}}) {
+    const std::int64_t streams = 4, rank = 16;
+    const auto xn = normal_tensor({S, streams * W}, rng), u = normal_tensor({S, rank}, rng);
+    const auto upf = normal_tensor({streams * W, rank}, rng, 0.25f);
+    std::vector<std::uint16_t> bf(static_cast<std::size_t>(upf.numel()));
+    Tensor widened(upf.shape());
+    for (std::size_t i = 0; i < bf.size(); ++i)
+      widened.data()[i] = bf16_to_f32(bf[i] = f32_to_bf16(upf.data()[i]));
+    const Weight up =
+        dtype == DType::kBF16
+            ? Weight{DType::kBF16, upf.shape(), reinterpret_cast<const std::uint8_t*>(bf.data())}
+            : f32_weight(upf);
+    Tensor fused, m, unfused;
+    be->stream_mix(xn, u, up, streams, fused);
+    be->linear(u, up, m);
+    be->activate(m, Activation::kSigmoid);
+    be->mul(m, xn);
+    be->stream_mean(m, streams, unfused);
+    ASSERT_EQ(fused.shape(), (Shape{S, W}));
+    EXPECT_LE(max_abs_diff(fused.span(), unfused.span()), 1e-5) << S << "x" << W;
   }
 }
 

@@ -59,6 +59,8 @@ class CpuBackend final : public Backend {
   void stream_mean(const Tensor& x, std::int64_t streams, Tensor& out) override;
   void add_scaled_streams(Tensor& h, const Tensor& y, const Tensor& w) override;
   void grouped_dot(const Tensor& a, const Tensor& b, std::int64_t group, Tensor& out) override;
+  void stream_mix(const Tensor& xn, const Tensor& u, const Weight& up, std::int64_t streams,
+                  Tensor& out) override;
 
   void rope(Tensor& x, std::int64_t head_dim, std::int64_t rotary_dim, std::int64_t first,
             std::int64_t stride, double theta) override;

@@ -273,6 +273,27 @@ void CpuBackend::add_scaled_streams(Tensor& h, const Tensor& y, const Tensor& w)
     }
   });
 }
+void CpuBackend::stream_mix(const Tensor& xn, const Tensor& u, const Weight& up,
+                            std::int64_t streams, Tensor& out) {
+  if (failed()) return;
+  const auto SW = xn.cols(), rank = u.cols(), W = SW / streams;
+  assert(up.rows() == SW && up.cols() == rank && u.rows() == xn.rows() &&
+         up.device == Device::kHost);
+  if (!ensure(out, {xn.rows(), W})) return;
+  // The up weight widened and transposed to [rank][SW], so each rank term is a row update.
+  std::vector<float> wide(static_cast<std::size_t>(SW * rank)), upT(wide.size());
+  convert_to_f32(up.dtype, up.data, wide.data(), wide.size());
+  for (std::int64_t j = 0; j < SW; ++j)
+    for (std::int64_t k = 0; k < rank; ++k)
+      upT[static_cast<std::size_t>(k * SW + j)] = wide[static_cast<std::size_t>(j * rank + k)];
+  const double work = static_cast<double>(xn.rows() * SW) * static_cast<double>(2 * rank + 8);
+  cpu_parallel_ranges(xn.rows(), work, [&](std::int64_t r0, std::int64_t r1) {
+    thread_local std::vector<float> m;
+    m.resize(static_cast<std::size_t>(SW));
+    for (auto r = r0; r < r1; ++r)
+      cpu::stream_mix_row(xn.row(r), u.row(r), upT.data(), rank, W, streams, m.data(), out.row(r));
+  });
+}
 void CpuBackend::grouped_dot(const Tensor& a, const Tensor& b, std::int64_t group, Tensor& out) {
   if (failed()) return;
   assert(a.shape() == b.shape());
