@@ -192,6 +192,10 @@ void Engine::run(Job& job) {
     metrics_.add_mtp(d + 1, r.stats.drafted[static_cast<std::size_t>(d)],
                      r.stats.accepted[static_cast<std::size_t>(d)]);
   metrics_.count_commit(commit_session(tiers, prepared->state, r.state_complete));
+  if (r.state_complete && prepared->state.tokens.size() >= job.prompt.size())
+    summary.generated.assign(prepared->state.tokens.begin() +
+                                 static_cast<std::ptrdiff_t>(job.prompt.size()),
+                             prepared->state.tokens.end());
 
   if (!stops.stopped()) {
     std::string tail = stops.push(decoder.finish());
