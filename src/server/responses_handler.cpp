@@ -1,0 +1,353 @@
+#include "server/responses_handler.h"
+
+#include <chrono>
+#include <ctime>
+#include <random>
+
+#include "server/api_error.h"
+#include "server/front_door.h"
+#include "server/responses_format.h"
+#include "server/responses_request.h"
+#include "tokenizer/chat/output_parser.h"
+
+namespace fs::server {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+std::string random_hex(std::size_t n) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s(n, '0');
+  for (auto& c : s) c = kHex[rng() % 16];
+  return s;
+}
+
+std::uint64_t random_seed() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return rng();
+}
+
+std::string dump(const ojson& j) {
+  return j.dump(-1, ' ', false, ojson::error_handler_t::replace);
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(openai_error_body(e), "application/json");
+}
+
+ApiError server_error(int status, std::string code, std::string message) {
+  ApiError e;
+  e.status = status;
+  e.type = "server_error";
+  e.code = std::move(code);
+  e.message = std::move(message);
+  return e;
+}
+
+bool ends_with(std::string_view s, std::string_view p) {
+  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
+}
+
+// The start of the assistant turn that makes the model call a tool (tool_choice required or a
+// named function): the family's tool-call opening, written after the generation prompt, and
+// fed to the output parser before the model's own text. Empty when the family has none here.
+std::string forced_call_prefix(ChatFamily family, const ResponsesRequest& r) {
+  if (family != ChatFamily::kQwen) return {};
+  if (r.tool_choice == ToolChoice::kRequired) return "<tool_call>\n{\"name\": \"";
+  if (r.tool_choice == ToolChoice::kFunction)
+    return "<tool_call>\n{\"name\": \"" + r.tool_choice_name + "\", \"arguments\": ";
+  return {};
+}
+
+// One response from its first event to its last: the output parser feeding the builder, and
+// at the end the store entry. Shared by the plain and the streamed paths.
+class Turn {
+ public:
+  Turn(const ResponsesDeps& deps, const ResponsesRequest& request, ResponseMetaInfo meta,
+       OutputParserOptions parser_options, bool streaming)
+      : deps_(deps),
+        request_(request),
+        parser_(parser_options),
+        builder_(std::move(meta), request, streaming) {}
+
+  // What the store keeps besides the output: the conversation so far and the prompt.
+  void set_context(std::vector<ResponseItem> conversation, std::vector<TokenId> prompt_tokens,
+                   std::string prompt_text) {
+    conversation_ = std::move(conversation);
+    prompt_tokens_ = std::move(prompt_tokens);
+    prompt_text_ = std::move(prompt_text);
+  }
+
+  std::string start(const std::string& forced_prefix) {
+    std::string out = builder_.start();
+    // The forced opening is the model's turn as far as the parser is concerned.
+    if (!forced_prefix.empty()) out += builder_.add(parser_.feed(forced_prefix));
+    return out;
+  }
+  std::string text(const std::string& piece) { return builder_.add(parser_.feed(piece)); }
+
+  std::string done(const JobSummary& s) {
+    std::string out = builder_.add(parser_.finish());
+    std::int64_t reasoning_tokens = 0;
+    if (const std::string r = builder_.reasoning_text(); !r.empty())
+      if (auto ids = deps_.tokenizer->encode(r); ids.ok())
+        reasoning_tokens = static_cast<std::int64_t>(ids->size());
+    out += builder_.finish(s, reasoning_tokens);
+    if (request_.store) save(s);
+    return out;
+  }
+  std::string fail(const std::string& message) { return builder_.fail(message); }
+  const ojson& response() const { return builder_.response(); }
+
+ private:
+  void save(const JobSummary& s) {
+    auto entry = std::make_shared<StoredResponse>();
+    entry->id = builder_.response()["id"].get<std::string>();
+    entry->response = builder_.response();
+    entry->conversation = std::move(conversation_);
+    for (const auto& item : builder_.output_items()) entry->conversation.push_back(item);
+    if (!s.generated.empty()) {
+      auto generated = deps_.tokenizer->decode(s.generated, /*skip_special=*/false);
+      if (generated.ok()) {
+        entry->tokens = std::move(prompt_tokens_);
+        entry->tokens.insert(entry->tokens.end(), s.generated.begin(), s.generated.end());
+        entry->text = std::move(prompt_text_) + *generated;
+      }
+    }
+    deps_.store->put(std::move(entry));
+  }
+
+  const ResponsesDeps& deps_;
+  const ResponsesRequest& request_;
+  ChatOutputParser parser_;
+  ResponseBuilder builder_;
+  std::vector<ResponseItem> conversation_;
+  std::vector<TokenId> prompt_tokens_;
+  std::string prompt_text_;
+};
+
+// The prompt's tokens. A follow-up whose rendering extends the previous turn's text (prompt and
+// generated output, special tokens written out) at a special-token boundary reuses that turn's
+// exact tokens for the shared part: the model state banked after the turn covers exactly them,
+// so the session bank continues it even where re-tokenizing the generated text would differ.
+Expected<std::vector<TokenId>> prompt_tokens(const Tokenizer& tokenizer, const std::string& text,
+                                             const StoredResponse* previous) {
+  if (previous && !previous->tokens.empty() && tokenizer.is_special(previous->tokens.back()) &&
+      text.size() > previous->text.size() &&
+      std::string_view(text).substr(0, previous->text.size()) == previous->text) {
+    auto rest = tokenizer.encode(std::string_view(text).substr(previous->text.size()));
+    if (!rest.ok()) return rest.status();
+    std::vector<TokenId> ids = previous->tokens;
+    ids.insert(ids.end(), rest->begin(), rest->end());
+    return ids;
+  }
+  return tokenizer.encode(text);
+}
+
+}  // namespace
+
+void handle_responses_create(const ResponsesDeps& deps, const httplib::Request& req,
+                             httplib::Response& res) {
+  const auto arrived = Clock::now();
+  ParsedResponsesRequest parsed = parse_responses_request(req.body, deps.limits);
+  if (const auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
+  // Shared with the stream's content provider, which outlives this call.
+  auto r = std::make_shared<const ResponsesRequest>(std::move(std::get<ResponsesRequest>(parsed)));
+
+  std::shared_ptr<const StoredResponse> previous;
+  if (!r->previous_response_id.empty()) {
+    previous = deps.store->get(r->previous_response_id);
+    if (!previous)
+      return send_error(res, ApiError::invalid("previous_response_id",
+                                               "Previous response with id '" +
+                                                   r->previous_response_id + "' not found.",
+                                               "previous_response_not_found"));
+  }
+  const std::vector<ResponseItem> no_history;
+  const std::vector<ResponseItem>& history = previous ? previous->conversation : no_history;
+  const bool use_tools = r->tool_choice != ToolChoice::kNone && !r->function_names.empty();
+  const ChatRequest chat =
+      conversation_chat(r->instructions, history, r->input,
+                        use_tools ? r->tools : ojson::array(), r->enable_thinking);
+  auto rendered = render_chat(deps.family, chat, deps.special);
+  if (!rendered.ok()) return send_error(res, ApiError::invalid("input", rendered.status().message()));
+  const std::string forced = use_tools ? forced_call_prefix(deps.family, *r) : std::string();
+  std::string text = std::move(*rendered) + forced;
+  auto ids = prompt_tokens(*deps.tokenizer, text, previous.get());
+  if (!ids.ok()) return send_error(res, ApiError::invalid("input", ids.status().message()));
+  const auto n_prompt = static_cast<std::int64_t>(ids->size());
+  if (n_prompt >= deps.max_context)
+    return send_error(res, ApiError::invalid("input",
+                                             "the input has " + std::to_string(n_prompt) +
+                                                 " tokens; this model's context is " +
+                                                 std::to_string(deps.max_context) + " tokens",
+                                             "context_length_exceeded"));
+
+  auto job = std::make_shared<Job>();
+  job->received = arrived;
+  job->prompt = *ids;
+  // No limit given: as much as the context holds (OpenAI's default is the model's maximum).
+  const std::int64_t room = std::min(deps.max_context - n_prompt, deps.limits.max_tokens);
+  job->max_tokens = std::min(r->max_output_tokens.value_or(room), room);
+  job->sampler = r->sampler;
+  job->seed = random_seed();
+  if (!deps.engine->submit(job)) {
+    deps.metrics->count_queue_full();
+    res.set_header("Retry-After", "1");
+    return send_error(res, server_error(503, "queue_full",
+                                        "the server is busy (the request queue is full); retry "
+                                        "later"));
+  }
+
+  ResponseMetaInfo meta;
+  meta.id = "resp_" + random_hex(32);
+  meta.created_at = static_cast<std::int64_t>(std::time(nullptr));
+  meta.model = r->model.empty() ? deps.model_id : r->model;
+  meta.max_output_tokens = r->max_output_tokens;
+  meta.previous_response_id = r->previous_response_id;
+  OutputParserOptions po;
+  po.family = deps.family;
+  po.starts_in_reasoning = ends_with(text, "<think>\n") || ends_with(text, "<think>");
+  po.parse_tool_calls = use_tools;
+  auto turn = std::make_shared<Turn>(deps, *r, meta, po, r->stream);
+  std::vector<ResponseItem> conversation = history;
+  conversation.insert(conversation.end(), r->input.begin(), r->input.end());
+  turn->set_context(std::move(conversation), std::move(*ids), std::move(text));
+
+  const auto deadline = arrived + std::chrono::seconds(deps.request_timeout_s);
+  const char* timeout_message =
+      "the request did not finish within the server's deadline (--request-timeout-s)";
+
+  if (!r->stream) {
+    (void)turn->start(forced);
+    auto next_check = Clock::now();
+    for (;;) {
+      auto e = job->next(std::chrono::milliseconds(50));
+      if (const auto now = Clock::now(); now >= next_check) {
+        next_check = now + std::chrono::milliseconds(50);
+        if (client_disconnected()) {
+          job->cancelled = true;
+          ApiError gone;
+          gone.status = 499;
+          gone.type = "client_closed_request";
+          gone.message = "the client disconnected";
+          res.set_header("Connection", "close");
+          return send_error(res, gone);
+        }
+        if (now >= deadline) {
+          job->cancelled = true;
+          return send_error(res, server_error(504, "request_timeout", timeout_message));
+        }
+      }
+      if (!e) continue;
+      if (!e->done) {
+        (void)turn->text(e->text);
+        continue;
+      }
+      if (e->summary.finish_reason == "error")
+        return send_error(res,
+                          server_error(500, "server_error", "generation failed: " + e->summary.error));
+      (void)turn->done(e->summary);
+      res.set_content(dump(turn->response()), "application/json");
+      return;
+    }
+  }
+
+  struct StreamState {
+    std::shared_ptr<const ResponsesRequest> request;  // the turn refers to it
+    std::shared_ptr<Job> job;
+    std::shared_ptr<Turn> turn;
+    std::string forced;
+    bool started = false;
+    bool finished = false;
+    Clock::time_point deadline;
+  };
+  auto st = std::make_shared<StreamState>();
+  st->request = r;
+  st->job = job;
+  st->turn = turn;
+  st->forced = forced;
+  st->deadline = deadline;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [st, timeout_message](std::size_t, httplib::DataSink& sink) {
+        const auto write = [&](const std::string& s) {
+          if (s.empty() || sink.write(s.data(), s.size())) return true;
+          st->job->cancelled = true;  // the client has gone: stop generating for it
+          return false;
+        };
+        if (st->finished) {
+          sink.done();
+          return true;
+        }
+        if (!st->started) {
+          st->started = true;
+          return write(st->turn->start(st->forced));
+        }
+        for (;;) {
+          if (Clock::now() >= st->deadline) {
+            st->job->cancelled = true;
+            st->finished = true;
+            if (!write(st->turn->fail(timeout_message))) return false;
+            sink.done();
+            return true;
+          }
+          auto e = st->job->next(std::chrono::milliseconds(100));
+          if (!e) {
+            if (!sink.is_writable()) {
+              st->job->cancelled = true;
+              return false;
+            }
+            continue;
+          }
+          if (!e->done) {
+            const std::string events = st->turn->text(e->text);
+            if (events.empty()) continue;  // held back by the parser: wait for more
+            return write(events);
+          }
+          st->finished = true;
+          const std::string tail = e->summary.finish_reason == "error"
+                                       ? st->turn->fail("generation failed: " + e->summary.error)
+                                       : st->turn->done(e->summary);
+          if (!write(tail)) return false;
+          sink.done();
+          return true;
+        }
+      },
+      [job](bool) { job->cancelled = true; });
+}
+
+void handle_responses_get(const ResponsesDeps& deps, const std::string& id,
+                          httplib::Response& res) {
+  const auto stored = deps.store->get(id);
+  if (!stored) {
+    ApiError e;
+    e.status = 404;
+    e.param = "response_id";
+    e.code = "response_not_found";
+    e.message = "No response with id '" + id + "' is stored (unknown, stored with store: false, "
+                "deleted, or evicted from the store).";
+    return send_error(res, e);
+  }
+  res.set_content(dump(stored->response), "application/json");
+}
+
+void handle_responses_delete(const ResponsesDeps& deps, const std::string& id,
+                             httplib::Response& res) {
+  if (!deps.store->erase(id)) {
+    ApiError e;
+    e.status = 404;
+    e.param = "response_id";
+    e.code = "response_not_found";
+    e.message = "No response with id '" + id + "' is stored.";
+    return send_error(res, e);
+  }
+  res.set_content(dump(response_deleted(id)), "application/json");
+}
+
+}  // namespace fs::server
