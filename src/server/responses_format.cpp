@@ -40,7 +40,11 @@ ojson reasoning_part(const std::string& text) {
 
 ResponseBuilder::ResponseBuilder(ResponseMetaInfo meta, const ResponsesRequest& request,
                                  bool streaming)
-    : meta_(std::move(meta)), streaming_(streaming), single_call_(!request.parallel_tool_calls) {
+    : meta_(std::move(meta)),
+      streaming_(streaming),
+      single_call_(!request.parallel_tool_calls),
+      function_names_(request.function_names),
+      function_namespaces_(request.function_namespaces) {
   response_ = {
       {"id", meta_.id},
       {"object", "response"},
@@ -202,12 +206,12 @@ void ResponseBuilder::on_call_begin(const OutputEvent& e) {
   // parallel_tool_calls false: the first call is the answer; later ones are not reported.
   skip_call_ = single_call_ && calls_ > 1;
   if (skip_call_) return;
-  open_item(Open::kCall, {{"id", item_id("fc_")},
-                          {"type", "function_call"},
-                          {"status", "in_progress"},
-                          {"arguments", ""},
-                          {"call_id", e.id},
-                          {"name", e.name}});
+  ojson item = {{"id", item_id("fc_")}, {"type", "function_call"}, {"status", "in_progress"},
+                {"arguments", ""},      {"call_id", e.id},         {"name", e.name}};
+  for (std::size_t i = 0; i < function_names_.size(); ++i)
+    if (function_names_[i] == e.name && !function_namespaces_[i].empty())
+      item["namespace"] = function_namespaces_[i];
+  open_item(Open::kCall, std::move(item));
 }
 
 void ResponseBuilder::on_call_arguments(const std::string& text) {

@@ -69,6 +69,7 @@ class ResponseBuilder {
   ResponseMetaInfo meta_;
   bool streaming_;
   bool single_call_;  // parallel_tool_calls: false
+  std::vector<std::string> function_names_, function_namespaces_;
   nlohmann::ordered_json response_;
   std::string out_;  // events not yet returned
   std::int64_t sequence_ = 0;

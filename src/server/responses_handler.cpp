@@ -170,10 +170,11 @@ void handle_responses_create(const ResponsesDeps& deps, const httplib::Request& 
   const std::vector<ResponseItem>& history = previous ? previous->conversation : no_history;
   const bool use_tools = r->tool_choice != ToolChoice::kNone && !r->function_names.empty();
   const ChatRequest chat =
-      conversation_chat(r->instructions, history, r->input,
-                        use_tools ? r->tools : ojson::array(), r->enable_thinking);
+      conversation_chat(r->instructions, history, r->input, use_tools ? r->tools : ojson::array(),
+                        r->enable_thinking);
   auto rendered = render_chat(deps.family, chat, deps.special);
-  if (!rendered.ok()) return send_error(res, ApiError::invalid("input", rendered.status().message()));
+  if (!rendered.ok())
+    return send_error(res, ApiError::invalid("input", rendered.status().message()));
   const std::string forced = use_tools ? forced_call_prefix(deps.family, *r) : std::string();
   std::string text = std::move(*rendered) + forced;
   auto ids = prompt_tokens(*deps.tokenizer, text, previous.get());
@@ -248,8 +249,8 @@ void handle_responses_create(const ResponsesDeps& deps, const httplib::Request& 
         continue;
       }
       if (e->summary.finish_reason == "error")
-        return send_error(res,
-                          server_error(500, "server_error", "generation failed: " + e->summary.error));
+        return send_error(
+            res, server_error(500, "server_error", "generation failed: " + e->summary.error));
       (void)turn->done(e->summary);
       res.set_content(dump(turn->response()), "application/json");
       return;
@@ -330,7 +331,8 @@ void handle_responses_get(const ResponsesDeps& deps, const std::string& id,
     e.status = 404;
     e.param = "response_id";
     e.code = "response_not_found";
-    e.message = "No response with id '" + id + "' is stored (unknown, stored with store: false, "
+    e.message = "No response with id '" + id +
+                "' is stored (unknown, stored with store: false, "
                 "deleted, or evicted from the store).";
     return send_error(res, e);
   }

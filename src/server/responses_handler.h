@@ -36,8 +36,7 @@ struct ResponsesDeps {
 
 void handle_responses_create(const ResponsesDeps& deps, const httplib::Request& req,
                              httplib::Response& res);
-void handle_responses_get(const ResponsesDeps& deps, const std::string& id,
-                          httplib::Response& res);
+void handle_responses_get(const ResponsesDeps& deps, const std::string& id, httplib::Response& res);
 void handle_responses_delete(const ResponsesDeps& deps, const std::string& id,
                              httplib::Response& res);
 

@@ -215,6 +215,8 @@ std::variant<ResponseItem, ApiError> parse_item(const json& j, const std::string
     r.string("call_id", item.call_id);
     r.string("name", item.name);
     r.string("arguments", item.arguments);
+    std::string ns;  // rendered by the function's own name, as the tools are
+    r.string("namespace", ns);
     if (r.error()) return *r.error();
     if (item.call_id.empty())
       return ApiError::invalid(at + ".call_id", "'" + at + ".call_id' is required");
@@ -250,37 +252,61 @@ std::variant<ResponseItem, ApiError> parse_item(const json& j, const std::string
   return item;
 }
 
-// tools: function tools are rendered; the others (hosted tools, custom, shell, mcp, ...) are
-// not shown to the model and are only echoed.
+// One function tool, added to the rendered tools unless a function of that name is there.
+void read_function_tool(Reader& f, const json& t, const std::string& at, const std::string& ns,
+                        ResponsesRequest& r) {
+  Reader tr(t, at);
+  std::string name;
+  std::optional<std::string> description;
+  tr.string("name", name);
+  tr.string("description", description);
+  bool strict = false;
+  tr.boolean("strict", strict);
+  const json* params = tr.object("parameters");
+  if (tr.error()) return f.fail_raw(*tr.error());
+  if (name.empty())
+    return f.fail_raw(ApiError::invalid(at + ".name", "'" + at + ".name' is required"));
+  for (const auto& n : r.function_names)
+    if (n == name) return;  // the model sees names only: the first of a name is the one
+  json fn = {{"name", name}};
+  if (description) fn["description"] = *description;
+  if (params) fn["parameters"] = *params;
+  r.tools.push_back({{"type", "function"}, {"function", std::move(fn)}});
+  r.function_names.push_back(name);
+  r.function_namespaces.push_back(ns);
+}
+
+// tools: function tools (top-level or in a namespace) are rendered; the others (hosted tools,
+// custom, shell, mcp, ...) are not shown to the model and are only echoed.
 void read_tools(Reader& f, ResponsesRequest& r) {
   const json* tools = f.get("tools");
   if (!tools || f.error()) return;
   if (!tools->is_array()) return f.fail("tools", "must be a list");
-  for (std::size_t i = 0; i < tools->size(); ++i) {
+  for (std::size_t i = 0; i < tools->size() && !f.error(); ++i) {
     const json& t = (*tools)[i];
     const std::string at = "tools[" + std::to_string(i) + "]";
     if (!t.is_object() || !t.contains("type") || !t["type"].is_string())
       return f.fail_raw(
           ApiError::invalid(at, "'" + at + "' must be an object with a string 'type'"));
-    if (t["type"] != "function") continue;
-    Reader tr(t, at);
-    std::string name;
-    std::optional<std::string> description;
-    tr.string("name", name);
-    tr.string("description", description);
-    bool strict = false;
-    tr.boolean("strict", strict);
-    const json* params = tr.object("parameters");
-    if (tr.error()) return f.fail_raw(*tr.error());
-    if (name.empty())
-      return f.fail_raw(ApiError::invalid(at + ".name", "'" + at + ".name' is required"));
-    json fn = {{"name", name}};
-    if (description) fn["description"] = *description;
-    if (params) fn["parameters"] = *params;
-    r.tools.push_back({{"type", "function"}, {"function", std::move(fn)}});
-    r.function_names.push_back(name);
+    if (t["type"] == "function") {
+      read_function_tool(f, t, at, "", r);
+    } else if (t["type"] == "namespace") {
+      Reader nr(t, at);
+      std::string ns;
+      nr.string("name", ns);
+      const json* inner = nr.get("tools");
+      if (!nr.error() && (!inner || !inner->is_array()))
+        nr.fail("tools", "must be a list of tools");
+      if (nr.error()) return f.fail_raw(*nr.error());
+      for (std::size_t k = 0; k < inner->size() && !f.error(); ++k) {
+        const json& fn = (*inner)[k];
+        const std::string in_at = at + ".tools[" + std::to_string(k) + "]";
+        if (fn.is_object() && fn.value("type", "") == "function")
+          read_function_tool(f, fn, in_at, ns, r);
+      }
+    }
   }
-  r.echo_tools = *tools;
+  if (!f.error()) r.echo_tools = *tools;
 }
 
 bool has_function(const ResponsesRequest& r, const std::string& name) {
@@ -343,17 +369,19 @@ void read_tool_choice(Reader& f, ResponsesRequest& r) {
       allowed.push_back(t["name"].get<std::string>());
     }
     json kept = json::array();
-    std::vector<std::string> names;
+    std::vector<std::string> names, namespaces;
     for (std::size_t i = 0; i < r.function_names.size(); ++i) {
       for (const auto& a : allowed)
         if (a == r.function_names[i]) {
           kept.push_back(r.tools[i]);
           names.push_back(a);
+          namespaces.push_back(r.function_namespaces[i]);
           break;
         }
     }
     r.tools = std::move(kept);
     r.function_names = std::move(names);
+    r.function_namespaces = std::move(namespaces);
     r.tool_choice = mode == "required" ? ToolChoice::kRequired : ToolChoice::kAuto;
     if (r.tool_choice == ToolChoice::kRequired && r.function_names.empty())
       return f.fail("tool_choice", "requires a call but allows none of this request's functions");

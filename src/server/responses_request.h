@@ -4,13 +4,14 @@
 //
 // What is served: `instructions`; `input` as a string or a list of items (messages of any role
 // with text parts, function_call, function_call_output, reasoning); function tools with
-// tool_choice and parallel_tool_calls; max_output_tokens; temperature/top_p; stream; store;
-// previous_response_id; reasoning.effort (none/minimal turn thinking off). Accepted and echoed
-// but not acted on: text (format, verbosity), include, metadata, truncation, user,
-// prompt_cache_key, service_tier, safety_identifier, top_logprobs, reasoning.summary, tools of
-// other types (hosted tools: they are not shown to the model). Refused: items and content parts
-// the server cannot read (images, files, audio, hosted-tool calls), `conversation`, `prompt`,
-// `background: true`, and a tool_choice naming a tool that is not a function tool given here.
+// tool_choice and parallel_tool_calls (functions grouped in namespace tools too);
+// max_output_tokens; temperature/top_p; stream; store; previous_response_id; reasoning.effort
+// (none/minimal turn thinking off). Accepted and echoed but not acted on: text (format, verbosity),
+// include, metadata, truncation, user, prompt_cache_key, service_tier, safety_identifier,
+// top_logprobs, reasoning.summary, tools of other types (hosted tools: they are not shown to the
+// model). Refused: items and content parts the server cannot read (images, files, audio,
+// hosted-tool calls), `conversation`, `prompt`, `background: true`, and a tool_choice naming a tool
+// that is not a function tool given here.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +57,10 @@ struct ResponsesRequest {
   // parameters}}, after tool_choice's allowed_tools filter; the others are not rendered.
   nlohmann::ordered_json tools = nlohmann::ordered_json::array();
   std::vector<std::string> function_names;  // of `tools`, in order
+  // The namespace of each of them ("" for a top-level function): Codex groups tools in
+  // {type: namespace, name, tools: [functions]}; they are shown to the model by their own names,
+  // and a call of one says its namespace.
+  std::vector<std::string> function_namespaces;
   ToolChoice tool_choice = ToolChoice::kAuto;
   std::string tool_choice_name;  // kFunction
   bool parallel_tool_calls = true;
