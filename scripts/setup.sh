@@ -36,15 +36,18 @@ if [[ "${SKIP_APT:-0}" != 1 ]]; then
   fi
 fi
 
-# The reference tokenizers and Jinja renderer for the parity tests, and the real OpenAI and
-# Anthropic clients for the API tests, pinned by their package-lock.json files. A node that came
-# with the machine (not from apt) counts too.
+# The reference tokenizers and Jinja renderer for the parity tests, the real OpenAI and Anthropic
+# clients for the API tests, and the real coding agents for the agent tests, pinned by their
+# package-lock.json files. A node that came with the machine (not from apt) counts too.
 if [[ "${SKIP_NPM:-0}" != 1 ]]; then
   if command -v npm >/dev/null; then
     (cd tests/tokenizer && npm ci --no-audit --no-fund --loglevel=error)
     (cd tests/api && npm ci --no-audit --no-fund --loglevel=error)
+    # The coding agents (Claude Code, Codex CLI, Qwen Code) for tests/agents: about 950 MB with
+    # their native binaries, about 30 s.
+    (cd tests/agents && npm ci --no-audit --no-fund --loglevel=error)
   else
-    echo "setup: npm not found; the tokenizer reference tests (tests/tokenizer) and the API tests (tests/api) will fail until it is installed" >&2
+    echo "setup: npm not found; the tokenizer reference tests (tests/tokenizer) and the API tests (tests/api) will fail, and the agent tests (tests/agents) be skipped, until it is installed" >&2
   fi
 fi
 

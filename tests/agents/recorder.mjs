@@ -1,0 +1,108 @@
+// A loopback HTTP server between a coding agent and its model server that records every request
+// the agent makes: method, path, headers (credentials redacted), the body's size in bytes, the
+// parsed body, the answer's status and, for a refusal, the answer's body. It forwards each request to `upstream`
+// (flashserve), or with no upstream answers it as the fake model (fake_model.mjs).
+//
+// The agents run with HTTPS_PROXY/HTTP_PROXY pointing here too, so a connection one tries to open
+// beyond loopback (telemetry, update checks, plugin sync) arrives as a CONNECT or an absolute-URL
+// request: it is recorded with `outbound: true` and refused, never forwarded.
+import { createServer, request as httpRequest } from 'node:http';
+import { answerAsFakeModel } from './fake_model.mjs';
+
+const SECRET_HEADERS = new Set(['authorization', 'x-api-key', 'cookie', 'proxy-authorization']);
+// How much of a refused answer's body a record keeps (enough for any error JSON).
+const ERROR_BODY_LIMIT = 16384;
+
+function redact(headers) {
+  const out = {};
+  for (const [k, v] of Object.entries(headers)) out[k] = SECRET_HEADERS.has(k) ? '<redacted>' : v;
+  return out;
+}
+
+function parseBody(raw) {
+  if (!raw.length) return null;
+  const text = raw.toString('utf8');
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+// Resolves with {port, base, records, close()}; `records` grows as requests arrive (each record is
+// pushed when its request has been read, and gets `status` when the answer starts).
+export async function startRecorder({ upstream } = {}) {
+  const records = [];
+  const up = upstream ? new URL(upstream) : null;
+  const server = createServer((req, res) => {
+    const chunks = [];
+    req.on('data', (c) => chunks.push(c));
+    req.on('end', () => {
+      const raw = Buffer.concat(chunks);
+      const rec = { method: req.method, path: req.url, headers: redact(req.headers), bytes: raw.length, body: parseBody(raw) };
+      records.push(rec);
+      if (/^[a-z]+:\/\//i.test(req.url)) {
+        // A proxied plain-HTTP request for some other host.
+        rec.outbound = true;
+        rec.status = 403;
+        res.writeHead(403).end();
+        return;
+      }
+      if (!up) {
+        const path = req.url.split('?')[0];
+        if (!answerAsFakeModel(req.method, path, rec.body, res)) {
+          res.writeHead(404, { 'content-type': 'application/json' });
+          res.end(JSON.stringify({ error: { message: `no route for ${req.method} ${path}` } }));
+        }
+        rec.status = res.statusCode;
+        return;
+      }
+      const headers = { ...req.headers, host: up.host };
+      const fwd = httpRequest(
+        { host: up.hostname, port: up.port, method: req.method, path: req.url, headers },
+        (ures) => {
+          rec.status = ures.statusCode;
+          res.writeHead(ures.statusCode, ures.headers);
+          const errorChunks = [];
+          let kept = 0;
+          ures.on('data', (c) => {
+            if (rec.status >= 400 && kept < ERROR_BODY_LIMIT) {
+              errorChunks.push(c);
+              kept += c.length;
+            }
+            res.write(c);
+          });
+          ures.on('end', () => {
+            if (errorChunks.length) rec.error = Buffer.concat(errorChunks).toString('utf8').slice(0, ERROR_BODY_LIMIT);
+            res.end();
+          });
+        },
+      );
+      fwd.on('error', (e) => {
+        rec.status = 502;
+        rec.error = `recorder: upstream ${upstream}: ${e.message}`;
+        if (!res.headersSent) res.writeHead(502, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ error: { message: rec.error } }));
+      });
+      // The agent gave up (its own timeout): stop the upstream request too.
+      res.on('close', () => fwd.destroy());
+      fwd.end(raw);
+    });
+  });
+  server.on('connect', (req, socket) => {
+    records.push({ method: 'CONNECT', path: req.url, headers: redact(req.headers), outbound: true, status: 403 });
+    socket.end('HTTP/1.1 403 Forbidden\r\n\r\n');
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = server.address().port;
+  return {
+    port,
+    base: `http://127.0.0.1:${port}`,
+    records,
+    close: () =>
+      new Promise((resolve) => {
+        server.closeAllConnections();
+        server.close(resolve);
+      }),
+  };
+}
