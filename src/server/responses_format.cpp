@@ -134,9 +134,10 @@ std::string ResponseBuilder::add(const std::vector<OutputEvent>& events) {
   return std::exchange(out_, {});
 }
 
-void ResponseBuilder::open_item(Open kind, ojson item) {
+void ResponseBuilder::open_item(Open kind, const char* id_prefix, ojson item) {
   close("completed");
   open_ = kind;
+  item["id"] = item_id(id_prefix);  // after close(): the index is this item's
   item_ = std::move(item);
   text_.clear();
   pending_space_.clear();
@@ -159,11 +160,12 @@ void ResponseBuilder::on_text(const std::string& piece) {
     while (start < text.size() && is_space(text[start])) ++start;
     if (start == text.size()) return;
     text.erase(0, start);
-    open_item(Open::kMessage, {{"id", item_id("msg_")},
-                               {"type", "message"},
-                               {"status", "in_progress"},
-                               {"content", ojson::array()},
-                               {"role", "assistant"}});
+    open_item(Open::kMessage, "msg_",
+              {{"id", nullptr},
+               {"type", "message"},
+               {"status", "in_progress"},
+               {"content", ojson::array()},
+               {"role", "assistant"}});
   }
   text = std::exchange(pending_space_, {}) + text;
   pending_space_ = take_trailing_space(text);
@@ -183,11 +185,12 @@ void ResponseBuilder::on_reasoning(const std::string& piece) {
     while (start < text.size() && is_space(text[start])) ++start;
     if (start == text.size()) return;
     text.erase(0, start);
-    open_item(Open::kReasoning, {{"id", item_id("rs_")},
-                                 {"type", "reasoning"},
-                                 {"summary", ojson::array()},
-                                 {"content", ojson::array()},
-                                 {"status", "in_progress"}});
+    open_item(Open::kReasoning, "rs_",
+              {{"id", nullptr},
+               {"type", "reasoning"},
+               {"summary", ojson::array()},
+               {"content", ojson::array()},
+               {"status", "in_progress"}});
   }
   text = std::exchange(pending_space_, {}) + text;
   pending_space_ = take_trailing_space(text);
@@ -206,12 +209,12 @@ void ResponseBuilder::on_call_begin(const OutputEvent& e) {
   // parallel_tool_calls false: the first call is the answer; later ones are not reported.
   skip_call_ = single_call_ && calls_ > 1;
   if (skip_call_) return;
-  ojson item = {{"id", item_id("fc_")}, {"type", "function_call"}, {"status", "in_progress"},
-                {"arguments", ""},      {"call_id", e.id},         {"name", e.name}};
+  ojson item = {{"id", nullptr},   {"type", "function_call"}, {"status", "in_progress"},
+                {"arguments", ""}, {"call_id", e.id},         {"name", e.name}};
   for (std::size_t i = 0; i < function_names_.size(); ++i)
     if (function_names_[i] == e.name && !function_namespaces_[i].empty())
       item["namespace"] = function_namespaces_[i];
-  open_item(Open::kCall, std::move(item));
+  open_item(Open::kCall, "fc_", std::move(item));
 }
 
 void ResponseBuilder::on_call_arguments(const std::string& text) {

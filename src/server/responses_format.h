@@ -61,7 +61,7 @@ class ResponseBuilder {
   void on_call_arguments(const std::string& text);
   void on_call_end();
   void close(const char* status);
-  void open_item(Open kind, nlohmann::ordered_json item);
+  void open_item(Open kind, const char* id_prefix, nlohmann::ordered_json item);
   std::string item_id(const char* prefix) const;
   void emit(const char* type, nlohmann::ordered_json payload);
   nlohmann::ordered_json snapshot() const;

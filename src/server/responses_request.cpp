@@ -127,7 +127,7 @@ TextOrError part_text(const json& part, const std::string& at) {
                       : t == "refusal" ? "refusal"
                                        : nullptr;
   if (!field)
-    return ApiError::invalid(at + ".type", "content parts of type '" + clip(t) +
+    return ApiError::invalid(at + ".type", "'" + at + ".type': content parts of type '" + clip(t) +
                                                "' are not supported (this server reads text "
                                                "only: input_text, output_text, refusal)");
   const auto v = part.find(field);
@@ -242,7 +242,8 @@ std::variant<ResponseItem, ApiError> parse_item(const json& j, const std::string
     return ApiError::invalid(at + ".type", "'" + at + ".type' is required (or a message 'role')");
   } else {
     return ApiError::invalid(
-        at + ".type", "input items of type '" + clip(type) + "' are not supported" +
+        at + ".type", "'" + at + ".type': input items of type '" + clip(type) +
+                          "' are not supported" +
                           (is_known_unsupported_item(type) ? std::string(" by this server")
                                                            : std::string(" (unknown type)")) +
                           "; it serves message, function_call, function_call_output and "
@@ -434,8 +435,8 @@ void read_ignored(Reader& f, ResponsesRequest& r) {
   if (const json* metadata = f.object("metadata")) {
     for (const auto& [k, v] : metadata->items())
       if (!v.is_string())
-        return f.fail_raw(
-            ApiError::invalid("metadata." + clip(k), "'metadata' values must be strings"));
+        return f.fail_raw(ApiError::invalid("metadata." + clip(k),
+                                            "'metadata." + clip(k) + "' must be a string"));
     r.echo_metadata = *metadata;
   }
   std::optional<std::string> truncation;
