@@ -102,7 +102,7 @@ int run(RunOptions o) {
   if (!model.ok()) return fail(model.status());
   auto tok = load_tokenizer_dir(o.model);
   if (!tok.ok()) return fail(tok.status());
-  if (o.mtp_depth < 0) o.mtp_depth = (*model)->info().has_mtp ? 3 : 0;
+  if (o.mtp_depth < 0) o.mtp_depth = (*model)->info().has_mtp ? kDefaultMtpDepth : 0;
   if (o.mtp_depth > 0 && !(*model)->info().has_mtp) {
     return fail(failed_precondition("this checkpoint has no MTP head; use --mtp-depth 0"));
   }

@@ -21,9 +21,10 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--api-key", o->api_key,
                   "Require this key (Authorization: Bearer KEY or x-api-key: KEY) on /v1/*");
   cmd->add_flag("--cors", o->cors, "Allow cross-origin requests from any origin");
-  cmd->add_option("--mtp-depth", o->mtp_depth, "Drafts per round from the MTP head (0: off)")
-      ->check(CLI::Range(0, 3))
-      ->capture_default_str();
+  cmd->add_option("--mtp-depth", o->mtp_depth,
+                  "Drafts per round from the MTP head (default: 3 when the checkpoint has one, "
+                  "as `run`; 0: off)")
+      ->check(CLI::Range(0, 3));
   cmd->add_option("--session-dir", o->session_dir,
                   "Folder of the disk session tier (default: none)");
   cmd->add_option("--session-disk-mb", o->session_disk_mb, "Disk tier budget in MiB")

@@ -1,6 +1,7 @@
 #include "decode/generator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 namespace fs {
@@ -41,6 +42,36 @@ std::string exit_path_name(ExitPath p) {
 
 namespace {
 
+// log softmax(row / temperature) at `token`, and the `top` most likely ids.
+TokenLogprobs score(std::span<const float> row, TokenId token, const SamplerConfig& sampler,
+                    int top) {
+  const double t = sampler.greedy() ? 1.0 : sampler.temperature;
+  double max_logit = -INFINITY;
+  for (const float l : row) max_logit = std::max(max_logit, static_cast<double>(l));
+  double total = 0;
+  for (const float l : row) total += std::exp((static_cast<double>(l) - max_logit) / t);
+  const double lse = max_logit / t + std::log(total);
+  const auto logprob = [&](TokenId id) {
+    return static_cast<double>(row[static_cast<std::size_t>(id)]) / t - lse;
+  };
+  TokenLogprobs out;
+  out.token = token;
+  out.logprob = logprob(token);
+  const auto k = std::min<std::size_t>(static_cast<std::size_t>(std::max(top, 0)), row.size());
+  if (k > 0) {
+    std::vector<TokenId> ids(row.size());
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<TokenId>(i);
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
+                      [&](TokenId a, TokenId b) {
+                        const float la = row[static_cast<std::size_t>(a)];
+                        const float lb = row[static_cast<std::size_t>(b)];
+                        return la != lb ? la > lb : a < b;
+                      });
+    for (std::size_t i = 0; i < k; ++i) out.top.emplace_back(ids[i], logprob(ids[i]));
+  }
+  return out;
+}
+
 class Turn {
  public:
   Turn(Model& model, DecodeState& state, const GenerateOptions& options)
@@ -75,8 +106,9 @@ class Turn {
         primary = *pending;
         pending.reset();
       } else {
-        primary = pick(state_.next_logits, counts_);
-        emit(primary);
+        const auto penalised = apply_penalties(state_.next_logits, counts_, opt_.sampler);
+        primary = pick(penalised);
+        emit(primary, penalised);
       }
       if (stops_at(primary) || emitted() >= opt_.max_tokens) {
         pending = primary;  // forwarded by finish_turn, never left out of the state
@@ -97,7 +129,7 @@ class Turn {
       result_.exit_after_full_accept = outcome.full_accept;
       if (opt_.on_commit) opt_.on_commit(state_);
       if (outcome.correction) {
-        emit(*outcome.correction);
+        emit(*outcome.correction, outcome.correction_row);
         pending = outcome.correction;
         if (stops_at(*outcome.correction)) {
           stopped = true;
@@ -127,6 +159,7 @@ class Turn {
     bool stopped = false;               // an accepted draft was a stop token
     bool full_accept = false;           // every draft was accepted
     std::optional<TokenId> correction;  // sampled rejection: emitted and pending
+    std::vector<float> correction_row;  // its penalised verify row, when logprobs are asked for
   };
 
   Status validate() const {
@@ -156,14 +189,16 @@ class Turn {
     return is_stop(t) || (opt_.stop_requested && opt_.stop_requested());
   }
 
-  void emit(TokenId t) {
+  // `row`: the penalised logits the token was chosen from (scored for on_logprobs).
+  void emit(TokenId t, std::span<const float> row) {
+    if (opt_.on_logprobs && !row.empty())
+      opt_.on_logprobs(score(row, t, opt_.sampler, opt_.top_logprobs));
     result_.tokens.push_back(t);
     ++counts_[t];
     if (opt_.on_token) opt_.on_token(t);
   }
 
-  TokenId pick(std::span<const float> logits, const TokenCounts& counts) {
-    const auto penalised = apply_penalties(logits, counts, opt_.sampler);
+  TokenId pick(std::span<const float> penalised) {
     if (opt_.sampler.greedy()) return argmax(penalised);
     return sample(target_distribution(penalised, opt_.sampler), rng_);
   }
@@ -208,13 +243,16 @@ class Turn {
         const double px = p.prob(x), qx = drafts[j].q.prob(x);
         const double accept_prob = qx > 0 ? std::min(1.0, px / qx) : (px > 0 ? 1.0 : 0.0);
         accept = rng_.uniform() <= accept_prob;
-        if (!accept) outcome.correction = sample(residual_distribution(p, drafts[j].q), rng_);
+        if (!accept) {
+          outcome.correction = sample(residual_distribution(p, drafts[j].q), rng_);
+          if (opt_.on_logprobs) outcome.correction_row = penalised;
+        }
       }
       if (!accept) break;
       ++result_.stats.accepted[j];
       ++accepted;
       ++row_counts[x];
-      emit(x);
+      emit(x, penalised);
       if (stops_at(x)) {
         outcome.stopped = true;
         break;

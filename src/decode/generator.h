@@ -39,6 +39,8 @@
 namespace fs {
 
 inline constexpr int kMaxMtpDepth = 3;
+// What `run` and `serve` use when the checkpoint has an MTP head and no depth is given.
+inline constexpr int kDefaultMtpDepth = 3;
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };
 std::string finish_reason_name(FinishReason r);
@@ -55,6 +57,16 @@ enum class ExitPath {
 };
 std::string exit_path_name(ExitPath p);
 
+// An emitted token's log-probability and the most likely alternatives, from the distribution the
+// token was drawn from: the logits after penalties, divided by the temperature (1 when greedy),
+// before top-k/top-p/min-p. With MTP, accepted drafts and corrections are scored on their verify
+// row, the row their acceptance was decided on.
+struct TokenLogprobs {
+  TokenId token = 0;
+  double logprob = 0;
+  std::vector<std::pair<TokenId, double>> top;  // most likely first, ties by lower id
+};
+
 struct GenerateOptions {
   std::int64_t max_tokens = 16;
   int mtp_depth = 0;  // 0: autoregressive
@@ -67,6 +79,10 @@ struct GenerateOptions {
   // sequences matched on the text use it, so their turns are banked like any finished turn.
   std::function<bool()> stop_requested;
   std::function<void(TokenId)> on_token;  // every emitted token, in order
+  // When set, called for every emitted token just before on_token, with top_logprobs
+  // alternatives (costs a pass over the vocabulary per token).
+  std::function<void(const TokenLogprobs&)> on_logprobs;
+  int top_logprobs = 0;
   // After every round's commit, with the committed state (complete for its own key; a pending
   // token is not part of it). Sessions persist long generations from here.
   std::function<void(const DecodeState&)> on_commit;

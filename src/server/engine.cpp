@@ -4,7 +4,6 @@
 #include <iostream>
 
 #include "decode/stop_tokens.h"
-#include "server/stop_matcher.h"
 #include "session/checkpoint.h"
 #include "session/live_session.h"
 #include "tokenizer/stream_decoder.h"
@@ -125,7 +124,10 @@ void Engine::worker_loop() {
       s.finish_reason = "error";
       s.error = std::string("internal error: ") + e.what();
       metrics_.count_finish(s.finish_reason);
-      job->push({true, {}, s});
+      JobEvent done;
+      done.kind = JobEvent::Kind::kDone;
+      done.summary = s;
+      job->push(std::move(done));
     }
   }
 }
@@ -134,12 +136,17 @@ void Engine::run(Job& job) {
   using Clock = std::chrono::steady_clock;
   JobSummary summary;
   summary.prompt_tokens = static_cast<std::int64_t>(job.prompt.size());
+  AssistantOutput output(job.output);
   const auto finish = [&](std::string reason) {
     summary.finish_reason = std::move(reason);
     metrics_.count_finish(summary.finish_reason);
     metrics_.add_tokens(summary.prompt_tokens, summary.completion_tokens);
     metrics_.observe_request(std::chrono::duration<double>(Clock::now() - job.received).count());
-    job.push({true, {}, summary});
+    JobEvent done;
+    done.kind = JobEvent::Kind::kDone;
+    done.summary = summary;
+    done.message = output.message();
+    job.push(std::move(done));
   };
   if (job.cancelled) return finish("cancelled");
 
@@ -151,14 +158,24 @@ void Engine::run(Job& job) {
   }
   summary.session_tier = prepared->tier;
   summary.reused_tokens = prepared->reused_tokens;
-  metrics_.count_session(prepared->tier);
+  metrics_.count_session(job.api, prepared->tier);
+  {
+    JobEvent started;
+    started.kind = JobEvent::Kind::kStarted;
+    started.summary = summary;
+    job.push(std::move(started));
+  }
   // Bank the prompt's state now: a stateless client's next turn re-renders this turn's reply
   // differently from the tokens generated, so this is the state its prompt surely extends.
   if (prepared->tier != "ram" || prepared->reused_tokens < job.prompt.size())
     (void)bank_.put(prepared->state);
 
   StreamDecoder decoder(tokenizer_.tokenizer, /*skip_special=*/true);
-  StopMatcher stops(job.stop);
+  std::vector<TokenLogprob> logprobs;  // of tokens not yet reported
+  const auto token_text = [&](TokenId id) {
+    const auto bytes = tokenizer_.tokenizer.token_bytes(id);
+    return bytes ? std::string(*bytes) : std::string();
+  };
   auto last_token = job.received;
   bool first = true;
   GenerateOptions g;
@@ -173,19 +190,31 @@ void Engine::run(Job& job) {
   g.cancelled = [&] { return job.cancelled.load(); };
   // A stop sequence ends the turn at the token that completed it: that token is committed and the
   // state (key = prompt + every counted token) is banked like any finished turn.
-  g.stop_requested = [&] { return stops.stopped(); };
+  g.stop_requested = [&] { return output.stopped(); };
+  if (job.logprobs) {
+    g.top_logprobs = job.top_logprobs;
+    g.on_logprobs = [&](const TokenLogprobs& lp) {
+      if (output.stopped()) return;
+      TokenLogprob t;
+      t.token = token_text(lp.token);
+      t.logprob = lp.logprob;
+      for (const auto& [id, v] : lp.top) t.top.emplace_back(token_text(id), v);
+      logprobs.push_back(std::move(t));
+    };
+  }
   g.on_token = [&](TokenId id) {
     const auto now = Clock::now();
     const double dt = std::chrono::duration<double>(now - last_token).count();
     first ? metrics_.observe_ttft(dt) : metrics_.observe_inter_token(dt);
     first = false;
     last_token = now;
-    if (stops.stopped()) return;  // drafts accepted past a stop sequence are not shown
+    if (output.stopped()) return;  // drafts accepted past a stop sequence are not shown
     ++summary.completion_tokens;
-    auto piece = decoder.push(id);
-    if (!piece.ok()) return;
-    std::string text = stops.push(*piece);
-    if (!text.empty()) job.push({false, std::move(text), {}});
+    JobEvent e;
+    if (auto piece = decoder.push(id); piece.ok()) e.output = output.feed(*piece);
+    e.logprobs = std::move(logprobs);
+    logprobs.clear();
+    if (!e.output.empty() || !e.logprobs.empty()) job.push(std::move(e));
   };
   const GenerateResult r = generate(*model_, prepared->state, g);
   for (int d = 0; d < std::min(options_.mtp_depth, kMaxMtpDepth); ++d)
@@ -197,13 +226,14 @@ void Engine::run(Job& job) {
                                  static_cast<std::ptrdiff_t>(job.prompt.size()),
                              prepared->state.tokens.end());
 
-  if (!stops.stopped()) {
-    std::string tail = stops.push(decoder.finish());
-    tail += stops.flush();
-    if (!tail.empty()) job.push({false, std::move(tail), {}});
+  if (!output.stopped()) {
+    JobEvent e;
+    e.output = output.feed(decoder.finish());
+    for (auto& ev : output.finish()) e.output.push_back(std::move(ev));
+    if (!e.output.empty()) job.push(std::move(e));
   }
-  if (stops.stopped()) {
-    summary.stop_sequence = stops.matched();
+  if (output.stopped()) {
+    summary.stop_sequence = output.stop_sequence();
     return finish("stop");
   }
   if (!r.error.ok()) {

@@ -17,6 +17,7 @@
 
 #include "decode/generator.h"
 #include "model/model.h"
+#include "server/assistant_output.h"
 #include "server/metrics.h"
 #include "session/disk_store.h"
 #include "session/session_bank.h"
@@ -47,10 +48,29 @@ struct JobSummary {
   std::vector<TokenId> generated;
 };
 
+// One generated token's log-probability and its most likely alternatives (decode/generator.h
+// says which distribution), as token text: the token's bytes, which may be part of a character.
+struct TokenLogprob {
+  std::string token;
+  double logprob = 0;
+  std::vector<std::pair<std::string, double>> top;
+};
+
 struct JobEvent {
-  bool done = false;
-  std::string text;    // a delta, when !done
-  JobSummary summary;  // when done
+  enum class Kind {
+    kStarted,  // the prompt is prefilled: summary has prompt_tokens, session_tier, reused_tokens
+    kOutput,   // output events and/or the logprobs of the tokens generated since the last event
+    kDone,     // summary and message are final
+  };
+  Kind kind = Kind::kOutput;
+  std::vector<OutputEvent> output;
+  // The tokens behind this event's output (a token whose text is held back, e.g. a possible tag
+  // start, reports its logprob with the event where it was generated).
+  std::vector<TokenLogprob> logprobs;
+  JobSummary summary;
+  ParsedOutput message;  // kDone: the whole output (content, reasoning, tool calls)
+
+  bool done() const { return kind == Kind::kDone; }
 };
 
 // A queued generation and its channel back to the submitter.
@@ -60,7 +80,11 @@ class Job {
   std::int64_t max_tokens = 16;
   SamplerConfig sampler;
   std::uint64_t seed = 0;
-  std::vector<std::string> stop;  // stop sequences on the text
+  // How the text is parsed into reasoning, text and tool calls, and the stop sequences.
+  AssistantOutputOptions output;
+  std::string api = "chat";  // the label of the API in /metrics (session lookups)
+  bool logprobs = false;
+  int top_logprobs = 0;
   std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now();
 
   // Set by the submitter when its client has gone; polled by the worker every round.

@@ -97,6 +97,21 @@ std::int64_t model_context(const std::string& dir) {
   return 0;
 }
 
+// The prompt text of a chat request as the engine will see it: rendered by the family's template,
+// plus the opening of a forced tool call. `plan` receives how to read the output.
+std::variant<std::string, ApiError> chat_prompt(const Context& ctx, GenerationRequest& r,
+                                                OutputPlan& plan) {
+  std::string text = r.prompt;
+  if (r.kind != ApiKind::kCompletion) {
+    prepare_for_output(r);
+    auto rendered = render_chat(ctx.family, r.chat, ctx.special);
+    if (!rendered.ok()) return ApiError::invalid("messages", rendered.status().message());
+    text = std::move(*rendered);
+  }
+  plan = plan_output(ctx.family, r, text);
+  return text + plan.prompt_suffix;
+}
+
 void handle_generation(Context& ctx, const httplib::Request& req, httplib::Response& res,
                        ApiKind kind) {
   const auto arrived = std::chrono::steady_clock::now();  // time to first token counts from here
@@ -106,18 +121,13 @@ void handle_generation(Context& ctx, const httplib::Request& req, httplib::Respo
                              ? parse_openai_completion(req.body, ctx.options.limits)
                              : parse_anthropic_messages(req.body, ctx.options.limits);
   if (const auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, anthropic, *e);
-  const GenerationRequest& r = std::get<GenerationRequest>(parsed);
+  GenerationRequest& r = std::get<GenerationRequest>(parsed);
 
   const char* prompt_param = kind == ApiKind::kCompletion ? "prompt" : "messages";
-  std::string text = r.prompt;
-  if (kind != ApiKind::kCompletion) {
-    auto rendered = render_chat(ctx.family, r.chat, ctx.special);
-    if (!rendered.ok())
-      return send_error(res, anthropic,
-                        ApiError::invalid(prompt_param, rendered.status().message()));
-    text = std::move(*rendered);
-  }
-  auto ids = ctx.tokenizer.tokenizer.encode(text);
+  OutputPlan plan;
+  auto prompt = chat_prompt(ctx, r, plan);
+  if (const auto* e = std::get_if<ApiError>(&prompt)) return send_error(res, anthropic, *e);
+  auto ids = ctx.tokenizer.tokenizer.encode(std::get<std::string>(prompt));
   if (!ids.ok())
     return send_error(res, anthropic, ApiError::invalid(prompt_param, ids.status().message()));
   const auto prompt_tokens = static_cast<std::int64_t>(ids->size());
@@ -134,11 +144,15 @@ void handle_generation(Context& ctx, const httplib::Request& req, httplib::Respo
   auto job = std::make_shared<Job>();
   job->received = arrived;
   job->prompt = std::move(*ids);
-  // A completion cannot run past the context: shorten it rather than refuse the request.
+  // A completion cannot run past the context: shorten it rather than refuse the request (it then
+  // ends as "length" / "max_tokens" at the shortened limit).
   job->max_tokens = std::min(r.max_tokens, ctx.max_context - prompt_tokens);
   job->sampler = r.sampler;
   job->seed = r.seed ? *r.seed : random_seed();
-  job->stop = r.stop;
+  job->output = std::move(plan.output);
+  job->api = api_label(kind);
+  job->logprobs = r.logprobs;
+  job->top_logprobs = r.top_logprobs;
   if (!ctx.engine->submit(job)) {
     ctx.metrics.count_queue_full();
     res.set_header("Retry-After", "1");
@@ -171,7 +185,7 @@ void handle_generation(Context& ctx, const httplib::Request& req, httplib::Respo
   };
 
   if (!r.stream) {
-    std::string out;
+    std::vector<TokenLogprob> logprobs;
     auto next_check = std::chrono::steady_clock::now();
     for (;;) {
       auto e = job->next(std::chrono::milliseconds(50));
@@ -195,8 +209,8 @@ void handle_generation(Context& ctx, const httplib::Request& req, httplib::Respo
         }
       }
       if (!e) continue;
-      if (!e->done) {
-        out += e->text;
+      if (!e->done()) {
+        for (auto& lp : e->logprobs) logprobs.push_back(std::move(lp));
         continue;
       }
       if (e->summary.finish_reason == "error") {
@@ -206,7 +220,9 @@ void handle_generation(Context& ctx, const httplib::Request& req, httplib::Respo
         err.message = "generation failed: " + e->summary.error;
         return send_error(res, anthropic, err);
       }
-      res.set_content(dump(complete_response(kind, meta, out, e->summary)), "application/json");
+      res.set_content(dump(complete_response(kind, meta, e->message, e->summary,
+                                             r.logprobs ? &logprobs : nullptr)),
+                      "application/json");
       return;
     }
   }
@@ -214,14 +230,13 @@ void handle_generation(Context& ctx, const httplib::Request& req, httplib::Respo
   struct StreamState {
     std::shared_ptr<Job> job;
     std::unique_ptr<StreamFormatter> format;
-    bool started = false;
     bool finished = false;
     std::chrono::steady_clock::time_point deadline;
   };
   auto st = std::make_shared<StreamState>();
   st->job = job;
   st->deadline = deadline;
-  st->format = make_stream_formatter(kind, meta, r.include_usage);
+  st->format = make_stream_formatter(kind, meta, StreamOptions{r.include_usage, r.logprobs});
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
@@ -235,10 +250,6 @@ void handle_generation(Context& ctx, const httplib::Request& req, httplib::Respo
         if (st->finished) {
           sink.done();
           return true;
-        }
-        if (!st->started) {
-          st->started = true;
-          return write(st->format->start());
         }
         for (;;) {
           if (std::chrono::steady_clock::now() >= st->deadline) {
@@ -259,11 +270,16 @@ void handle_generation(Context& ctx, const httplib::Request& req, httplib::Respo
             }
             continue;
           }
-          if (!e->done) return write(st->format->delta(e->text));
+          if (e->kind == JobEvent::Kind::kStarted) return write(st->format->start(e->summary));
+          if (!e->done()) {
+            const std::string s = st->format->events(e->output, e->logprobs);
+            if (s.empty()) continue;  // held back (a possible tag start): wait for more
+            return write(s);
+          }
           st->finished = true;
           const std::string tail = e->summary.finish_reason == "error"
                                        ? st->format->error("generation failed: " + e->summary.error)
-                                       : st->format->finish(e->summary);
+                                       : st->format->finish(e->summary, e->message);
           if (!write(tail)) return false;
           sink.done();
           return true;
@@ -338,10 +354,11 @@ void install_routes(GuardedServer& svr, Context& ctx) {
                                                httplib::Response& res) {
     ParsedRequest parsed = parse_anthropic_count_tokens(req.body, ctx.options.limits);
     if (const auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, true, *e);
-    auto rendered = render_chat(ctx.family, std::get<GenerationRequest>(parsed).chat, ctx.special);
-    if (!rendered.ok())
-      return send_error(res, true, ApiError::invalid("messages", rendered.status().message()));
-    auto ids = ctx.tokenizer.tokenizer.encode(*rendered);
+    // The prompt exactly as /v1/messages would send it (tools, thinking, a forced call).
+    OutputPlan plan;
+    auto prompt = chat_prompt(ctx, std::get<GenerationRequest>(parsed), plan);
+    if (const auto* e = std::get_if<ApiError>(&prompt)) return send_error(res, true, *e);
+    auto ids = ctx.tokenizer.tokenizer.encode(std::get<std::string>(prompt));
     if (!ids.ok())
       return send_error(res, true, ApiError::invalid("messages", ids.status().message()));
     res.set_content(dump({{"input_tokens", ids->size()}}), "application/json");
@@ -436,7 +453,7 @@ void install_routes(GuardedServer& svr, Context& ctx) {
 }  // namespace
 
 Status run_server(const ServerOptions& options) {
-  if (options.mtp_depth < 0 || options.mtp_depth > kMaxMtpDepth)
+  if (options.mtp_depth < -1 || options.mtp_depth > kMaxMtpDepth)
     return invalid_argument("--mtp-depth must be between 0 and " + std::to_string(kMaxMtpDepth));
   // Threads started before us (OpenBLAS's pool) may receive the signal, so a handler that only
   // sets a flag, polled by the waiter thread below, is the one way to catch it on any thread.
@@ -467,8 +484,12 @@ Status run_server(const ServerOptions& options) {
   if (!model.ok()) return model.status();
   const std::string compute = (*model)->info().backend + ", " +
                               std::string(dtype_name((*model)->info().dtype)) + " weights";
+  // The same default as `flashserve run`: speculative decoding whenever the checkpoint can draft.
+  const int mtp_depth = options.mtp_depth >= 0 ? options.mtp_depth
+                        : (*model)->info().has_mtp ? kDefaultMtpDepth
+                                                   : 0;
   EngineOptions eo;
-  eo.mtp_depth = options.mtp_depth;
+  eo.mtp_depth = mtp_depth;
   eo.max_queue = options.max_queue;
   eo.ram_bank_bytes = options.session_ram_mb << 20;
   eo.session_dir = options.session_dir;
@@ -510,7 +531,7 @@ Status run_server(const ServerOptions& options) {
   }
   svr.set_listen_backlog(1024);
   std::cerr << "flashserve: serving " << ctx->model_id << " on " << compute << " (context "
-            << ctx->max_context << ", mtp depth " << options.mtp_depth << ")\n"
+            << ctx->max_context << ", mtp depth " << mtp_depth << ")\n"
             << "flashserve: listening on http://" << options.host << ":" << port << std::endl;
 
   std::atomic<bool> done{false};

@@ -20,7 +20,7 @@ struct ServerOptions {
   int port = 8080;      // 0: any free port (the bound port is printed)
   std::string api_key;  // empty: no authentication
   bool cors = false;
-  int mtp_depth = 0;
+  int mtp_depth = -1;  // -1: 3 when the checkpoint has an MTP head, else 0 (as `run`)
   std::string session_dir;
   std::uint64_t session_disk_mb = 4096;
   std::size_t session_ram_mb = 1024;

@@ -60,7 +60,8 @@ Metrics::Metrics()
       itl_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}),
       request_({0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}) {
   // Tiers appear from the first scrape, so a dashboard sees zeros rather than missing series.
-  for (const char* t : {"ram", "disk", "cold"}) sessions_[t] = 0;
+  for (const char* api : {"chat", "completions", "messages", "responses"})
+    for (const char* t : {"ram", "disk", "cold"}) sessions_[{api, t}] = 0;
 }
 
 void Metrics::count_request(const std::string& endpoint, int status) {
@@ -96,9 +97,9 @@ void Metrics::add_mtp(int depth, std::int64_t drafted, std::int64_t accepted) {
   accepted_[static_cast<std::size_t>(depth - 1)] += accepted;
 }
 
-void Metrics::count_session(const std::string& tier) {
+void Metrics::count_session(const std::string& api, const std::string& tier) {
   std::lock_guard lock(mu_);
-  ++sessions_[tier];
+  ++sessions_[{api, tier}];
 }
 
 void Metrics::count_commit(bool published) {
@@ -145,10 +146,10 @@ std::string Metrics::render(const ExternalStats& ext) const {
     out += "flashserve_mtp_accepted_total{depth=\"" + std::to_string(d + 1) + "\"} " +
            std::to_string(accepted_[static_cast<std::size_t>(d)]) + "\n";
   header(out, "flashserve_session_lookups_total", "counter",
-         "Where each turn's starting state came from: ram, disk (a warm hit) or cold.");
-  for (const auto& [tier, n] : sessions_)
-    out += "flashserve_session_lookups_total{tier=\"" + escape_label(tier) + "\"} " +
-           std::to_string(n) + "\n";
+         "Where each turn's starting state came from, by API: ram, disk (a warm hit) or cold.");
+  for (const auto& [key, n] : sessions_)
+    out += "flashserve_session_lookups_total{api=\"" + escape_label(key.first) + "\",tier=\"" +
+           escape_label(key.second) + "\"} " + std::to_string(n) + "\n";
   header(out, "flashserve_session_commits_total", "counter",
          "Turn states published to the bank (complete) or dropped (incomplete).");
   out += "flashserve_session_commits_total{result=\"published\"} " +

@@ -48,7 +48,9 @@ class Metrics {
   void observe_inter_token(double seconds);
   void observe_request(double seconds);
   void add_mtp(int depth, std::int64_t drafted, std::int64_t accepted);  // depth 1-based
-  void count_session(const std::string& tier);                           // ram, disk or cold
+  // A turn's session lookup, by API (chat, completions, messages, responses) and tier (ram, disk
+  // or cold).
+  void count_session(const std::string& api, const std::string& tier);
   void count_commit(bool published);
   void count_finish(const std::string& reason);
   // A generation request answered 503 because the engine queue was full; counted before the
@@ -63,7 +65,7 @@ class Metrics {
   std::int64_t prompt_tokens_ = 0, generated_tokens_ = 0;
   Histogram ttft_, itl_, request_;
   std::array<std::int64_t, kMaxDepth> drafted_{}, accepted_{};
-  std::map<std::string, std::int64_t> sessions_;
+  std::map<std::pair<std::string, std::string>, std::int64_t> sessions_;  // (api, tier)
   std::int64_t commits_published_ = 0, commits_dropped_ = 0;
   std::map<std::string, std::int64_t> finishes_;
   std::int64_t queue_full_ = 0;

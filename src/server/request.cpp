@@ -170,9 +170,6 @@ void read_openai_common(Fields& f, GenerationRequest& r, const RequestLimits& li
   std::optional<std::int64_t> n;
   f.integer("n", n);
   if (n && *n != 1) f.fail("n", "'n' must be 1: one choice per request is supported");
-  bool logprobs = false;
-  f.boolean("logprobs", logprobs);
-  if (logprobs) f.fail("logprobs", "'logprobs' is not supported");
   if (const json* so = f.get("stream_options"); so && !f.error()) {
     if (!so->is_object()) {
       f.fail("stream_options", "'stream_options' must be an object");
@@ -183,6 +180,13 @@ void read_openai_common(Fields& f, GenerationRequest& r, const RequestLimits& li
         r.include_usage = it->get<bool>();
     }
   }
+  // Read only to refuse a wrong type: the server has one user and no stored completions.
+  std::string ignored;
+  f.string("user", ignored);
+  bool store = false;
+  f.boolean("store", store);
+  if (const json* m = f.get("metadata"); m && !m->is_object())
+    f.fail("metadata", "'metadata' must be an object");
 }
 
 ParsedRequest finish(Fields& f, GenerationRequest r) {
@@ -191,29 +195,155 @@ ParsedRequest finish(Fields& f, GenerationRequest r) {
   return r;
 }
 
-// Anthropic content: a string, or a list of blocks of which only text is supported.
-std::variant<std::string, ApiError> anthropic_text(const json& content, const std::string& where) {
-  if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array())
-    return ApiError::invalid(where, "'" + where + "' must be a string or a list of content blocks");
-  std::string text;
-  for (std::size_t i = 0; i < content.size(); ++i) {
-    const json& b = content[i];
-    const std::string at = where + "[" + std::to_string(i) + "]";
-    if (!b.is_object() || !b.contains("type") || !b["type"].is_string())
-      return ApiError::invalid(at, "'" + at + "' must be an object with a string 'type'");
-    if (b["type"] != "text")
-      return ApiError::invalid(at + ".type", "content blocks of type '" +
-                                                 b["type"].get<std::string>() +
-                                                 "' are not supported; only 'text'");
-    if (!b.contains("text") || !b["text"].is_string())
-      return ApiError::invalid(at + ".text", "'" + at + ".text' must be a string");
-    text += b["text"].get<std::string>();
+std::string at_index(const std::string& where, std::size_t i) {
+  return where + "[" + std::to_string(i) + "]";
+}
+
+// A member of object `o` that must be a string when present (null reads as absent).
+std::variant<std::optional<std::string>, ApiError> optional_string(const json& o, const char* key,
+                                                                   const std::string& where) {
+  const auto it = o.find(key);
+  if (it == o.end() || it->is_null()) return std::optional<std::string>();
+  if (!it->is_string())
+    return ApiError::invalid(where + "." + key, "'" + where + "." + key + "' must be a string");
+  return std::optional<std::string>(it->get<std::string>());
+}
+
+std::variant<std::string, ApiError> required_string(const json& o, const char* key,
+                                                    const std::string& where) {
+  auto v = optional_string(o, key, where);
+  if (auto* e = std::get_if<ApiError>(&v)) return *e;
+  auto& s = std::get<std::optional<std::string>>(v);
+  if (!s) return ApiError::invalid(where + "." + key, "'" + where + "." + key + "' is required");
+  return std::move(*s);
+}
+
+// Validates OpenAI tool definitions ({type: "function", function: {name, description,
+// parameters}}) in place; the list goes to the template as given.
+std::optional<ApiError> check_openai_tools(const json& tools) {
+  if (!tools.is_array()) return ApiError::invalid("tools", "'tools' must be a list");
+  for (std::size_t i = 0; i < tools.size(); ++i) {
+    const std::string at = at_index("tools", i);
+    const json& t = tools[i];
+    if (!t.is_object()) return ApiError::invalid(at, "'" + at + "' must be an object");
+    auto type = optional_string(t, "type", at);
+    if (auto* e = std::get_if<ApiError>(&type)) return *e;
+    if (const auto& s = std::get<std::optional<std::string>>(type); s && *s != "function")
+      return ApiError::invalid(at + ".type", "'" + at + ".type' must be 'function' (tools of type '" +
+                                                 s->substr(0, 64) + "' are not supported)");
+    const auto fn = t.find("function");
+    if (fn == t.end() || !fn->is_object())
+      return ApiError::invalid(at + ".function", "'" + at + ".function' must be an object");
+    auto name = required_string(*fn, "name", at + ".function");
+    if (auto* e = std::get_if<ApiError>(&name)) return *e;
+    if (std::get<std::string>(name).empty())
+      return ApiError::invalid(at + ".function.name", "'" + at + ".function.name' is empty");
+    auto description = optional_string(*fn, "description", at + ".function");
+    if (auto* e = std::get_if<ApiError>(&description)) return *e;
+    if (const auto p = fn->find("parameters"); p != fn->end() && !p->is_null() && !p->is_object())
+      return ApiError::invalid(at + ".function.parameters",
+                               "'" + at + ".function.parameters' must be an object");
   }
-  return text;
+  return std::nullopt;
+}
+
+bool has_tool(const json& tools, const std::string& name) {
+  for (const auto& t : tools)
+    if (t.contains("function") && t["function"].value("name", "") == name) return true;
+  return false;
+}
+
+// The checks both APIs share once tool_choice is read: a forced call needs tools, a named one
+// must exist; "none" takes the tools out of the prompt.
+std::optional<ApiError> settle_tool_choice(GenerationRequest& r, const char* param) {
+  const std::string p = param;
+  const bool forced = r.tool_choice.mode == ToolChoice::Mode::kRequired ||
+                      r.tool_choice.mode == ToolChoice::Mode::kFunction;
+  if (forced && r.chat.tools.empty())
+    return ApiError::invalid(p, "'" + p + "' forces a tool call but 'tools' is empty");
+  if (r.tool_choice.mode == ToolChoice::Mode::kFunction &&
+      !has_tool(r.chat.tools, r.tool_choice.name))
+    return ApiError::invalid(p, "'" + p + "' names the tool '" + r.tool_choice.name.substr(0, 128) +
+                                    "', which is not in 'tools'");
+  if (r.tool_choice.mode == ToolChoice::Mode::kNone) r.chat.tools = json::array();
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_openai_tool_choice(const json& j, GenerationRequest& r) {
+  const auto it = j.find("tool_choice");
+  if (it != j.end() && !it->is_null()) {
+    const json& c = *it;
+    if (c.is_string()) {
+      const std::string s = c.get<std::string>();
+      if (s == "auto")
+        r.tool_choice.mode = ToolChoice::Mode::kAuto;
+      else if (s == "none")
+        r.tool_choice.mode = ToolChoice::Mode::kNone;
+      else if (s == "required")
+        r.tool_choice.mode = ToolChoice::Mode::kRequired;
+      else
+        return ApiError::invalid("tool_choice",
+                                 "'tool_choice' must be 'none', 'auto', 'required' or "
+                                 "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+    } else if (c.is_object()) {
+      if (c.value("type", "") != "function" || !c.contains("function") ||
+          !c["function"].is_object() || !c["function"].contains("name") ||
+          !c["function"]["name"].is_string())
+        return ApiError::invalid("tool_choice",
+                                 "'tool_choice' as an object must be {\"type\": \"function\", "
+                                 "\"function\": {\"name\": ...}}");
+      r.tool_choice.mode = ToolChoice::Mode::kFunction;
+      r.tool_choice.name = c["function"]["name"].get<std::string>();
+    } else {
+      return ApiError::invalid("tool_choice", "'tool_choice' must be a string or an object");
+    }
+  }
+  if (const auto p = j.find("parallel_tool_calls"); p != j.end() && !p->is_null()) {
+    if (!p->is_boolean())
+      return ApiError::invalid("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+    r.tool_choice.parallel = p->get<bool>();
+  }
+  return settle_tool_choice(r, "tool_choice");
+}
+
+// OpenAI-compatible servers' ways to switch thinking: reasoning_effort "none" (OpenAI), a
+// top-level enable_thinking or chat_template_kwargs.enable_thinking (vLLM, SGLang; Qwen's clients
+// send these). Other efforts are accepted and leave the template's default.
+std::optional<ApiError> read_openai_thinking(Fields& f, GenerationRequest& r) {
+  std::string effort;
+  f.string("reasoning_effort", effort);
+  if (effort == "none") r.chat.enable_thinking = false;
+  bool enable = false;
+  if (f.get("enable_thinking")) {
+    f.boolean("enable_thinking", enable);
+    if (!f.error()) r.chat.enable_thinking = enable;
+  }
+  if (const json* k = f.get("chat_template_kwargs"); k && !f.error()) {
+    if (!k->is_object())
+      return ApiError::invalid("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    if (const auto it = k->find("enable_thinking"); it != k->end() && !it->is_null()) {
+      if (!it->is_boolean())
+        return ApiError::invalid("chat_template_kwargs.enable_thinking",
+                                 "'chat_template_kwargs.enable_thinking' must be a boolean");
+      r.chat.enable_thinking = it->get<bool>();
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace
+
+std::string api_label(ApiKind kind) {
+  switch (kind) {
+    case ApiKind::kChat:
+      return "chat";
+    case ApiKind::kCompletion:
+      return "completions";
+    case ApiKind::kMessages:
+      return "messages";
+  }
+  return "other";
+}
 
 ParsedRequest parse_openai_chat(std::string_view body, const RequestLimits& limits) {
   auto parsed = parse_body(body, limits);
@@ -223,20 +353,36 @@ ParsedRequest parse_openai_chat(std::string_view body, const RequestLimits& limi
   r.kind = ApiKind::kChat;
   Fields f(j);
   read_openai_common(f, r, limits);
+  f.boolean("logprobs", r.logprobs);
+  std::optional<std::int64_t> top;
+  f.integer("top_logprobs", top);
+  if (top && !f.error()) {
+    if (*top < 0 || *top > limits.max_top_logprobs)
+      f.fail("top_logprobs", "'top_logprobs' must be between 0 and " +
+                                 std::to_string(limits.max_top_logprobs));
+    else if (!r.logprobs)
+      f.fail("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    else
+      r.top_logprobs = static_cast<std::int32_t>(*top);
+  }
+  if (auto e = read_openai_thinking(f, r)) return *e;
   if (f.error()) return *f.error();
   const json* messages = f.get("messages");
   if (!messages) return ApiError::invalid("messages", "'messages' is required");
   if (!messages->is_array()) return ApiError::invalid("messages", "'messages' must be a list");
   json tools;
   if (const json* t = f.get("tools")) {
-    if (!t->is_array()) return ApiError::invalid("tools", "'tools' must be a list");
+    if (auto e = check_openai_tools(*t)) return *e;
     tools = std::move(j["tools"]);
   }
   // Client JSON is moved, never copied (a copy is a recursive walk of the client's nesting).
   auto c = parse_chat_messages(std::move(j["messages"]), std::move(tools));
   if (!c.ok()) return ApiError::invalid("messages", "'messages': " + c.status().message());
+  const auto thinking = r.chat.enable_thinking;
   r.chat = std::move(*c);
+  r.chat.enable_thinking = thinking;
   r.chat.add_generation_prompt = true;
+  if (auto e = read_openai_tool_choice(j, r)) return *e;
   return finish(f, std::move(r));
 }
 
@@ -248,6 +394,15 @@ ParsedRequest parse_openai_completion(std::string_view body, const RequestLimits
   r.kind = ApiKind::kCompletion;
   Fields f(j);
   read_openai_common(f, r, limits);
+  // The legacy API's logprobs is a count of alternatives (0-5), not a flag.
+  std::optional<std::int64_t> logprobs;
+  f.integer("logprobs", logprobs);
+  if (logprobs && !f.error()) {
+    if (*logprobs < 0 || *logprobs > 5)
+      f.fail("logprobs", "'logprobs' must be an integer between 0 and 5");
+    r.logprobs = true;
+    r.top_logprobs = static_cast<std::int32_t>(*logprobs);
+  }
   if (f.error()) return *f.error();
   const json* prompt = f.get("prompt");
   if (!prompt) return ApiError::invalid("prompt", "'prompt' is required");
@@ -267,11 +422,237 @@ ParsedRequest parse_openai_completion(std::string_view body, const RequestLimits
 
 namespace {
 
+// The refusal of a block type the server cannot read.
+ApiError unsupported_block(const std::string& at, const std::string& type) {
+  if (type == "image" || type == "document")
+    return ApiError::invalid(at + ".type", "'" + at + "': content blocks of type '" + type +
+                                               "' are not supported (this model reads text only)");
+  return ApiError::invalid(at + ".type", "'" + at + "': content blocks of type '" +
+                                             type.substr(0, 64) + "' are not supported here");
+}
+
+// One content block: an object with a string type.
+std::variant<std::string, ApiError> block_type(const json& b, const std::string& at) {
+  if (!b.is_object() || !b.contains("type") || !b["type"].is_string())
+    return ApiError::invalid(at, "'" + at + "' must be an object with a string 'type'");
+  return b["type"].get<std::string>();
+}
+
+// A string, or a list of text blocks (system prompts, tool results): the texts joined.
+std::variant<std::string, ApiError> anthropic_text(const json& content, const std::string& where) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array())
+    return ApiError::invalid(where, "'" + where + "' must be a string or a list of content blocks");
+  std::string text;
+  for (std::size_t i = 0; i < content.size(); ++i) {
+    const std::string at = at_index(where, i);
+    auto type = block_type(content[i], at);
+    if (auto* e = std::get_if<ApiError>(&type)) return *e;
+    if (std::get<std::string>(type) != "text")
+      return unsupported_block(at, std::get<std::string>(type));
+    auto t = required_string(content[i], "text", at);
+    if (auto* e = std::get_if<ApiError>(&t)) return *e;
+    text += std::get<std::string>(t);
+  }
+  return text;
+}
+
+// Anthropic's tool definitions ({name, description, input_schema}) as OpenAI function tools,
+// which the templates render.
+std::variant<json, ApiError> anthropic_tools(json& tools) {
+  if (!tools.is_array()) return ApiError::invalid("tools", "'tools' must be a list");
+  json out = json::array();
+  for (std::size_t i = 0; i < tools.size(); ++i) {
+    const std::string at = at_index("tools", i);
+    json& t = tools[i];
+    if (!t.is_object()) return ApiError::invalid(at, "'" + at + "' must be an object");
+    auto type = optional_string(t, "type", at);
+    if (auto* e = std::get_if<ApiError>(&type)) return *e;
+    if (const auto& s = std::get<std::optional<std::string>>(type); s && *s != "custom")
+      return ApiError::invalid(at + ".type", "'" + at + ".type': server tools ('" +
+                                                 s->substr(0, 64) +
+                                                 "') are not supported; only client tools with "
+                                                 "an input_schema");
+    auto name = required_string(t, "name", at);
+    if (auto* e = std::get_if<ApiError>(&name)) return *e;
+    if (std::get<std::string>(name).empty())
+      return ApiError::invalid(at + ".name", "'" + at + ".name' is empty");
+    auto description = optional_string(t, "description", at);
+    if (auto* e = std::get_if<ApiError>(&description)) return *e;
+    const auto schema = t.find("input_schema");
+    if (schema == t.end() || !schema->is_object())
+      return ApiError::invalid(at + ".input_schema", "'" + at + ".input_schema' must be an object");
+    json fn = json::object();
+    fn["name"] = std::get<std::string>(name);
+    if (const auto& d = std::get<std::optional<std::string>>(description)) fn["description"] = *d;
+    fn["parameters"] = std::move(*schema);
+    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
+  }
+  return out;
+}
+
+std::optional<ApiError> read_anthropic_tool_choice(const json& j, GenerationRequest& r) {
+  const auto it = j.find("tool_choice");
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  const json& c = *it;
+  if (!c.is_object()) return ApiError::invalid("tool_choice", "'tool_choice' must be an object");
+  auto type = required_string(c, "type", "tool_choice");
+  if (auto* e = std::get_if<ApiError>(&type)) return *e;
+  const std::string& t = std::get<std::string>(type);
+  if (t == "auto") {
+    r.tool_choice.mode = ToolChoice::Mode::kAuto;
+  } else if (t == "any") {
+    r.tool_choice.mode = ToolChoice::Mode::kRequired;
+  } else if (t == "none") {
+    r.tool_choice.mode = ToolChoice::Mode::kNone;
+  } else if (t == "tool") {
+    auto name = required_string(c, "name", "tool_choice");
+    if (auto* e = std::get_if<ApiError>(&name)) return *e;
+    r.tool_choice.mode = ToolChoice::Mode::kFunction;
+    r.tool_choice.name = std::get<std::string>(name);
+  } else {
+    return ApiError::invalid("tool_choice.type",
+                             "'tool_choice.type' must be 'auto', 'any', 'tool' or 'none'");
+  }
+  if (const auto p = c.find("disable_parallel_tool_use"); p != c.end() && !p->is_null()) {
+    if (!p->is_boolean())
+      return ApiError::invalid("tool_choice.disable_parallel_tool_use",
+                               "'tool_choice.disable_parallel_tool_use' must be a boolean");
+    r.tool_choice.parallel = !p->get<bool>();
+  }
+  return settle_tool_choice(r, "tool_choice");
+}
+
+// thinking: {type: enabled, budget_tokens} | {type: adaptive} | {type: disabled}. Absent means
+// disabled, as in Anthropic's API.
+std::optional<ApiError> read_anthropic_thinking(const json& j, GenerationRequest& r) {
+  r.chat.enable_thinking = false;
+  const auto it = j.find("thinking");
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) return ApiError::invalid("thinking", "'thinking' must be an object");
+  auto type = required_string(*it, "type", "thinking");
+  if (auto* e = std::get_if<ApiError>(&type)) return *e;
+  const std::string& t = std::get<std::string>(type);
+  if (t != "enabled" && t != "adaptive" && t != "disabled")
+    return ApiError::invalid("thinking.type",
+                             "'thinking.type' must be 'enabled', 'adaptive' or 'disabled'");
+  r.chat.enable_thinking = t != "disabled";
+  const auto budget = it->find("budget_tokens");
+  if (budget != it->end() && !budget->is_null()) {
+    if (!budget->is_number_integer() || budget->get<std::int64_t>() < 1)
+      return ApiError::invalid("thinking.budget_tokens",
+                               "'thinking.budget_tokens' must be a positive integer");
+    r.thinking_budget = budget->get<std::int64_t>();
+  } else if (t == "enabled") {
+    return ApiError::invalid("thinking.budget_tokens",
+                             "'thinking.budget_tokens' is required when thinking is enabled");
+  }
+  return std::nullopt;
+}
+
+// An assistant message's blocks: text, thinking (the turn's reasoning), redacted_thinking
+// (opaque: nothing to render) and tool_use (a tool call; its input is moved, never copied).
+std::optional<ApiError> read_assistant_blocks(json& content, const std::string& where,
+                                              ChatMessage& msg) {
+  std::string text, reasoning;
+  bool has_text = false;
+  for (std::size_t k = 0; k < content.size(); ++k) {
+    const std::string at = at_index(where, k);
+    auto type = block_type(content[k], at);
+    if (auto* e = std::get_if<ApiError>(&type)) return *e;
+    const std::string& t = std::get<std::string>(type);
+    json& b = content[k];
+    if (t == "text") {
+      auto s = required_string(b, "text", at);
+      if (auto* e = std::get_if<ApiError>(&s)) return *e;
+      text += std::get<std::string>(s);
+      has_text = true;
+    } else if (t == "thinking") {
+      auto s = required_string(b, "thinking", at);
+      if (auto* e = std::get_if<ApiError>(&s)) return *e;
+      reasoning += std::get<std::string>(s);
+    } else if (t == "redacted_thinking") {
+      continue;
+    } else if (t == "tool_use") {
+      auto id = required_string(b, "id", at);
+      if (auto* e = std::get_if<ApiError>(&id)) return *e;
+      auto name = required_string(b, "name", at);
+      if (auto* e = std::get_if<ApiError>(&name)) return *e;
+      const auto input = b.find("input");
+      if (input == b.end() || !input->is_object())
+        return ApiError::invalid(at + ".input", "'" + at + ".input' must be an object");
+      ChatToolCall call;
+      call.name = std::get<std::string>(name);
+      call.arguments = std::move(*input);
+      msg.tool_calls.push_back(std::move(call));
+      (void)id;  // the template has no call ids; tool results are matched by position
+    } else {
+      return unsupported_block(at, t);
+    }
+  }
+  if (has_text || msg.tool_calls.empty()) msg.content = std::move(text);
+  if (!reasoning.empty()) msg.reasoning_content = std::move(reasoning);
+  return std::nullopt;
+}
+
+// A user message's blocks: text (joined into user turns) and tool_result (each a tool message,
+// in order; is_error results are marked "Error: " for the model).
+std::optional<ApiError> read_user_blocks(const json& content, const std::string& where,
+                                         std::vector<ChatMessage>& out) {
+  std::optional<std::string> text;
+  const auto flush = [&] {
+    if (!text) return;
+    ChatMessage m;
+    m.role = "user";
+    m.content = std::move(*text);
+    out.push_back(std::move(m));
+    text.reset();
+  };
+  for (std::size_t k = 0; k < content.size(); ++k) {
+    const std::string at = at_index(where, k);
+    auto type = block_type(content[k], at);
+    if (auto* e = std::get_if<ApiError>(&type)) return *e;
+    const std::string& t = std::get<std::string>(type);
+    const json& b = content[k];
+    if (t == "text") {
+      auto s = required_string(b, "text", at);
+      if (auto* e = std::get_if<ApiError>(&s)) return *e;
+      text = text.value_or("") + std::get<std::string>(s);
+    } else if (t == "tool_result") {
+      flush();
+      auto id = required_string(b, "tool_use_id", at);
+      if (auto* e = std::get_if<ApiError>(&id)) return *e;
+      std::string result;
+      if (const auto c = b.find("content"); c != b.end() && !c->is_null()) {
+        auto r = anthropic_text(*c, at + ".content");
+        if (auto* e = std::get_if<ApiError>(&r)) return *e;
+        result = std::move(std::get<std::string>(r));
+      }
+      bool is_error = false;
+      if (const auto ie = b.find("is_error"); ie != b.end() && !ie->is_null()) {
+        if (!ie->is_boolean())
+          return ApiError::invalid(at + ".is_error", "'" + at + ".is_error' must be a boolean");
+        is_error = ie->get<bool>();
+      }
+      ChatMessage m;
+      m.role = "tool";
+      m.tool_call_id = std::get<std::string>(id);
+      m.content = is_error ? "Error: " + result : std::move(result);
+      out.push_back(std::move(m));
+    } else {
+      return unsupported_block(at, t);
+    }
+  }
+  if (content.empty()) text = "";
+  flush();
+  return std::nullopt;
+}
+
 ParsedRequest parse_anthropic(std::string_view body, const RequestLimits& limits,
                               bool require_max_tokens) {
   auto parsed = parse_body(body, limits);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
-  const json& j = std::get<json>(parsed);
+  json& j = std::get<json>(parsed);
   GenerationRequest r;
   r.kind = ApiKind::kMessages;
   Fields f(j);
@@ -282,36 +663,80 @@ ParsedRequest parse_anthropic(std::string_view body, const RequestLimits& limits
   read_sampling(f, r, 1.0);
   f.stop_list("stop_sequences", r.stop, false, limits);
   f.boolean("stream", r.stream);
+  if (const json* m = f.get("metadata"); m && !m->is_object())
+    f.fail("metadata", "'metadata' must be an object");
+  std::string service_tier;
+  f.string("service_tier", service_tier);
   if (f.error()) return *f.error();
+  if (auto e = read_anthropic_thinking(j, r)) return *e;
 
-  json messages = json::array();
-  if (const json* system = f.get("system")) {
-    auto text = anthropic_text(*system, "system");
+  // The system prompt: `system`, then every system-role message in order, joined.
+  std::vector<std::string> system;
+  if (const json* s = f.get("system")) {
+    auto text = anthropic_text(*s, "system");
     if (auto* e = std::get_if<ApiError>(&text)) return *e;
-    messages.push_back({{"role", "system"}, {"content", std::get<std::string>(text)}});
+    system.push_back(std::move(std::get<std::string>(text)));
   }
   const json* list = f.get("messages");
   if (!list) return ApiError::invalid("messages", "'messages' is required");
   if (!list->is_array() || list->empty())
     return ApiError::invalid("messages", "'messages' must be a non-empty list");
-  for (std::size_t i = 0; i < list->size(); ++i) {
-    const json& m = (*list)[i];
-    const std::string at = "messages[" + std::to_string(i) + "]";
+  std::vector<ChatMessage> turns;
+  json& messages = j["messages"];
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    json& m = messages[i];
+    const std::string at = at_index("messages", i);
     if (!m.is_object()) return ApiError::invalid(at, "'" + at + "' must be an object");
     const auto role = m.find("role");
-    if (role == m.end() || !role->is_string() || (*role != "user" && *role != "assistant"))
-      return ApiError::invalid(at + ".role", "'" + at + ".role' must be 'user' or 'assistant'");
+    if (role == m.end() || !role->is_string() ||
+        (*role != "user" && *role != "assistant" && *role != "system"))
+      return ApiError::invalid(at + ".role",
+                               "'" + at + ".role' must be 'user', 'assistant' or 'system'");
     const auto content = m.find("content");
-    if (content == m.end())
+    if (content == m.end() || content->is_null())
       return ApiError::invalid(at + ".content", "'" + at + ".content' is required");
-    auto text = anthropic_text(*content, at + ".content");
-    if (auto* e = std::get_if<ApiError>(&text)) return *e;
-    messages.push_back({{"role", *role}, {"content", std::get<std::string>(text)}});
+    if (!content->is_string() && !content->is_array())
+      return ApiError::invalid(at + ".content", "'" + at +
+                                                    ".content' must be a string or a list of "
+                                                    "content blocks");
+    if (*role == "system") {
+      auto text = anthropic_text(*content, at + ".content");
+      if (auto* e = std::get_if<ApiError>(&text)) return *e;
+      system.push_back(std::move(std::get<std::string>(text)));
+    } else if (content->is_string()) {
+      ChatMessage msg;
+      msg.role = role->get<std::string>();
+      msg.content = content->get<std::string>();
+      turns.push_back(std::move(msg));
+    } else if (*role == "assistant") {
+      ChatMessage msg;
+      msg.role = "assistant";
+      if (auto e = read_assistant_blocks(*content, at + ".content", msg)) return *e;
+      turns.push_back(std::move(msg));
+    } else if (auto e = read_user_blocks(*content, at + ".content", turns)) {
+      return *e;
+    }
   }
-  auto c = parse_chat_messages(std::move(messages), nullptr);
-  if (!c.ok()) return ApiError::invalid("messages", "'messages': " + c.status().message());
-  r.chat = std::move(*c);
+  if (turns.empty())
+    return ApiError::invalid("messages", "'messages' holds no user or assistant message");
+  if (!system.empty()) {
+    ChatMessage s;
+    s.role = "system";
+    std::string joined;
+    for (std::size_t k = 0; k < system.size(); ++k) joined += (k ? "\n\n" : "") + system[k];
+    s.content = std::move(joined);
+    turns.insert(turns.begin(), std::move(s));
+  }
+  const auto thinking = r.chat.enable_thinking;
+  r.chat.messages = std::move(turns);
+  r.chat.enable_thinking = thinking;
   r.chat.add_generation_prompt = true;
+  if (f.get("tools")) {
+    auto tools = anthropic_tools(j["tools"]);
+    if (auto* e = std::get_if<ApiError>(&tools)) return *e;
+    r.chat.tools = std::move(std::get<json>(tools));
+  }
+  if (auto e = read_anthropic_tool_choice(j, r)) return *e;
   return finish(f, std::move(r));
 }
 

@@ -1,6 +1,7 @@
 // Parsing and validation of generation requests (OpenAI chat/completions, Anthropic messages)
 // into one engine-independent shape. Every rejection names the field at fault; nothing here
-// knows about HTTP beyond the status an ApiError carries.
+// knows about HTTP beyond the status an ApiError carries. Fields the server does not use are
+// accepted and ignored; the fields it reads are type-checked.
 #pragma once
 
 #include <cstdint>
@@ -19,27 +20,47 @@ namespace fs::server {
 
 enum class ApiKind { kChat, kCompletion, kMessages };
 
+// The label of an API in /metrics ("chat", "completions", "messages").
+std::string api_label(ApiKind kind);
+
 struct RequestLimits {
   std::int64_t default_max_tokens = 256;  // OpenAI requests that do not say
   std::int64_t max_tokens = 32768;        // above this a request is refused
   std::size_t max_stop_sequences = 16;
   std::size_t max_stop_bytes = 256;
+  std::int32_t max_top_logprobs = 20;
   // Bounds on the body's JSON, checked while it is parsed (see format/json_parse.h).
   std::size_t max_json_depth = 64;
   std::size_t max_json_values = std::size_t{1} << 20;
 };
 
+// Which tool calls the model may or must make: OpenAI's none/auto/required/{function}, Anthropic's
+// none/auto/any/tool.
+struct ToolChoice {
+  enum class Mode { kAuto, kNone, kRequired, kFunction };
+  Mode mode = Mode::kAuto;
+  std::string name;      // kFunction: the tool that must be called
+  bool parallel = true;  // parallel_tool_calls / !disable_parallel_tool_use (accepted, not enforced)
+};
+
 struct GenerationRequest {
   ApiKind kind = ApiKind::kChat;
   std::string model;
-  ChatRequest chat;    // kChat, kMessages
+  // kChat, kMessages: the messages and the tools in OpenAI's shape (Anthropic's are converted);
+  // enable_thinking from Anthropic's `thinking` or OpenAI's reasoning_effort "none".
+  ChatRequest chat;
   std::string prompt;  // kCompletion
   std::int64_t max_tokens = 0;
   SamplerConfig sampler;
   std::optional<std::uint64_t> seed;
-  std::vector<std::string> stop;  // stop sequences on the generated text
+  std::vector<std::string> stop;  // stop sequences on the generated (visible) text
   bool stream = false;
   bool include_usage = false;  // OpenAI stream_options.include_usage
+  ToolChoice tool_choice;      // kNone: chat.tools was emptied (no tools in the prompt)
+  // Anthropic thinking.budget_tokens (accepted; reasoning counts against max_tokens).
+  std::optional<std::int64_t> thinking_budget;
+  bool logprobs = false;         // chat: logprobs; completions: logprobs given
+  std::int32_t top_logprobs = 0;  // alternatives per token, 0-20 (completions: 0-5)
 };
 
 using ParsedRequest = std::variant<GenerationRequest, ApiError>;

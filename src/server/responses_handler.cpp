@@ -5,10 +5,10 @@
 #include <random>
 
 #include "server/api_error.h"
+#include "server/assistant_output.h"
 #include "server/front_door.h"
 #include "server/responses_format.h"
 #include "server/responses_request.h"
-#include "tokenizer/chat/output_parser.h"
 
 namespace fs::server {
 namespace {
@@ -47,31 +47,35 @@ ApiError server_error(int status, std::string code, std::string message) {
   return e;
 }
 
-bool ends_with(std::string_view s, std::string_view p) {
-  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
+// How the model output is read: reasoning and (when tools are offered) tool calls. A forced
+// call (tool_choice required or a named function) starts the assistant turn with the family's
+// tool-call opening, which the output reader takes as the start of the output. Unlike the chat
+// endpoint, thinking stays as requested: the template renders a call turn without a think
+// block, so the prompt of a forced turn is exactly what a follow-up re-renders.
+AssistantOutputOptions output_options(ChatFamily family, const ResponsesRequest& r, bool use_tools,
+                                      std::string_view rendered) {
+  AssistantOutputOptions o;
+  o.parser.family = family;
+  o.parser.parse_tool_calls = use_tools;
+  o.parser.parse_reasoning = true;
+  o.parser.starts_in_reasoning = rendered.ends_with("<think>\n") || rendered.ends_with("<think>");
+  if (use_tools && (r.tool_choice.mode == ToolChoice::Mode::kRequired ||
+                    r.tool_choice.mode == ToolChoice::Mode::kFunction)) {
+    o.forced_prefix = tool_call_prefix(family, r.tool_choice.mode == ToolChoice::Mode::kFunction
+                                                   ? r.tool_choice.name
+                                                   : std::string());
+    o.parser.starts_in_reasoning = false;
+  }
+  return o;
 }
 
-// The start of the assistant turn that makes the model call a tool (tool_choice required or a
-// named function): the family's tool-call opening, written after the generation prompt, and
-// fed to the output parser before the model's own text. Empty when the family has none here.
-std::string forced_call_prefix(ChatFamily family, const ResponsesRequest& r) {
-  if (family != ChatFamily::kQwen) return {};
-  if (r.tool_choice == ToolChoice::kRequired) return "<tool_call>\n{\"name\": \"";
-  if (r.tool_choice == ToolChoice::kFunction)
-    return "<tool_call>\n{\"name\": \"" + r.tool_choice_name + "\", \"arguments\": ";
-  return {};
-}
-
-// One response from its first event to its last: the output parser feeding the builder, and
+// One response from its first event to its last: the output events feeding the builder, and
 // at the end the store entry. Shared by the plain and the streamed paths.
 class Turn {
  public:
   Turn(const ResponsesDeps& deps, const ResponsesRequest& request, ResponseMetaInfo meta,
-       OutputParserOptions parser_options, bool streaming)
-      : deps_(deps),
-        request_(request),
-        parser_(parser_options),
-        builder_(std::move(meta), request, streaming) {}
+       bool streaming)
+      : deps_(deps), request_(request), builder_(std::move(meta), request, streaming) {}
 
   // What the store keeps besides the output: the conversation so far and the prompt.
   void set_context(std::vector<ResponseItem> conversation, std::vector<TokenId> prompt_tokens,
@@ -81,16 +85,11 @@ class Turn {
     prompt_text_ = std::move(prompt_text);
   }
 
-  std::string start(const std::string& forced_prefix) {
-    std::string out = builder_.start();
-    // The forced opening is the model's turn as far as the parser is concerned.
-    if (!forced_prefix.empty()) out += builder_.add(parser_.feed(forced_prefix));
-    return out;
-  }
-  std::string text(const std::string& piece) { return builder_.add(parser_.feed(piece)); }
+  std::string start() { return builder_.start(); }
+  std::string output(const std::vector<OutputEvent>& events) { return builder_.add(events); }
 
   std::string done(const JobSummary& s) {
-    std::string out = builder_.add(parser_.finish());
+    std::string out;
     std::int64_t reasoning_tokens = 0;
     if (const std::string r = builder_.reasoning_text(); !r.empty())
       if (auto ids = deps_.tokenizer->encode(r); ids.ok())
@@ -122,7 +121,6 @@ class Turn {
 
   const ResponsesDeps& deps_;
   const ResponsesRequest& request_;
-  ChatOutputParser parser_;
   ResponseBuilder builder_;
   std::vector<ResponseItem> conversation_;
   std::vector<TokenId> prompt_tokens_;
@@ -168,15 +166,16 @@ void handle_responses_create(const ResponsesDeps& deps, const httplib::Request& 
   }
   const std::vector<ResponseItem> no_history;
   const std::vector<ResponseItem>& history = previous ? previous->conversation : no_history;
-  const bool use_tools = r->tool_choice != ToolChoice::kNone && !r->function_names.empty();
+  const bool use_tools =
+      r->tool_choice.mode != ToolChoice::Mode::kNone && !r->function_names.empty();
   const ChatRequest chat =
       conversation_chat(r->instructions, history, r->input, use_tools ? r->tools : ojson::array(),
                         r->enable_thinking);
   auto rendered = render_chat(deps.family, chat, deps.special);
   if (!rendered.ok())
     return send_error(res, ApiError::invalid("input", rendered.status().message()));
-  const std::string forced = use_tools ? forced_call_prefix(deps.family, *r) : std::string();
-  std::string text = std::move(*rendered) + forced;
+  AssistantOutputOptions output = output_options(deps.family, *r, use_tools, *rendered);
+  std::string text = std::move(*rendered) + output.forced_prefix;
   auto ids = prompt_tokens(*deps.tokenizer, text, previous.get());
   if (!ids.ok()) return send_error(res, ApiError::invalid("input", ids.status().message()));
   const auto n_prompt = static_cast<std::int64_t>(ids->size());
@@ -195,6 +194,8 @@ void handle_responses_create(const ResponsesDeps& deps, const httplib::Request& 
   job->max_tokens = std::min(r->max_output_tokens.value_or(room), room);
   job->sampler = r->sampler;
   job->seed = random_seed();
+  job->output = std::move(output);
+  job->api = "responses";
   if (!deps.engine->submit(job)) {
     deps.metrics->count_queue_full();
     res.set_header("Retry-After", "1");
@@ -209,11 +210,7 @@ void handle_responses_create(const ResponsesDeps& deps, const httplib::Request& 
   meta.model = r->model.empty() ? deps.model_id : r->model;
   meta.max_output_tokens = r->max_output_tokens;
   meta.previous_response_id = r->previous_response_id;
-  OutputParserOptions po;
-  po.family = deps.family;
-  po.starts_in_reasoning = ends_with(text, "<think>\n") || ends_with(text, "<think>");
-  po.parse_tool_calls = use_tools;
-  auto turn = std::make_shared<Turn>(deps, *r, meta, po, r->stream);
+  auto turn = std::make_shared<Turn>(deps, *r, meta, r->stream);
   std::vector<ResponseItem> conversation = history;
   conversation.insert(conversation.end(), r->input.begin(), r->input.end());
   turn->set_context(std::move(conversation), std::move(*ids), std::move(text));
@@ -223,7 +220,7 @@ void handle_responses_create(const ResponsesDeps& deps, const httplib::Request& 
       "the request did not finish within the server's deadline (--request-timeout-s)";
 
   if (!r->stream) {
-    (void)turn->start(forced);
+    (void)turn->start();
     auto next_check = Clock::now();
     for (;;) {
       auto e = job->next(std::chrono::milliseconds(50));
@@ -244,8 +241,8 @@ void handle_responses_create(const ResponsesDeps& deps, const httplib::Request& 
         }
       }
       if (!e) continue;
-      if (!e->done) {
-        (void)turn->text(e->text);
+      if (!e->done()) {
+        (void)turn->output(e->output);
         continue;
       }
       if (e->summary.finish_reason == "error")
@@ -261,7 +258,6 @@ void handle_responses_create(const ResponsesDeps& deps, const httplib::Request& 
     std::shared_ptr<const ResponsesRequest> request;  // the turn refers to it
     std::shared_ptr<Job> job;
     std::shared_ptr<Turn> turn;
-    std::string forced;
     bool started = false;
     bool finished = false;
     Clock::time_point deadline;
@@ -270,7 +266,6 @@ void handle_responses_create(const ResponsesDeps& deps, const httplib::Request& 
   st->request = r;
   st->job = job;
   st->turn = turn;
-  st->forced = forced;
   st->deadline = deadline;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
@@ -288,7 +283,7 @@ void handle_responses_create(const ResponsesDeps& deps, const httplib::Request& 
         }
         if (!st->started) {
           st->started = true;
-          return write(st->turn->start(st->forced));
+          return write(st->turn->start());
         }
         for (;;) {
           if (Clock::now() >= st->deadline) {
@@ -306,9 +301,9 @@ void handle_responses_create(const ResponsesDeps& deps, const httplib::Request& 
             }
             continue;
           }
-          if (!e->done) {
-            const std::string events = st->turn->text(e->text);
-            if (events.empty()) continue;  // held back by the parser: wait for more
+          if (!e->done()) {
+            const std::string events = st->turn->output(e->output);
+            if (events.empty()) continue;  // started, or nothing visible yet: wait for more
             return write(events);
           }
           st->finished = true;

@@ -325,15 +325,15 @@ void read_tool_choice(Reader& f, ResponsesRequest& r) {
   if (tc->is_string()) {
     const std::string s = tc->get<std::string>();
     if (s == "auto")
-      r.tool_choice = ToolChoice::kAuto;
+      r.tool_choice.mode = ToolChoice::Mode::kAuto;
     else if (s == "none")
-      r.tool_choice = ToolChoice::kNone;
+      r.tool_choice.mode = ToolChoice::Mode::kNone;
     else if (s == "required")
-      r.tool_choice = ToolChoice::kRequired;
+      r.tool_choice.mode = ToolChoice::Mode::kRequired;
     else
       return f.fail("tool_choice",
                     "must be 'auto', 'none', 'required' or an object, got '" + clip(s) + "'");
-    if (r.tool_choice == ToolChoice::kRequired && r.function_names.empty())
+    if (r.tool_choice.mode == ToolChoice::Mode::kRequired && r.function_names.empty())
       return f.fail("tool_choice", "is 'required' but no function tools are given");
     return;
   }
@@ -349,8 +349,8 @@ void read_tool_choice(Reader& f, ResponsesRequest& r) {
       return f.fail_raw(ApiError::invalid("tool_choice.name",
                                           "'tool_choice.name' names '" + clip(name) +
                                               "', which is not a function tool of this request"));
-    r.tool_choice = ToolChoice::kFunction;
-    r.tool_choice_name = name;
+    r.tool_choice.mode = ToolChoice::Mode::kFunction;
+    r.tool_choice.name = name;
     return;
   }
   if (type == "allowed_tools") {
@@ -383,8 +383,8 @@ void read_tool_choice(Reader& f, ResponsesRequest& r) {
     r.tools = std::move(kept);
     r.function_names = std::move(names);
     r.function_namespaces = std::move(namespaces);
-    r.tool_choice = mode == "required" ? ToolChoice::kRequired : ToolChoice::kAuto;
-    if (r.tool_choice == ToolChoice::kRequired && r.function_names.empty())
+    r.tool_choice.mode = mode == "required" ? ToolChoice::Mode::kRequired : ToolChoice::Mode::kAuto;
+    if (r.tool_choice.mode == ToolChoice::Mode::kRequired && r.function_names.empty())
       return f.fail("tool_choice", "requires a call but allows none of this request's functions");
     return;
   }
@@ -506,6 +506,7 @@ ParsedResponsesRequest parse_responses_request(std::string_view body, const Requ
                                     std::to_string(*r.max_output_tokens));
   read_tools(f, r);
   read_tool_choice(f, r);
+  r.tool_choice.parallel = r.parallel_tool_calls;
   read_reasoning(f, r);
   read_text(f, r);
   read_ignored(f, r);

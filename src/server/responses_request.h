@@ -47,8 +47,6 @@ struct ResponseItem {
   std::size_t bytes() const;
 };
 
-enum class ToolChoice { kAuto, kNone, kRequired, kFunction };
-
 struct ResponsesRequest {
   std::string model;
   std::optional<std::string> instructions;
@@ -61,8 +59,7 @@ struct ResponsesRequest {
   // {type: namespace, name, tools: [functions]}; they are shown to the model by their own names,
   // and a call of one says its namespace.
   std::vector<std::string> function_namespaces;
-  ToolChoice tool_choice = ToolChoice::kAuto;
-  std::string tool_choice_name;  // kFunction
+  ToolChoice tool_choice;  // request.h's, shared with the chat APIs
   bool parallel_tool_calls = true;
   std::optional<std::int64_t> max_output_tokens;
   SamplerConfig sampler;

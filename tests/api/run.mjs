@@ -262,6 +262,222 @@ await test('anthropic: count_tokens equals the usage of the same messages', asyn
   assert.equal(bad.json.type, 'error');
 });
 
+// --- Agents' request shapes (issue 12): tools, tool_choice forcing, thinking, logprobs. The
+// embedded model does not call tools by itself, so the assertions hold whatever it writes: a
+// forced call either parses (a tool_use block / tool_calls) or comes back whole as text.
+const weatherTool = {
+  name: 'get_weather',
+  description: 'Get the current weather in a given location',
+  input_schema: {
+    type: 'object',
+    properties: { location: { type: 'string', description: 'The city and state' } },
+    required: ['location'],
+  },
+};
+const openaiWeatherTool = {
+  type: 'function',
+  function: { name: weatherTool.name, description: weatherTool.description, parameters: weatherTool.input_schema },
+};
+
+// A message's content as the Anthropic SDK's stream accumulator sees it, minus its private fields.
+const plainContent = (content) => JSON.parse(JSON.stringify(content));
+
+await test('anthropic: Claude Code-shaped request (system message in messages, cache_control, tools, adaptive thinking, unused fields), streamed and not', async () => {
+  const body = {
+    model: 'claude-sonnet-4-5-20250929', max_tokens: 24, temperature: 0,
+    system: [
+      { type: 'text', text: 'You are a coding agent.', cache_control: { type: 'ephemeral' } },
+      { type: 'text', text: `Session ${nonce()}.`, cache_control: { type: 'ephemeral' } },
+    ],
+    messages: [
+      { role: 'user', content: [{ type: 'text', text: 'def add(a, b):', cache_control: { type: 'ephemeral' } }] },
+      { role: 'system', content: 'Answer in Python.' },
+    ],
+    tools: [weatherTool, { name: 'Bash', description: 'Run a shell command', input_schema: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] }, cache_control: { type: 'ephemeral' } }],
+    thinking: { type: 'adaptive' },
+    context_management: { edits: [{ type: 'clear_thinking_20251015', keep: 'all' }] },
+    output_config: { effort: 'medium' },
+    metadata: { user_id: 'user_x_account__session_y' },
+    a_future_field: { nested: [1, 2] },
+  };
+  const m = await anthropic.messages.create(body);
+  assert.equal(m.type, 'message');
+  assert.ok(['end_turn', 'max_tokens', 'tool_use'].includes(m.stop_reason), m.stop_reason);
+  assert.equal(m.usage.cache_creation_input_tokens, 0);
+  assert.equal(m.usage.input_tokens + m.usage.cache_read_input_tokens,
+    (await anthropic.messages.countTokens({ ...body, max_tokens: undefined })).input_tokens);
+  const stream = anthropic.messages.stream(body);
+  const types = [];
+  for await (const e of stream) types.push(e.type);
+  const final = await stream.finalMessage();
+  assert.deepEqual(plainContent(final.content), plainContent(m.content));
+  assert.equal(final.stop_reason, m.stop_reason);
+  assert.equal(types[0], 'message_start');
+  assert.deepEqual(types.slice(-2), ['message_delta', 'message_stop']);
+});
+
+await test('anthropic: tool_choice "tool" forces the call; streaming gives the body; tool_use/tool_result/thinking history is accepted', async () => {
+  const body = {
+    model: 'x', max_tokens: 40, temperature: 0, tools: [weatherTool],
+    tool_choice: { type: 'tool', name: 'get_weather', disable_parallel_tool_use: true },
+    messages: userMsg(`What is the weather in Paris? ${nonce()}`),
+  };
+  const m = await anthropic.messages.create(body);
+  const call = m.content.find((b) => b.type === 'tool_use');
+  if (call) {
+    assert.equal(m.stop_reason === 'tool_use' || m.stop_reason === 'max_tokens', true, m.stop_reason);
+    assert.equal(call.name, 'get_weather');
+    assert.match(call.id, /^toolu_/);
+    assert.equal(typeof call.input, 'object');
+  } else {
+    // The model did not write a valid call: the forced opening and its text come back as text.
+    assert.ok(m.content[0].text.startsWith('<tool_call>\n{"name": "get_weather", "arguments": '), JSON.stringify(m.content));
+  }
+  const stream = anthropic.messages.stream(body);
+  const final = await stream.finalMessage();
+  assert.deepEqual(plainContent(final.content), plainContent(m.content));
+
+  // The next turn of such a conversation, as a client sends it (Anthropic's tool-use guide).
+  const history = {
+    model: 'x', max_tokens: 8, temperature: 0, tools: [weatherTool], thinking: { type: 'enabled', budget_tokens: 1024 },
+    messages: [
+      { role: 'user', content: 'What is the weather in Paris?' },
+      { role: 'assistant', content: [
+        { type: 'thinking', thinking: 'I should call get_weather.', signature: 'fs1-0000000000000000' },
+        { type: 'redacted_thinking', data: 'opaque' },
+        { type: 'tool_use', id: 'toolu_01', name: 'get_weather', input: { location: 'Paris' } }] },
+      { role: 'user', content: [
+        { type: 'tool_result', tool_use_id: 'toolu_01', content: [{ type: 'text', text: '14 degrees' }] },
+        { type: 'tool_result', tool_use_id: 'toolu_02', content: 'timeout', is_error: true }] },
+    ],
+  };
+  const h = await anthropic.messages.create(history);
+  assert.equal(h.type, 'message');
+  const bad = await postJson(base, '/v1/messages', {
+    ...history, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBOR' } }] }],
+  });
+  assert.equal(bad.status, 400);
+  assert.match(bad.json.error.message, /messages\[0\]\.content\[0\].*image.*text only/);
+});
+
+await test('anthropic: the second turn is a RAM hit under api="messages" and reports cache_read_input_tokens', async () => {
+  const key = (tier) => `flashserve_session_lookups_total{api="messages",tier="${tier}"}`;
+  const before = await metrics(base);
+  const messages = [{ role: 'user', content: `# ${nonce()}\ndef parse(line):` }];
+  const t1 = await anthropic.messages.create({ model: 'x', max_tokens: 6, temperature: 0, messages });
+  assert.equal(t1.usage.cache_read_input_tokens, 0);
+  messages.push({ role: 'assistant', content: t1.content });
+  messages.push({ role: 'user', content: 'and test it' });
+  const t2 = await anthropic.messages.create({ model: 'x', max_tokens: 6, temperature: 0, messages });
+  const after = await metrics(base);
+  assert.equal(after.get(key('cold')) - before.get(key('cold')), 1);
+  assert.equal(after.get(key('ram')) - before.get(key('ram')), 1);
+  assert.ok(t2.usage.cache_read_input_tokens >= t1.usage.input_tokens,
+    `turn 2 read ${t2.usage.cache_read_input_tokens} cached tokens of turn 1's ${t1.usage.input_tokens}`);
+});
+
+// Accumulates streamed OpenAI chat chunks into one message, as agents do.
+async function collectChat(stream) {
+  const msg = { content: '', reasoning_content: '', tool_calls: [] };
+  let finish = null;
+  const logprobs = [];
+  for await (const c of stream) {
+    const ch = c.choices[0];
+    if (!ch) continue;
+    if (ch.finish_reason) finish = ch.finish_reason;
+    if (ch.logprobs?.content) logprobs.push(...ch.logprobs.content);
+    const d = ch.delta ?? {};
+    msg.content += d.content ?? '';
+    msg.reasoning_content += d.reasoning_content ?? '';
+    for (const t of d.tool_calls ?? []) {
+      if (t.id) {
+        assert.equal(t.index, msg.tool_calls.length, 'a new call takes the next index');
+        assert.equal(t.type, 'function');
+        assert.equal(t.function.arguments, '');
+        msg.tool_calls.push({ id: t.id, type: 'function', function: { name: t.function.name, arguments: '' } });
+      } else {
+        msg.tool_calls[t.index].function.arguments += t.function.arguments;
+      }
+    }
+  }
+  return { msg, finish, logprobs };
+}
+
+await test('openai: forced tool_choice (function and required); streamed tool_calls deltas give the body', async () => {
+  for (const tool_choice of [{ type: 'function', function: { name: 'get_weather' } }, 'required']) {
+    const body = {
+      model: 'x', max_tokens: 40, temperature: 0, tools: [openaiWeatherTool], tool_choice, parallel_tool_calls: false,
+      messages: [{ role: 'developer', content: 'Use tools.' }, ...userMsg(`Weather in Paris? ${nonce()}`)],
+    };
+    const r = await openai.chat.completions.create(body);
+    const m = r.choices[0].message;
+    if (m.tool_calls?.length) {
+      assert.ok(['tool_calls', 'length'].includes(r.choices[0].finish_reason));
+      if (typeof tool_choice === 'object') assert.equal(m.tool_calls[0].function.name, 'get_weather');
+      assert.equal(typeof JSON.parse(m.tool_calls[0].function.arguments), 'object');
+    } else {
+      assert.ok(m.content.startsWith('<tool_call>\n{"name": "'), JSON.stringify(m));
+    }
+    const s = await collectChat(await openai.chat.completions.create({ ...body, stream: true }));
+    assert.equal(s.finish, r.choices[0].finish_reason);
+    assert.equal(s.msg.content, m.content ?? '');
+    assert.equal(s.msg.reasoning_content, m.reasoning_content ?? '');
+    assert.deepEqual(s.msg.tool_calls.map((c) => [c.function.name, c.function.arguments]),
+      (m.tool_calls ?? []).map((c) => [c.function.name, c.function.arguments]));
+  }
+  // A conversation with the assistant's tool_calls and the tool's answer (OpenAI's guide).
+  const r = await openai.chat.completions.create({
+    model: 'x', max_tokens: 6, temperature: 0, tools: [openaiWeatherTool], tool_choice: 'auto',
+    messages: [
+      ...userMsg('What is the weather like in Paris today?'),
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"location":"Paris, France"}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: '14' },
+    ],
+  });
+  assert.equal(r.object, 'chat.completion');
+});
+
+await test('openai: logprobs and top_logprobs (non-streaming equals streaming; greedy picks the top alternative)', async () => {
+  const body = { model: 'x', messages: userMsg('def square(x):'), max_tokens: 10, temperature: 0, logprobs: true, top_logprobs: 3 };
+  const r = await openai.chat.completions.create(body);
+  const lps = r.choices[0].logprobs.content;
+  assert.equal(lps.length, r.usage.completion_tokens);
+  for (const t of lps) {
+    assert.ok(t.logprob <= 0);
+    assert.equal(t.top_logprobs.length, 3);
+    if (!t.token.includes('\ufffd')) assert.deepEqual([...Buffer.from(t.token)], t.bytes);
+    for (let i = 1; i < 3; ++i) assert.ok(t.top_logprobs[i - 1].logprob >= t.top_logprobs[i].logprob);
+    assert.ok(t.top_logprobs.reduce((a, x) => a + Math.exp(x.logprob), 0) <= 1 + 1e-6);
+    // Greedy without penalties: the emitted token is the most likely one.
+    assert.ok(Math.abs(t.logprob - t.top_logprobs[0].logprob) < 1e-9, JSON.stringify(t));
+  }
+  // The tokens' bytes are the generated text (and the end-of-turn token's, when it ended so).
+  assert.ok(Buffer.concat(lps.map((t) => Buffer.from(t.bytes))).toString().startsWith(r.choices[0].message.content));
+  const s = await collectChat(await openai.chat.completions.create({ ...body, stream: true }));
+  assert.deepEqual(s.logprobs.map((t) => [t.token, t.logprob]), lps.map((t) => [t.token, t.logprob]));
+  const plain = await openai.chat.completions.create({ ...body, logprobs: undefined, top_logprobs: undefined });
+  assert.equal(plain.choices[0].logprobs, null);
+  const c = await openai.completions.create({ model: 'x', prompt: 'def cube(x):', max_tokens: 5, temperature: 0, logprobs: 2 });
+  assert.equal(c.choices[0].logprobs.tokens.length, c.usage.completion_tokens);
+  assert.equal(Object.keys(c.choices[0].logprobs.top_logprobs[0]).length <= 2, true);
+});
+
+await test('max_tokens beyond the context is clamped, not refused (a small-context server); MTP is on by default', async () => {
+  const s = await startServer(['--max-context', '160']);
+  try {
+    assert.match(s.log(), /mtp depth 3/, 'serve defaults to the MTP depth of run when the checkpoint has a head');
+    const a = new Anthropic({ baseURL: s.base, apiKey: 'unused', maxRetries: 0 });
+    const m = await a.messages.create({ model: 'x', max_tokens: 32000, temperature: 0, messages: userMsg('def f():') });
+    assert.ok(['max_tokens', 'end_turn'].includes(m.stop_reason));
+    if (m.stop_reason === 'max_tokens') assert.equal(m.usage.input_tokens + m.usage.output_tokens, 160);
+    const o = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const r = await o.chat.completions.create({ model: 'x', max_completion_tokens: 30000, temperature: 0, messages: userMsg('def g():') });
+    if (r.choices[0].finish_reason === 'length') assert.equal(r.usage.total_tokens, 160);
+  } finally {
+    assert.equal((await stopServer(s)).code, 0);
+  }
+});
+
 await test('fuzz: 150 mutated bodies (bytes, values, nesting, key counts, Unicode, size) get JSON answers (200 or 4xx), never a crash or a hang', async () => {
   const seeds = [
     ['/v1/chat/completions', { model: 'x', messages: userMsg('hi'), max_tokens: 2, temperature: 0.5, stop: ['a'] }],
@@ -365,8 +581,8 @@ await test('multi-turn: the second turn is a RAM session hit', async () => {
   messages.push({ role: 'user', content: 'and now test it' });
   const t2 = await openai.chat.completions.create({ model: 'x', messages, max_tokens: 8, temperature: 0 });
   const after = await metrics(base);
-  const ram = 'flashserve_session_lookups_total{tier="ram"}';
-  const cold = 'flashserve_session_lookups_total{tier="cold"}';
+  const ram = 'flashserve_session_lookups_total{api="chat",tier="ram"}';
+  const cold = 'flashserve_session_lookups_total{api="chat",tier="cold"}';
   assert.equal(mid.get(cold) - before.get(cold), 1, 'turn 1 is cold');
   assert.equal(after.get(ram) - mid.get(ram), 1, 'turn 2 is a RAM hit');
   assert.ok(t2.usage.prompt_tokens_details.cached_tokens >= t1.usage.prompt_tokens,
@@ -412,7 +628,11 @@ const badChat = [
   ['include_usage a string', { messages: userMsg('x'), stream_options: { include_usage: 'y' } }, 400, 'stream_options.include_usage'],
   ['seed a string', { messages: userMsg('x'), seed: 'abc' }, 400, 'seed'],
   ['model a number', { messages: userMsg('x'), model: 5 }, 400, 'model'],
-  ['logprobs', { messages: userMsg('x'), logprobs: true }, 400, 'logprobs'],
+  ['logprobs a string', { messages: userMsg('x'), logprobs: 'yes' }, 400, 'logprobs'],
+  ['top_logprobs over 20', { messages: userMsg('x'), logprobs: true, top_logprobs: 21 }, 400, 'top_logprobs'],
+  ['tool_choice unknown', { messages: userMsg('x'), tools: [openaiWeatherTool], tool_choice: 'maybe' }, 400, 'tool_choice'],
+  ['tool_choice names a missing tool', { messages: userMsg('x'), tools: [openaiWeatherTool], tool_choice: { type: 'function', function: { name: 'nope' } } }, 400, 'tool_choice'],
+  ['tool without a name', { messages: userMsg('x'), tools: [{ type: 'function', function: {} }] }, 400, 'tools[0].function.name'],
   ['tools not a list', { messages: userMsg('x'), tools: 'x' }, 400, 'tools'],
   ['prompt over the context', { messages: userMsg('x1 y2 '.repeat(4000)), max_tokens: 4 }, 400, 'messages'],
 ];
@@ -429,7 +649,11 @@ const badMessages = [
   ['no max_tokens', { messages: userMsg('x') }, 400],
   ['max_tokens 0', { messages: userMsg('x'), max_tokens: 0 }, 400],
   ['messages empty', { messages: [], max_tokens: 5 }, 400],
-  ['system role in messages', { messages: [{ role: 'system', content: 'x' }], max_tokens: 5 }, 400],
+  ['only a system message', { messages: [{ role: 'system', content: 'x' }], max_tokens: 5 }, 400],
+  ['tool_choice a string', { messages: userMsg('x'), max_tokens: 5, tools: [weatherTool], tool_choice: 'auto' }, 400],
+  ['thinking enabled without a budget', { messages: userMsg('x'), max_tokens: 5, thinking: { type: 'enabled' } }, 400],
+  ['tool without input_schema', { messages: userMsg('x'), max_tokens: 5, tools: [{ name: 'f' }] }, 400],
+  ['tool_result is_error a string', { messages: [{ role: 'user', content: [{ type: 'tool_result', tool_use_id: 't', is_error: 'y' }] }], max_tokens: 5 }, 400],
   ['image block', { messages: [{ role: 'user', content: [{ type: 'image', source: {} }] }], max_tokens: 5 }, 400],
   ['system a number', { system: 5, messages: userMsg('x'), max_tokens: 5 }, 400],
   ['temperature 1.5', { messages: userMsg('x'), max_tokens: 5, temperature: 1.5 }, 400],
@@ -595,7 +819,7 @@ await test('disk tier: a restart restores the conversation from disk; a corrupt 
     const b = await startServer(['--session-dir', dir, '--session-disk-mb', '64']);
     const t2 = await turn(b);
     const mb = await metrics(b.base);
-    assert.equal(mb.get('flashserve_session_lookups_total{tier="disk"}'), 1, 'turn 2 after a restart is a disk hit');
+    assert.equal(mb.get('flashserve_session_lookups_total{api="chat",tier="disk"}'), 1, 'turn 2 after a restart is a disk hit');
     assert.ok(t2.usage.prompt_tokens_details.cached_tokens >= t1.usage.prompt_tokens);
     assert.equal((await stopServer(b)).code, 0);
 
@@ -615,7 +839,7 @@ await test('disk tier: a restart restores the conversation from disk; a corrupt 
     const t3 = await turn(c);
     const mc = await metrics(c.base);
     assert.equal(t3.choices[0].message.content, t2.choices[0].message.content, 'the cold recompute gives the same text');
-    assert.equal(mc.get('flashserve_session_lookups_total{tier="cold"}'), 1);
+    assert.equal(mc.get('flashserve_session_lookups_total{api="chat",tier="cold"}'), 1);
     let rejected = 0;
     for (const [k, v] of mc) if (k.startsWith('flashserve_checkpoint_rejections_total{')) rejected += v;
     assert.ok(rejected >= 1, 'the corrupt checkpoint is counted by reason');

@@ -327,7 +327,7 @@ TEST(ServerRequest, AnthropicMessages) {
                 .param,
             "temperature");
   EXPECT_EQ(error_of(parse_anthropic_messages(
-                         R"({"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]})",
+                         R"({"max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]})",
                          kLimits))
                 .param,
             "messages[0].role");
@@ -381,14 +381,22 @@ std::vector<json> payloads(const std::string& sse) {
   return out;
 }
 
+OutputEvent text_event(std::string text) {
+  OutputEvent e;
+  e.kind = OutputEventKind::kText;
+  e.text = std::move(text);
+  return e;
+}
+
 TEST(ServerFormat, OpenAiChatStream) {
   ResponseMeta meta{"chatcmpl-1", 100, "m", 5};
-  auto f = make_stream_formatter(ApiKind::kChat, meta, /*include_usage=*/true);
+  auto f = make_stream_formatter(ApiKind::kChat, meta, StreamOptions{/*include_usage=*/true});
   JobSummary s;
   s.finish_reason = "length";
   s.prompt_tokens = 5;
   s.completion_tokens = 2;
-  const std::string all = f->start() + f->delta("he") + f->delta("y") + f->finish(s);
+  const std::string all = f->start(s) + f->events({text_event("he")}, {}) +
+                          f->events({text_event("y")}, {}) + f->finish(s, {});
   const auto p = payloads(all);
   ASSERT_EQ(p.size(), 5u);
   EXPECT_EQ(p[0]["choices"][0]["delta"]["role"], "assistant");
@@ -402,12 +410,13 @@ TEST(ServerFormat, OpenAiChatStream) {
 
 TEST(ServerFormat, AnthropicStreamEventOrder) {
   ResponseMeta meta{"msg_1", 100, "m", 5};
-  auto f = make_stream_formatter(ApiKind::kMessages, meta, false);
+  auto f = make_stream_formatter(ApiKind::kMessages, meta, {});
   JobSummary s;
   s.finish_reason = "stop";
   s.stop_sequence = "END";
+  s.prompt_tokens = 5;
   s.completion_tokens = 3;
-  const std::string all = f->start() + f->delta("x") + f->finish(s);
+  const std::string all = f->start(s) + f->events({text_event("x")}, {}) + f->finish(s, {});
   std::vector<std::string> events;
   for (std::size_t at = 0; (at = all.find("event: ", at)) != std::string::npos; ++at)
     events.push_back(all.substr(at + 7, all.find('\n', at) - at - 7));
@@ -427,15 +436,17 @@ TEST(ServerFormat, CompleteResponses) {
   s.finish_reason = "stop";
   s.prompt_tokens = 4;
   s.completion_tokens = 2;
-  const json chat = complete_response(ApiKind::kChat, meta, "hi", s);
+  ParsedOutput hi;
+  hi.content = "hi";
+  const json chat = complete_response(ApiKind::kChat, meta, hi, s);
   EXPECT_EQ(chat["choices"][0]["message"]["content"], "hi");
   EXPECT_EQ(chat["usage"]["total_tokens"], 6);
-  const json msg = complete_response(ApiKind::kMessages, meta, "hi", s);
+  const json msg = complete_response(ApiKind::kMessages, meta, hi, s);
   EXPECT_EQ(msg["content"][0]["text"], "hi");
   EXPECT_EQ(msg["stop_reason"], "end_turn");
   s.finish_reason = "length";
-  EXPECT_EQ(complete_response(ApiKind::kMessages, meta, "hi", s)["stop_reason"], "max_tokens");
-  EXPECT_EQ(complete_response(ApiKind::kCompletion, meta, "hi", s)["choices"][0]["finish_reason"],
+  EXPECT_EQ(complete_response(ApiKind::kMessages, meta, hi, s)["stop_reason"], "max_tokens");
+  EXPECT_EQ(complete_response(ApiKind::kCompletion, meta, hi, s)["choices"][0]["finish_reason"],
             "length");
 }
 
@@ -474,7 +485,9 @@ TEST(ServerMetrics, PrometheusText) {
   m.observe_inter_token(2.0);
   m.add_mtp(1, 5, 4);
   m.add_mtp(4, 1, 1);  // out of range: ignored
-  m.count_session("ram");
+  m.count_session("chat", "ram");
+  m.count_session("messages", "ram");
+  m.count_session("messages", "ram");
   ExternalStats ext;
   ext.checkpoint_rejections["bad_checksum"] = 2;
   const std::string t = m.render(ext);
@@ -493,8 +506,12 @@ TEST(ServerMetrics, PrometheusText) {
   has("flashserve_inter_token_latency_seconds_bucket{le=\"+Inf\"} 2");
   has("flashserve_mtp_drafted_total{depth=\"1\"} 5");
   has("flashserve_mtp_accepted_total{depth=\"1\"} 4");
-  has("flashserve_session_lookups_total{tier=\"ram\"} 1");
-  has("flashserve_session_lookups_total{tier=\"cold\"} 0");
+  // Per API, every API and tier present from the start.
+  has("flashserve_session_lookups_total{api=\"chat\",tier=\"ram\"} 1");
+  has("flashserve_session_lookups_total{api=\"messages\",tier=\"ram\"} 2");
+  has("flashserve_session_lookups_total{api=\"chat\",tier=\"cold\"} 0");
+  has("flashserve_session_lookups_total{api=\"responses\",tier=\"disk\"} 0");
+  has("flashserve_session_lookups_total{api=\"completions\",tier=\"ram\"} 0");
   has("flashserve_checkpoint_rejections_total{reason=\"bad_checksum\"} 2");
   EXPECT_EQ(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
 }

@@ -38,7 +38,7 @@ ApiError err(std::string_view body) {
 }
 
 std::string render(const ResponsesRequest& r, std::span<const ResponseItem> history = {}) {
-  const bool tools = r.tool_choice != ToolChoice::kNone && !r.function_names.empty();
+  const bool tools = r.tool_choice.mode != ToolChoice::Mode::kNone && !r.function_names.empty();
   auto text = render_chat(ChatFamily::kQwen,
                           conversation_chat(r.instructions, history, r.input,
                                             tools ? r.tools : ojson::array(), r.enable_thinking),
@@ -57,7 +57,7 @@ TEST(ServerResponsesRequest, StringInputAndDefaults) {
   EXPECT_TRUE(r.store);  // OpenAI's default
   EXPECT_FALSE(r.stream);
   EXPECT_TRUE(r.parallel_tool_calls);
-  EXPECT_EQ(r.tool_choice, ToolChoice::kAuto);
+  EXPECT_EQ(r.tool_choice.mode, ToolChoice::Mode::kAuto);
   EXPECT_FALSE(r.max_output_tokens.has_value());
   EXPECT_FALSE(r.instructions.has_value());
   EXPECT_FALSE(r.enable_thinking.has_value());
@@ -260,18 +260,18 @@ TEST(ServerResponsesRequest, ToolChoice) {
   const auto at = [&](const std::string& choice) {
     return ok("{\"input\": \"x\", " + tools + ", \"tool_choice\": " + choice + "}");
   };
-  EXPECT_EQ(at("\"auto\"").tool_choice, ToolChoice::kAuto);
-  EXPECT_EQ(at("\"required\"").tool_choice, ToolChoice::kRequired);
+  EXPECT_EQ(at("\"auto\"").tool_choice.mode, ToolChoice::Mode::kAuto);
+  EXPECT_EQ(at("\"required\"").tool_choice.mode, ToolChoice::Mode::kRequired);
   const auto none = at("\"none\"");
-  EXPECT_EQ(none.tool_choice, ToolChoice::kNone);
+  EXPECT_EQ(none.tool_choice.mode, ToolChoice::Mode::kNone);
   EXPECT_EQ(render(none).find("<tools>"), std::string::npos);  // no tools shown
   const auto fn = at(R"({"type": "function", "name": "b"})");
-  EXPECT_EQ(fn.tool_choice, ToolChoice::kFunction);
-  EXPECT_EQ(fn.tool_choice_name, "b");
+  EXPECT_EQ(fn.tool_choice.mode, ToolChoice::Mode::kFunction);
+  EXPECT_EQ(fn.tool_choice.name, "b");
   EXPECT_EQ(fn.echo_tool_choice["name"], "b");
   const auto allowed = at(
       R"({"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "b"}]})");
-  EXPECT_EQ(allowed.tool_choice, ToolChoice::kRequired);
+  EXPECT_EQ(allowed.tool_choice.mode, ToolChoice::Mode::kRequired);
   EXPECT_EQ(allowed.function_names, std::vector<std::string>{"b"});
   ASSERT_EQ(allowed.tools.size(), 1u);
   EXPECT_EQ(allowed.tools[0]["function"]["name"], "b");

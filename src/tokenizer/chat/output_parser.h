@@ -32,6 +32,11 @@ struct OutputEvent {
   int index = -1;    // tool calls: 0, 1, ... in order of appearance within this output
   std::string id;    // kToolCallBegin: "call_" + random hex, unique per call
   std::string name;  // kToolCallBegin
+  // kToolCallEnd: false when the call was cut off or broke after it began streaming (see
+  // "Malformed calls" below): its arguments are what was streamed, which for the JSON syntaxes
+  // may be an unfinished object. Added for the API layers, which may report such a call as
+  // truncated; the other fields are unchanged.
+  bool complete = true;
 };
 
 struct OutputParserOptions {
@@ -71,6 +76,7 @@ struct ParsedOutput {
   std::string reasoning;
   struct Call {
     std::string id, name, arguments;
+    bool complete = true;  // as OutputEvent::complete (added with it)
   };
   std::vector<Call> tool_calls;
 };

@@ -1,0 +1,132 @@
+#include "server/assistant_output.h"
+
+namespace fs::server {
+namespace {
+
+bool forces_call(const ToolChoice& c) {
+  return c.mode == ToolChoice::Mode::kRequired || c.mode == ToolChoice::Mode::kFunction;
+}
+
+}  // namespace
+
+AssistantOutput::AssistantOutput(AssistantOutputOptions options)
+    : options_(std::move(options)), parser_(options_.parser), stops_(options_.stop) {
+  if (!options_.forced_prefix.empty()) absorb(parser_.feed(options_.forced_prefix), pending_);
+}
+
+std::vector<OutputEvent> AssistantOutput::feed(std::string_view text) {
+  std::vector<OutputEvent> out = std::move(pending_);
+  pending_.clear();
+  if (stopped()) return out;
+  if (!options_.parse) {
+    emit_text(stops_.push(text), out);
+    return out;
+  }
+  absorb(parser_.feed(text), out);
+  return out;
+}
+
+std::vector<OutputEvent> AssistantOutput::finish() {
+  std::vector<OutputEvent> out = std::move(pending_);
+  pending_.clear();
+  if (stopped()) return out;
+  if (options_.parse) absorb(parser_.finish(), out);
+  if (!stopped()) emit_text(stops_.flush(), out);
+  return out;
+}
+
+void AssistantOutput::emit_text(std::string text, std::vector<OutputEvent>& out) {
+  if (text.empty()) return;
+  message_.content += text;
+  if (!out.empty() && out.back().kind == OutputEventKind::kText) {
+    out.back().text += text;
+    return;
+  }
+  OutputEvent e;
+  e.kind = OutputEventKind::kText;
+  e.text = std::move(text);
+  out.push_back(std::move(e));
+}
+
+void AssistantOutput::absorb(std::vector<OutputEvent> in, std::vector<OutputEvent>& out) {
+  for (OutputEvent& e : in) {
+    if (stopped()) return;
+    if (e.kind == OutputEventKind::kText) {
+      emit_text(stops_.push(e.text), out);
+      continue;
+    }
+    // Visible text is interrupted here, so what the stop matcher held back cannot become a stop
+    // sequence any more: it is plain text, and it comes first.
+    emit_text(stops_.flush(), out);
+    switch (e.kind) {
+      case OutputEventKind::kReasoning:
+        message_.reasoning += e.text;
+        break;
+      case OutputEventKind::kToolCallBegin:
+        message_.tool_calls.push_back({e.id, e.name, ""});
+        break;
+      case OutputEventKind::kToolCallArguments:
+        if (e.index >= 0 && static_cast<std::size_t>(e.index) < message_.tool_calls.size())
+          message_.tool_calls[static_cast<std::size_t>(e.index)].arguments += e.text;
+        break;
+      default:
+        break;
+    }
+    out.push_back(std::move(e));
+  }
+}
+
+std::string tool_call_prefix(ChatFamily family, std::string_view name) {
+  switch (family) {
+    case ChatFamily::kQwen:
+      // <tool_call>\n{"name": "NAME", "arguments": {...}}\n</tool_call>
+      if (name.empty()) return "<tool_call>\n{\"name\": \"";
+      return "<tool_call>\n{\"name\": " + to_json_text(std::string(name)) + ", \"arguments\": ";
+    case ChatFamily::kDeepSeek: {
+      // <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
+      std::string p =
+          "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>"
+          "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>function"
+          "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>";
+      if (!name.empty()) p.append(name).append("\n```json\n");
+      return p;
+    }
+    case ChatFamily::kGlm: {
+      // \n<tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>...\n</tool_call>
+      std::string p = "\n<tool_call>";
+      p.append(name);
+      return p;
+    }
+  }
+  return {};
+}
+
+void prepare_for_output(GenerationRequest& request) {
+  if (forces_call(request.tool_choice)) request.chat.enable_thinking = false;
+}
+
+OutputPlan plan_output(ChatFamily family, const GenerationRequest& request,
+                       std::string_view rendered) {
+  OutputPlan plan;
+  plan.output.stop = request.stop;
+  if (request.kind == ApiKind::kCompletion) {
+    plan.output.parse = false;
+    return plan;
+  }
+  plan.output.parser.family = family;
+  plan.output.parser.parse_tool_calls = !request.chat.tools.empty();
+  plan.output.parser.parse_reasoning = true;
+  // A template that opens the think block itself: the output starts inside it.
+  plan.output.parser.starts_in_reasoning =
+      rendered.ends_with("<think>\n") || rendered.ends_with("<think>");
+  if (forces_call(request.tool_choice) && !request.chat.tools.empty()) {
+    const std::string name =
+        request.tool_choice.mode == ToolChoice::Mode::kFunction ? request.tool_choice.name : "";
+    plan.prompt_suffix = tool_call_prefix(family, name);
+    plan.output.forced_prefix = plan.prompt_suffix;
+    plan.output.parser.starts_in_reasoning = false;
+  }
+  return plan;
+}
+
+}  // namespace fs::server

@@ -1,0 +1,76 @@
+// The glue between a turn's generated text and the APIs' assistant messages, shared by every
+// chat API (chat/completions, messages, responses): the family's output parser splits the text
+// into reasoning, visible text and tool calls; stop sequences are matched on the visible text;
+// and everything emitted is accumulated into the whole message. It runs on the engine worker, so
+// a stop sequence ends the turn like a stop token (the turn is banked), and the HTTP threads
+// receive events they only have to format.
+//
+// Also here: how a request's tool_choice shapes the prompt (forcing a call by starting the
+// assistant turn with the family's call prefix), since the output must start with that prefix.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "server/request.h"
+#include "server/stop_matcher.h"
+#include "tokenizer/chat/chat.h"
+#include "tokenizer/chat/output_parser.h"
+
+namespace fs::server {
+
+struct AssistantOutputOptions {
+  // false: plain text, nothing parsed (/v1/completions); stop sequences then apply to all of it.
+  bool parse = true;
+  OutputParserOptions parser;
+  // Output the prompt already holds (a forced call's opening): parsed as if generated, first.
+  std::string forced_prefix;
+  // Stop sequences, matched on the visible text only (not in reasoning or tool-call arguments,
+  // where a match would cut a call in half).
+  std::vector<std::string> stop;
+};
+
+class AssistantOutput {
+ public:
+  explicit AssistantOutput(AssistantOutputOptions options);
+
+  // The events that the generated `text` makes certain, in order; after a stop sequence matched,
+  // nothing more.
+  std::vector<OutputEvent> feed(std::string_view text);
+  // The end of generation: what was held back is released (see ChatOutputParser::finish).
+  std::vector<OutputEvent> finish();
+
+  bool stopped() const { return stops_.stopped(); }
+  const std::string& stop_sequence() const { return stops_.matched(); }
+  // Everything emitted so far, as one message.
+  const ParsedOutput& message() const { return message_; }
+
+ private:
+  void absorb(std::vector<OutputEvent> in, std::vector<OutputEvent>& out);
+  void emit_text(std::string text, std::vector<OutputEvent>& out);
+
+  AssistantOutputOptions options_;
+  ChatOutputParser parser_;
+  StopMatcher stops_;
+  ParsedOutput message_;
+  std::vector<OutputEvent> pending_;  // the forced prefix's events, returned by the first feed
+};
+
+// The text that opens a tool call in `family`'s output format, as its template writes an assistant
+// tool call, up to and including the name when `name` is not empty (then the arguments follow).
+std::string tool_call_prefix(ChatFamily family, std::string_view name);
+
+// The parts of a turn that depend on the request's tools and thinking: what to append to the
+// rendered prompt and how to read the output. `rendered` is the prompt as rendered.
+struct OutputPlan {
+  std::string prompt_suffix;  // appended to the prompt (a forced call's opening)
+  AssistantOutputOptions output;
+};
+// A forced tool call (tool_choice required/function) is written into the prompt, so thinking is
+// switched off for that turn: call this before rendering (it sets chat.enable_thinking).
+void prepare_for_output(GenerationRequest& request);
+OutputPlan plan_output(ChatFamily family, const GenerationRequest& request,
+                       std::string_view rendered);
+
+}  // namespace fs::server
