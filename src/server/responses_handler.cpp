@@ -5,9 +5,9 @@
 #include <random>
 
 #include "server/api_error.h"
-#include "server/assistant_output.h"
 #include "server/front_door.h"
 #include "server/responses_format.h"
+#include "server/responses_prompt.h"
 #include "server/responses_request.h"
 
 namespace fs::server {
@@ -47,28 +47,6 @@ ApiError server_error(int status, std::string code, std::string message) {
   return e;
 }
 
-// How the model output is read: reasoning and (when tools are offered) tool calls. A forced
-// call (tool_choice required or a named function) starts the assistant turn with the family's
-// tool-call opening, which the output reader takes as the start of the output. Unlike the chat
-// endpoint, thinking stays as requested: the template renders a call turn without a think
-// block, so the prompt of a forced turn is exactly what a follow-up re-renders.
-AssistantOutputOptions output_options(ChatFamily family, const ResponsesRequest& r, bool use_tools,
-                                      std::string_view rendered) {
-  AssistantOutputOptions o;
-  o.parser.family = family;
-  o.parser.parse_tool_calls = use_tools;
-  o.parser.parse_reasoning = true;
-  o.parser.starts_in_reasoning = rendered.ends_with("<think>\n") || rendered.ends_with("<think>");
-  if (use_tools && (r.tool_choice.mode == ToolChoice::Mode::kRequired ||
-                    r.tool_choice.mode == ToolChoice::Mode::kFunction)) {
-    o.forced_prefix = tool_call_prefix(family, r.tool_choice.mode == ToolChoice::Mode::kFunction
-                                                   ? r.tool_choice.name
-                                                   : std::string());
-    o.parser.starts_in_reasoning = false;
-  }
-  return o;
-}
-
 // One response from its first event to its last: the output events feeding the builder, and
 // at the end the store entry. Shared by the plain and the streamed paths.
 class Turn {
@@ -78,11 +56,9 @@ class Turn {
       : deps_(deps), request_(request), builder_(std::move(meta), request, streaming) {}
 
   // What the store keeps besides the output: the conversation so far and the prompt.
-  void set_context(std::vector<ResponseItem> conversation, std::vector<TokenId> prompt_tokens,
-                   std::string prompt_text) {
+  void set_context(std::vector<ResponseItem> conversation, ResponsesPrompt prompt) {
     conversation_ = std::move(conversation);
-    prompt_tokens_ = std::move(prompt_tokens);
-    prompt_text_ = std::move(prompt_text);
+    prompt_ = std::move(prompt);
   }
 
   std::string start() { return builder_.start(); }
@@ -108,14 +84,7 @@ class Turn {
     entry->response = builder_.response();
     entry->conversation = std::move(conversation_);
     for (const auto& item : builder_.output_items()) entry->conversation.push_back(item);
-    if (!s.generated.empty()) {
-      auto generated = deps_.tokenizer->decode(s.generated, /*skip_special=*/false);
-      if (generated.ok()) {
-        entry->tokens = std::move(prompt_tokens_);
-        entry->tokens.insert(entry->tokens.end(), s.generated.begin(), s.generated.end());
-        entry->text = std::move(prompt_text_) + *generated;
-      }
-    }
+    record_continuation(*deps_.tokenizer, prompt_, s.generated, *entry);
     deps_.store->put(std::move(entry));
   }
 
@@ -123,27 +92,8 @@ class Turn {
   const ResponsesRequest& request_;
   ResponseBuilder builder_;
   std::vector<ResponseItem> conversation_;
-  std::vector<TokenId> prompt_tokens_;
-  std::string prompt_text_;
+  ResponsesPrompt prompt_;
 };
-
-// The prompt's tokens. A follow-up whose rendering extends the previous turn's text (prompt and
-// generated output, special tokens written out) at a special-token boundary reuses that turn's
-// exact tokens for the shared part: the model state banked after the turn covers exactly them,
-// so the session bank continues it even where re-tokenizing the generated text would differ.
-Expected<std::vector<TokenId>> prompt_tokens(const Tokenizer& tokenizer, const std::string& text,
-                                             const StoredResponse* previous) {
-  if (previous && !previous->tokens.empty() && tokenizer.is_special(previous->tokens.back()) &&
-      text.size() > previous->text.size() &&
-      std::string_view(text).substr(0, previous->text.size()) == previous->text) {
-    auto rest = tokenizer.encode(std::string_view(text).substr(previous->text.size()));
-    if (!rest.ok()) return rest.status();
-    std::vector<TokenId> ids = previous->tokens;
-    ids.insert(ids.end(), rest->begin(), rest->end());
-    return ids;
-  }
-  return tokenizer.encode(text);
-}
 
 }  // namespace
 
@@ -164,21 +114,11 @@ void handle_responses_create(const ResponsesDeps& deps, const httplib::Request& 
                                                    r->previous_response_id + "' not found.",
                                                "previous_response_not_found"));
   }
-  const std::vector<ResponseItem> no_history;
-  const std::vector<ResponseItem>& history = previous ? previous->conversation : no_history;
-  const bool use_tools =
-      r->tool_choice.mode != ToolChoice::Mode::kNone && !r->function_names.empty();
-  const ChatRequest chat =
-      conversation_chat(r->instructions, history, r->input, use_tools ? r->tools : ojson::array(),
-                        r->enable_thinking);
-  auto rendered = render_chat(deps.family, chat, deps.special);
-  if (!rendered.ok())
-    return send_error(res, ApiError::invalid("input", rendered.status().message()));
-  AssistantOutputOptions output = output_options(deps.family, *r, use_tools, *rendered);
-  std::string text = std::move(*rendered) + output.forced_prefix;
-  auto ids = prompt_tokens(*deps.tokenizer, text, previous.get());
-  if (!ids.ok()) return send_error(res, ApiError::invalid("input", ids.status().message()));
-  const auto n_prompt = static_cast<std::int64_t>(ids->size());
+  auto built =
+      build_responses_prompt(*deps.tokenizer, deps.family, deps.special, *r, previous.get());
+  if (const auto* e = std::get_if<ApiError>(&built)) return send_error(res, *e);
+  ResponsesPrompt& prompt = std::get<ResponsesPrompt>(built);
+  const auto n_prompt = static_cast<std::int64_t>(prompt.tokens.size());
   if (n_prompt >= deps.max_context)
     return send_error(res, ApiError::invalid("input",
                                              "the input has " + std::to_string(n_prompt) +
@@ -188,13 +128,13 @@ void handle_responses_create(const ResponsesDeps& deps, const httplib::Request& 
 
   auto job = std::make_shared<Job>();
   job->received = arrived;
-  job->prompt = *ids;
+  job->prompt = prompt.tokens;
   // No limit given: as much as the context holds (OpenAI's default is the model's maximum).
   const std::int64_t room = std::min(deps.max_context - n_prompt, deps.limits.max_tokens);
   job->max_tokens = std::min(r->max_output_tokens.value_or(room), room);
   job->sampler = r->sampler;
   job->seed = random_seed();
-  job->output = std::move(output);
+  job->output = prompt.output;
   job->api = "responses";
   if (!deps.engine->submit(job)) {
     deps.metrics->count_queue_full();
@@ -211,9 +151,10 @@ void handle_responses_create(const ResponsesDeps& deps, const httplib::Request& 
   meta.max_output_tokens = r->max_output_tokens;
   meta.previous_response_id = r->previous_response_id;
   auto turn = std::make_shared<Turn>(deps, *r, meta, r->stream);
-  std::vector<ResponseItem> conversation = history;
+  std::vector<ResponseItem> conversation =
+      previous ? previous->conversation : std::vector<ResponseItem>();
   conversation.insert(conversation.end(), r->input.begin(), r->input.end());
-  turn->set_context(std::move(conversation), std::move(*ids), std::move(text));
+  turn->set_context(std::move(conversation), std::move(prompt));
 
   const auto deadline = arrived + std::chrono::seconds(deps.request_timeout_s);
   const char* timeout_message =

@@ -11,8 +11,10 @@
 
 #include "server/response_store.h"
 #include "server/responses_format.h"
+#include "server/responses_prompt.h"
 #include "server/responses_request.h"
 #include "tokenizer/chat/chat.h"
+#include "tokenizer/metadata.h"
 
 namespace fs::server {
 namespace {
@@ -700,6 +702,163 @@ TEST(ServerResponsesRequest, CodexRequestsParseAndRender) {
     }
   }
   EXPECT_EQ(seen, 3);
+}
+
+// --- warm continuation with the embedded model's tokenizer and template ---
+
+const Tokenizer& tiny_tokenizer() {
+  static const auto bundle =
+      load_tokenizer_dir(std::string(FLASHSERVE_SOURCE_DIR) + "/models/qwen4-tiny-code");
+  EXPECT_TRUE(bundle.ok()) << bundle.status().to_string();
+  return bundle->tokenizer;
+}
+
+ResponsesPrompt prompt_of(const ResponsesRequest& r, const StoredResponse* previous) {
+  auto p = build_responses_prompt(tiny_tokenizer(), ChatFamily::kQwen, {}, r, previous);
+  if (const auto* e = std::get_if<ApiError>(&p)) {
+    ADD_FAILURE() << e->message;
+    return {};
+  }
+  return std::get<ResponsesPrompt>(std::move(p));
+}
+
+std::vector<TokenId> encode(std::string_view text) {
+  auto ids = tiny_tokenizer().encode(text);
+  EXPECT_TRUE(ids.ok());
+  return ids.ok() ? *ids : std::vector<TokenId>();
+}
+
+TokenId im_end() {
+  const auto id = tiny_tokenizer().token_to_id("<|im_end|>");
+  EXPECT_TRUE(id.has_value());
+  return id.value_or(0);
+}
+
+// A finished turn as the store keeps it: the request's prompt, the tokens the model generated
+// (ending with the stop token) and the output items the parser made of them.
+StoredResponse finished_turn(const ResponsesRequest& r, const ResponsesPrompt& p,
+                             std::vector<TokenId> generated, std::vector<ResponseItem> output) {
+  generated.push_back(im_end());
+  StoredResponse s;
+  s.id = "resp_1";
+  s.conversation = r.input;
+  for (auto& item : output) s.conversation.push_back(std::move(item));
+  record_continuation(tiny_tokenizer(), p, generated, s);
+  return s;
+}
+
+ResponseItem message_item(std::string text) {
+  ResponseItem m;
+  m.role = "assistant";
+  m.text = std::move(text);
+  return m;
+}
+
+ResponseItem reasoning_item(std::string text) {
+  ResponseItem m;
+  m.kind = ItemKind::kReasoning;
+  m.text = std::move(text);
+  return m;
+}
+
+ResponseItem call_item(std::string name, std::string args) {
+  ResponseItem m;
+  m.kind = ItemKind::kFunctionCall;
+  m.call_id = "call_1";
+  m.name = std::move(name);
+  m.arguments = std::move(args);
+  return m;
+}
+
+bool starts_with(const std::vector<TokenId>& a, const std::vector<TokenId>& prefix) {
+  return a.size() >= prefix.size() && std::equal(prefix.begin(), prefix.end(), a.begin());
+}
+
+const char* kTool =
+    R"("tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}])";
+
+TEST(ServerResponsesContinuation, FollowUpExtendsTheTurnsExactTokens) {
+  const auto r1 = ok(R"({"instructions": "Be brief.", "input": "Write hello world in Python."})");
+  const auto p1 = prompt_of(r1, nullptr);
+  EXPECT_FALSE(p1.continued);
+  const std::string answer = "print('hello world')";
+  const StoredResponse s = finished_turn(r1, p1, encode(answer), {message_item(answer)});
+  EXPECT_EQ(s.text, p1.text + answer + "<|im_end|>");
+  const auto r2 = ok(R"({"instructions": "Be brief.", "previous_response_id": "resp_1",
+                        "input": "Now in C."})");
+  const auto p2 = prompt_of(r2, &s);
+  EXPECT_TRUE(p2.continued);
+  EXPECT_TRUE(starts_with(p2.tokens, s.tokens));
+  EXPECT_EQ(p2.text.substr(s.text.size()),
+            "\n<|im_start|>user\nNow in C.<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(p2.tokens, encode(p2.text));  // canonical output: the same as tokenizing it all
+}
+
+TEST(ServerResponsesContinuation, TheGeneratedTokensAreKeptWhereRetokenizingDiffers) {
+  const auto r1 = ok(R"({"input": "Say hello."})");
+  const auto p1 = prompt_of(r1, nullptr);
+  // The model spelled "hello" one character at a time: valid, but not how the text tokenizes.
+  std::vector<TokenId> spelled;
+  for (const char c : std::string("hello")) spelled.push_back(encode(std::string(1, c)).at(0));
+  ASSERT_NE(spelled, encode("hello"));
+  const StoredResponse s = finished_turn(r1, p1, spelled, {message_item("hello")});
+  const auto p2 = prompt_of(ok(R"({"previous_response_id": "resp_1", "input": "Again."})"), &s);
+  EXPECT_TRUE(p2.continued);
+  EXPECT_TRUE(starts_with(p2.tokens, s.tokens));         // the banked state's key
+  EXPECT_FALSE(starts_with(encode(p2.text), s.tokens));  // re-tokenizing would miss it
+}
+
+TEST(ServerResponsesContinuation, ToolLoopKeepsReasoningAndTheCall) {
+  const auto r1 = ok(std::string("{\"input\": \"Run f.\", ") + kTool + "}");
+  const auto p1 = prompt_of(r1, nullptr);
+  const std::string generated =
+      "<think>\nI should call f.\n</think>\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": "
+      "{\"a\": 1}}\n</tool_call>";
+  const StoredResponse s =
+      finished_turn(r1, p1, encode(generated),
+                    {reasoning_item("I should call f."), call_item("f", "{\"a\": 1}")});
+  const auto r2 = ok(std::string(R"({"previous_response_id": "resp_1", "input": [
+      {"type": "function_call_output", "call_id": "call_1", "output": "42"}], )") +
+                     kTool + "}");
+  const auto p2 = prompt_of(r2, &s);
+  EXPECT_TRUE(p2.continued) << p2.text;
+  EXPECT_TRUE(starts_with(p2.tokens, s.tokens));
+  EXPECT_NE(p2.text.find("<tool_response>\n42\n</tool_response>"), std::string::npos);
+}
+
+TEST(ServerResponsesContinuation, ForcedCallTurnIsContinuedToo) {
+  const auto r1 =
+      ok(std::string(R"({"input": "Run f.", "tool_choice": {"type": "function", "name": "f"}, )") +
+         kTool + "}");
+  const auto p1 = prompt_of(r1, nullptr);
+  EXPECT_TRUE(
+      p1.text.ends_with("<|im_start|>assistant\n<tool_call>\n{\"name\": \"f\", \"arguments\": "));
+  EXPECT_EQ(p1.output.forced_prefix, "<tool_call>\n{\"name\": \"f\", \"arguments\": ");
+  const StoredResponse s =
+      finished_turn(r1, p1, encode("{\"a\": 1}}\n</tool_call>"), {call_item("f", "{\"a\": 1}")});
+  const auto r2 = ok(std::string(R"({"previous_response_id": "resp_1", "input": [
+      {"type": "function_call_output", "call_id": "call_1", "output": "42"}], )") +
+                     kTool + "}");
+  const auto p2 = prompt_of(r2, &s);
+  EXPECT_TRUE(p2.continued) << p2.text;
+  EXPECT_TRUE(starts_with(p2.tokens, s.tokens));
+  // required with a single function names it.
+  const auto r3 =
+      ok(std::string(R"({"input": "Run f.", "tool_choice": "required", )") + kTool + "}");
+  EXPECT_EQ(prompt_of(r3, nullptr).output.forced_prefix, p1.output.forced_prefix);
+}
+
+TEST(ServerResponsesContinuation, NewQueryDropsOldReasoningButKeepsThePrompt) {
+  const auto r1 = ok(R"({"input": "Why?"})");
+  const auto p1 = prompt_of(r1, nullptr);
+  const StoredResponse s = finished_turn(r1, p1, encode("<think>\nHmm.\n</think>\n\nBecause."),
+                                         {reasoning_item("Hmm."), message_item("Because.")});
+  const auto p2 = prompt_of(ok(R"({"previous_response_id": "resp_1", "input": "And?"})"), &s);
+  // The template shows reasoning only after the latest user query: turn 1 re-renders without
+  // it, so the generated tokens are not a prefix; turn 1's prompt still is.
+  EXPECT_FALSE(p2.continued);
+  EXPECT_FALSE(starts_with(p2.tokens, s.tokens));
+  EXPECT_TRUE(starts_with(p2.tokens, p1.tokens));
 }
 
 }  // namespace
