@@ -259,6 +259,25 @@ void handle_responses_create(const ResponsesDeps& deps, const httplib::Request& 
       [job](bool) { job->cancelled = true; });
 }
 
+void handle_responses_input_tokens(const ResponsesDeps& deps, const httplib::Request& req,
+                                   httplib::Response& res) {
+  ParsedResponsesRequest parsed = parse_responses_request(req.body, deps.limits);
+  if (const auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
+  const ResponsesRequest& r = std::get<ResponsesRequest>(parsed);
+  std::shared_ptr<const StoredResponse> previous;
+  if (!r.previous_response_id.empty() && !(previous = deps.store->get(r.previous_response_id)))
+    return send_error(res, ApiError::invalid("previous_response_id",
+                                             "Previous response with id '" +
+                                                 r.previous_response_id + "' not found.",
+                                             "previous_response_not_found"));
+  auto built =
+      build_responses_prompt(*deps.tokenizer, deps.family, deps.special, r, previous.get());
+  if (const auto* e = std::get_if<ApiError>(&built)) return send_error(res, *e);
+  const ojson body = {{"object", "response.input_tokens"},
+                      {"input_tokens", std::get<ResponsesPrompt>(built).tokens.size()}};
+  res.set_content(dump(body), "application/json");
+}
+
 void handle_responses_get(const ResponsesDeps& deps, const std::string& id,
                           httplib::Response& res) {
   const auto stored = deps.store->get(id);
