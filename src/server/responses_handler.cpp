@@ -29,6 +29,8 @@ std::uint64_t random_seed() {
   return rng();
 }
 
+constexpr const char* kCancelled = "the generation was cancelled (the server is stopping)";
+
 std::string dump(const ojson& j) {
   return j.dump(-1, ' ', false, ojson::error_handler_t::replace);
 }
@@ -189,6 +191,9 @@ void handle_responses_create(const ResponsesDeps& deps, const httplib::Request& 
       if (e->summary.finish_reason == "error")
         return send_error(
             res, server_error(500, "server_error", "generation failed: " + e->summary.error));
+      // Cancelled by the server itself (it is stopping): not an answer.
+      if (e->summary.finish_reason == "cancelled")
+        return send_error(res, server_error(503, "cancelled", kCancelled));
       (void)turn->done(e->summary);
       res.set_content(dump(turn->response()), "application/json");
       return;
@@ -248,9 +253,11 @@ void handle_responses_create(const ResponsesDeps& deps, const httplib::Request& 
             return write(events);
           }
           st->finished = true;
-          const std::string tail = e->summary.finish_reason == "error"
+          const std::string& reason = e->summary.finish_reason;
+          const std::string tail = reason == "error"
                                        ? st->turn->fail("generation failed: " + e->summary.error)
-                                       : st->turn->done(e->summary);
+                                   : reason == "cancelled" ? st->turn->fail(kCancelled)
+                                                           : st->turn->done(e->summary);
           if (!write(tail)) return false;
           sink.done();
           return true;
