@@ -69,7 +69,11 @@ void AssistantOutput::absorb(std::vector<OutputEvent> in, std::vector<OutputEven
         if (e.index >= 0 && static_cast<std::size_t>(e.index) < message_.tool_calls.size())
           message_.tool_calls[static_cast<std::size_t>(e.index)].arguments += e.text;
         break;
-      default:
+      case OutputEventKind::kToolCallEnd:
+        if (e.index >= 0 && static_cast<std::size_t>(e.index) < message_.tool_calls.size())
+          message_.tool_calls[static_cast<std::size_t>(e.index)].complete = e.complete;
+        break;
+      case OutputEventKind::kText:
         break;
     }
     out.push_back(std::move(e));
@@ -99,10 +103,6 @@ std::string tool_call_prefix(ChatFamily family, std::string_view name) {
     }
   }
   return {};
-}
-
-void prepare_for_output(GenerationRequest& request) {
-  if (forces_call(request.tool_choice)) request.chat.enable_thinking = false;
 }
 
 OutputPlan plan_output(ChatFamily family, const GenerationRequest& request,

@@ -67,9 +67,9 @@ struct OutputPlan {
   std::string prompt_suffix;  // appended to the prompt (a forced call's opening)
   AssistantOutputOptions output;
 };
-// A forced tool call (tool_choice required/function) is written into the prompt, so thinking is
-// switched off for that turn: call this before rendering (it sets chat.enable_thinking).
-void prepare_for_output(GenerationRequest& request);
+// A forced call (tool_choice required/function) opens right after the generation prompt, so the
+// model does not think first; the thinking setting is left alone, since switching it off would
+// change the prompt where the next turn's does not (an empty think block) and cost the warm prefix.
 OutputPlan plan_output(ChatFamily family, const GenerationRequest& request,
                        std::string_view rendered);
 

@@ -99,11 +99,10 @@ std::int64_t model_context(const std::string& dir) {
 
 // The prompt text of a chat request as the engine will see it: rendered by the family's template,
 // plus the opening of a forced tool call. `plan` receives how to read the output.
-std::variant<std::string, ApiError> chat_prompt(const Context& ctx, GenerationRequest& r,
+std::variant<std::string, ApiError> chat_prompt(const Context& ctx, const GenerationRequest& r,
                                                 OutputPlan& plan) {
   std::string text = r.prompt;
   if (r.kind != ApiKind::kCompletion) {
-    prepare_for_output(r);
     auto rendered = render_chat(ctx.family, r.chat, ctx.special);
     if (!rendered.ok()) return ApiError::invalid("messages", rendered.status().message());
     text = std::move(*rendered);

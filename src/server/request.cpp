@@ -523,10 +523,11 @@ std::optional<ApiError> read_anthropic_tool_choice(const json& j, GenerationRequ
   return settle_tool_choice(r, "tool_choice");
 }
 
-// thinking: {type: enabled, budget_tokens} | {type: adaptive} | {type: disabled}. Absent means
-// disabled, as in Anthropic's API.
+// thinking: {type: enabled, budget_tokens} | {type: adaptive} | {type: disabled}. Absent leaves
+// the template's default: switching thinking off writes an empty think block into the generation
+// prompt, which the next turn's prompt does not repeat, so every later turn would be a cold
+// prefill (and a model that thinks by default says so in thinking blocks).
 std::optional<ApiError> read_anthropic_thinking(const json& j, GenerationRequest& r) {
-  r.chat.enable_thinking = false;
   const auto it = j.find("thinking");
   if (it == j.end() || it->is_null()) return std::nullopt;
   if (!it->is_object()) return ApiError::invalid("thinking", "'thinking' must be an object");

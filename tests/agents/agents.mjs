@@ -7,7 +7,7 @@
 // The tool turn's prompt names the agent's own shell tool and its exact arguments (README.md lists
 // them; the embedded model is trained on this pattern).
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -207,17 +207,29 @@ export const AGENTS = Object.fromEntries(Object.entries({
 
 export const installed = (agent) => existsSync(agent.bin);
 
-// Runs one headless turn of `agent` against the model server at `base` (the recorder), in a new
-// HOME and working directory under `scratch`, with nothing of this process's environment but
+// The process groups of the agents running now (each agent leads its own, with the helpers it
+// starts), for a caller that must stop everything at once: killAgents().
+const liveGroups = new Set();
+const killGroup = (pgid) => {
+  try {
+    process.kill(-pgid, 'SIGKILL');
+  } catch {}
+};
+export function killAgents() {
+  for (const g of liveGroups) killGroup(g);
+}
+
+// Runs one headless turn of `agent` against the model server at `base` (the recorder), with
+// HOME `dir`/home and working directory `dir`/work (made if missing; a second turn in the same
+// `dir` is a second prompt in the same project), with nothing of this process's environment but
 // PATH's node. Every proxy variable points at `base` too, so a connection beyond loopback is
 // recorded and refused there. Resolves with {code, signal, timedOut, ms, stdout, stderr, home,
 // work, ...agent.parse(stdout)}.
-export async function runAgent(agent, { base, scratch, prompt, timeoutMs }) {
-  const root = mkdtempSync(join(scratch, `${agent.name}-`));
-  const home = join(root, 'home');
-  const work = join(root, 'work');
-  mkdirSync(home);
-  mkdirSync(work);
+export async function runAgent(agent, { base, dir, prompt, timeoutMs }) {
+  const home = join(dir, 'home');
+  const work = join(dir, 'work');
+  mkdirSync(home, { recursive: true });
+  mkdirSync(work, { recursive: true });
   const { env, args } = agent.configure({ home, base });
   const proxy = Object.fromEntries(
     ['HTTPS_PROXY', 'HTTP_PROXY', 'ALL_PROXY'].flatMap((k) => [[k, base], [k.toLowerCase(), base]]),
@@ -236,28 +248,32 @@ export async function runAgent(agent, { base, scratch, prompt, timeoutMs }) {
     ...env,
   };
   const t0 = performance.now();
+  // Its own process group: Codex and Qwen Code start helpers, which a timeout must end too.
   const child = spawn(agent.bin, args(prompt), { cwd: work, env: childEnv, stdio: ['ignore', 'pipe', 'pipe'],
     detached: true });
+  liveGroups.add(child.pid);
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (d) => (stdout += d));
   child.stderr.on('data', (d) => (stderr += d));
   let timedOut = false;
-  // The agent's whole process group: Codex and Qwen Code start helpers of their own.
-  const killGroup = () => {
-    try {
-      process.kill(-child.pid, 'SIGKILL');
-    } catch {}
-  };
   const timer = setTimeout(() => {
     timedOut = true;
-    killGroup();
+    killGroup(child.pid);
   }, timeoutMs);
-  const { code, signal } = await new Promise((resolve) =>
-    child.on('close', (code, signal) => resolve({ code, signal })),
-  );
+  const { code, signal } = await new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
   clearTimeout(timer);
-  killGroup();
+  // Helpers left behind would hold the output pipes open.
+  killGroup(child.pid);
+  liveGroups.delete(child.pid);
+  await new Promise((resolve) => {
+    if (child.stdout.closed && child.stderr.closed) return resolve();
+    const t = setTimeout(resolve, 2000);
+    child.on('close', () => {
+      clearTimeout(t);
+      resolve();
+    });
+  });
   const ms = Math.round(performance.now() - t0);
   return { code, signal, timedOut, ms, stdout, stderr, home, work, ...agent.parse(stdout) };
 }

@@ -55,7 +55,8 @@ try {
     let n = 0;
     for (const [turn, prompt] of [['plain', PLAIN_PROMPT], ['tool', toolPrompt(agent)]]) {
       const recorder = await startRecorder();
-      const r = await runAgent(agent, { base: recorder.base, scratch, prompt, timeoutMs: 120000 });
+      const dir = mkdtempSync(join(scratch, `${agent.name}-`));
+      const r = await runAgent(agent, { base: recorder.base, dir, prompt, timeoutMs: 120000 });
       await recorder.close();
       console.error(`${agent.name} ${turn}: exit ${r.code}, ${r.ms} ms, ${recorder.records.length} requests, ` +
         `answer ${JSON.stringify(r.answer)}`);

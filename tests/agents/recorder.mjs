@@ -7,6 +7,7 @@
 // beyond loopback (telemetry, update checks, plugin sync) arrives as a CONNECT or an absolute-URL
 // request: it is recorded with `outbound: true` and refused, never forwarded.
 import { createServer, request as httpRequest } from 'node:http';
+import zlib from 'node:zlib';
 import { answerAsFakeModel } from './fake_model.mjs';
 
 const SECRET_HEADERS = new Set(['authorization', 'x-api-key', 'cookie', 'proxy-authorization']);
@@ -17,6 +18,23 @@ function redact(headers) {
   const out = {};
   for (const [k, v] of Object.entries(headers)) out[k] = SECRET_HEADERS.has(k) ? '<redacted>' : v;
   return out;
+}
+
+// A refused answer's body as text, decoded when the server compressed it (the agents accept
+// gzip, br, zstd).
+function errorText(raw, encoding) {
+  try {
+    if (encoding === 'gzip') raw = zlib.gunzipSync(raw);
+    else if (encoding === 'br') raw = zlib.brotliDecompressSync(raw);
+    else if (encoding === 'deflate') raw = zlib.inflateSync(raw);
+    else if (encoding === 'zstd') {
+      if (!zlib.zstdDecompressSync) return `(${raw.length} bytes, zstd-compressed)`;
+      raw = zlib.zstdDecompressSync(raw);
+    }
+  } catch (e) {
+    return `(${raw.length} bytes, ${encoding} that does not decode: ${e.message})`;
+  }
+  return raw.toString('utf8').slice(0, ERROR_BODY_LIMIT);
 }
 
 function parseBody(raw) {
@@ -66,14 +84,14 @@ export async function startRecorder({ upstream } = {}) {
           const errorChunks = [];
           let kept = 0;
           ures.on('data', (c) => {
-            if (rec.status >= 400 && kept < ERROR_BODY_LIMIT) {
+            if (rec.status >= 400 && kept < 4 * ERROR_BODY_LIMIT) {
               errorChunks.push(c);
               kept += c.length;
             }
             res.write(c);
           });
           ures.on('end', () => {
-            if (errorChunks.length) rec.error = Buffer.concat(errorChunks).toString('utf8').slice(0, ERROR_BODY_LIMIT);
+            if (errorChunks.length) rec.error = errorText(Buffer.concat(errorChunks), ures.headers['content-encoding']);
             res.end();
           });
         },

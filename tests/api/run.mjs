@@ -467,7 +467,8 @@ await test('max_tokens beyond the context is clamped, not refused (a small-conte
   try {
     assert.match(s.log(), /mtp depth 3/, 'serve defaults to the MTP depth of run when the checkpoint has a head');
     const a = new Anthropic({ baseURL: s.base, apiKey: 'unused', maxRetries: 0 });
-    const m = await a.messages.create({ model: 'x', max_tokens: 32000, temperature: 0, messages: userMsg('def f():') });
+    // Streamed, as Claude Code sends it (the SDK refuses a non-streaming 32000-token request).
+    const m = await a.messages.stream({ model: 'x', max_tokens: 32000, temperature: 0, messages: userMsg('def f():') }).finalMessage();
     assert.ok(['max_tokens', 'end_turn'].includes(m.stop_reason));
     if (m.stop_reason === 'max_tokens') assert.equal(m.usage.input_tokens + m.usage.output_tokens, 160);
     const o = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: 'unused', maxRetries: 0 });

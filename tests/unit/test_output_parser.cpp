@@ -3,6 +3,7 @@
 // fallbacks, and round trips through the renderers that write the same syntax into prompts.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -136,6 +137,12 @@ void expect_json_eq(const std::string& text, const char* want) {
   EXPECT_EQ(got, ojson::parse(want)) << text;
 }
 
+ChatRequest request(const char* json) {
+  auto r = parse_chat_request(ojson::parse(json));
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? *r : ChatRequest{};
+}
+
 // ---- Qwen ----
 
 TEST(OutputParser, PlainTextPassesThrough) {
@@ -188,6 +195,21 @@ TEST(OutputParser, QwenSeveralCallsAndMemberOrder) {
   EXPECT_EQ(r.calls[2], (Call{"c", "{}", true}));
   const std::set<std::string> ids(r.ids.begin(), r.ids.end());
   EXPECT_EQ(ids.size(), 3u);
+}
+
+TEST(OutputParser, WhitespaceAfterCallsIsTheSeparator) {
+  Result r = parse_everywhere(
+      "A.\n\n<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n\nDone.\n",
+      family(ChatFamily::kQwen));
+  EXPECT_EQ(r.content, "A.Done.\n");
+  EXPECT_EQ(r.calls.size(), 1u);
+  r = parse_everywhere("<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n",
+                       family(ChatFamily::kQwen));
+  EXPECT_EQ(r.content, "");
+  // <think> opens reasoning only before any visible text.
+  r = parse_everywhere("Use <think> tags.", family(ChatFamily::kQwen));
+  EXPECT_EQ(r.content, "Use <think> tags.");
+  EXPECT_EQ(r.reasoning, "");
 }
 
 TEST(OutputParser, QwenXmlToolCall) {
@@ -357,6 +379,19 @@ TEST(OutputParser, OptionsSwitchParsingOff) {
   EXPECT_EQ(r.content, "");
 }
 
+TEST(OutputParser, PromptsThatOpenReasoning) {
+  EXPECT_TRUE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n"));
+  EXPECT_TRUE(prompt_opens_reasoning("<｜User｜>hi<｜Assistant｜><think>"));
+  EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n"));
+  // What the renderers write: Qwen3 with thinking off closes the block; DeepSeek V3 has none.
+  ChatRequest r = request(R"({"messages": [{"role": "user", "content": "hi"}]})");
+  r.add_generation_prompt = true;
+  r.enable_thinking = false;
+  EXPECT_FALSE(prompt_opens_reasoning(*render_chat(ChatFamily::kQwen, r, {})));
+  EXPECT_FALSE(prompt_opens_reasoning(*render_chat(ChatFamily::kDeepSeek, r, {})));
+}
+
 // ---- DeepSeek ----
 
 TEST(OutputParser, DeepSeekV3Calls) {
@@ -397,7 +432,7 @@ TEST(OutputParser, DeepSeekBlockWithoutItsEnd) {
       family(ChatFamily::kDeepSeek));
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0], (Call{"f", "{\"a\": [1]}", true}));
-  EXPECT_EQ(r.content, " and more");
+  EXPECT_EQ(r.content, "and more");
 }
 
 TEST(OutputParser, DeepSeekDsmlCalls) {
@@ -479,6 +514,44 @@ TEST(OutputParser, GlmMalformed) {
   EXPECT_EQ(r.content, "\n<arg_key>a</arg_key>x");
 }
 
+// ---- Random text made of the syntaxes' fragments ----
+
+TEST(OutputParser, RandomFragmentsStreamLikeTheWhole) {
+  // Seeded, so a failure reproduces; each string is checked whole, byte by byte and at every
+  // split, with the event protocol checked throughout.
+  const std::vector<std::string_view> fragments = {
+      "<tool_call>", "</tool_call>", "\n", " ", "{", "}", "[", "]", "\"name\"", "\"arguments\"",
+      ": ", ", ", "\"f\"", "1", "tr", "ue", "\"", "\\", "<think>", "</think>", "é", "😀", "x",
+      "<function=g>", "</function>", "<parameter=p>", "</parameter>", "<arg_key>", "</arg_key>",
+      "<arg_value>", "</arg_value>", "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>",
+      "<｜tool▁sep｜>", "function", "```json", "```", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>",
+      "<｜DSML｜tool_calls>", "<｜DSML｜invoke name=\"h\">",
+      "<｜DSML｜parameter name=\"q\" string=\"true\">", "</｜DSML｜parameter>", "</｜DSML｜invoke>",
+      "</｜DSML｜tool_calls>", "<", "<tool", "<｜",
+      // Whole calls, so that valid ones occur among the broken.
+      "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1]}}\n</tool_call>",
+      "<tool_call>\n<function=g>\n<parameter=p>\n2\n</parameter>\n</function>\n</tool_call>",
+      "<tool_call>k\n<arg_key>a</arg_key>\n<arg_value>v</arg_value>\n</tool_call>",
+      "<｜tool▁call▁begin｜>m<｜tool▁sep｜>{\"b\": null}<｜tool▁call▁end｜>",
+      "<｜DSML｜invoke name=\"h\">\n<｜DSML｜parameter name=\"q\" string=\"false\">[]"
+      "</｜DSML｜parameter>\n</｜DSML｜invoke>"};
+  std::mt19937 rng(12);
+  std::size_t calls = 0;
+  for (const ChatFamily f : {ChatFamily::kQwen, ChatFamily::kDeepSeek, ChatFamily::kGlm}) {
+    for (int n = 0; n < 150; ++n) {
+      std::string text;
+      const int parts = 1 + static_cast<int>(rng() % 24);
+      for (int k = 0; k < parts; ++k) text += fragments[rng() % fragments.size()];
+      OutputParserOptions o = family(f);
+      o.starts_in_reasoning = rng() % 4 == 0;
+      SCOPED_TRACE(ojson(text).dump());
+      calls += parse_everywhere(text, o).calls.size();
+      if (HasFailure()) return;
+    }
+  }
+  EXPECT_GT(calls, 50u);  // the mix does hold calls
+}
+
 // ---- Round trips through the renderers ----
 
 // The part of `prompt` after the last `marker`, up to `end` (or the end of the prompt).
@@ -489,12 +562,6 @@ std::string generated_part(const std::string& prompt, std::string_view marker,
   std::string part = prompt.substr(at + marker.size());
   if (!end.empty() && part.ends_with(end)) part.resize(part.size() - end.size());
   return part;
-}
-
-ChatRequest request(const char* json) {
-  auto r = parse_chat_request(ojson::parse(json));
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? *r : ChatRequest{};
 }
 
 void expect_round_trip(ChatFamily f, const ChatRequest& req, std::string_view marker,

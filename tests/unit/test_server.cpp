@@ -395,8 +395,11 @@ TEST(ServerFormat, OpenAiChatStream) {
   s.finish_reason = "length";
   s.prompt_tokens = 5;
   s.completion_tokens = 2;
-  const std::string all = f->start(s) + f->events({text_event("he")}, {}) +
-                          f->events({text_event("y")}, {}) + f->finish(s, {});
+  // One call per statement: the order of the operands of + is unspecified.
+  std::string all = f->start(s);
+  all += f->events({text_event("he")}, {});
+  all += f->events({text_event("y")}, {});
+  all += f->finish(s, {});
   const auto p = payloads(all);
   ASSERT_EQ(p.size(), 5u);
   EXPECT_EQ(p[0]["choices"][0]["delta"]["role"], "assistant");
@@ -416,7 +419,9 @@ TEST(ServerFormat, AnthropicStreamEventOrder) {
   s.stop_sequence = "END";
   s.prompt_tokens = 5;
   s.completion_tokens = 3;
-  const std::string all = f->start(s) + f->events({text_event("x")}, {}) + f->finish(s, {});
+  std::string all = f->start(s);
+  all += f->events({text_event("x")}, {});
+  all += f->finish(s, {});
   std::vector<std::string> events;
   for (std::size_t at = 0; (at = all.find("event: ", at)) != std::string::npos; ++at)
     events.push_back(all.substr(at + 7, all.find('\n', at) - at - 7));

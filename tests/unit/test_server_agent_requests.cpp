@@ -165,7 +165,7 @@ TEST(AgentAnthropic, ThinkingConfigAndBlocks) {
             std::optional<bool>(false));
   EXPECT_EQ(ok(thinking(R"({"type": "adaptive"})")).chat.enable_thinking,
             std::optional<bool>(true));
-  EXPECT_EQ(ok(thinking("null")).chat.enable_thinking, std::optional<bool>(false));
+  EXPECT_FALSE(ok(thinking("null")).chat.enable_thinking.has_value());  // the template's default
   EXPECT_EQ(error_of(thinking(R"({"type": "enabled"})")).param, "thinking.budget_tokens");
   EXPECT_EQ(error_of(thinking(R"({"type": "enabled", "budget_tokens": "lots"})")).param,
             "thinking.budget_tokens");
@@ -351,12 +351,11 @@ TEST(AgentToolChoice, ForcingWritesTheCallPrefixIntoThePrompt) {
   EXPECT_NE(tool_call_prefix(ChatFamily::kDeepSeek, "f").find("function<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>f\n```json\n"),
             std::string::npos);
 
-  auto r = ok(parse_anthropic_messages(
+  const auto r = ok(parse_anthropic_messages(
       anthropic_body(R"(, "thinking": {"type": "adaptive"}, "tool_choice": {"type": "tool", "name": "get_weather"})",
                      R"([{"role": "user", "content": "weather?"}])"),
       kLimits));
-  prepare_for_output(r);
-  EXPECT_EQ(r.chat.enable_thinking, std::optional<bool>(false));
+  EXPECT_EQ(r.chat.enable_thinking, std::optional<bool>(true));
   const auto rendered = render_chat(ChatFamily::kQwen, r.chat, {});
   ASSERT_TRUE(rendered.ok());
   const OutputPlan plan = plan_output(ChatFamily::kQwen, r, *rendered);
@@ -364,15 +363,31 @@ TEST(AgentToolChoice, ForcingWritesTheCallPrefixIntoThePrompt) {
   EXPECT_EQ(plan.output.forced_prefix, plan.prompt_suffix);
   EXPECT_TRUE(plan.output.parser.parse_tool_calls);
   EXPECT_TRUE(std::string(*rendered + plan.prompt_suffix)
-                  .ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>\n{\"name\": "
-                             "\"get_weather\", \"arguments\": "));
-  // auto: nothing is forced, thinking stays as asked.
-  auto a = ok(parse_anthropic_messages(
+                  .ends_with("<|im_start|>user\nweather?<|im_end|>\n<|im_start|>assistant\n<tool_call>"
+                             "\n{\"name\": \"get_weather\", \"arguments\": "));
+  // The forced opening is a prefix of how the next turn renders the call: that turn is warm.
+  ChatRequest next = r.chat;
+  ChatMessage call;
+  call.role = "assistant";
+  call.tool_calls.push_back({"function", "get_weather", nlohmann::ordered_json::parse(R"({"location": "Paris"})")});
+  next.messages.push_back(call);
+  ChatMessage result;
+  result.role = "tool";
+  result.content = "14C";
+  next.messages.push_back(result);
+  const auto next_prompt = render_chat(ChatFamily::kQwen, next, {});
+  ASSERT_TRUE(next_prompt.ok());
+  EXPECT_TRUE(next_prompt->starts_with(*rendered + plan.prompt_suffix)) << *next_prompt;
+  // auto: nothing is forced.
+  const auto a = ok(parse_anthropic_messages(
       anthropic_body(R"(, "thinking": {"type": "adaptive"})", R"([{"role": "user", "content": "x"}])"),
       kLimits));
-  prepare_for_output(a);
-  EXPECT_EQ(a.chat.enable_thinking, std::optional<bool>(true));
   EXPECT_TRUE(plan_output(ChatFamily::kQwen, a, "").prompt_suffix.empty());
+  // any: the opening without a name.
+  const auto any = ok(parse_anthropic_messages(
+      anthropic_body(R"(, "tool_choice": {"type": "any"})", R"([{"role": "user", "content": "x"}])"),
+      kLimits));
+  EXPECT_EQ(plan_output(ChatFamily::kQwen, any, "").prompt_suffix, "<tool_call>\n{\"name\": \"");
   // A template that opens the think block itself starts the output in reasoning.
   EXPECT_TRUE(plan_output(ChatFamily::kQwen, a, "...<|im_start|>assistant\n<think>\n")
                   .output.parser.starts_in_reasoning);
@@ -436,8 +451,10 @@ JobSummary summary(std::string finish = "stop") {
 
 TEST(AgentStream, AnthropicBlocksForThinkingTextAndToolUse) {
   auto f = make_stream_formatter(ApiKind::kMessages, {"msg_1", 1, "m", 40}, {});
-  const std::string sse = f->start(summary()) + f->events(kCallTurn, {}) +
-                          f->finish(summary(), call_turn_message());
+  // One call per statement: the order of the operands of + is unspecified.
+  std::string sse = f->start(summary());
+  sse += f->events(kCallTurn, {});
+  sse += f->finish(summary(), call_turn_message());
   const auto p = payloads(sse);
   std::vector<std::string> got;
   for (const auto& e : p) {
@@ -491,8 +508,10 @@ TEST(AgentStream, AnthropicBlocksForThinkingTextAndToolUse) {
 
 TEST(AgentStream, OpenAiToolCallDeltasAndReasoning) {
   auto f = make_stream_formatter(ApiKind::kChat, {"chatcmpl-1", 1, "m", 40}, {});
-  const std::string sse = f->start(summary()) + f->events(kCallTurn, {}) +
-                          f->finish(summary(), call_turn_message());
+  // One call per statement: the order of the operands of + is unspecified.
+  std::string sse = f->start(summary());
+  sse += f->events(kCallTurn, {});
+  sse += f->finish(summary(), call_turn_message());
   const auto p = payloads(sse);
   std::vector<json> deltas;
   for (const auto& c : p) deltas.push_back(c["choices"][0]["delta"]);
@@ -631,22 +650,37 @@ TEST(AgentGlue, StopSequencesApplyToVisibleTextOnly) {
   EXPECT_TRUE(out.feed("more text").empty());
 }
 
-TEST(AgentGlue, MalformedCallComesBackAsText) {
-  const std::string text =
-      "Let me call.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {not json}\n</tool_call>";
+// A call that is malformed before its arguments begin is text, whole. One that breaks once its
+// arguments streamed stays a call, marked incomplete, and the text after the break is text.
+TEST(AgentGlue, MalformedCallsLoseNothing) {
   for (const std::size_t step : {1ul, 4ul, 1000ul}) {
-    AssistantOutput out(qwen_options());
-    const auto events = run_glue(out, text, step);
-    EXPECT_TRUE(out.message().tool_calls.empty());
-    EXPECT_NE(out.message().content.find("{not json}"), std::string::npos) << out.message().content;
-    EXPECT_NE(out.message().content.find("Let me call."), std::string::npos);
-    expect_same(rebuild(events), out.message(), "events");
+    const std::string bad_name = "Let me call.<tool_call>\nget_weather(Paris)\n</tool_call> done";
+    AssistantOutput a(qwen_options());
+    auto events = run_glue(a, bad_name, step);
+    EXPECT_TRUE(a.message().tool_calls.empty());
+    EXPECT_EQ(a.message().content, bad_name);
+    expect_same(rebuild(events), a.message(), "events");
+
+    AssistantOutput cut(qwen_options());  // max_tokens ended it before the arguments
+    run_glue(cut, "<tool_call>\n{\"name\": \"get_weather\", \"argum", step);
+    EXPECT_TRUE(cut.message().tool_calls.empty());
+    EXPECT_EQ(cut.message().content, "<tool_call>\n{\"name\": \"get_weather\", \"argum");
+
+    AssistantOutput broken(qwen_options());
+    events = run_glue(
+        broken, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {not json}\n</tool_call> after",
+        step);
+    ASSERT_EQ(broken.message().tool_calls.size(), 1u);
+    EXPECT_EQ(broken.message().tool_calls[0].name, "get_weather");
+    EXPECT_FALSE(broken.message().tool_calls[0].complete);
+    EXPECT_NE(broken.message().content.find("not json}"), std::string::npos);
+    EXPECT_TRUE(broken.message().content.ends_with(" after"));
+    ASSERT_FALSE(events.empty());
+    // The Anthropic body still has an object as the input.
+    const json body = complete_response(ApiKind::kMessages, {}, broken.message(), summary());
+    EXPECT_EQ(body["content"][1]["type"], "tool_use");
+    EXPECT_TRUE(body["content"][1]["input"].is_object());
   }
-  // An unfinished call at the end of generation (max_tokens) is text too.
-  AssistantOutput cut(qwen_options());
-  run_glue(cut, "<tool_call>\n{\"name\": \"get_weather\", \"argum", 2);
-  EXPECT_TRUE(cut.message().tool_calls.empty());
-  EXPECT_NE(cut.message().content.find("argum"), std::string::npos);
 }
 
 TEST(AgentGlue, ForcedPrefixIsParsedAsOutput) {
@@ -708,11 +742,9 @@ TEST(AgentGlue, StreamedAnthropicTurnEqualsTheBody) {
     if (d["type"] == "thinking_delta")
       b["thinking"] = b["thinking"].get<std::string>() + d["thinking"].get<std::string>();
     if (d["type"] == "signature_delta") b["signature"] = d["signature"];
-    if (d["type"] == "input_json_delta") {
-      partial[e["index"].get<int>()] += d["partial_json"].get<std::string>();
-      b["input"] = json::parse(partial[e["index"].get<int>()]);
-    }
+    if (d["type"] == "input_json_delta") partial[e["index"].get<int>()] += d["partial_json"].get<std::string>();
   }
+  for (const auto& [index, text] : partial) content[static_cast<std::size_t>(index)]["input"] = json::parse(text);
   const json body = complete_response(ApiKind::kMessages, {"msg_1", 1, "m", 40}, out.message(), summary());
   EXPECT_EQ(content, body["content"]);
 }

@@ -122,7 +122,7 @@ struct ChatOutputParser::Impl final : chat_detail::CallOutput {
     for (std::size_t i = in.find('<'); i != std::string_view::npos; i = in.find('<', i + 1)) {
       const std::string_view at = in.substr(i);
       bool partial = false;
-      if (options.parse_reasoning) {
+      if (options.parse_reasoning && !text_seen && i == 0) {
         const Match m = starts_with_tag(at, kThinkOpen);
         if (m == Match::kYes) {
           piece(OutputEventKind::kText, in.substr(0, i));
@@ -208,6 +208,11 @@ struct ChatOutputParser::Impl final : chat_detail::CallOutput {
       const bool complete = reader->abandon(*this);
       end_call(complete);
     }
+    if (r == chat_detail::ReadResult::kDone && leading_space(unaccepted) == unaccepted.size()) {
+      // Whitespace after calls is the template's separator (between calls, before the end).
+      unaccepted.clear();
+      skip_space = true;
+    }
     piece(OutputEventKind::kText, unaccepted);
     reader.reset();
     mode = Mode::kContent;
@@ -218,6 +223,7 @@ struct ChatOutputParser::Impl final : chat_detail::CallOutput {
 
   void piece(OutputEventKind kind, std::string_view text, int index = -1) {
     if (text.empty()) return;
+    if (kind == OutputEventKind::kText) text_seen = true;
     if (have_current && current.kind == kind && current.index == index) {
       current.text.append(text);
       return;
@@ -293,6 +299,8 @@ struct ChatOutputParser::Impl final : chat_detail::CallOutput {
   // Templates write whitespace after these tags; the output starts as if after one.
   bool skip_space = true;
   bool finished = false;
+  // Visible text came: a <think> from here on is text (models think before they answer).
+  bool text_seen = false;
   std::string buffer;    // output not yet read
   std::string consumed;  // read by the reader since its last event
   std::unique_ptr<chat_detail::ToolCallReader> reader;
@@ -342,6 +350,12 @@ ParsedOutput parse_chat_output(std::string_view text, const OutputParserOptions&
     }
   }
   return out;
+}
+
+bool prompt_opens_reasoning(std::string_view prompt) {
+  const std::size_t open = prompt.rfind(kThinkOpen);
+  return open != std::string_view::npos &&
+         prompt.find(kThinkClose, open + kThinkOpen.size()) == std::string_view::npos;
 }
 
 }  // namespace fs

@@ -2,11 +2,52 @@
 // visible text, and tool calls, in each family's own syntax. The inverse of the renderers in
 // chat.h: whatever render_chat writes for an assistant turn, this parser reads back.
 //
+// Syntaxes (the readers in tool_calls_*.cpp document each in full):
+//   Qwen3 (qwen3.cpp):  <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call>
+//   Qwen3-Coder:        <tool_call>\n<function=N>\n<parameter=P>\nV\n</parameter>\n...
+//                       </function>\n</tool_call>
+//   DeepSeek V3 (deepseek_v3.cpp):
+//       <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n{...}\n```
+//       <｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
+//   DeepSeek V3.1, in the same block:  <｜tool▁call▁begin｜>N<｜tool▁sep｜>{...}<｜tool▁call▁end｜>
+//   DeepSeek V4 (V3.2 spells the block function_calls):
+//       <｜DSML｜tool_calls><｜DSML｜invoke name="N">
+//       <｜DSML｜parameter name="P" string="true|false">V</｜DSML｜parameter>...
+//       </｜DSML｜invoke></｜DSML｜tool_calls>
+//   GLM (glm.cpp):  <tool_call>N\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n</tool_call>
+// and for all three <think>...</think>, recognised before any visible text (or from the start
+// when the prompt opened it: starts_in_reasoning). A <tool_call> inside reasoning is reasoning.
+// Arguments are JSON object text: the JSON syntaxes pass the model's object on as written (raw
+// control characters inside strings escaped); the XML-like ones build an object, a value being
+// JSON when it parses as a JSON number, boolean, null, object or array and a string otherwise
+// (DSML's string="true" is always a string).
+//
+// Whitespace the templates write around tags is not content: (ASCII) whitespace after <think>,
+// after </think>, at the start of the output and after a block of calls is dropped, as is
+// whitespace before </think> and the newlines a template writes before a call's opening tag (up
+// to two for Qwen and DSML, one for GLM).
+//
 // Incremental: feed() takes text as the stream decoder releases it (any split point, inside a
-// tag or a multi-byte character included) and returns the events that are certain so far; a
-// piece that may still be the start of a tag is held back until the next feed() or finish().
-// Nothing is ever lost: a tool call that turns out malformed (bad JSON, a missing close tag at
-// the end of the text) is released as plain text.
+// tag, a special token or a multi-byte character included) and returns the events that are
+// certain so far. Only what may still be the start of a tag (or the whitespace and newlines
+// above) is held back, and a piece never ends inside a UTF-8 character; everything else is
+// released at once. The events of any split, concatenated, equal those of the whole text
+// (parse_chat_output), call ids apart.
+//
+// Malformed calls. A call commits when its name is known and its arguments have begun (JSON
+// syntaxes: the arguments' '{'; XML-like ones: the name's tag): kToolCallBegin is sent and the
+// arguments stream from then on. Before the commit nothing of the call is sent; if the text stops
+// fitting the syntax, or the output ends, the opening tag and everything read with it are released
+// as text, exactly as written, and parsing resumes at the first byte that did not fit (so a real
+// call after a broken one is still found). After the commit the call stays a call: when the text
+// stops fitting or the output ends, the call ends with kToolCallEnd{complete = false} unless its
+// arguments were already whole (then complete = true, e.g. output cut just before </tool_call>).
+// Its arguments are what was streamed: for the JSON syntaxes the valid beginning of the object
+// (possibly unfinished, as an OpenAI call cut by max_tokens is), for the XML-like ones the
+// parameters that were complete, closed into an object. The syntax read since the last event
+// (a parameter without its closing tag, a partial close tag) is released as text, and parsing
+// resumes at the first byte that did not fit. Nothing is duplicated, and nothing but the tags
+// and separators of the calls that were accepted is dropped.
 #pragma once
 
 #include <memory>
@@ -33,9 +74,9 @@ struct OutputEvent {
   std::string id;    // kToolCallBegin: "call_" + random hex, unique per call
   std::string name;  // kToolCallBegin
   // kToolCallEnd: false when the call was cut off or broke after it began streaming (see
-  // "Malformed calls" below): its arguments are what was streamed, which for the JSON syntaxes
-  // may be an unfinished object. Added for the API layers, which may report such a call as
-  // truncated; the other fields are unchanged.
+  // "Malformed calls" at the top): its arguments are what was streamed, which for the JSON
+  // syntaxes may be an unfinished object. Added for the API layers, which may report such a call
+  // as truncated; the other fields are unchanged.
   bool complete = true;
 };
 
@@ -60,8 +101,9 @@ class ChatOutputParser {
   // The events that `text` makes certain, in order. Adjacent pieces of the same kind may be
   // merged.
   std::vector<OutputEvent> feed(std::string_view text);
-  // The end of the output: whatever was held back is released (an unfinished tool call as
-  // text, an unclosed <think> as reasoning).
+  // The end of the output: whatever was held back is released (a call not yet committed as
+  // text, an open call ended as above, an unclosed <think> as reasoning). Later calls of either
+  // return nothing.
   std::vector<OutputEvent> finish();
 
  private:
@@ -81,5 +123,10 @@ struct ParsedOutput {
   std::vector<Call> tool_calls;
 };
 ParsedOutput parse_chat_output(std::string_view text, const OutputParserOptions& options);
+
+// Whether a rendered prompt leaves a <think> block open (its last <think> has no </think> after
+// it), so that the output starts as reasoning: OutputParserOptions::starts_in_reasoning. Added so
+// that each API layer need not look for itself.
+bool prompt_opens_reasoning(std::string_view prompt);
 
 }  // namespace fs

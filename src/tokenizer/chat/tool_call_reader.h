@@ -91,11 +91,17 @@ void skip_space(CallInput& in);
 Match take_tag(CallInput& in, std::string_view tag);
 // Consumes input up to and including `tag`, appending what precedes it to `value`; holds back only
 // a possible start of `tag`. True once `tag` was consumed.
+//
+// Readers fail at the first byte that cannot continue their syntax and consume nothing past it,
+// so that where a call fails, and so what is text, does not depend on how the output was split.
 bool take_until(CallInput& in, std::string_view tag, std::string& value);
 
 // Consumes a name up to `terminator` (consumed too), appending it to `name`. kNo, consuming
 // nothing more, at a '<' or a newline (a tag cannot hold them) or past `max_bytes`.
 Match take_name(CallInput& in, char terminator, std::string& name, std::size_t max_bytes = 256);
+// The same, ended by `tag` instead of one character.
+Match take_name_until(CallInput& in, std::string_view tag, std::string& name,
+                      std::size_t max_bytes = 256);
 // What a reader returns when the input ran out: more may come, unless the output ended.
 inline ReadResult need_more(const CallInput& in) {
   return in.at_end() ? ReadResult::kFailed : ReadResult::kNeedMore;

@@ -63,6 +63,30 @@ Match take_name(CallInput& in, char terminator, std::string& name, std::size_t m
   return m;
 }
 
+Match take_name_until(CallInput& in, std::string_view tag, std::string& name,
+                      std::size_t max_bytes) {
+  const std::string_view s = in.rest();
+  std::size_t n = 0;
+  Match m = Match::kPartial;
+  for (; n < s.size(); ++n) {
+    if (s[n] == '<') {
+      const Match t = starts_with_tag(s.substr(n), tag);
+      if (t == Match::kYes) {
+        m = Match::kYes;
+        break;
+      }
+      if (t == Match::kPartial) break;  // wait for the rest of the tag
+    }
+    if (s[n] == '<' || s[n] == '\n' || name.size() + n >= max_bytes) {
+      m = Match::kNo;
+      break;
+    }
+  }
+  name.append(s.substr(0, n));
+  in.consume(m == Match::kYes ? n + tag.size() : n);
+  return m;
+}
+
 std::string json_quote(std::string_view s) {
   return nlohmann::json(std::string(s))
       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

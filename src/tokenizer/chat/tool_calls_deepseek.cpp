@@ -55,11 +55,9 @@ class DeepSeekReader final : public ToolCallReader {
           return calls_ > 0 ? ReadResult::kDone : ReadResult::kFailed;
         }
         case Step::kHead: {
-          const bool found = take_until(in, kSep, head_);
-          if (head_.size() > kMaxName || head_.find('\n') != std::string::npos) {
-            return ReadResult::kFailed;
-          }
-          if (!found) return need_more(in);
+          const Match m = take_name_until(in, kSep, head_, kMaxName);
+          if (m == Match::kPartial) return need_more(in);
+          if (m == Match::kNo) return ReadResult::kFailed;
           step_ = Step::kAfterSep;
           break;
         }

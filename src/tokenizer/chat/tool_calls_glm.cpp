@@ -23,10 +23,10 @@ class GlmReader final : public ToolCallReader {
         case Step::kName: {
           const std::string_view s = in.rest();
           std::size_t n = 0;
-          while (n < s.size() && s[n] != '\n' && s[n] != '<') ++n;
+          while (n < s.size() && s[n] != '\n' && s[n] != '<' && name_.size() + n < kMaxName) ++n;
           name_.append(s.substr(0, n));
           in.consume(n);
-          if (name_.size() > kMaxName) return ReadResult::kFailed;
+          if (name_.size() >= kMaxName) return ReadResult::kFailed;
           if (n == s.size()) return need_more(in);
           const std::string_view name = utf8::trim(name_);
           if (name.empty()) return ReadResult::kFailed;
@@ -52,11 +52,9 @@ class GlmReader final : public ToolCallReader {
           return ReadResult::kFailed;
         }
         case Step::kKey: {
-          if (!take_until(in, "</arg_key>", key_)) {
-            if (key_.size() > kMaxName) return ReadResult::kFailed;
-            return need_more(in);
-          }
-          if (utf8::trim(key_).empty()) return ReadResult::kFailed;
+          const Match m = take_name_until(in, "</arg_key>", key_, kMaxName);
+          if (m == Match::kPartial) return need_more(in);
+          if (m == Match::kNo || utf8::trim(key_).empty()) return ReadResult::kFailed;
           step_ = Step::kValueOpen;
           break;
         }

@@ -249,7 +249,8 @@ class QwenReader final : public ToolCallReader {
 }  // namespace
 
 std::vector<CallOpener> qwen_call_openers() {
-  return {{"<tool_call>", 1,
+  // Qwen3 writes "\n" before a call, Qwen3-Coder "\n\n" after content.
+  return {{"<tool_call>", 2,
            []() -> std::unique_ptr<ToolCallReader> { return std::make_unique<QwenReader>(); }}};
 }
 

@@ -1,0 +1,197 @@
+// The real coding agents against `flashserve serve`: for each agent named, one plain turn and one
+// tool turn, headless, each in the agent's own HOME and working directory (agents.mjs).
+//
+//   node tests/agents/run.mjs --binary build/src/flashserve --model models/qwen4-tiny-code \
+//        [--agent claude-code|codex|qwen-code]... [--max-context N] [--turn-timeout-s S]
+//        [--timeout-s S] [--scratch DIR] [--keep] [--fake-model]
+//
+// Starts the server on a free loopback port (tests/api/server.mjs) and a recorder in front of it
+// (recorder.mjs), through which the agent talks, so that every request, its status and, for a
+// refusal, the server's answer are known. A turn passes when the agent exits 0 within its
+// timeout, prints a final answer, reports no error, and made no request that was refused and
+// no connection beyond loopback. The tool turn also needs the agent's shell tool to have run
+// (its transcript holds the tool's output, flashserve-tool-ok), the server to have received the
+// tool result in a request, and the answer to quote it. After the turns the server's /metrics
+// must count no 4xx/5xx in flashserve_requests_total and its log must hold no error; it must
+// stop cleanly on SIGTERM.
+//
+// --fake-model runs the agents against fake_model.mjs instead of the server (checks the agents'
+// configuration and this harness alone). Exits 77 (ctest: skipped) when an agent is not
+// installed (npm ci in tests/agents; scripts/setup.sh does it).
+import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { AGENTS, PLAIN_PROMPT, TOOL_MARKER, installed, killAgents, runAgent, toolPrompt } from './agents.mjs';
+import { startRecorder } from './recorder.mjs';
+import { spawnServer } from '../api/server.mjs';
+
+const args = process.argv.slice(2);
+const argOf = (name, dflt) => {
+  const i = args.indexOf(name);
+  return i >= 0 ? args[i + 1] : dflt;
+};
+const argsOf = (name) => args.flatMap((a, i) => (a === name ? [args[i + 1]] : []));
+const fake = args.includes('--fake-model');
+const binary = argOf('--binary');
+const model = argOf('--model');
+if (!fake && !binary) {
+  console.error('usage: node run.mjs --binary PATH [--model DIR] [--agent NAME]... (or --fake-model)');
+  process.exit(2);
+}
+const names = argsOf('--agent').length ? argsOf('--agent') : Object.keys(AGENTS);
+for (const n of names) {
+  if (!AGENTS[n]) {
+    console.error(`unknown agent ${n}; known: ${Object.keys(AGENTS).join(', ')}`);
+    process.exit(2);
+  }
+}
+const agents = names.map((n) => AGENTS[n]);
+const missing = agents.filter((a) => !installed(a));
+if (missing.length) {
+  console.log(`agent tests skipped: ${missing.map((a) => a.package).join(', ')} not installed ` +
+    '(run npm ci in tests/agents; scripts/setup.sh does)');
+  process.exit(77);
+}
+const turnTimeoutMs = Number(argOf('--turn-timeout-s', '180')) * 1000;
+
+let server = null;
+const globalTimer = setTimeout(() => {
+  console.error('agent tests: global timeout; killing the agents and the server');
+  killAgents();
+  server?.proc.kill('SIGKILL');
+  process.exit(1);
+}, Number(argOf('--timeout-s', '600')) * 1000);
+
+async function startFlashserve() {
+  const extra = [...(model ? ['--model', model] : []), ...(argOf('--max-context') ? ['--max-context', argOf('--max-context')] : [])];
+  const s = await spawnServer(binary, extra);
+  for (let i = 0; i < 100; ++i) {
+    try {
+      if ((await fetch(`${s.base}/health`)).ok) break;
+    } catch {}
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return s;
+}
+
+async function stopFlashserve(s) {
+  const exited = new Promise((r) => s.proc.on('exit', (code, sig) => r({ code, sig })));
+  s.proc.kill('SIGTERM');
+  const t = setTimeout(() => s.proc.kill('SIGKILL'), 10000);
+  const r = await exited;
+  clearTimeout(t);
+  return r;
+}
+
+// flashserve_requests_total{endpoint="...",status="..."} N lines of /metrics.
+async function requestCounts(base) {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const out = [];
+  for (const m of text.matchAll(/^flashserve_requests_total\{endpoint="([^"]*)",status="(\d+)"\} (\d+)/gm))
+    out.push({ endpoint: m[1], status: Number(m[2]), count: Number(m[3]) });
+  return out;
+}
+
+// Whether a request body hands the model a tool result holding `marker`, in the agent's API.
+function carriesToolResult(api, body, marker) {
+  const has = (v) => JSON.stringify(v ?? '').includes(marker);
+  if (!body || typeof body !== 'object') return false;
+  if (api === 'anthropic')
+    return (body.messages ?? []).some((m) => Array.isArray(m.content) &&
+      m.content.some((b) => b.type === 'tool_result' && has(b.content)));
+  if (api === 'openai') return (body.messages ?? []).some((m) => m.role === 'tool' && has(m.content));
+  return Array.isArray(body.input) && body.input.some((i) => i.type === 'function_call_output' && has(i.output));
+}
+
+const clip = (s, n = 600) => (s.length > n ? `${s.slice(0, n)}… (${s.length} chars)` : s);
+
+// A record's line for a failure message: which request, its status, and the server's answer.
+const describeRecord = (r) =>
+  `${r.method} ${r.path}${r.bytes !== undefined ? ` (${r.bytes} bytes)` : ''} -> ${r.status ?? 'no answer'}` +
+  (r.error ? `: ${clip(r.error)}` : '');
+
+async function runTurn(agent, turn, recorder, dir) {
+  const prompt = turn === 'tool' ? toolPrompt(agent) : PLAIN_PROMPT;
+  const first = recorder.records.length;
+  const r = await runAgent(agent, { base: recorder.base, dir, prompt, timeoutMs: turnTimeoutMs });
+  const records = recorder.records.slice(first);
+  const problems = [];
+  if (r.timedOut) problems.push(`no exit within ${turnTimeoutMs / 1000} s (killed)`);
+  else if (r.code !== 0) problems.push(`exit ${r.code ?? r.signal}`);
+  if (r.isError) problems.push('the agent reported an error result');
+  if (!r.answer.trim()) problems.push('no final answer');
+  for (const rec of records) {
+    if (rec.outbound) problems.push(`connection beyond loopback: ${rec.method} ${rec.path}`);
+    else if (!(rec.status < 400)) problems.push(`refused: ${describeRecord(rec)}`);
+  }
+  if (!records.some((rec) => !rec.outbound)) problems.push('no request reached the server');
+  if (turn === 'tool') {
+    const call = r.toolCalls.find((c) => c.name === agent.shellTool);
+    if (!call) problems.push(`no ${agent.shellTool} call (calls: ${JSON.stringify(r.toolCalls)})`);
+    if (!r.toolOutputs.some((o) => o.includes(TOOL_MARKER)))
+      problems.push(`no tool output holding ${TOOL_MARKER} in the transcript`);
+    if (!records.some((rec) => carriesToolResult(agent.api, rec.body, TOOL_MARKER)))
+      problems.push('the server received no request carrying the tool result');
+    if (!r.answer.includes(TOOL_MARKER)) problems.push(`the answer does not quote ${TOOL_MARKER}`);
+  }
+  if (problems.length && r.stderr.trim()) problems.push(`agent stderr: ${clip(r.stderr.trim(), 1500)}`);
+  return {
+    name: `${agent.name}.${turn}`,
+    ok: problems.length === 0,
+    ms: r.ms,
+    requests: records.filter((rec) => !rec.outbound).map((rec) => ({ path: rec.path, bytes: rec.bytes, status: rec.status })),
+    answer: clip(r.answer, 300),
+    problems,
+  };
+}
+
+const scratchRoot = argOf('--scratch', tmpdir());
+mkdirSync(scratchRoot, { recursive: true });
+const scratch = mkdtempSync(join(scratchRoot, 'flashserve-agents-'));
+const results = [];
+const serverChecks = [];
+let exitCode = 0;
+try {
+  if (!fake) server = await startFlashserve();
+  const recorder = await startRecorder({ upstream: server?.base });
+  for (const agent of agents) {
+    // Both turns of an agent in one HOME and working directory, as a user's two prompts in one
+    // project would be: their prompts share a long prefix, which the server's session bank keeps.
+    const agentScratch = mkdtempSync(join(scratch, `${agent.name}-`));
+    for (const turn of ['plain', 'tool']) {
+      const res = await runTurn(agent, turn, recorder, agentScratch);
+      results.push(res);
+      console.log(`${res.ok ? 'ok  ' : 'FAIL'} ${res.name} (${(res.ms / 1000).toFixed(1)} s, ` +
+        `${res.requests.length} requests) answer ${JSON.stringify(res.answer)}`);
+      for (const p of res.problems) console.log(`     ${p}`);
+    }
+  }
+  await recorder.close();
+  if (server) {
+    const counts = await requestCounts(server.base);
+    const bad = counts.filter((c) => c.status >= 400);
+    serverChecks.push({ name: 'metrics: no 4xx/5xx in flashserve_requests_total', ok: bad.length === 0,
+      detail: bad.map((c) => `${c.endpoint} ${c.status} x${c.count}`).join(', ') });
+    const stopped = await stopFlashserve(server);
+    const log = server.log();
+    const errors = log.split('\n').filter((l) => /error|fatal|abort|exception|sanitizer|leak/i.test(l));
+    serverChecks.push({ name: 'server log: no errors', ok: errors.length === 0, detail: errors.slice(0, 10).join(' | ') });
+    serverChecks.push({ name: 'server stops cleanly on SIGTERM', ok: stopped.code === 0,
+      detail: `exit ${stopped.code ?? stopped.sig}` });
+    server = null;
+    for (const c of serverChecks) console.log(`${c.ok ? 'ok  ' : 'FAIL'} ${c.name}${c.ok ? '' : `: ${c.detail}`}`);
+  }
+} catch (e) {
+  console.log(`FAIL agent tests: ${e.stack ?? e}`);
+  exitCode = 1;
+} finally {
+  if (server) await stopFlashserve(server);
+  clearTimeout(globalTimer);
+  if (!args.includes('--keep')) rmSync(scratch, { recursive: true, force: true });
+}
+const all = [...results, ...serverChecks];
+const passed = all.filter((r) => r.ok).length;
+const failed = all.length - passed;
+console.log(JSON.stringify({ fake_model: fake, turns: results.map(({ name, ok, ms, requests }) => ({ name, ok, ms, requests })) }));
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(exitCode || (failed ? 1 : 0));
