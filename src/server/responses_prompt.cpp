@@ -15,7 +15,7 @@ AssistantOutputOptions output_options(ChatFamily family, const ResponsesRequest&
   o.parser.family = family;
   o.parser.parse_tool_calls = use_tools;
   o.parser.parse_reasoning = true;
-  o.parser.starts_in_reasoning = rendered.ends_with("<think>\n") || rendered.ends_with("<think>");
+  o.parser.starts_in_reasoning = prompt_opens_reasoning(rendered);
   const auto mode = r.tool_choice.mode;
   if (use_tools && (mode == ToolChoice::Mode::kRequired || mode == ToolChoice::Mode::kFunction)) {
     std::string name = mode == ToolChoice::Mode::kFunction ? r.tool_choice.name : std::string();
