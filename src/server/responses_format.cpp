@@ -1,5 +1,6 @@
 #include "server/responses_format.h"
 
+#include <algorithm>
 #include <ctime>
 #include <utility>
 
@@ -154,12 +155,14 @@ void ResponseBuilder::open_item(Open kind, const char* id_prefix, ojson item) {
 void ResponseBuilder::on_text(const std::string& piece) {
   std::string text = piece;
   if (open_ != Open::kMessage) {
-    // A message starts at its first visible character: the whitespace a template puts between
-    // sections (after </think>, before a tool call) is not a message.
-    std::size_t start = 0;
-    while (start < text.size() && is_space(text[start])) ++start;
-    if (start == text.size()) return;
-    text.erase(0, start);
+    // A message opens at its first visible character: whitespace alone, before a call or at the
+    // end, is no message. Once it opens, its text is the model's as written (a follow-up
+    // re-renders it, and the warm continuation needs it unchanged).
+    if (std::all_of(text.begin(), text.end(), is_space)) {
+      lead_space_ += text;
+      return;
+    }
+    text = std::exchange(lead_space_, {}) + text;
     open_item(Open::kMessage, "msg_",
               {{"id", nullptr},
                {"type", "message"},
@@ -232,7 +235,17 @@ void ResponseBuilder::on_call_end() {
 }
 
 void ResponseBuilder::close(const char* status) {
+  lead_space_.clear();
   if (open_ == Open::kNone) return;
+  // A message's trailing whitespace was held back in case the item ended there; it is text.
+  if (open_ == Open::kMessage && !pending_space_.empty()) {
+    text_ += pending_space_;
+    emit("response.output_text.delta", {{"item_id", item_["id"]},
+                                        {"output_index", static_cast<std::int64_t>(output_.size())},
+                                        {"content_index", 0},
+                                        {"delta", std::exchange(pending_space_, {})},
+                                        {"logprobs", ojson::array()}});
+  }
   const auto index = static_cast<std::int64_t>(output_.size());
   const ojson id = item_["id"];
   ResponseItem item;

@@ -77,7 +77,8 @@ class ResponseBuilder {
   Open open_ = Open::kNone;
   nlohmann::ordered_json item_;  // the open item as output_item.done will show it
   std::string text_;             // its text or arguments so far
-  std::string pending_space_;    // trailing whitespace held back (emitted only if text follows)
+  std::string pending_space_;    // the open item's trailing whitespace, held back
+  std::string lead_space_;       // whitespace before any message opened
   bool skip_call_ = false;       // a call beyond the first with parallel_tool_calls false
   int calls_ = 0;
   std::vector<ResponseItem> items_;

@@ -379,7 +379,7 @@ OutputEvent ev(OutputEventKind kind, std::string text = {}) {
 }
 
 // The model reasons, says something, calls a tool: the parser's events, split as a stream
-// would split them (whitespace between the sections included).
+// would split them (the parser drops the template's separators; the rest is the model's).
 std::vector<std::vector<OutputEvent>> synthetic_output() {
   OutputEvent begin = ev(OutputEventKind::kToolCallBegin);
   begin.id = "call_7";
@@ -387,7 +387,6 @@ std::vector<std::vector<OutputEvent>> synthetic_output() {
   return {
       {ev(OutputEventKind::kReasoning, "\nThe user asks"),
        ev(OutputEventKind::kReasoning, " about Paris.\n")},
-      {ev(OutputEventKind::kText, "\n\n")},
       {ev(OutputEventKind::kText, "Checking"), ev(OutputEventKind::kText, " now.\n")},
       {begin, ev(OutputEventKind::kToolCallArguments, "{\"location\": ")},
       {ev(OutputEventKind::kToolCallArguments, "\"Paris\"}"), ev(OutputEventKind::kToolCallEnd)},
@@ -457,7 +456,7 @@ TEST(ServerResponsesBuilder, PlainResponseHoldsReasoningMessageAndCall) {
   EXPECT_EQ(out[1]["role"], "assistant");
   EXPECT_EQ(out[1]["status"], "completed");
   EXPECT_EQ(out[1]["content"][0]["type"], "output_text");
-  EXPECT_EQ(out[1]["content"][0]["text"], "Checking now.");
+  EXPECT_EQ(out[1]["content"][0]["text"], "Checking now.\n");
   EXPECT_EQ(out[1]["content"][0]["annotations"], ojson::array());
   EXPECT_EQ(out[2]["type"], "function_call");
   EXPECT_EQ(out[2]["id"], "fc_abc_2");
@@ -475,7 +474,7 @@ TEST(ServerResponsesBuilder, PlainResponseHoldsReasoningMessageAndCall) {
   const auto& items = b.output_items();
   ASSERT_EQ(items.size(), 3u);
   EXPECT_EQ(items[0].kind, ItemKind::kReasoning);
-  EXPECT_EQ(items[1].text, "Checking now.");
+  EXPECT_EQ(items[1].text, "Checking now.\n");
   EXPECT_EQ(items[2].arguments, "{\"location\": \"Paris\"}");
 }
 
@@ -503,6 +502,7 @@ TEST(ServerResponsesBuilder, StreamEventSequence) {
       "response.content_part.added",
       "response.output_text.delta",
       "response.output_text.delta",
+      "response.output_text.delta",  // the trailing newline, held back until the item ended
       "response.output_text.done",
       "response.content_part.done",
       "response.output_item.done",
@@ -527,27 +527,28 @@ TEST(ServerResponsesBuilder, StreamEventSequence) {
   EXPECT_EQ(events[4].second["delta"], "The user asks");
   EXPECT_EQ(events[5].second["delta"], " about Paris.");  // its trailing newline held back
   EXPECT_EQ(events[6].second["text"], "The user asks about Paris.");
-  for (int i = 9; i <= 15; ++i) {
+  for (int i = 9; i <= 16; ++i) {
     EXPECT_EQ(events[i].second["output_index"], 1) << i;
-    if (i > 9 && i < 15) {
+    if (i > 9 && i < 16) {
       EXPECT_EQ(events[i].second["item_id"], "msg_abc_1") << i;
     }
   }
-  EXPECT_EQ(events[15].second["item"]["id"], "msg_abc_1");
+  EXPECT_EQ(events[16].second["item"]["id"], "msg_abc_1");
   EXPECT_EQ(events[10].second["part"], ojson::parse(R"({"type": "output_text",
       "annotations": [], "logprobs": [], "text": ""})"));
   EXPECT_EQ(events[11].second["delta"], "Checking");
   EXPECT_EQ(events[11].second["content_index"], 0);
   EXPECT_EQ(events[12].second["delta"], " now.");
-  EXPECT_EQ(events[13].second["text"], "Checking now.");
-  EXPECT_EQ(events[14].second["part"]["text"], "Checking now.");
-  EXPECT_EQ(events[15].second["item"]["content"][0]["text"], "Checking now.");
-  EXPECT_EQ(events[16].second["item"]["call_id"], "call_7");
-  EXPECT_EQ(events[16].second["item"]["arguments"], "");
-  EXPECT_EQ(events[17].second["delta"], "{\"location\": ");
-  EXPECT_EQ(events[19].second["arguments"], "{\"location\": \"Paris\"}");
-  EXPECT_EQ(events[19].second["name"], "get_weather");
-  EXPECT_EQ(events[20].second["item"]["status"], "completed");
+  EXPECT_EQ(events[13].second["delta"], "\n");
+  EXPECT_EQ(events[14].second["text"], "Checking now.\n");
+  EXPECT_EQ(events[15].second["part"]["text"], "Checking now.\n");
+  EXPECT_EQ(events[16].second["item"]["content"][0]["text"], "Checking now.\n");
+  EXPECT_EQ(events[17].second["item"]["call_id"], "call_7");
+  EXPECT_EQ(events[17].second["item"]["arguments"], "");
+  EXPECT_EQ(events[18].second["delta"], "{\"location\": ");
+  EXPECT_EQ(events[20].second["arguments"], "{\"location\": \"Paris\"}");
+  EXPECT_EQ(events[20].second["name"], "get_weather");
+  EXPECT_EQ(events[21].second["item"]["status"], "completed");
   // The last event carries the whole response: the same as the plain path builds.
   ResponseBuilder plain(meta_info(), req, false);
   for (const auto& piece : synthetic_output()) plain.add(piece);
@@ -606,7 +607,7 @@ TEST(ServerResponsesBuilder, SingleCallWithoutParallelToolCallsAndNamespaces) {
   EXPECT_EQ(out[0]["namespace"], "agents");
 }
 
-TEST(ServerResponsesBuilder, WhitespaceOnlyOutputIsNoMessage) {
+TEST(ServerResponsesBuilder, WhitespaceAloneIsNoMessageWhitespaceInOneIsKept) {
   const auto req = ok(R"({"input": "x"})");
   ResponseBuilder b(meta_info(), req, true);
   std::string sse =
@@ -614,6 +615,11 @@ TEST(ServerResponsesBuilder, WhitespaceOnlyOutputIsNoMessage) {
   sse += b.finish(summary(), 0);
   EXPECT_EQ(b.response()["output"], ojson::array());
   EXPECT_EQ(events_of(sse).size(), 3u);  // created, in_progress, completed
+  // Whitespace before visible text is the message's: it opens at the first visible character.
+  ResponseBuilder c(meta_info(), req, false);
+  c.add({ev(OutputEventKind::kText, "\n"), ev(OutputEventKind::kText, "  x = 1 \n")});
+  c.finish(summary(), 0);
+  EXPECT_EQ(c.response()["output"][0]["content"][0]["text"], "\n  x = 1 \n");
 }
 
 // --- the store ---
