@@ -67,12 +67,12 @@ class Turn {
   std::string output(const std::vector<OutputEvent>& events) { return builder_.add(events); }
 
   std::string done(const JobSummary& s) {
-    std::string out;
+    // The reasoning's share of the output, counted by tokenizing its text again.
     std::int64_t reasoning_tokens = 0;
     if (const std::string r = builder_.reasoning_text(); !r.empty())
       if (auto ids = deps_.tokenizer->encode(r); ids.ok())
         reasoning_tokens = static_cast<std::int64_t>(ids->size());
-    out += builder_.finish(s, reasoning_tokens);
+    std::string out = builder_.finish(s, reasoning_tokens);
     if (request_.store) save(s);
     return out;
   }
