@@ -117,8 +117,7 @@ OutputPlan plan_output(ChatFamily family, const GenerationRequest& request,
   plan.output.parser.parse_tool_calls = !request.chat.tools.empty();
   plan.output.parser.parse_reasoning = true;
   // A template that opens the think block itself: the output starts inside it.
-  plan.output.parser.starts_in_reasoning =
-      rendered.ends_with("<think>\n") || rendered.ends_with("<think>");
+  plan.output.parser.starts_in_reasoning = prompt_opens_reasoning(rendered);
   if (forces_call(request.tool_choice) && !request.chat.tools.empty()) {
     const std::string name =
         request.tool_choice.mode == ToolChoice::Mode::kFunction ? request.tool_choice.name : "";

@@ -4,7 +4,9 @@
 // events -> response bodies and stream events), checked event by event.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "server/assistant_output.h"
 #include "server/format.h"
@@ -747,6 +749,73 @@ TEST(AgentGlue, StreamedAnthropicTurnEqualsTheBody) {
   for (const auto& [index, text] : partial) content[static_cast<std::size_t>(index)]["input"] = json::parse(text);
   const json body = complete_response(ApiKind::kMessages, {"msg_1", 1, "m", 40}, out.message(), summary());
   EXPECT_EQ(content, body["content"]);
+}
+
+// --- The agents' real requests (recorded by tests/agents/capture.mjs), parsed and rendered as the
+// server does: each is accepted (a 200, never a 400).
+
+json fixture(const std::string& name) {
+  std::ifstream in(std::string(FLASHSERVE_AGENT_FIXTURES) + "/" + name);
+  std::stringstream text;
+  text << in.rdbuf();
+  const json j = json::parse(text.str(), nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << name;
+  return j;
+}
+
+TEST(AgentFixtures, ClaudeCodeRequestsAreAccepted) {
+  for (const char* name : {"claude-code-1.json", "claude-code-2.json", "claude-code-3.json"}) {
+    const json f = fixture(name);
+    ASSERT_TRUE(f.contains("body")) << name;
+    EXPECT_EQ(f["path"].get<std::string>().rfind("/v1/messages", 0), 0u) << name;
+    const std::string body = f["body"].dump();
+    const auto r = ok(parse_anthropic_messages(body, kLimits));
+    EXPECT_TRUE(r.stream) << name;
+    EXPECT_EQ(r.max_tokens, f["body"]["max_tokens"].get<std::int64_t>());
+    EXPECT_EQ(r.chat.tools.size(), f["body"]["tools"].size()) << name;
+    EXPECT_EQ(r.chat.enable_thinking, std::optional<bool>(true)) << name;  // adaptive
+    // One system prompt, first: `system` and the system-role messages merged.
+    ASSERT_FALSE(r.chat.messages.empty());
+    EXPECT_EQ(r.chat.messages[0].role, "system");
+    for (std::size_t i = 1; i < r.chat.messages.size(); ++i)
+      EXPECT_NE(r.chat.messages[i].role, "system") << name;
+    for (const auto& block : f["body"]["system"])
+      EXPECT_NE(r.chat.messages[0].text().find(block["text"].get<std::string>()), std::string::npos);
+    const auto prompt = render_chat(ChatFamily::kQwen, r.chat, {});
+    ASSERT_TRUE(prompt.ok()) << name << ": " << prompt.status().to_string();
+    EXPECT_TRUE(prompt->ends_with("<|im_start|>assistant\n")) << name;
+    EXPECT_TRUE(plan_output(ChatFamily::kQwen, r, *prompt).output.parser.parse_tool_calls);
+    const auto counted = ok(parse_anthropic_count_tokens(body, kLimits));
+    const auto counted_prompt = render_chat(ChatFamily::kQwen, counted.chat, {});
+    ASSERT_TRUE(counted_prompt.ok());
+    EXPECT_EQ(*counted_prompt, *prompt);
+  }
+  // The tool turn's second request carries the call and its result back.
+  const auto r = ok(parse_anthropic_messages(fixture("claude-code-3.json")["body"].dump(), kLimits));
+  bool call = false, result = false;
+  for (const auto& m : r.chat.messages) {
+    call = call || (m.role == "assistant" && !m.tool_calls.empty());
+    result = result || m.role == "tool";
+  }
+  EXPECT_TRUE(call);
+  EXPECT_TRUE(result);
+}
+
+TEST(AgentFixtures, QwenCodeRequestsAreAccepted) {
+  for (const char* name : {"qwen-code-1.json", "qwen-code-2.json", "qwen-code-3.json"}) {
+    const json f = fixture(name);
+    ASSERT_TRUE(f.contains("body")) << name;
+    EXPECT_EQ(f["path"], "/v1/chat/completions");
+    const auto r = ok(parse_openai_chat(f["body"].dump(), kLimits));
+    EXPECT_TRUE(r.stream);
+    EXPECT_TRUE(r.include_usage);
+    EXPECT_EQ(r.chat.tools.size(), f["body"]["tools"].size()) << name;
+    const auto prompt = render_chat(ChatFamily::kQwen, r.chat, {});
+    ASSERT_TRUE(prompt.ok()) << name << ": " << prompt.status().to_string();
+    EXPECT_NE(prompt->find("# Tools"), std::string::npos);
+  }
+  const auto r = ok(parse_openai_chat(fixture("qwen-code-3.json")["body"].dump(), kLimits));
+  EXPECT_EQ(r.chat.messages.back().role, "tool");
 }
 
 }  // namespace
