@@ -343,6 +343,24 @@ TEST(OutputParser, CallThatBreaksAfterStreamingEndsIncomplete) {
   EXPECT_EQ(r.content, "\n<parameter=b>\nhal");
 }
 
+TEST(OutputParser, HostileCallsAreBounded) {
+  // Nesting past the scanner's bound breaks the call there (no unbounded stack).
+  const std::string deep =
+      "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": " + std::string(100, '[') +
+      std::string(100, ']') + "}}\n</tool_call>";
+  Result r = whole(deep, family(ChatFamily::kQwen));
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_FALSE(r.calls[0].complete);
+  EXPECT_EQ(r.calls[0].arguments, "{\"a\": " + std::string(62, '['));  // 64 open with the wrapper
+  EXPECT_EQ(r.content, std::string(38, '[') + std::string(100, ']') + "}}\n</tool_call>");
+  // A name longer than 256 bytes is no name: the call is text.
+  const std::string long_name =
+      "<tool_call>\n<function=" + std::string(300, 'n') + ">\n</function>";
+  r = whole(long_name, family(ChatFamily::kQwen));
+  EXPECT_TRUE(r.calls.empty());
+  EXPECT_EQ(r.content, long_name);
+}
+
 TEST(OutputParser, QwenTolerances) {
   // The wrapper's closing brace forgotten before </tool_call>.
   Result r =
@@ -355,6 +373,11 @@ TEST(OutputParser, QwenTolerances) {
       "<tool_call>\n{\"name\": \"w\", \"arguments\": {\"s\": \"a\nb\tc\"}}\n</tool_call>",
       family(ChatFamily::kQwen));
   EXPECT_EQ(r.calls.at(0), (Call{"w", "{\"s\": \"a\\nb\\tc\"}", true}));
+  // XML form: a forgotten </parameter> ends the value at the next tag.
+  r = parse_everywhere(
+      "<tool_call>\n<function=f>\n<parameter=a>\nx\n<parameter=b>\n2\n</function>\n</tool_call>",
+      family(ChatFamily::kQwen));
+  EXPECT_EQ(r.calls.at(0), (Call{"f", "{\"a\": \"x\", \"b\": 2}", true}));
 }
 
 TEST(OutputParser, OptionsSwitchParsingOff) {
@@ -377,6 +400,8 @@ TEST(OutputParser, OptionsSwitchParsingOff) {
   r = parse_everywhere("still thinking <tool_call>\n", o);
   EXPECT_EQ(r.reasoning, "still thinking <tool_call>");
   EXPECT_EQ(r.content, "");
+  r = parse_everywhere("cut in the tag </thi", o);
+  EXPECT_EQ(r.reasoning, "cut in the tag </thi");
 }
 
 TEST(OutputParser, PromptsThatOpenReasoning) {
@@ -384,6 +409,9 @@ TEST(OutputParser, PromptsThatOpenReasoning) {
   EXPECT_TRUE(prompt_opens_reasoning("<｜User｜>hi<｜Assistant｜><think>"));
   EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
   EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n"));
+  EXPECT_FALSE(
+      prompt_opens_reasoning("<|im_start|>user\nWhat is <think>?<|im_end|>\n"
+                             "<|im_start|>assistant\n"));
   // What the renderers write: Qwen3 with thinking off closes the block; DeepSeek V3 has none.
   ChatRequest r = request(R"({"messages": [{"role": "user", "content": "hi"}]})");
   r.add_generation_prompt = true;
@@ -466,7 +494,8 @@ TEST(OutputParser, DeepSeekMalformed) {
        {"<｜tool▁calls▁begin｜>hello",
         "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n"
         "```python\n{}\n```<｜tool▁call▁end｜>",
-        "a <｜DSML｜tool_calls>\n<｜DSML｜invoke nam", "<｜tool▁call▁begin｜>f<｜tool▁sep｜>[1]"}) {
+        "a <｜DSML｜tool_calls>\n<｜DSML｜invoke nam", "<｜tool▁call▁begin｜>f<｜tool▁sep｜>[1]",
+        "<｜tool▁calls▁begin｜>\n<｜tool▁calls▁end｜>"}) {
     const Result r = parse_everywhere(text, family(ChatFamily::kDeepSeek));
     EXPECT_EQ(r.content, text);
     EXPECT_TRUE(r.calls.empty()) << text;
@@ -546,6 +575,13 @@ TEST(OutputParser, RandomFragmentsStreamLikeTheWhole) {
       o.starts_in_reasoning = rng() % 4 == 0;
       SCOPED_TRACE(ojson(text).dump());
       calls += parse_everywhere(text, o).calls.size();
+      // Nothing lost: without reasoning, text with no call in it comes back whole (less the
+      // whitespace that starts the output).
+      o.parse_reasoning = false;
+      const Result plain = whole(text, o);
+      if (plain.calls.empty()) {
+        EXPECT_EQ(plain.content, text.substr(std::min(text.find_first_not_of(" \n"), text.size())));
+      }
       if (HasFailure()) return;
     }
   }

@@ -180,15 +180,15 @@ struct ChatOutputParser::Impl final : chat_detail::CallOutput {
     }
     std::size_t hold = in.size();
     for (std::size_t i = in.size() > kThinkClose.size() ? in.size() - kThinkClose.size() : 0;
-         i < in.size(); ++i) {
+         i < in.size() && !at_end; ++i) {
       if (in[i] == '<' && starts_with_tag(in.substr(i), kThinkClose) == Match::kPartial) {
         hold = i;
         break;
       }
     }
+    // At the end an unclosed block is reasoning; its trailing whitespace goes as </think>'s would.
     hold -= trailing_space(in.substr(0, hold));
     piece(OutputEventKind::kReasoning, in.substr(0, hold));
-    // At the end an unclosed block is reasoning; its trailing whitespace goes as </think>'s would.
     buffer.erase(0, at_end ? in.size() : hold);
     return false;
   }
@@ -353,9 +353,8 @@ ParsedOutput parse_chat_output(std::string_view text, const OutputParserOptions&
 }
 
 bool prompt_opens_reasoning(std::string_view prompt) {
-  const std::size_t open = prompt.rfind(kThinkOpen);
-  return open != std::string_view::npos &&
-         prompt.find(kThinkClose, open + kThinkOpen.size()) == std::string_view::npos;
+  prompt.remove_suffix(trailing_space(prompt));
+  return prompt.ends_with(kThinkOpen);
 }
 
 }  // namespace fs

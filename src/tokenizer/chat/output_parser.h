@@ -29,10 +29,11 @@
 //
 // Incremental: feed() takes text as the stream decoder releases it (any split point, inside a
 // tag, a special token or a multi-byte character included) and returns the events that are
-// certain so far. Only what may still be the start of a tag (or the whitespace and newlines
-// above) is held back, and a piece never ends inside a UTF-8 character; everything else is
-// released at once. The events of any split, concatenated, equal those of the whole text
-// (parse_chat_output), call ids apart.
+// certain so far. Held back are only: what may still be the start of a tag, a call until it
+// commits (below), an XML-like parameter until its closing tag, the whitespace above, and the
+// end of a piece that would split a UTF-8 character; everything else is released at once. The
+// events of any split, concatenated, equal those of the whole text (parse_chat_output), call
+// ids apart. An empty DeepSeek/DSML block, which calls nothing, stays text.
 //
 // Malformed calls. A call commits when its name is known and its arguments have begun (JSON
 // syntaxes: the arguments' '{'; XML-like ones: the name's tag): kToolCallBegin is sent and the
@@ -124,9 +125,10 @@ struct ParsedOutput {
 };
 ParsedOutput parse_chat_output(std::string_view text, const OutputParserOptions& options);
 
-// Whether a rendered prompt leaves a <think> block open (its last <think> has no </think> after
-// it), so that the output starts as reasoning: OutputParserOptions::starts_in_reasoning. Added so
-// that each API layer need not look for itself.
+// Whether a rendered prompt leaves a <think> block open for the output (it ends with <think> and
+// maybe whitespace, as generation prompts that start the model thinking do), so that the output
+// starts as reasoning: OutputParserOptions::starts_in_reasoning. A <think> earlier in the prompt
+// (quoted by a user, say) does not count. Added so that each API layer need not look for itself.
 bool prompt_opens_reasoning(std::string_view prompt);
 
 }  // namespace fs

@@ -3,6 +3,7 @@
 // syntaxes have in common. Internal to tokenizer/chat.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -95,6 +96,11 @@ Match take_tag(CallInput& in, std::string_view tag);
 // Readers fail at the first byte that cannot continue their syntax and consume nothing past it,
 // so that where a call fails, and so what is text, does not depend on how the output was split.
 bool take_until(CallInput& in, std::string_view tag, std::string& value);
+
+// The same for several tags (each starting with '<'): consumes the value and, when `consume_tag`,
+// the first tag found; returns its index, or -1 while none is complete.
+int take_until_any(CallInput& in, std::initializer_list<std::string_view> tags, std::string& value,
+                   bool consume_tag);
 
 // Consumes a name up to `terminator` (consumed too), appending it to `name`. kNo, consuming
 // nothing more, at a '<' or a newline (a tag cannot hold them) or past `max_bytes`.

@@ -44,6 +44,33 @@ bool take_until(CallInput& in, std::string_view tag, std::string& value) {
   return false;
 }
 
+int take_until_any(CallInput& in, std::initializer_list<std::string_view> tags, std::string& value,
+                   bool consume_tag) {
+  const std::string_view s = in.rest();
+  for (std::size_t i = s.find('<'); i != std::string_view::npos; i = s.find('<', i + 1)) {
+    bool partial = false;
+    int index = 0;
+    for (const std::string_view tag : tags) {
+      const Match m = starts_with_tag(s.substr(i), tag);
+      if (m == Match::kYes) {
+        value.append(s.substr(0, i));
+        in.consume(consume_tag ? i + tag.size() : i);
+        return index;
+      }
+      partial = partial || m == Match::kPartial;
+      ++index;
+    }
+    if (partial) {
+      value.append(s.substr(0, i));
+      in.consume(i);
+      return -1;
+    }
+  }
+  value.append(s);
+  in.consume(s.size());
+  return -1;
+}
+
 Match take_name(CallInput& in, char terminator, std::string& name, std::size_t max_bytes) {
   const std::string_view s = in.rest();
   std::size_t n = 0;

@@ -45,6 +45,8 @@ class DeepSeekReader final : public ToolCallReader {
           }
           const Match end = take_tag(in, kCallsEnd);
           if (end == Match::kYes) {
+            // An empty block calls nothing: it stays text.
+            if (calls_ == 0) return ReadResult::kFailed;
             out.sync();
             return ReadResult::kDone;
           }
@@ -173,6 +175,8 @@ class DsmlReader final : public ToolCallReader {
           }
           const Match end = take_tag(in, block_end_);
           if (end == Match::kYes) {
+            // An empty block calls nothing: it stays text.
+            if (calls_ == 0) return ReadResult::kFailed;
             out.sync();
             return ReadResult::kDone;
           }

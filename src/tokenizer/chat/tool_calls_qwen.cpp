@@ -6,7 +6,8 @@
 // arguments object has begun, then streams the arguments as written; the wrapper's members may come
 // in either order, other members are ignored, and a missing closing brace of the wrapper before
 // </tool_call> is tolerated (a common slip). The XML form commits at the function name and emits
-// each parameter as a JSON member once its </parameter> is read.
+// each parameter as a JSON member once its </parameter> is read (or, that tag forgotten, the
+// next <parameter= or </function>).
 #include <memory>
 #include <optional>
 #include <string>
@@ -88,7 +89,11 @@ class QwenReader final : public ToolCallReader {
           break;
         }
         case Step::kParamValue: {
-          if (!take_until(in, "</parameter>", acc_)) return need_more(in);
+          // A missing </parameter> (a slip Qwen3-Coder makes) ends the value at the next tag.
+          const int tag =
+              take_until_any(in, {"</parameter>", "<parameter=", "</function>"}, acc_, false);
+          if (tag < 0) return need_more(in);
+          if (tag == 0) in.consume(std::string_view("</parameter>").size());
           // The template writes the value between newlines.
           std::string_view v = acc_;
           if (v.starts_with('\n')) v.remove_prefix(1);
@@ -205,7 +210,11 @@ class QwenReader final : public ToolCallReader {
           have_name_ = true;
         }
       } else if (arguments_started_ && !arguments_done_) {
-        piece += p == JsonScanner::Push::kEscaped ? wrapper_.escaped() : std::string(1, c);
+        if (p == JsonScanner::Push::kEscaped) {
+          piece += wrapper_.escaped();
+        } else {
+          piece += c;
+        }
         if (wrapper_.depth() == 1) arguments_done_ = true;
       }
       if (!out.call_open() && have_name_ && (arguments_started_ || wrapper_.done())) {
