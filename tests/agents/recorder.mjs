@@ -1,6 +1,6 @@
 // A loopback HTTP server between a coding agent and its model server that records every request
 // the agent makes: method, path, headers (credentials redacted), the body's size in bytes, the
-// parsed body, the answer's status and, for a refusal, the answer's body. It forwards each request to `upstream`
+// parsed body, the answer's status, its start and end, and for a refusal the answer's body. It forwards each request to `upstream`
 // (flashserve), or with no upstream answers it as the fake model (fake_model.mjs).
 //
 // The agents run with HTTPS_PROXY/HTTP_PROXY pointing here too, so a connection one tries to open
@@ -11,8 +11,9 @@ import zlib from 'node:zlib';
 import { answerAsFakeModel } from './fake_model.mjs';
 
 const SECRET_HEADERS = new Set(['authorization', 'x-api-key', 'cookie', 'proxy-authorization']);
-// How much of a refused answer's body a record keeps (enough for any error JSON).
-const ERROR_BODY_LIMIT = 16384;
+// How much of the start and of the end of an answer a record keeps (enough for any error JSON,
+// and for the last events of a stream).
+const ANSWER_KEEP = 8192;
 
 function redact(headers) {
   const out = {};
@@ -20,21 +21,29 @@ function redact(headers) {
   return out;
 }
 
-// A refused answer's body as text, decoded when the server compressed it (the agents accept
-// gzip, br, zstd).
-function errorText(raw, encoding) {
-  try {
-    if (encoding === 'gzip') raw = zlib.gunzipSync(raw);
-    else if (encoding === 'br') raw = zlib.brotliDecompressSync(raw);
-    else if (encoding === 'deflate') raw = zlib.inflateSync(raw);
-    else if (encoding === 'zstd') {
-      if (!zlib.zstdDecompressSync) return `(${raw.length} bytes, zstd-compressed)`;
-      raw = zlib.zstdDecompressSync(raw);
-    }
-  } catch (e) {
-    return `(${raw.length} bytes, ${encoding} that does not decode: ${e.message})`;
+// A sink for the answer's bytes that keeps, decoded (the agents accept gzip, br, zstd), the text
+// of a refusal in rec.error, and for any answer rec.answer = {bytes, head, tail}: the decoded size
+// and its first and last ANSWER_KEEP characters.
+function watchAnswer(rec, encoding) {
+  const decoders = { gzip: zlib.createGunzip, deflate: zlib.createInflate, br: zlib.createBrotliDecompress,
+    zstd: zlib.createZstdDecompress };
+  rec.answer = { bytes: 0, head: '', tail: '' };
+  const keep = (chunk) => {
+    const text = chunk.toString('utf8');
+    rec.answer.bytes += chunk.length;
+    if (rec.answer.head.length < ANSWER_KEEP) rec.answer.head += text.slice(0, ANSWER_KEEP - rec.answer.head.length);
+    rec.answer.tail = (rec.answer.tail + text).slice(-ANSWER_KEEP);
+    if (rec.status >= 400) rec.error = rec.answer.head;
+  };
+  if (!encoding || encoding === 'identity') return { write: keep, end: () => {} };
+  if (!decoders[encoding]) {
+    rec.answer.head = `(${encoding}-compressed; not decoded here)`;
+    return { write: () => {}, end: () => {} };
   }
-  return raw.toString('utf8').slice(0, ERROR_BODY_LIMIT);
+  const d = decoders[encoding]();
+  d.on('data', keep);
+  d.on('error', (e) => (rec.answer.head += ` (${encoding} does not decode: ${e.message})`));
+  return { write: (c) => d.write(c), end: () => d.end() };
 }
 
 function parseBody(raw) {
@@ -81,17 +90,16 @@ export async function startRecorder({ upstream } = {}) {
         (ures) => {
           rec.status = ures.statusCode;
           res.writeHead(ures.statusCode, ures.headers);
-          const errorChunks = [];
-          let kept = 0;
+          // What the server answers, decoded, for the failure report: a refusal's body, or how far
+          // a stream got (its size, its first and last events) when the agent gave up on it.
+          const answer = watchAnswer(rec, ures.headers['content-encoding']);
           ures.on('data', (c) => {
-            if (rec.status >= 400 && kept < 4 * ERROR_BODY_LIMIT) {
-              errorChunks.push(c);
-              kept += c.length;
-            }
+            answer.write(c);
             res.write(c);
           });
           ures.on('end', () => {
-            if (errorChunks.length) rec.error = errorText(Buffer.concat(errorChunks), ures.headers['content-encoding']);
+            rec.done = true;
+            answer.end();
             res.end();
           });
         },

@@ -3,7 +3,7 @@
 //
 //   node tests/agents/run.mjs --binary build/src/flashserve --model models/qwen4-tiny-code \
 //        [--agent claude-code|codex|qwen-code]... [--max-context N] [--turn-timeout-s S]
-//        [--timeout-s S] [--scratch DIR] [--keep] [--fake-model]
+//        [--timeout-s S] [--scratch DIR] [--keep] [--records DIR] [--fake-model]
 //
 // Starts the server on a free loopback port (tests/api/server.mjs) and a recorder in front of it
 // (recorder.mjs), through which the agent talks, so that every request, its status and, for a
@@ -15,10 +15,13 @@
 // must count no 4xx/5xx in flashserve_requests_total and its log must hold no error; it must
 // stop cleanly on SIGTERM.
 //
+// --records DIR writes every request the agents made, with its status and the start and end of
+// the server's answer, to DIR/<agent>.<turn>-<n>.json. --keep keeps the agents' HOME and working
+// directories (under --scratch, default the system's temporary directory).
 // --fake-model runs the agents against fake_model.mjs instead of the server (checks the agents'
 // configuration and this harness alone). Exits 77 (ctest: skipped) when an agent is not
 // installed (npm ci in tests/agents; scripts/setup.sh does it).
-import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AGENTS, PLAIN_PROMPT, TOOL_MARKER, installed, killAgents, runAgent, toolPrompt } from './agents.mjs';
@@ -53,6 +56,8 @@ if (missing.length) {
   process.exit(77);
 }
 const turnTimeoutMs = Number(argOf('--turn-timeout-s', '180')) * 1000;
+const recordsDir = argOf('--records');
+if (recordsDir) mkdirSync(recordsDir, { recursive: true });
 
 let server = null;
 const globalTimer = setTimeout(() => {
@@ -83,13 +88,17 @@ async function stopFlashserve(s) {
   return r;
 }
 
-// flashserve_requests_total{endpoint="...",status="..."} N lines of /metrics.
-async function requestCounts(base) {
+// The flashserve_requests_total{endpoint="...",status="..."} lines of /metrics, and the counters
+// that say what the turns cost (prompt and generated tokens, finish reasons, warm prefixes).
+async function serverMetrics(base) {
   const text = await (await fetch(`${base}/metrics`)).text();
-  const out = [];
+  const requests = [];
   for (const m of text.matchAll(/^flashserve_requests_total\{endpoint="([^"]*)",status="(\d+)"\} (\d+)/gm))
-    out.push({ endpoint: m[1], status: Number(m[2]), count: Number(m[3]) });
-  return out;
+    requests.push({ endpoint: m[1], status: Number(m[2]), count: Number(m[3]) });
+  const figures = {};
+  for (const m of text.matchAll(/^(flashserve_(?:prompt_tokens_total|generated_tokens_total|finish_total|session_lookups_total)(?:\{[^}]*\})?) (\d+)/gm))
+    if (Number(m[2]) > 0) figures[m[1]] = Number(m[2]);
+  return { requests, figures };
 }
 
 // Whether a request body hands the model a tool result holding `marker`, in the agent's API.
@@ -115,7 +124,7 @@ async function runTurn(agent, turn, recorder, dir) {
   const first = recorder.records.length;
   const r = await runAgent(agent, { base: recorder.base, dir, prompt, timeoutMs: turnTimeoutMs });
   const records = recorder.records.slice(first);
-  const problems = [];
+  let problems = [];
   if (r.timedOut) problems.push(`no exit within ${turnTimeoutMs / 1000} s (killed)`);
   else if (r.code !== 0) problems.push(`exit ${r.code ?? r.signal}`);
   if (r.isError) problems.push('the agent reported an error result');
@@ -124,6 +133,12 @@ async function runTurn(agent, turn, recorder, dir) {
     if (rec.outbound) problems.push(`connection beyond loopback: ${rec.method} ${rec.path}`);
     else if (!(rec.status < 400)) problems.push(`refused: ${describeRecord(rec)}`);
   }
+  // How far each accepted answer got, when the turn failed: the agent may have given up on a
+  // stream still running, or refused one that ended.
+  const answers = records
+    .filter((rec) => !rec.outbound && rec.status < 400 && rec.answer)
+    .map((rec) => `${rec.method} ${rec.path} -> ${rec.status}, ${rec.done ? 'ended' : 'still streaming'} after ` +
+      `${rec.answer.bytes} bytes; first: ${clip(rec.answer.head, 700)} last: ${rec.answer.tail.slice(-700)}`);
   if (!records.some((rec) => !rec.outbound)) problems.push('no request reached the server');
   if (turn === 'tool') {
     const call = r.toolCalls.find((c) => c.name === agent.shellTool);
@@ -134,7 +149,17 @@ async function runTurn(agent, turn, recorder, dir) {
       problems.push('the server received no request carrying the tool result');
     if (!r.answer.includes(TOOL_MARKER)) problems.push(`the answer does not quote ${TOOL_MARKER}`);
   }
-  if (problems.length && r.stderr.trim()) problems.push(`agent stderr: ${clip(r.stderr.trim(), 1500)}`);
+  if (recordsDir)
+    records.forEach((rec, i) =>
+      writeFileSync(join(recordsDir, `${agent.name}.${turn}-${i + 1}.json`), JSON.stringify(rec, null, 2) + '\n'));
+  if (problems.length) {
+    problems.push(...answers.map((a) => `answer: ${a}`));
+    if (r.stderr.trim()) problems.push(`agent stderr: ${clip(r.stderr.trim(), 1500)}`);
+  }
+  // The same refusal, repeated by an agent's retries, once with its count.
+  const counted = new Map();
+  for (const p of problems) counted.set(p, (counted.get(p) ?? 0) + 1);
+  problems = [...counted].map(([p, n]) => (n > 1 ? `${p} (x${n})` : p));
   return {
     name: `${agent.name}.${turn}`,
     ok: problems.length === 0,
@@ -150,6 +175,7 @@ mkdirSync(scratchRoot, { recursive: true });
 const scratch = mkdtempSync(join(scratchRoot, 'flashserve-agents-'));
 const results = [];
 const serverChecks = [];
+let serverFigures = null;
 let exitCode = 0;
 try {
   if (!fake) server = await startFlashserve();
@@ -168,8 +194,9 @@ try {
   }
   await recorder.close();
   if (server) {
-    const counts = await requestCounts(server.base);
-    const bad = counts.filter((c) => c.status >= 400);
+    const m = await serverMetrics(server.base);
+    serverFigures = m.figures;
+    const bad = m.requests.filter((c) => c.status >= 400);
     serverChecks.push({ name: 'metrics: no 4xx/5xx in flashserve_requests_total', ok: bad.length === 0,
       detail: bad.map((c) => `${c.endpoint} ${c.status} x${c.count}`).join(', ') });
     const stopped = await stopFlashserve(server);
@@ -192,6 +219,7 @@ try {
 const all = [...results, ...serverChecks];
 const passed = all.filter((r) => r.ok).length;
 const failed = all.length - passed;
-console.log(JSON.stringify({ fake_model: fake, turns: results.map(({ name, ok, ms, requests }) => ({ name, ok, ms, requests })) }));
+console.log(JSON.stringify({ fake_model: fake, turns: results.map(({ name, ok, ms, requests }) => ({ name, ok, ms, requests })),
+  server: serverFigures }));
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(exitCode || (failed ? 1 : 0));
