@@ -867,5 +867,20 @@ TEST(ServerResponsesContinuation, NewQueryDropsOldReasoningButKeepsThePrompt) {
   EXPECT_TRUE(starts_with(p2.tokens, p1.tokens));
 }
 
+// Thinking off: the generation prompt ends in an empty think block that the history does not
+// show, so a new user message's prompt does not extend the previous prompt (docs/SERVER.md says
+// so; a template that kept the block would make this a continuation).
+TEST(ServerResponsesContinuation, ThinkingOffFollowUpDivergesInsideThePreviousPrompt) {
+  const auto r1 = ok(R"({"input": "Why?", "reasoning": {"effort": "none"}})");
+  const auto p1 = prompt_of(r1, nullptr);
+  EXPECT_TRUE(p1.text.ends_with("<think>\n\n</think>\n\n"));
+  const StoredResponse s = finished_turn(r1, p1, encode("Because."), {message_item("Because.")});
+  const auto p2 = prompt_of(
+      ok(R"({"previous_response_id": "resp_1", "input": "And?", "reasoning": {"effort": "none"}})"),
+      &s);
+  EXPECT_FALSE(p2.continued);
+  EXPECT_FALSE(starts_with(p2.tokens, p1.tokens));
+}
+
 }  // namespace
 }  // namespace fs::server
