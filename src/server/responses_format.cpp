@@ -128,7 +128,7 @@ std::string ResponseBuilder::add(const std::vector<OutputEvent>& events) {
         on_call_arguments(e.text);
         break;
       case OutputEventKind::kToolCallEnd:
-        on_call_end();
+        on_call_end(e.complete);
         break;
     }
   }
@@ -229,8 +229,9 @@ void ResponseBuilder::on_call_arguments(const std::string& text) {
         {"delta", text}});
 }
 
-void ResponseBuilder::on_call_end() {
-  if (open_ == Open::kCall) close("completed");
+void ResponseBuilder::on_call_end(bool complete) {
+  // A call cut off or broken after it began: its arguments are what was streamed.
+  if (open_ == Open::kCall) close(complete ? "completed" : "incomplete");
   skip_call_ = false;
 }
 

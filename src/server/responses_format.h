@@ -59,7 +59,7 @@ class ResponseBuilder {
   void on_text(const std::string& text);
   void on_call_begin(const OutputEvent& e);
   void on_call_arguments(const std::string& text);
-  void on_call_end();
+  void on_call_end(bool complete);
   void close(const char* status);
   void open_item(Open kind, const char* id_prefix, nlohmann::ordered_json item);
   std::string item_id(const char* prefix) const;

@@ -575,6 +575,25 @@ TEST(ServerResponsesBuilder, TokenLimitMakesItIncomplete) {
   EXPECT_EQ(events[events.size() - 2].second["item"]["status"], "incomplete");
 }
 
+TEST(ServerResponsesBuilder, ACallCutOffIsIncomplete) {
+  const auto req = ok(R"({"input": "x", "tools": [{"type": "function", "name": "f"}]})");
+  ResponseBuilder b(meta_info(), req, false);
+  OutputEvent begin = ev(OutputEventKind::kToolCallBegin);
+  begin.id = "call_1";
+  begin.name = "f";
+  OutputEvent end = ev(OutputEventKind::kToolCallEnd);
+  end.complete = false;
+  b.add({begin, ev(OutputEventKind::kToolCallArguments, "{\"a\": "), end,
+         ev(OutputEventKind::kText, "rest")});
+  b.finish(summary(), 0);
+  const ojson& out = b.response()["output"];
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0]["status"], "incomplete");
+  EXPECT_EQ(out[0]["arguments"], "{\"a\": ");
+  EXPECT_EQ(out[1]["content"][0]["text"], "rest");
+  EXPECT_EQ(b.response()["status"], "completed");
+}
+
 TEST(ServerResponsesBuilder, FailureEndsTheStreamWithResponseFailed) {
   const auto req = ok(R"({"input": "x"})");
   ResponseBuilder b(meta_info(), req, true);
