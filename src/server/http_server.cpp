@@ -372,6 +372,10 @@ void install_routes(GuardedServer& svr, Context& ctx) {
   svr.Get(R"(/v1/responses/([^/]+))", [&ctx](const httplib::Request& req, httplib::Response& res) {
     handle_responses_get(ctx.responses_deps, req.matches[1], res);
   });
+  svr.Get(R"(/v1/responses/([^/]+)/input_items)",
+          [&ctx](const httplib::Request& req, httplib::Response& res) {
+            handle_responses_input_items(ctx.responses_deps, req.matches[1], req, res);
+          });
   svr.Delete(R"(/v1/responses/([^/]+))",
              [&ctx](const httplib::Request& req, httplib::Response& res) {
                handle_responses_delete(ctx.responses_deps, req.matches[1], res);

@@ -25,6 +25,8 @@ struct StoredResponse {
   // input items and this response's output items (instructions are not carried over, as in
   // OpenAI's API).
   std::vector<ResponseItem> conversation;
+  // This request's own input items: conversation[input_begin, input_end) (input_items lists them).
+  std::size_t input_begin = 0, input_end = 0;
   // The exact token sequence the model state covers after this turn (prompt, then the
   // generated tokens), and the same as text (special tokens written out), so a follow-up whose
   // rendering extends `text` continues from these very tokens. Empty when the turn's state was

@@ -341,6 +341,37 @@ std::string ResponseBuilder::reasoning_text() const {
   return out;
 }
 
+ojson item_object(const ResponseItem& item, const std::string& id) {
+  const std::string& item_id = item.id.empty() ? id : item.id;
+  switch (item.kind) {
+    case ItemKind::kMessage: {
+      const bool assistant = item.role == "assistant";
+      ojson part =
+          assistant ? text_part(item.text) : ojson{{"type", "input_text"}, {"text", item.text}};
+      return {{"id", item_id},
+              {"type", "message"},
+              {"status", "completed"},
+              {"role", item.role},
+              {"content", ojson::array({std::move(part)})}};
+    }
+    case ItemKind::kFunctionCall:
+      return {{"id", item_id},           {"type", "function_call"}, {"status", "completed"},
+              {"call_id", item.call_id}, {"name", item.name},       {"arguments", item.arguments}};
+    case ItemKind::kFunctionCallOutput:
+      return {{"id", item_id},
+              {"type", "function_call_output"},
+              {"status", "completed"},
+              {"call_id", item.call_id},
+              {"output", item.text}};
+    case ItemKind::kReasoning:
+      return {{"id", item_id},
+              {"type", "reasoning"},
+              {"summary", ojson::array()},
+              {"content", ojson::array({reasoning_part(item.text)})}};
+  }
+  return ojson::object();
+}
+
 ojson response_deleted(const std::string& id) {
   return {{"id", id}, {"object", "response"}, {"deleted", true}};
 }

@@ -88,4 +88,8 @@ class ResponseBuilder {
 // {"error": {...}} bodies share the OpenAI shape (api_error.h); a stored response's deletion:
 nlohmann::ordered_json response_deleted(const std::string& id);
 
+// A conversation item as the API shows it (GET /v1/responses/{id}/input_items); `id` stands in
+// when the item came without one.
+nlohmann::ordered_json item_object(const ResponseItem& item, const std::string& id);
+
 }  // namespace fs::server

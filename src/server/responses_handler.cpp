@@ -1,5 +1,7 @@
 #include "server/responses_handler.h"
 
+#include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <ctime>
 #include <random>
@@ -57,9 +59,12 @@ class Turn {
        bool streaming)
       : deps_(deps), request_(request), builder_(std::move(meta), request, streaming) {}
 
-  // What the store keeps besides the output: the conversation so far and the prompt.
-  void set_context(std::vector<ResponseItem> conversation, ResponsesPrompt prompt) {
+  // What the store keeps besides the output: the conversation so far (the last `input` items
+  // are this request's) and the prompt.
+  void set_context(std::vector<ResponseItem> conversation, std::size_t input,
+                   ResponsesPrompt prompt) {
     conversation_ = std::move(conversation);
+    input_ = input;
     prompt_ = std::move(prompt);
   }
 
@@ -85,6 +90,8 @@ class Turn {
     entry->id = builder_.response()["id"].get<std::string>();
     entry->response = builder_.response();
     entry->conversation = std::move(conversation_);
+    entry->input_end = entry->conversation.size();
+    entry->input_begin = entry->input_end - input_;
     for (const auto& item : builder_.output_items()) entry->conversation.push_back(item);
     record_continuation(*deps_.tokenizer, prompt_, s.generated, *entry);
     deps_.store->put(std::move(entry));
@@ -94,6 +101,7 @@ class Turn {
   const ResponsesRequest& request_;
   ResponseBuilder builder_;
   std::vector<ResponseItem> conversation_;
+  std::size_t input_ = 0;
   ResponsesPrompt prompt_;
 };
 
@@ -156,7 +164,7 @@ void handle_responses_create(const ResponsesDeps& deps, const httplib::Request& 
   std::vector<ResponseItem> conversation =
       previous ? previous->conversation : std::vector<ResponseItem>();
   conversation.insert(conversation.end(), r->input.begin(), r->input.end());
-  turn->set_context(std::move(conversation), std::move(prompt));
+  turn->set_context(std::move(conversation), r->input.size(), std::move(prompt));
 
   const auto deadline = arrived + std::chrono::seconds(deps.request_timeout_s);
   const char* timeout_message =
@@ -299,6 +307,55 @@ void handle_responses_get(const ResponsesDeps& deps, const std::string& id,
     return send_error(res, e);
   }
   res.set_content(dump(stored->response), "application/json");
+}
+
+void handle_responses_input_items(const ResponsesDeps& deps, const std::string& id,
+                                  const httplib::Request& req, httplib::Response& res) {
+  const auto stored = deps.store->get(id);
+  if (!stored) {
+    ApiError e;
+    e.status = 404;
+    e.param = "response_id";
+    e.code = "response_not_found";
+    e.message = "No response with id '" + id + "' is stored.";
+    return send_error(res, e);
+  }
+  // ?order=asc|desc (default desc, newest first), ?limit=1..100 (default 20), ?after=ITEM_ID.
+  const std::string order = req.has_param("order") ? req.get_param_value("order") : "desc";
+  if (order != "asc" && order != "desc")
+    return send_error(res, ApiError::invalid("order", "'order' must be 'asc' or 'desc'"));
+  std::size_t limit = 20;
+  if (req.has_param("limit")) {
+    const std::string v = req.get_param_value("limit");
+    std::size_t n = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (ec != std::errc() || end != v.data() + v.size() || n < 1 || n > 100)
+      return send_error(res,
+                        ApiError::invalid("limit", "'limit' must be an integer from 1 to 100"));
+    limit = n;
+  }
+  ojson all = ojson::array();
+  const std::string hex = id.substr(id.find('_') + 1);
+  for (std::size_t i = stored->input_begin; i < stored->input_end; ++i)
+    all.push_back(item_object(stored->conversation[i],
+                              "in_" + hex + "_" + std::to_string(i - stored->input_begin)));
+  if (order == "desc") std::reverse(all.begin(), all.end());
+  std::size_t start = 0;
+  if (req.has_param("after")) {
+    const std::string after = req.get_param_value("after");
+    while (start < all.size() && all[start]["id"] != after) ++start;
+    if (start == all.size())
+      return send_error(res, ApiError::invalid("after", "'after' names no item of this response"));
+    ++start;
+  }
+  ojson data = ojson::array();
+  for (std::size_t i = start; i < all.size() && data.size() < limit; ++i) data.push_back(all[i]);
+  const ojson body = {{"object", "list"},
+                      {"data", data},
+                      {"first_id", data.empty() ? ojson(nullptr) : data.front()["id"]},
+                      {"last_id", data.empty() ? ojson(nullptr) : data.back()["id"]},
+                      {"has_more", start + data.size() < all.size()}};
+  res.set_content(dump(body), "application/json");
 }
 
 void handle_responses_delete(const ResponsesDeps& deps, const std::string& id,

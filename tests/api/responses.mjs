@@ -1,7 +1,7 @@
 // The OpenAI Responses API (POST /v1/responses) of `flashserve serve`, driven by the real
 // `openai` npm client: plain and streamed responses, the stream's event order, a
 // previous_response_id follow-up that the session bank continues warm (RAM hit in /metrics,
-// cached_tokens), stored responses (retrieve, delete, store: false), forced function calls,
+// cached_tokens), stored responses (retrieve, input_items, delete, store: false), forced function calls,
 // client-side tool loops, malformed requests, and the real Codex requests of tests/agents.
 //
 //   node responses.mjs --binary build/src/flashserve [--model DIR]
@@ -212,12 +212,32 @@ await test('previous_response_id: the follow-up renders the whole conversation a
   assert.equal(counted.input_tokens, t2.usage.input_tokens);
 });
 
-await test('stored responses: retrieve, delete; store: false is not kept; unknown ids are refused as OpenAI does', async () => {
+await test('stored responses: retrieve, input_items, delete; store: false is not kept; unknown ids are refused as OpenAI does', async () => {
   const r = await client.responses.create({ model: 'x', input: 'x = ', max_output_tokens: 3, temperature: 0 });
   const got = await client.responses.retrieve(r.id);
   assert.equal(got.id, r.id);
   assert.deepEqual(got.output, r.output);
   assert.equal(got.output_text, r.output_text);
+  // Its input items, newest first by default, paged.
+  const many = await client.responses.create({
+    model: 'x', max_output_tokens: 2, temperature: 0, input: [
+      { role: 'developer', content: 'Be brief.' },
+      { role: 'user', content: [{ type: 'input_text', text: 'Call f.' }] },
+      { type: 'function_call', call_id: 'call_a', name: 'f', arguments: '{}' },
+      { type: 'function_call_output', call_id: 'call_a', output: 'done' },
+    ],
+  });
+  const asc = await client.responses.inputItems.list(many.id, { order: 'asc' });
+  assert.deepEqual(asc.data.map((i) => i.type), ['message', 'message', 'function_call', 'function_call_output']);
+  assert.equal(asc.data[1].content[0].text, 'Call f.');
+  assert.equal(asc.data[3].output, 'done');
+  const desc = await client.responses.inputItems.list(many.id);
+  assert.deepEqual(desc.data.map((i) => i.id), asc.data.map((i) => i.id).reverse());
+  const page = await client.responses.inputItems.list(many.id, { order: 'asc', limit: 3 });
+  assert.equal(page.data.length, 3);
+  assert.equal(page.has_more, true);
+  const rest = await client.responses.inputItems.list(many.id, { order: 'asc', after: page.data[2].id });
+  assert.deepEqual(rest.data.map((i) => i.type), ['function_call_output']);
   const del = await client.responses.delete(r.id);
   assert.deepEqual(del, { id: r.id, object: 'response', deleted: true });
   await assert.rejects(client.responses.retrieve(r.id), (e) => e.status === 404);
