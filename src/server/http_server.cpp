@@ -75,9 +75,9 @@ void send_error(httplib::Response& res, bool anthropic, const ApiError& e) {
 
 // A bounded label set: unknown paths are counted together, so scanners cannot grow /metrics.
 std::string endpoint_label(const std::string& path) {
-  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/messages",
-                            "/v1/messages/count_tokens", "/v1/models", "/v1/responses",
-                            "/v1/responses/input_tokens", "/health", "/metrics"})
+  for (const char* known :
+       {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/messages/count_tokens",
+        "/v1/models", "/v1/responses", "/v1/responses/input_tokens", "/health", "/metrics"})
     if (path == known) return path;
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   if (path.rfind("/v1/responses/", 0) == 0) return "/v1/responses/{id}";
