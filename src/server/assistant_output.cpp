@@ -37,6 +37,7 @@ std::vector<OutputEvent> AssistantOutput::finish() {
 
 void AssistantOutput::emit_text(std::string text, std::vector<OutputEvent>& out) {
   if (text.empty()) return;
+  in_reasoning_ = false;
   message_.content += text;
   if (!out.empty() && out.back().kind == OutputEventKind::kText) {
     out.back().text += text;
@@ -58,6 +59,7 @@ void AssistantOutput::absorb(std::vector<OutputEvent> in, std::vector<OutputEven
     // Visible text is interrupted here, so what the stop matcher held back cannot become a stop
     // sequence any more: it is plain text, and it comes first.
     emit_text(stops_.flush(), out);
+    in_reasoning_ = e.kind == OutputEventKind::kReasoning;
     switch (e.kind) {
       case OutputEventKind::kReasoning:
         message_.reasoning += e.text;
@@ -72,6 +74,9 @@ void AssistantOutput::absorb(std::vector<OutputEvent> in, std::vector<OutputEven
       case OutputEventKind::kToolCallEnd:
         if (e.index >= 0 && static_cast<std::size_t>(e.index) < message_.tool_calls.size())
           message_.tool_calls[static_cast<std::size_t>(e.index)].complete = e.complete;
+        calls_done_ =
+            options_.max_tool_calls > 0 &&
+            message_.tool_calls.size() >= static_cast<std::size_t>(options_.max_tool_calls);
         break;
       case OutputEventKind::kText:
         break;
@@ -89,8 +94,12 @@ std::string tool_call_prefix(ChatFamily family, std::string_view name) {
     case ChatFamily::kDeepSeek: {
       // <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
       std::string p =
-          "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>"
-          "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>function"
+          "<\xEF\xBD\x9Ctool\xE2\x96\x81"
+          "calls\xE2\x96\x81"
+          "begin\xEF\xBD\x9C>"
+          "<\xEF\xBD\x9Ctool\xE2\x96\x81"
+          "call\xE2\x96\x81"
+          "begin\xEF\xBD\x9C>function"
           "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>";
       if (!name.empty()) p.append(name).append("\n```json\n");
       return p;
@@ -116,6 +125,12 @@ OutputPlan plan_output(ChatFamily family, const GenerationRequest& request,
   plan.output.parser.family = family;
   plan.output.parser.parse_tool_calls = !request.chat.tools.empty();
   plan.output.parser.parse_reasoning = true;
+  plan.output.max_tool_calls = request.tool_choice.parallel ? 0 : 1;
+  // Qwen: "<think>\nREASONING\n</think>\n\n"; GLM: "<think>REASONING</think>"; DeepSeek V3's
+  // template has no thinking.
+  plan.reasoning_close = family == ChatFamily::kQwen  ? "\n</think>\n\n"
+                         : family == ChatFamily::kGlm ? "</think>"
+                                                      : "";
   // A template that opens the think block itself: the output starts inside it.
   plan.output.parser.starts_in_reasoning = prompt_opens_reasoning(rendered);
   if (forces_call(request.tool_choice) && !request.chat.tools.empty()) {

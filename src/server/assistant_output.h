@@ -29,6 +29,9 @@ struct AssistantOutputOptions {
   // Stop sequences, matched on the visible text only (not in reasoning or tool-call arguments,
   // where a match would cut a call in half).
   std::vector<std::string> stop;
+  // 1: the turn ends once its first call is complete (parallel_tool_calls: false,
+  // disable_parallel_tool_use); 0: no limit.
+  int max_tool_calls = 0;
 };
 
 class AssistantOutput {
@@ -41,7 +44,10 @@ class AssistantOutput {
   // The end of generation: what was held back is released (see ChatOutputParser::finish).
   std::vector<OutputEvent> finish();
 
-  bool stopped() const { return stops_.stopped(); }
+  // A stop sequence matched, or the last allowed call completed: the turn ends here.
+  bool stopped() const { return stops_.stopped() || calls_done_; }
+  // The last output was reasoning (a think block is open, as far as the events show).
+  bool in_reasoning() const { return in_reasoning_; }
   const std::string& stop_sequence() const { return stops_.matched(); }
   // Everything emitted so far, as one message.
   const ParsedOutput& message() const { return message_; }
@@ -55,6 +61,8 @@ class AssistantOutput {
   StopMatcher stops_;
   ParsedOutput message_;
   std::vector<OutputEvent> pending_;  // the forced prefix's events, returned by the first feed
+  bool calls_done_ = false;
+  bool in_reasoning_ = false;
 };
 
 // The text that opens a tool call in `family`'s output format, as its template writes an assistant
@@ -66,6 +74,9 @@ std::string tool_call_prefix(ChatFamily family, std::string_view name);
 struct OutputPlan {
   std::string prompt_suffix;  // appended to the prompt (a forced call's opening)
   AssistantOutputOptions output;
+  // What closes a think block in the family's format, as its template writes it (empty: the
+  // family has no thinking switch); a reasoning budget writes it when the budget is spent.
+  std::string reasoning_close;
 };
 // A forced call (tool_choice required/function) opens right after the generation prompt, so the
 // model does not think first; the thinking setting is left alone, since switching it off would

@@ -188,9 +188,18 @@ void Engine::run(Job& job) {
   g.on_commit = persist_at_frontiers(tiers, PrepareOptions{}.restore_point_interval,
                                      static_cast<std::int64_t>(prepared->state.tokens.size()));
   g.cancelled = [&] { return job.cancelled.load(); };
+  // A reasoning budget: once that many tokens of reasoning are generated, generation stops there
+  // (like a stop sequence), the think block is closed with the family's closing text, and the
+  // turn continues after it with what is left of max_tokens.
+  std::int64_t reasoning_tokens = 0;
+  bool budget_closed = false;
+  const auto over_budget = [&] {
+    return job.reasoning_budget && !budget_closed && output.in_reasoning() &&
+           reasoning_tokens >= *job.reasoning_budget;
+  };
   // A stop sequence ends the turn at the token that completed it: that token is committed and the
   // state (key = prompt + every counted token) is banked like any finished turn.
-  g.stop_requested = [&] { return output.stopped(); };
+  g.stop_requested = [&] { return output.stopped() || over_budget(); };
   if (job.logprobs) {
     g.top_logprobs = job.top_logprobs;
     g.on_logprobs = [&](const TokenLogprobs& lp) {
@@ -212,14 +221,39 @@ void Engine::run(Job& job) {
     ++summary.completion_tokens;
     JobEvent e;
     if (auto piece = decoder.push(id); piece.ok()) e.output = output.feed(*piece);
+    if (output.in_reasoning()) ++reasoning_tokens;
     e.logprobs = std::move(logprobs);
     logprobs.clear();
     if (!e.output.empty() || !e.logprobs.empty()) job.push(std::move(e));
   };
-  const GenerateResult r = generate(*model_, prepared->state, g);
-  for (int d = 0; d < std::min(options_.mtp_depth, kMaxMtpDepth); ++d)
-    metrics_.add_mtp(d + 1, r.stats.drafted[static_cast<std::size_t>(d)],
-                     r.stats.accepted[static_cast<std::size_t>(d)]);
+  const auto count_mtp = [&](const GenerateResult& res) {
+    for (int d = 0; d < std::min(options_.mtp_depth, kMaxMtpDepth); ++d)
+      metrics_.add_mtp(d + 1, res.stats.drafted[static_cast<std::size_t>(d)],
+                       res.stats.accepted[static_cast<std::size_t>(d)]);
+  };
+  GenerateResult r = generate(*model_, prepared->state, g);
+  count_mtp(r);
+  if (over_budget() && r.finish_reason == FinishReason::kStop && r.state_complete) {
+    budget_closed = true;
+    auto close = tokenizer_.tokenizer.encode(job.reasoning_close);
+    const std::int64_t left = job.max_tokens - static_cast<std::int64_t>(r.tokens.size()) -
+                              static_cast<std::int64_t>(close.ok() ? close->size() : 0);
+    if (close.ok() && !close->empty() && left > 0) {
+      JobEvent e;
+      e.output = output.feed(decoder.finish() + job.reasoning_close);
+      if (!e.output.empty()) job.push(std::move(e));
+      if (const Status st = extend(*model_, prepared->state, *close); !st.ok()) {
+        summary.error = st.to_string();
+        return finish("error");
+      }
+      g.max_tokens = left;
+      r = generate(*model_, prepared->state, g);
+      count_mtp(r);
+    } else {
+      // No room to close it and answer: the turn ends at max_tokens.
+      r.finish_reason = FinishReason::kLength;
+    }
+  }
   metrics_.count_commit(commit_session(tiers, prepared->state, r.state_complete));
   if (r.state_complete && prepared->state.tokens.size() >= job.prompt.size())
     summary.generated.assign(prepared->state.tokens.begin() +

@@ -85,6 +85,11 @@ class Job {
   std::string api = "chat";  // the label of the API in /metrics (session lookups)
   bool logprobs = false;
   int top_logprobs = 0;
+  // Anthropic thinking.budget_tokens: after this many reasoning tokens the think block is closed
+  // with `reasoning_close` (the family's closing text) and the turn goes on. Empty close: no
+  // budget.
+  std::optional<std::int64_t> reasoning_budget;
+  std::string reasoning_close;
   std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now();
 
   // Set by the submitter when its client has gone; polled by the worker every round.

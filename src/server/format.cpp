@@ -46,8 +46,10 @@ json chat_logprobs(const std::vector<TokenLogprob>& lps) {
     json top = json::array();
     for (const auto& [tok, lp] : t.top)
       top.push_back({{"token", tok}, {"logprob", lp}, {"bytes", bytes_of(tok)}});
-    content.push_back(
-        {{"token", t.token}, {"logprob", t.logprob}, {"bytes", bytes_of(t.token)}, {"top_logprobs", top}});
+    content.push_back({{"token", t.token},
+                       {"logprob", t.logprob},
+                       {"bytes", bytes_of(t.token)},
+                       {"top_logprobs", top}});
   }
   return {{"content", content}, {"refusal", nullptr}};
 }
@@ -108,19 +110,19 @@ class OpenAiStream final : public StreamFormatter {
           out += sse_data(chunk({{"reasoning_content", e.text}}, nullptr));
           break;
         case OutputEventKind::kToolCallBegin:
-          out += sse_data(chunk({{"tool_calls", json::array({{{"index", e.index},
-                                                              {"id", e.id},
-                                                              {"type", "function"},
-                                                              {"function",
-                                                               {{"name", e.name},
-                                                                {"arguments", ""}}}}})}},
-                                nullptr));
+          out += sse_data(
+              chunk({{"tool_calls",
+                      json::array({{{"index", e.index},
+                                    {"id", e.id},
+                                    {"type", "function"},
+                                    {"function", {{"name", e.name}, {"arguments", ""}}}}})}},
+                    nullptr));
           break;
         case OutputEventKind::kToolCallArguments:
-          out += sse_data(chunk(
-              {{"tool_calls",
-                json::array({{{"index", e.index}, {"function", {{"arguments", e.text}}}}})}},
-              nullptr));
+          out += sse_data(
+              chunk({{"tool_calls",
+                      json::array({{{"index", e.index}, {"function", {{"arguments", e.text}}}}})}},
+                    nullptr));
           break;
         case OutputEventKind::kToolCallEnd:
           break;
@@ -213,7 +215,8 @@ class AnthropicStream final : public StreamFormatter {
           break;
         case OutputEventKind::kReasoning:
           if (e.text.empty()) break;
-          out += open(Block::kThinking, {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}});
+          out +=
+              open(Block::kThinking, {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}});
           thinking_ += e.text;
           out += delta({{"type", "thinking_delta"}, {"thinking", e.text}});
           break;
@@ -280,7 +283,8 @@ class AnthropicStream final : public StreamFormatter {
       thinking_.clear();
     }
     open_ = Block::kNone;
-    return out + sse_event("content_block_stop", {{"type", "content_block_stop"}, {"index", index_}});
+    return out +
+           sse_event("content_block_stop", {{"type", "content_block_stop"}, {"index", index_}});
   }
 
   ResponseMeta meta_;
@@ -341,16 +345,17 @@ json complete_response(ApiKind kind, const ResponseMeta& meta, const ParsedOutpu
     }
     case ApiKind::kCompletion: {
       std::size_t offset = 0;
-      return {{"id", meta.id},
-              {"object", "text_completion"},
-              {"created", meta.created},
-              {"model", meta.model},
-              {"choices",
-               json::array({{{"index", 0},
-                             {"text", message.content},
-                             {"logprobs", logprobs ? completion_logprobs(*logprobs, offset) : json()},
-                             {"finish_reason", openai_finish_reason(s)}}})},
-              {"usage", openai_usage(s)}};
+      return {
+          {"id", meta.id},
+          {"object", "text_completion"},
+          {"created", meta.created},
+          {"model", meta.model},
+          {"choices",
+           json::array({{{"index", 0},
+                         {"text", message.content},
+                         {"logprobs", logprobs ? completion_logprobs(*logprobs, offset) : json()},
+                         {"finish_reason", openai_finish_reason(s)}}})},
+          {"usage", openai_usage(s)}};
     }
     case ApiKind::kMessages: {
       json m = anthropic_message(meta);

@@ -35,8 +35,8 @@ std::string thinking_signature(const std::string& thinking);
 
 // The non-streaming body of `kind`. `logprobs`: the tokens' log-probabilities when the request
 // asked for them (null: it did not).
-nlohmann::json complete_response(ApiKind kind, const ResponseMeta& meta, const ParsedOutput& message,
-                                 const JobSummary& summary,
+nlohmann::json complete_response(ApiKind kind, const ResponseMeta& meta,
+                                 const ParsedOutput& message, const JobSummary& summary,
                                  const std::vector<TokenLogprob>* logprobs = nullptr);
 
 struct StreamOptions {

@@ -149,6 +149,10 @@ void handle_generation(Context& ctx, const httplib::Request& req, httplib::Respo
   job->sampler = r.sampler;
   job->seed = r.seed ? *r.seed : random_seed();
   job->output = std::move(plan.output);
+  if (r.thinking_budget && !plan.reasoning_close.empty()) {
+    job->reasoning_budget = r.thinking_budget;
+    job->reasoning_close = plan.reasoning_close;
+  }
   job->api = api_label(kind);
   job->logprobs = r.logprobs;
   job->top_logprobs = r.top_logprobs;
@@ -349,19 +353,19 @@ void install_routes(GuardedServer& svr, Context& ctx) {
   svr.Post("/v1/messages", [&ctx](const httplib::Request& req, httplib::Response& res) {
     handle_generation(ctx, req, res, ApiKind::kMessages);
   });
-  svr.Post("/v1/messages/count_tokens", [&ctx](const httplib::Request& req,
-                                               httplib::Response& res) {
-    ParsedRequest parsed = parse_anthropic_count_tokens(req.body, ctx.options.limits);
-    if (const auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, true, *e);
-    // The prompt exactly as /v1/messages would send it (tools, thinking, a forced call).
-    OutputPlan plan;
-    auto prompt = chat_prompt(ctx, std::get<GenerationRequest>(parsed), plan);
-    if (const auto* e = std::get_if<ApiError>(&prompt)) return send_error(res, true, *e);
-    auto ids = ctx.tokenizer.tokenizer.encode(std::get<std::string>(prompt));
-    if (!ids.ok())
-      return send_error(res, true, ApiError::invalid("messages", ids.status().message()));
-    res.set_content(dump({{"input_tokens", ids->size()}}), "application/json");
-  });
+  svr.Post("/v1/messages/count_tokens",
+           [&ctx](const httplib::Request& req, httplib::Response& res) {
+             ParsedRequest parsed = parse_anthropic_count_tokens(req.body, ctx.options.limits);
+             if (const auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, true, *e);
+             // The prompt exactly as /v1/messages would send it (tools, thinking, a forced call).
+             OutputPlan plan;
+             auto prompt = chat_prompt(ctx, std::get<GenerationRequest>(parsed), plan);
+             if (const auto* e = std::get_if<ApiError>(&prompt)) return send_error(res, true, *e);
+             auto ids = ctx.tokenizer.tokenizer.encode(std::get<std::string>(prompt));
+             if (!ids.ok())
+               return send_error(res, true, ApiError::invalid("messages", ids.status().message()));
+             res.set_content(dump({{"input_tokens", ids->size()}}), "application/json");
+           });
   svr.Post("/v1/responses", [&ctx](const httplib::Request& req, httplib::Response& res) {
     handle_responses_create(ctx.responses_deps, req, res);
   });
@@ -492,7 +496,7 @@ Status run_server(const ServerOptions& options) {
   const std::string compute = (*model)->info().backend + ", " +
                               std::string(dtype_name((*model)->info().dtype)) + " weights";
   // The same default as `flashserve run`: speculative decoding whenever the checkpoint can draft.
-  const int mtp_depth = options.mtp_depth >= 0 ? options.mtp_depth
+  const int mtp_depth = options.mtp_depth >= 0     ? options.mtp_depth
                         : (*model)->info().has_mtp ? kDefaultMtpDepth
                                                    : 0;
   EngineOptions eo;

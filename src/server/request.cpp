@@ -229,7 +229,8 @@ std::optional<ApiError> check_openai_tools(const json& tools) {
     auto type = optional_string(t, "type", at);
     if (auto* e = std::get_if<ApiError>(&type)) return *e;
     if (const auto& s = std::get<std::optional<std::string>>(type); s && *s != "function")
-      return ApiError::invalid(at + ".type", "'" + at + ".type' must be 'function' (tools of type '" +
+      return ApiError::invalid(at + ".type", "'" + at +
+                                                 ".type' must be 'function' (tools of type '" +
                                                  s->substr(0, 64) + "' are not supported)");
     const auto fn = t.find("function");
     if (fn == t.end() || !fn->is_object())
@@ -358,8 +359,8 @@ ParsedRequest parse_openai_chat(std::string_view body, const RequestLimits& limi
   f.integer("top_logprobs", top);
   if (top && !f.error()) {
     if (*top < 0 || *top > limits.max_top_logprobs)
-      f.fail("top_logprobs", "'top_logprobs' must be between 0 and " +
-                                 std::to_string(limits.max_top_logprobs));
+      f.fail("top_logprobs",
+             "'top_logprobs' must be between 0 and " + std::to_string(limits.max_top_logprobs));
     else if (!r.logprobs)
       f.fail("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     else

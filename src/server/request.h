@@ -39,8 +39,9 @@ struct RequestLimits {
 struct ToolChoice {
   enum class Mode { kAuto, kNone, kRequired, kFunction };
   Mode mode = Mode::kAuto;
-  std::string name;      // kFunction: the tool that must be called
-  bool parallel = true;  // parallel_tool_calls / !disable_parallel_tool_use (accepted, not enforced)
+  std::string name;  // kFunction: the tool that must be called
+  bool parallel =
+      true;  // parallel_tool_calls / !disable_parallel_tool_use (accepted, not enforced)
 };
 
 struct GenerationRequest {
@@ -57,9 +58,9 @@ struct GenerationRequest {
   bool stream = false;
   bool include_usage = false;  // OpenAI stream_options.include_usage
   ToolChoice tool_choice;      // kNone: chat.tools was emptied (no tools in the prompt)
-  // Anthropic thinking.budget_tokens (accepted; reasoning counts against max_tokens).
+  // Anthropic thinking.budget_tokens: the reasoning tokens before the think block is closed.
   std::optional<std::int64_t> thinking_budget;
-  bool logprobs = false;         // chat: logprobs; completions: logprobs given
+  bool logprobs = false;          // chat: logprobs; completions: logprobs given
   std::int32_t top_logprobs = 0;  // alternatives per token, 0-20 (completions: 0-5)
 };
 

@@ -20,6 +20,10 @@ export const toolPrompt = (agent) =>
   `Use the ${agent.shellTool} tool with arguments ${JSON.stringify(agent.toolArgs).replace(/":/g, '": ')} ` +
   'and tell me what it printed.';
 
+// Model calls one turn may make where the agent can limit them (Claude Code, Qwen Code; Codex
+// has no such setting): the tool turn needs two.
+const MAX_MODEL_TURNS = 4;
+
 // The model name every agent is told to use; flashserve answers whatever model a request names.
 export const MODEL = 'flashserve';
 const API_KEY = 'sk-flashserve-test';
@@ -94,7 +98,10 @@ export const AGENTS = Object.fromEntries(Object.entries({
         },
         // --allowedTools lets Bash run unprompted (--dangerously-skip-permissions is refused when
         // running as root, as CI does).
-        args: (prompt) => ['-p', prompt, '--output-format', 'stream-json', '--verbose', '--allowedTools', 'Bash'],
+        // --max-turns: a model that keeps calling tools ends the turn with an error result, not
+        // at the test's timeout.
+        args: (prompt) => ['-p', prompt, '--output-format', 'stream-json', '--verbose', '--allowedTools', 'Bash',
+          '--max-turns', String(MAX_MODEL_TURNS)],
       };
     },
     parse: parseClaudeStyle,
@@ -198,7 +205,8 @@ export const AGENTS = Object.fromEntries(Object.entries({
         },
         // --yolo: headless Qwen Code leaves the tools that need approval (run_shell_command, edit,
         // write_file) out of the request unless they are approved up front.
-        args: (prompt) => ['--yolo', '--output-format', 'stream-json', '-p', prompt],
+        args: (prompt) => ['--yolo', '--output-format', 'stream-json', '--max-session-turns', String(MAX_MODEL_TURNS),
+          '-p', prompt],
       };
     },
     parse: parseClaudeStyle,

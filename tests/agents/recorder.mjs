@@ -1,6 +1,7 @@
 // A loopback HTTP server between a coding agent and its model server that records every request
 // the agent makes: method, path, headers (credentials redacted), the body's size in bytes, the
-// parsed body, the answer's status, its start and end, and for a refusal the answer's body. It forwards each request to `upstream`
+// parsed body, when it arrived (`at`, ms since the epoch) and how long its answer took (`ms`), the
+// answer's status, its start and end, and for a refusal the answer's body. It forwards each request to `upstream`
 // (flashserve), or with no upstream answers it as the fake model (fake_model.mjs).
 //
 // The agents run with HTTPS_PROXY/HTTP_PROXY pointing here too, so a connection one tries to open
@@ -62,11 +63,15 @@ export async function startRecorder({ upstream } = {}) {
   const records = [];
   const up = upstream ? new URL(upstream) : null;
   const server = createServer((req, res) => {
+    // An agent killed at its timeout resets its connections; that ends the exchange, nothing more.
+    req.on('error', () => {});
+    res.on('error', () => {});
     const chunks = [];
     req.on('data', (c) => chunks.push(c));
     req.on('end', () => {
       const raw = Buffer.concat(chunks);
-      const rec = { method: req.method, path: req.url, headers: redact(req.headers), bytes: raw.length, body: parseBody(raw) };
+      const rec = { method: req.method, path: req.url, headers: redact(req.headers), bytes: raw.length, body: parseBody(raw),
+        at: Date.now() };
       records.push(rec);
       if (/^[a-z]+:\/\//i.test(req.url)) {
         // A proxied plain-HTTP request for some other host.
@@ -82,6 +87,8 @@ export async function startRecorder({ upstream } = {}) {
           res.end(JSON.stringify({ error: { message: `no route for ${req.method} ${path}` } }));
         }
         rec.status = res.statusCode;
+        rec.done = true;
+        rec.ms = Date.now() - rec.at;
         return;
       }
       const headers = { ...req.headers, host: up.host };
@@ -99,6 +106,7 @@ export async function startRecorder({ upstream } = {}) {
           });
           ures.on('end', () => {
             rec.done = true;
+            rec.ms = Date.now() - rec.at;
             answer.end();
             res.end();
           });
@@ -116,6 +124,7 @@ export async function startRecorder({ upstream } = {}) {
     });
   });
   server.on('connect', (req, socket) => {
+    socket.on('error', () => {});  // the agent may reset it first
     records.push({ method: 'CONNECT', path: req.url, headers: redact(req.headers), outbound: true, status: 403 });
     socket.end('HTTP/1.1 403 Forbidden\r\n\r\n');
   });

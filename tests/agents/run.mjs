@@ -122,6 +122,7 @@ const describeRecord = (r) =>
 async function runTurn(agent, turn, recorder, dir) {
   const prompt = turn === 'tool' ? toolPrompt(agent) : PLAIN_PROMPT;
   const first = recorder.records.length;
+  const started = Date.now();
   const r = await runAgent(agent, { base: recorder.base, dir, prompt, timeoutMs: turnTimeoutMs });
   const records = recorder.records.slice(first);
   let problems = [];
@@ -164,7 +165,10 @@ async function runTurn(agent, turn, recorder, dir) {
     name: `${agent.name}.${turn}`,
     ok: problems.length === 0,
     ms: r.ms,
-    requests: records.filter((rec) => !rec.outbound).map((rec) => ({ path: rec.path, bytes: rec.bytes, status: rec.status })),
+    // Each request's size, status, when it was sent (ms after the agent started) and how long the
+    // server took to answer it: where a turn's time went.
+    requests: records.filter((rec) => !rec.outbound).map((rec) => ({ path: rec.path, bytes: rec.bytes,
+      status: rec.status, sent_ms: rec.at - started, ...(rec.ms !== undefined ? { answer_ms: rec.ms } : {}) })),
     answer: clip(r.answer, 300),
     problems,
   };

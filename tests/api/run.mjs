@@ -479,6 +479,28 @@ await test('max_tokens beyond the context is clamped, not refused (a small-conte
   }
 });
 
+// The agents' recorded first requests (tests/agents/fixtures), sent as they arrived: Claude Code's
+// is counted (count_tokens renders and tokenizes it without a prefill); a generation of either is
+// refused only for its length on this 4096-token server, never for a field.
+await test('agents\' recorded requests: accepted (count_tokens 200; only the context refuses them here)', async () => {
+  const dir = new URL('../agents/fixtures/', import.meta.url);
+  for (const name of ['claude-code-1.json', 'claude-code-3.json', 'qwen-code-1.json', 'qwen-code-3.json']) {
+    const f = JSON.parse(readFileSync(new URL(name, dir), 'utf8'));
+    const anthropicPath = f.path.startsWith('/v1/messages');
+    if (anthropicPath) {
+      const counted = await postJson(base, '/v1/messages/count_tokens?beta=true', { ...f.body, max_tokens: undefined, stream: undefined });
+      assert.equal(counted.status, 200, `${name}: ${counted.text.slice(0, 300)}`);
+      assert.ok(counted.json.input_tokens > 1000);
+    }
+    const r = await postJson(base, f.path, f.body);
+    if (r.status !== 200) {
+      assert.equal(r.status, 400, `${name}: ${r.text.slice(0, 300)}`);
+      assert.match(r.json.error.message, /context is 4096 tokens/, `${name}: ${r.text.slice(0, 300)}`);
+      if (!anthropicPath) assert.equal(r.json.error.code, 'context_length_exceeded');
+    }
+  }
+});
+
 await test('fuzz: 150 mutated bodies (bytes, values, nesting, key counts, Unicode, size) get JSON answers (200 or 4xx), never a crash or a hang', async () => {
   const seeds = [
     ['/v1/chat/completions', { model: 'x', messages: userMsg('hi'), max_tokens: 2, temperature: 0.5, stop: ['a'] }],

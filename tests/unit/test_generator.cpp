@@ -532,3 +532,78 @@ TEST(Generator, SampledMtpHasTheAutoregressiveDistribution) {
 
 }  // namespace
 }  // namespace fs
+
+namespace fs {
+namespace {
+
+// log softmax((logits - penalties) / T) at `token`, computed from a cold prefill of the key.
+double reference_logprob(Model& model, const std::vector<TokenId>& key, TokenId token,
+                         const TokenCounts& counts, const SamplerConfig& sampler) {
+  DecodeState s = new_decode_state(model);
+  EXPECT_TRUE(extend(model, s, key).ok());
+  const auto row = apply_penalties(s.next_logits, counts, sampler);
+  const double t = sampler.greedy() ? 1.0 : sampler.temperature;
+  double m = -INFINITY;
+  for (const float l : row) m = std::max(m, static_cast<double>(l));
+  double total = 0;
+  for (const float l : row) total += std::exp((static_cast<double>(l) - m) / t);
+  return static_cast<double>(row[static_cast<std::size_t>(token)]) / t - (m / t + std::log(total));
+}
+
+// Every emitted token is scored once, in order, before on_token, on the distribution it was drawn
+// from; with MTP the verify rows give the same values as autoregressive decoding.
+TEST(Generator, LogprobsScoreEachTokenOnItsDistribution) {
+  ToyModel model;
+  const auto prompt = make_prompt(5, 9, model.info().vocab_size);
+  for (const double temperature : {0.0, 0.7}) {
+    std::vector<std::vector<double>> by_depth;
+    for (int depth = 0; depth <= kMaxMtpDepth; ++depth) {
+      GenerateOptions opt;
+      opt.max_tokens = 24;
+      opt.mtp_depth = depth;
+      opt.seed = 11;
+      opt.sampler.temperature = temperature;
+      opt.sampler.presence_penalty = 0.4;
+      opt.top_logprobs = 3;
+      std::vector<TokenLogprobs> scored;
+      std::size_t tokens_seen = 0;
+      opt.on_logprobs = [&](const TokenLogprobs& lp) {
+        EXPECT_EQ(scored.size(), tokens_seen) << "scored before on_token";
+        scored.push_back(lp);
+      };
+      opt.on_token = [&](TokenId) { ++tokens_seen; };
+      const auto r = run(model, prompt, opt);
+      ASSERT_TRUE(r.error.ok());
+      ASSERT_EQ(scored.size(), r.tokens.size());
+      std::vector<double> values;
+      TokenCounts counts;
+      std::vector<TokenId> key = prompt;
+      for (std::size_t i = 0; i < r.tokens.size(); ++i) {
+        EXPECT_EQ(scored[i].token, r.tokens[i]);
+        ASSERT_EQ(scored[i].top.size(), 3u);
+        EXPECT_GE(scored[i].top[0].second, scored[i].top[1].second);
+        EXPECT_GE(scored[i].top[1].second, scored[i].top[2].second);
+        if (temperature == 0.0) {
+          EXPECT_EQ(scored[i].top[0].first, r.tokens[i]);
+        }
+        EXPECT_NEAR(scored[i].logprob,
+                    reference_logprob(model, key, r.tokens[i], counts, opt.sampler), 1e-4)
+            << "depth " << depth << " token " << i;
+        values.push_back(scored[i].logprob);
+        ++counts[r.tokens[i]];
+        key.push_back(r.tokens[i]);
+      }
+      by_depth.push_back(values);
+    }
+    // Greedy MTP emits the autoregressive tokens, so their scores agree too.
+    if (temperature != 0.0) continue;
+    for (int depth = 1; depth <= kMaxMtpDepth; ++depth) {
+      for (std::size_t i = 0; i < by_depth[0].size(); ++i) {
+        EXPECT_NEAR(by_depth[static_cast<std::size_t>(depth)][i], by_depth[0][i], 1e-4);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fs

@@ -326,11 +326,11 @@ TEST(ServerRequest, AnthropicMessages) {
                          kLimits))
                 .param,
             "temperature");
-  EXPECT_EQ(error_of(parse_anthropic_messages(
-                         R"({"max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]})",
-                         kLimits))
-                .param,
-            "messages[0].role");
+  EXPECT_EQ(
+      error_of(parse_anthropic_messages(
+                   R"({"max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]})", kLimits))
+          .param,
+      "messages[0].role");
   EXPECT_EQ(error_of(parse_anthropic_messages(
                          R"({"max_tokens": 5, "messages": [{"role": "user",
                              "content": [{"type": "image"}]}]})",

@@ -112,13 +112,15 @@ TEST(AgentAnthropic, ToolUseAndToolResultBlocks) {
   EXPECT_EQ(m[1].text(), "I'll check.");
   ASSERT_EQ(m[1].tool_calls.size(), 1u);
   EXPECT_EQ(m[1].tool_calls[0].name, "get_weather");
-  EXPECT_EQ(m[1].tool_calls[0].arguments, nlohmann::ordered_json::parse(
-                                              R"({"location": "San Francisco, CA", "unit": "celsius"})"));
+  EXPECT_EQ(
+      m[1].tool_calls[0].arguments,
+      nlohmann::ordered_json::parse(R"({"location": "San Francisco, CA", "unit": "celsius"})"));
   EXPECT_EQ(m[2].role, "tool");
   EXPECT_EQ(m[2].tool_call_id, "toolu_01A09q90qw90lq917835lq9");
   EXPECT_EQ(m[2].text(), "15 degrees");
   EXPECT_EQ(m[3].text(), "sunny");
-  EXPECT_EQ(m[4].text(), "Error: ConnectionError: the weather service API is not available (HTTP 500)");
+  EXPECT_EQ(m[4].text(),
+            "Error: ConnectionError: the weather service API is not available (HTTP 500)");
   EXPECT_EQ(m[5].text(), "");
   EXPECT_EQ(m[6].role, "user");
   EXPECT_EQ(m[6].text(), "Thanks!");
@@ -143,15 +145,15 @@ TEST(AgentAnthropic, ToolUseAndToolResultBlocks) {
 // Anthropic's extended-thinking guide: thinking blocks of earlier turns come back with their
 // signature; redacted_thinking is opaque.
 TEST(AgentAnthropic, ThinkingConfigAndBlocks) {
-  const auto r = ok(parse_anthropic_messages(anthropic_body(
-                                                 R"(, "thinking": {"type": "enabled", "budget_tokens": 10000})", R"([
+  const auto r = ok(parse_anthropic_messages(
+      anthropic_body(R"(, "thinking": {"type": "enabled", "budget_tokens": 10000})", R"([
     {"role": "user", "content": "weather in Paris?"},
     {"role": "assistant", "content": [
       {"type": "thinking", "thinking": "The user wants Paris weather.", "signature": "WaUjzkypQ2mUEVM36O2T"},
       {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"},
       {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"location": "Paris"}}]},
     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "14C"}]}])"),
-                                             kLimits));
+      kLimits));
   EXPECT_EQ(r.chat.enable_thinking, std::optional<bool>(true));
   EXPECT_EQ(r.thinking_budget, std::optional<std::int64_t>(10000));
   EXPECT_EQ(r.chat.messages[1].reasoning_content,
@@ -160,7 +162,8 @@ TEST(AgentAnthropic, ThinkingConfigAndBlocks) {
 
   const auto thinking = [](const std::string& t) {
     return parse_anthropic_messages(
-        R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "thinking": )" + t + "}",
+        R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "thinking": )" + t +
+            "}",
         kLimits);
   };
   EXPECT_EQ(ok(thinking(R"({"type": "disabled"})")).chat.enable_thinking,
@@ -183,7 +186,8 @@ TEST(AgentAnthropic, ToolChoice) {
   };
   EXPECT_EQ(ok(choice(R"({"type": "auto"})")).tool_choice.mode, ToolChoice::Mode::kAuto);
   EXPECT_EQ(ok(choice(R"({"type": "any"})")).tool_choice.mode, ToolChoice::Mode::kRequired);
-  const auto tool = ok(choice(R"({"type": "tool", "name": "get_weather", "disable_parallel_tool_use": true})"));
+  const auto tool =
+      ok(choice(R"({"type": "tool", "name": "get_weather", "disable_parallel_tool_use": true})"));
   EXPECT_EQ(tool.tool_choice.mode, ToolChoice::Mode::kFunction);
   EXPECT_EQ(tool.tool_choice.name, "get_weather");
   EXPECT_FALSE(tool.tool_choice.parallel);
@@ -211,17 +215,20 @@ TEST(AgentAnthropic, ToolChoice) {
 // with a message that says why.
 TEST(AgentAnthropic, WrongTypesNameTheField) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {R"({"max_tokens": 5, "system": 5, "messages": [{"role": "user", "content": "x"}]})", "system"},
+      {R"({"max_tokens": 5, "system": 5, "messages": [{"role": "user", "content": "x"}]})",
+       "system"},
       {R"({"max_tokens": 5, "system": [{"type": "image"}], "messages": [{"role": "user", "content": "x"}]})",
        "system[0].type"},
-      {R"({"max_tokens": 5, "tools": "x", "messages": [{"role": "user", "content": "x"}]})", "tools"},
+      {R"({"max_tokens": 5, "tools": "x", "messages": [{"role": "user", "content": "x"}]})",
+       "tools"},
       {R"({"max_tokens": 5, "tools": [{"name": "f"}], "messages": [{"role": "user", "content": "x"}]})",
        "tools[0].input_schema"},
       {R"({"max_tokens": 5, "tools": [{"name": 5, "input_schema": {}}], "messages": [{"role": "user", "content": "x"}]})",
        "tools[0].name"},
       {R"({"max_tokens": 5, "tools": [{"type": "web_search_20250305", "name": "web_search"}], "messages": [{"role": "user", "content": "x"}]})",
        "tools[0].type"},
-      {R"({"max_tokens": 5, "metadata": 5, "messages": [{"role": "user", "content": "x"}]})", "metadata"},
+      {R"({"max_tokens": 5, "metadata": 5, "messages": [{"role": "user", "content": "x"}]})",
+       "metadata"},
       {R"({"max_tokens": 5, "messages": [{"role": "user", "content": 5}]})", "messages[0].content"},
       {R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "is_error": "yes"}]}]})",
        "messages[0].content[0].is_error"},
@@ -235,7 +242,8 @@ TEST(AgentAnthropic, WrongTypesNameTheField) {
        "messages[0].content[1].type"},
       {R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "image", "source": {}}]}]}]})",
        "messages[0].content[0].content[0].type"},
-      {R"({"max_tokens": 5, "messages": [{"role": "system", "content": "only a system prompt"}]})", "messages"},
+      {R"({"max_tokens": 5, "messages": [{"role": "system", "content": "only a system prompt"}]})",
+       "messages"},
   };
   for (const auto& [body, param] : cases) {
     const ApiError e = error_of(parse_anthropic_messages(body, kLimits));
@@ -249,7 +257,8 @@ TEST(AgentAnthropic, WrongTypesNameTheField) {
 
 TEST(AgentAnthropic, CountTokensTakesToolsSystemAndThinking) {
   const auto r = ok(parse_anthropic_count_tokens(
-      std::string(R"({"model": "m", "system": "s", "thinking": {"type": "enabled", "budget_tokens": 2000}, "tools": [)") +
+      std::string(
+          R"({"model": "m", "system": "s", "thinking": {"type": "enabled", "budget_tokens": 2000}, "tools": [)") +
           kAnthropicWeatherTool + R"(], "messages": [{"role": "user", "content": "x"}]})",
       kLimits));
   EXPECT_EQ(r.chat.tools.size(), 1u);
@@ -295,7 +304,8 @@ TEST(AgentOpenAi, FunctionCallingRequests) {
         kLimits);
   };
   EXPECT_EQ(ok(with(R"("tool_choice": "required")")).tool_choice.mode, ToolChoice::Mode::kRequired);
-  const auto named = ok(with(R"("tool_choice": {"type": "function", "function": {"name": "get_weather"}})"));
+  const auto named =
+      ok(with(R"("tool_choice": {"type": "function", "function": {"name": "get_weather"}})"));
   EXPECT_EQ(named.tool_choice.mode, ToolChoice::Mode::kFunction);
   EXPECT_EQ(named.tool_choice.name, "get_weather");
   const auto none = ok(with(R"("tool_choice": "none")"));
@@ -319,7 +329,8 @@ TEST(AgentOpenAi, WrongTypesNameTheField) {
       {R"("tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}])",
        "tools[0].function.parameters"},
       {R"("tools": [)" + tool + R"(], "tool_choice": "sometimes")", "tool_choice"},
-      {R"("tools": [)" + tool + R"(], "tool_choice": {"type": "function", "function": {"name": "g"}})",
+      {R"("tools": [)" + tool +
+           R"(], "tool_choice": {"type": "function", "function": {"name": "g"}})",
        "tool_choice"},
       {R"("tool_choice": "required")", "tool_choice"},
       {R"("tools": [)" + tool + R"(], "parallel_tool_calls": "yes")", "parallel_tool_calls"},
@@ -327,7 +338,8 @@ TEST(AgentOpenAi, WrongTypesNameTheField) {
       {R"("logprobs": true, "top_logprobs": 21)", "top_logprobs"},
       {R"("top_logprobs": 2)", "top_logprobs"},
       {R"("reasoning_effort": 3)", "reasoning_effort"},
-      {R"("chat_template_kwargs": {"enable_thinking": "no"})", "chat_template_kwargs.enable_thinking"},
+      {R"("chat_template_kwargs": {"enable_thinking": "no"})",
+       "chat_template_kwargs.enable_thinking"},
       {R"("max_completion_tokens": "9")", "max_completion_tokens"},
       {R"("metadata": [])", "metadata"},
   };
@@ -338,7 +350,8 @@ TEST(AgentOpenAi, WrongTypesNameTheField) {
     EXPECT_EQ(e.param, param) << body << " -> " << e.message;
   }
   // The legacy completions API's logprobs is a count.
-  EXPECT_EQ(ok(parse_openai_completion(R"({"prompt": "x", "logprobs": 2})", kLimits)).top_logprobs, 2);
+  EXPECT_EQ(ok(parse_openai_completion(R"({"prompt": "x", "logprobs": 2})", kLimits)).top_logprobs,
+            2);
   EXPECT_EQ(error_of(parse_openai_completion(R"({"prompt": "x", "logprobs": 6})", kLimits)).param,
             "logprobs");
 }
@@ -350,12 +363,14 @@ TEST(AgentToolChoice, ForcingWritesTheCallPrefixIntoThePrompt) {
             "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ");
   EXPECT_EQ(tool_call_prefix(ChatFamily::kQwen, ""), "<tool_call>\n{\"name\": \"");
   EXPECT_EQ(tool_call_prefix(ChatFamily::kGlm, "f"), "\n<tool_call>f");
-  EXPECT_NE(tool_call_prefix(ChatFamily::kDeepSeek, "f").find("function<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>f\n```json\n"),
+  EXPECT_NE(tool_call_prefix(ChatFamily::kDeepSeek, "f")
+                .find("function<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>f\n```json\n"),
             std::string::npos);
 
   const auto r = ok(parse_anthropic_messages(
-      anthropic_body(R"(, "thinking": {"type": "adaptive"}, "tool_choice": {"type": "tool", "name": "get_weather"})",
-                     R"([{"role": "user", "content": "weather?"}])"),
+      anthropic_body(
+          R"(, "thinking": {"type": "adaptive"}, "tool_choice": {"type": "tool", "name": "get_weather"})",
+          R"([{"role": "user", "content": "weather?"}])"),
       kLimits));
   EXPECT_EQ(r.chat.enable_thinking, std::optional<bool>(true));
   const auto rendered = render_chat(ChatFamily::kQwen, r.chat, {});
@@ -364,14 +379,16 @@ TEST(AgentToolChoice, ForcingWritesTheCallPrefixIntoThePrompt) {
   EXPECT_EQ(plan.prompt_suffix, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ");
   EXPECT_EQ(plan.output.forced_prefix, plan.prompt_suffix);
   EXPECT_TRUE(plan.output.parser.parse_tool_calls);
-  EXPECT_TRUE(std::string(*rendered + plan.prompt_suffix)
-                  .ends_with("<|im_start|>user\nweather?<|im_end|>\n<|im_start|>assistant\n<tool_call>"
-                             "\n{\"name\": \"get_weather\", \"arguments\": "));
+  EXPECT_TRUE(
+      std::string(*rendered + plan.prompt_suffix)
+          .ends_with("<|im_start|>user\nweather?<|im_end|>\n<|im_start|>assistant\n<tool_call>"
+                     "\n{\"name\": \"get_weather\", \"arguments\": "));
   // The forced opening is a prefix of how the next turn renders the call: that turn is warm.
   ChatRequest next = r.chat;
   ChatMessage call;
   call.role = "assistant";
-  call.tool_calls.push_back({"function", "get_weather", nlohmann::ordered_json::parse(R"({"location": "Paris"})")});
+  call.tool_calls.push_back(
+      {"function", "get_weather", nlohmann::ordered_json::parse(R"({"location": "Paris"})")});
   next.messages.push_back(call);
   ChatMessage result;
   result.role = "tool";
@@ -381,14 +398,16 @@ TEST(AgentToolChoice, ForcingWritesTheCallPrefixIntoThePrompt) {
   ASSERT_TRUE(next_prompt.ok());
   EXPECT_TRUE(next_prompt->starts_with(*rendered + plan.prompt_suffix)) << *next_prompt;
   // auto: nothing is forced.
-  const auto a = ok(parse_anthropic_messages(
-      anthropic_body(R"(, "thinking": {"type": "adaptive"})", R"([{"role": "user", "content": "x"}])"),
-      kLimits));
+  const auto a =
+      ok(parse_anthropic_messages(anthropic_body(R"(, "thinking": {"type": "adaptive"})",
+                                                 R"([{"role": "user", "content": "x"}])"),
+                                  kLimits));
   EXPECT_TRUE(plan_output(ChatFamily::kQwen, a, "").prompt_suffix.empty());
   // any: the opening without a name.
-  const auto any = ok(parse_anthropic_messages(
-      anthropic_body(R"(, "tool_choice": {"type": "any"})", R"([{"role": "user", "content": "x"}])"),
-      kLimits));
+  const auto any =
+      ok(parse_anthropic_messages(anthropic_body(R"(, "tool_choice": {"type": "any"})",
+                                                 R"([{"role": "user", "content": "x"}])"),
+                                  kLimits));
   EXPECT_EQ(plan_output(ChatFamily::kQwen, any, "").prompt_suffix, "<tool_call>\n{\"name\": \"");
   // A template that opens the think block itself starts the output in reasoning.
   EXPECT_TRUE(plan_output(ChatFamily::kQwen, a, "...<|im_start|>assistant\n<think>\n")
@@ -467,14 +486,15 @@ TEST(AgentStream, AnthropicBlocksForThinkingTextAndToolUse) {
       line += " " + e["delta"]["type"].get<std::string>();
     got.push_back(line);
   }
-  EXPECT_EQ(got, (std::vector<std::string>{
-                     "message_start", "content_block_start 0 thinking",
-                     "content_block_delta 0 thinking_delta", "content_block_delta 0 signature_delta",
-                     "content_block_stop 0", "content_block_start 1 text",
-                     "content_block_delta 1 text_delta", "content_block_stop 1",
-                     "content_block_start 2 tool_use", "content_block_delta 2 input_json_delta",
-                     "content_block_delta 2 input_json_delta", "content_block_stop 2",
-                     "message_delta", "message_stop"}));
+  EXPECT_EQ(
+      got,
+      (std::vector<std::string>{
+          "message_start", "content_block_start 0 thinking", "content_block_delta 0 thinking_delta",
+          "content_block_delta 0 signature_delta", "content_block_stop 0",
+          "content_block_start 1 text", "content_block_delta 1 text_delta", "content_block_stop 1",
+          "content_block_start 2 tool_use", "content_block_delta 2 input_json_delta",
+          "content_block_delta 2 input_json_delta", "content_block_stop 2", "message_delta",
+          "message_stop"}));
   EXPECT_EQ(p[0]["message"]["usage"]["input_tokens"], 10);
   EXPECT_EQ(p[0]["message"]["usage"]["cache_read_input_tokens"], 30);
   EXPECT_EQ(p[0]["message"]["usage"]["cache_creation_input_tokens"], 0);
@@ -492,8 +512,8 @@ TEST(AgentStream, AnthropicBlocksForThinkingTextAndToolUse) {
   EXPECT_EQ(p[12]["usage"]["output_tokens"], 12);
 
   // The same turn, not streamed.
-  const json body = complete_response(ApiKind::kMessages, {"msg_1", 1, "m", 40},
-                                      call_turn_message(), summary());
+  const json body =
+      complete_response(ApiKind::kMessages, {"msg_1", 1, "m", 40}, call_turn_message(), summary());
   ASSERT_EQ(body["content"].size(), 3u);
   EXPECT_EQ(body["content"][0]["type"], "thinking");
   EXPECT_EQ(body["content"][0]["signature"], p[3]["delta"]["signature"]);
@@ -503,8 +523,8 @@ TEST(AgentStream, AnthropicBlocksForThinkingTextAndToolUse) {
   EXPECT_EQ(body["usage"]["input_tokens"], 10);
   EXPECT_EQ(body["usage"]["cache_read_input_tokens"], 30);
   // max_tokens wins over a finished call: the turn was cut.
-  EXPECT_EQ(complete_response(ApiKind::kMessages, {}, call_turn_message(), summary("length"))
-                ["stop_reason"],
+  EXPECT_EQ(complete_response(ApiKind::kMessages, {}, call_turn_message(),
+                              summary("length"))["stop_reason"],
             "max_tokens");
 }
 
@@ -523,8 +543,12 @@ TEST(AgentStream, OpenAiToolCallDeltasAndReasoning) {
   EXPECT_EQ(deltas[2], json({{"content", "Checking."}}));
   EXPECT_EQ(deltas[3], json::parse(R"({"tool_calls": [{"index": 0, "id": "call_abc123",
       "type": "function", "function": {"name": "get_weather", "arguments": ""}}]})"));
-  EXPECT_EQ(deltas[4], json::parse(R"({"tool_calls": [{"index": 0, "function": {"arguments": "{\"location\": "}}]})"));
-  EXPECT_EQ(deltas[5], json::parse(R"({"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]})"));
+  EXPECT_EQ(deltas[4],
+            json::parse(
+                R"({"tool_calls": [{"index": 0, "function": {"arguments": "{\"location\": "}}]})"));
+  EXPECT_EQ(
+      deltas[5],
+      json::parse(R"({"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]})"));
   EXPECT_EQ(deltas[6], json::object());
   EXPECT_EQ(p[6]["choices"][0]["finish_reason"], "tool_calls");
 
@@ -540,7 +564,8 @@ TEST(AgentStream, OpenAiToolCallDeltasAndReasoning) {
   ParsedOutput calls_only = call_turn_message();
   calls_only.content.clear();
   calls_only.reasoning.clear();
-  const json m2 = complete_response(ApiKind::kChat, {}, calls_only, summary())["choices"][0]["message"];
+  const json m2 =
+      complete_response(ApiKind::kChat, {}, calls_only, summary())["choices"][0]["message"];
   EXPECT_TRUE(m2["content"].is_null());
   EXPECT_FALSE(m2.contains("reasoning_content"));
 }
@@ -594,7 +619,8 @@ AssistantOutputOptions qwen_options(bool tools = true) {
 std::vector<OutputEvent> run_glue(AssistantOutput& out, const std::string& text, std::size_t step) {
   std::vector<OutputEvent> events;
   for (std::size_t at = 0; at < text.size(); at += step)
-    for (auto& e : out.feed(std::string_view(text).substr(at, step))) events.push_back(std::move(e));
+    for (auto& e : out.feed(std::string_view(text).substr(at, step)))
+      events.push_back(std::move(e));
   for (auto& e : out.finish()) events.push_back(std::move(e));
   return events;
 }
@@ -617,7 +643,8 @@ void expect_same(const ParsedOutput& a, const ParsedOutput& b, const std::string
   ASSERT_EQ(a.tool_calls.size(), b.tool_calls.size()) << what;
   for (std::size_t i = 0; i < a.tool_calls.size(); ++i) {
     EXPECT_EQ(a.tool_calls[i].name, b.tool_calls[i].name) << what;
-    EXPECT_EQ(json::parse(a.tool_calls[i].arguments), json::parse(b.tool_calls[i].arguments)) << what;
+    EXPECT_EQ(json::parse(a.tool_calls[i].arguments), json::parse(b.tool_calls[i].arguments))
+        << what;
   }
 }
 
@@ -670,7 +697,8 @@ TEST(AgentGlue, MalformedCallsLoseNothing) {
 
     AssistantOutput broken(qwen_options());
     events = run_glue(
-        broken, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {not json}\n</tool_call> after",
+        broken,
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {not json}\n</tool_call> after",
         step);
     ASSERT_EQ(broken.message().tool_calls.size(), 1u);
     EXPECT_EQ(broken.message().tool_calls[0].name, "get_weather");
@@ -692,7 +720,8 @@ TEST(AgentGlue, ForcedPrefixIsParsedAsOutput) {
   const auto events = run_glue(out, "{\"location\": \"Paris\"}}\n</tool_call>", 2);
   ASSERT_EQ(out.message().tool_calls.size(), 1u);
   EXPECT_EQ(out.message().tool_calls[0].name, "get_weather");
-  EXPECT_EQ(json::parse(out.message().tool_calls[0].arguments), json::parse(R"({"location": "Paris"})"));
+  EXPECT_EQ(json::parse(out.message().tool_calls[0].arguments),
+            json::parse(R"({"location": "Paris"})"));
   expect_same(rebuild(events), out.message(), "events");
   // The model did not follow: the prefix and what it wrote come back as text, nothing lost.
   AssistantOutputOptions o2 = qwen_options();
@@ -702,6 +731,36 @@ TEST(AgentGlue, ForcedPrefixIsParsedAsOutput) {
   EXPECT_TRUE(junk.message().tool_calls.empty());
   EXPECT_EQ(junk.message().content.find("<tool_call>"), 0u) << junk.message().content;
   EXPECT_NE(junk.message().content.find("return x"), std::string::npos);
+}
+
+// parallel_tool_calls: false / disable_parallel_tool_use: the turn ends with its first call.
+TEST(AgentGlue, OneCallWhenParallelCallsAreOff) {
+  const std::string two =
+      "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": "
+      "\"b\", \"arguments\": {}}\n</tool_call>";
+  AssistantOutput both(qwen_options());
+  run_glue(both, two, 3);
+  EXPECT_EQ(both.message().tool_calls.size(), 2u);
+  EXPECT_FALSE(both.stopped());
+  AssistantOutputOptions o = qwen_options();
+  o.max_tool_calls = 1;
+  AssistantOutput one(std::move(o));
+  std::vector<OutputEvent> events;
+  bool stopped_at_first_end = false;
+  for (std::size_t at = 0; at < two.size() && !one.stopped(); ++at) {
+    for (auto& e : one.feed(std::string_view(two).substr(at, 1))) events.push_back(std::move(e));
+    if (one.stopped()) stopped_at_first_end = two.substr(0, at + 1).ends_with("</tool_call>");
+  }
+  EXPECT_TRUE(one.stopped());
+  EXPECT_TRUE(stopped_at_first_end);
+  ASSERT_EQ(one.message().tool_calls.size(), 1u);
+  EXPECT_EQ(one.message().tool_calls[0].name, "a");
+  EXPECT_TRUE(one.finish().empty());
+  const auto r = ok(parse_openai_chat(
+      R"({"messages": [{"role": "user", "content": "x"}], "parallel_tool_calls": false,
+          "tools": [{"type": "function", "function": {"name": "a"}}]})",
+      kLimits));
+  EXPECT_EQ(plan_output(ChatFamily::kQwen, r, "").output.max_tool_calls, 1);
 }
 
 TEST(AgentGlue, WithoutToolsCallsAreText) {
@@ -740,14 +799,18 @@ TEST(AgentGlue, StreamedAnthropicTurnEqualsTheBody) {
     if (e["type"] != "content_block_delta") continue;
     json& b = content[e["index"].get<std::size_t>()];
     const json& d = e["delta"];
-    if (d["type"] == "text_delta") b["text"] = b["text"].get<std::string>() + d["text"].get<std::string>();
+    if (d["type"] == "text_delta")
+      b["text"] = b["text"].get<std::string>() + d["text"].get<std::string>();
     if (d["type"] == "thinking_delta")
       b["thinking"] = b["thinking"].get<std::string>() + d["thinking"].get<std::string>();
     if (d["type"] == "signature_delta") b["signature"] = d["signature"];
-    if (d["type"] == "input_json_delta") partial[e["index"].get<int>()] += d["partial_json"].get<std::string>();
+    if (d["type"] == "input_json_delta")
+      partial[e["index"].get<int>()] += d["partial_json"].get<std::string>();
   }
-  for (const auto& [index, text] : partial) content[static_cast<std::size_t>(index)]["input"] = json::parse(text);
-  const json body = complete_response(ApiKind::kMessages, {"msg_1", 1, "m", 40}, out.message(), summary());
+  for (const auto& [index, text] : partial)
+    content[static_cast<std::size_t>(index)]["input"] = json::parse(text);
+  const json body =
+      complete_response(ApiKind::kMessages, {"msg_1", 1, "m", 40}, out.message(), summary());
   EXPECT_EQ(content, body["content"]);
 }
 
@@ -780,7 +843,8 @@ TEST(AgentFixtures, ClaudeCodeRequestsAreAccepted) {
     for (std::size_t i = 1; i < r.chat.messages.size(); ++i)
       EXPECT_NE(r.chat.messages[i].role, "system") << name;
     for (const auto& block : f["body"]["system"])
-      EXPECT_NE(r.chat.messages[0].text().find(block["text"].get<std::string>()), std::string::npos);
+      EXPECT_NE(r.chat.messages[0].text().find(block["text"].get<std::string>()),
+                std::string::npos);
     const auto prompt = render_chat(ChatFamily::kQwen, r.chat, {});
     ASSERT_TRUE(prompt.ok()) << name << ": " << prompt.status().to_string();
     EXPECT_TRUE(prompt->ends_with("<|im_start|>assistant\n")) << name;
@@ -791,7 +855,8 @@ TEST(AgentFixtures, ClaudeCodeRequestsAreAccepted) {
     EXPECT_EQ(*counted_prompt, *prompt);
   }
   // The tool turn's second request carries the call and its result back.
-  const auto r = ok(parse_anthropic_messages(fixture("claude-code-3.json")["body"].dump(), kLimits));
+  const auto r =
+      ok(parse_anthropic_messages(fixture("claude-code-3.json")["body"].dump(), kLimits));
   bool call = false, result = false;
   for (const auto& m : r.chat.messages) {
     call = call || (m.role == "assistant" && !m.tool_calls.empty());

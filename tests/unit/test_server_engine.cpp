@@ -1,0 +1,105 @@
+// The engine worker with the embedded model: what only a real generation shows (a reasoning
+// budget closes the think block and the turn goes on).
+#include <gtest/gtest.h>
+
+#include "model/loader.h"
+#include "server/engine.h"
+
+namespace fs::server {
+namespace {
+
+struct Turn {
+  ParsedOutput message;
+  JobSummary summary;
+  std::vector<OutputEvent> events;
+};
+
+Turn run_job(Engine& engine, std::shared_ptr<Job> job) {
+  Turn t;
+  EXPECT_TRUE(engine.submit(job));
+  for (;;) {
+    auto e = job->next(std::chrono::milliseconds(30000));
+    if (!e) {
+      ADD_FAILURE() << "no event within 30 s";
+      return t;
+    }
+    for (auto& ev : e->output) t.events.push_back(std::move(ev));
+    if (e->done()) {
+      t.message = std::move(e->message);
+      t.summary = e->summary;
+      return t;
+    }
+  }
+}
+
+class ServerEngine : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto tok = load_tokenizer_dir(EMBEDDED_MODEL_DIR);
+    ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+    tokenizer_ = std::make_unique<TokenizerBundle>(std::move(*tok));
+  }
+
+  std::unique_ptr<Engine> engine(int mtp_depth) {
+    auto model = load_model(EMBEDDED_MODEL_DIR);
+    EXPECT_TRUE(model.ok()) << model.status().to_string();
+    EngineOptions eo;
+    eo.mtp_depth = mtp_depth;
+    auto e = Engine::create(eo, std::move(*model), *tokenizer_, metrics_);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return std::move(*e);
+  }
+
+  // A turn whose output starts inside a think block (as after a template that opens it).
+  std::shared_ptr<Job> thinking_job(std::optional<std::int64_t> budget) {
+    auto job = std::make_shared<Job>();
+    auto ids = tokenizer_->tokenizer.encode(
+        "<|im_start|>user\nwrite a parser<|im_end|>\n<|im_start|>assistant\n<think>\n");
+    EXPECT_TRUE(ids.ok());
+    job->prompt = std::move(*ids);
+    job->max_tokens = 48;
+    job->output.parser.family = ChatFamily::kQwen;
+    job->output.parser.starts_in_reasoning = true;
+    job->output.parser.parse_tool_calls = false;
+    job->reasoning_budget = budget;
+    job->reasoning_close = "\n</think>\n\n";
+    return job;
+  }
+
+  std::unique_ptr<TokenizerBundle> tokenizer_;
+  Metrics metrics_;
+};
+
+TEST_F(ServerEngine, ReasoningBudgetClosesTheThinkBlockAndTheTurnGoesOn) {
+  for (const int depth : {0, 2}) {
+    auto e = engine(depth);
+    // The embedded model does not close a think block by itself: unbounded, it reasons to the end.
+    const Turn free = run_job(*e, thinking_job(std::nullopt));
+    ASSERT_EQ(free.summary.finish_reason, "length") << "depth " << depth;
+    ASSERT_TRUE(free.message.content.empty());
+    const Turn bounded = run_job(*e, thinking_job(8));
+    // The same greedy reasoning, cut after 8 tokens; then the answer, in the rest of max_tokens
+    // less the closing text's tokens.
+    ASSERT_FALSE(bounded.message.reasoning.empty());
+    EXPECT_LT(bounded.message.reasoning.size(), free.message.reasoning.size());
+    EXPECT_EQ(free.message.reasoning.rfind(bounded.message.reasoning, 0), 0u)
+        << bounded.message.reasoning << " | " << free.message.reasoning;
+    EXPECT_FALSE(bounded.message.content.empty()) << "depth " << depth;
+    const auto close = tokenizer_->tokenizer.encode("\n</think>\n\n");
+    ASSERT_TRUE(close.ok());
+    EXPECT_LE(bounded.summary.completion_tokens, 48 - static_cast<std::int64_t>(close->size()));
+    EXPECT_TRUE(bounded.summary.finish_reason == "length" ||
+                bounded.summary.finish_reason == "stop");
+    // Reasoning events all come before the text.
+    bool text_seen = false;
+    for (const auto& ev : bounded.events) {
+      if (ev.kind == OutputEventKind::kText) text_seen = true;
+      if (ev.kind == OutputEventKind::kReasoning) {
+        EXPECT_FALSE(text_seen);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fs::server
