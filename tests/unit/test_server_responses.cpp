@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "model/loader.h"
+#include "server/engine.h"
 #include "server/response_store.h"
 #include "server/responses_format.h"
 #include "server/responses_prompt.h"
@@ -899,6 +901,48 @@ TEST(ServerResponsesContinuation, ThinkingOffFollowUpDivergesInsideThePreviousPr
       &s);
   EXPECT_FALSE(p2.continued);
   EXPECT_FALSE(starts_with(p2.tokens, p1.tokens));
+}
+
+// The engine reports the tokens its committed state covers after the prompt, and a prompt that
+// extends prompt + those tokens continues from that state: what previous_response_id relies on.
+TEST(ServerResponsesEngine, GeneratedTokensAreTheBankedKey) {
+  auto model = load_model(std::string(FLASHSERVE_SOURCE_DIR) + "/models/qwen4-tiny-code");
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto bundle = load_tokenizer_dir(std::string(FLASHSERVE_SOURCE_DIR) + "/models/qwen4-tiny-code");
+  ASSERT_TRUE(bundle.ok());
+  Metrics metrics;
+  auto engine = Engine::create(EngineOptions{}, std::move(*model), *bundle, metrics);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  const auto run = [&](std::vector<TokenId> prompt) {
+    auto job = std::make_shared<Job>();
+    job->prompt = std::move(prompt);
+    job->max_tokens = 6;
+    job->api = "responses";
+    EXPECT_TRUE((*engine)->submit(job));
+    for (;;) {
+      auto e = job->next(std::chrono::milliseconds(60000));
+      if (!e) {
+        ADD_FAILURE() << "no event within 60 s";
+        return JobSummary{};
+      }
+      if (e->done()) return e->summary;
+    }
+  };
+  auto prompt =
+      bundle->tokenizer.encode("<|im_start|>user\ndef f(x):<|im_end|>\n<|im_start|>assistant\n");
+  ASSERT_TRUE(prompt.ok());
+  const JobSummary first = run(*prompt);
+  ASSERT_NE(first.finish_reason, "error") << first.error;
+  EXPECT_EQ(first.generated.size(), static_cast<std::size_t>(first.completion_tokens));
+  std::vector<TokenId> next = *prompt;
+  next.insert(next.end(), first.generated.begin(), first.generated.end());
+  auto more =
+      bundle->tokenizer.encode("\n<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n");
+  ASSERT_TRUE(more.ok());
+  next.insert(next.end(), more->begin(), more->end());
+  const JobSummary second = run(next);
+  EXPECT_EQ(second.session_tier, "ram");
+  EXPECT_EQ(second.reused_tokens, prompt->size() + first.generated.size());
 }
 
 }  // namespace
