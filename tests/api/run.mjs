@@ -414,7 +414,7 @@ const badChat = [
   ['model a number', { messages: userMsg('x'), model: 5 }, 400, 'model'],
   ['logprobs', { messages: userMsg('x'), logprobs: true }, 400, 'logprobs'],
   ['tools not a list', { messages: userMsg('x'), tools: 'x' }, 400, 'tools'],
-  ['prompt over the context', { messages: userMsg('x1 y2 '.repeat(4000)), max_tokens: 4 }, 400, 'messages'],
+  ['prompt over the context', { messages: userMsg('x1 y2 '.repeat(20000)), max_tokens: 4 }, 400, 'messages'],  // 80k tokens
 ];
 const badCompletion = [
   ['no prompt', { model: 'x' }, 400, 'prompt'],
