@@ -471,11 +471,26 @@ EXTS = [".py", ".py", ".py", ".md", ".txt", ".json", ".toml", ".cfg", ".sh", ".c
 USERS = ["dev", "alice", "bob", "runner", "ubuntu", "user"]
 
 
+SYLLABLES = ("ba be bi bo bu ka ke ki ko ku la le li lo lu ma me mi mo mu na ne ni no nu ra re ri ro ru "
+             "sa se si so su ta te ti to tu va ve vi vo zu flash serve tool ok x q z").split()
+
+
 def marker(rng):
-    parts = rng.sample(WORDS, rng.randint(1, 3))
-    if rng.random() < 0.5:
-        parts.append(str(rng.randint(0, 9999)))
-    return rng.choice(["-", "_", "-", " "]).join(parts)
+    """A value the model can only get right by copying it: mostly made-up words and random
+    strings (a model trained on a small word list learns to guess from the list instead)."""
+    r = rng.random()
+    if r < 0.25:
+        parts = rng.sample(WORDS, rng.randint(1, 3))
+    elif r < 0.75:
+        parts = ["".join(rng.choice(SYLLABLES) for _ in range(rng.randint(1, 4)))
+                 for _ in range(rng.randint(1, 3))]
+    else:
+        alphabet = rng.choice(["0123456789abcdef", "abcdefghijklmnopqrstuvwxyz0123456789",
+                               "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"])
+        parts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(3, 10)))]
+    if rng.random() < 0.4:
+        parts.append(str(rng.randint(0, 99999)))
+    return rng.choice(["-", "_", "-", " ", "."]).join(parts)
 
 
 def rand_path(rng, absolute=True, ext=None):
@@ -557,7 +572,7 @@ def wrap_tool_output(rng, tool, args, out):
     if tool == "run_shell_command" and rng.random() < 0.5:
         return (f"Command: {args.get('command', '')}\nDirectory: (root)\nOutput: {out}\nError: (none)\n"
                 f"Exit Code: 0\nSignal: (none)\nBackground PIDs: (none)\nProcess Group PGID: {rng.randint(100, 99999)}")
-    if tool in ("shell", "exec_command") and rng.random() < 0.4:
+    if tool in ("shell", "exec_command") and rng.random() < 0.2:
         return json.dumps({"output": out + "\n", "metadata": {"exit_code": 0, "duration_seconds": round(rng.random(), 1)}})
     if tool == "Read" and rng.random() < 0.6:
         return "\n".join(f"{i + 1:6d}\t{line}" for i, line in enumerate(out.split("\n")))
