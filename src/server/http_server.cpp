@@ -18,6 +18,7 @@
 #include "server/metrics.h"
 #include "server/response_store.h"
 #include "server/responses_handler.h"
+#include "server/sse.h"
 #include "tokenizer/chat/chat.h"
 #include "tokenizer/metadata.h"
 
@@ -235,6 +236,7 @@ void handle_generation(Context& ctx, const httplib::Request& req, httplib::Respo
     std::unique_ptr<StreamFormatter> format;
     bool finished = false;
     std::chrono::steady_clock::time_point deadline;
+    std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
   };
   auto st = std::make_shared<StreamState>();
   st->job = job;
@@ -246,6 +248,7 @@ void handle_generation(Context& ctx, const httplib::Request& req, httplib::Respo
       "text/event-stream",
       [st](std::size_t, httplib::DataSink& sink) {
         const auto write = [&](const std::string& s) {
+          if (!s.empty()) st->last_write = std::chrono::steady_clock::now();
           if (s.empty() || sink.write(s.data(), s.size())) return true;
           st->job->cancelled = true;  // the client has gone: stop generating for it
           return false;
@@ -271,6 +274,10 @@ void handle_generation(Context& ctx, const httplib::Request& req, httplib::Respo
               st->job->cancelled = true;  // the client has gone: stop generating for it
               return false;
             }
+            // A long prefill (or a wait in the queue) sends nothing for a while: a comment every
+            // 5 s tells the client and any proxy that the stream is alive.
+            if (std::chrono::steady_clock::now() - st->last_write >= std::chrono::seconds(5))
+              return write(sse_comment("waiting"));
             continue;
           }
           if (e->kind == JobEvent::Kind::kStarted) return write(st->format->start(e->summary));

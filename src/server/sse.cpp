@@ -25,4 +25,10 @@ std::string sse_done() {
   return "data: [DONE]\n\n";
 }
 
+std::string sse_comment(std::string_view text) {
+  std::string out = ": ";
+  out.append(text);
+  return out + "\n\n";
+}
+
 }  // namespace fs::server

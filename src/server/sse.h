@@ -14,5 +14,7 @@ std::string sse_data(const nlohmann::json& payload);
 std::string sse_event(std::string_view name, const nlohmann::json& payload);
 // OpenAI's end-of-stream marker "data: [DONE]\n\n".
 std::string sse_done();
+// ": TEXT\n\n", a comment: SSE clients ignore it (a keep-alive while a long prompt is prefilled).
+std::string sse_comment(std::string_view text);
 
 }  // namespace fs::server

@@ -363,6 +363,7 @@ TEST(ServerSse, Framing) {
   EXPECT_EQ(sse_event("ping", json{{"type", "ping"}}),
             "event: ping\ndata: {\"type\":\"ping\"}\n\n");
   EXPECT_EQ(sse_done(), "data: [DONE]\n\n");
+  EXPECT_EQ(sse_comment("waiting"), ": waiting\n\n");
   // Newlines in text stay escaped inside the one data line; invalid UTF-8 does not throw.
   EXPECT_EQ(sse_data(json{{"t", "a\nb"}}), "data: {\"t\":\"a\\nb\"}\n\n");
   EXPECT_NO_THROW(sse_data(json{{"t", std::string("\xff\xfe")}}));
