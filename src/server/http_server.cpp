@@ -16,9 +16,9 @@
 #include "server/format.h"
 #include "server/front_door.h"
 #include "server/metrics.h"
-#include "server/sse.h"
 #include "server/response_store.h"
 #include "server/responses_handler.h"
+#include "server/sse.h"
 #include "tokenizer/chat/chat.h"
 #include "tokenizer/metadata.h"
 

@@ -11,6 +11,7 @@
 #include "server/responses_format.h"
 #include "server/responses_prompt.h"
 #include "server/responses_request.h"
+#include "server/sse.h"
 
 namespace fs::server {
 namespace {
@@ -215,6 +216,7 @@ void handle_responses_create(const ResponsesDeps& deps, const httplib::Request& 
     bool started = false;
     bool finished = false;
     Clock::time_point deadline;
+    Clock::time_point last_write = Clock::now();
   };
   auto st = std::make_shared<StreamState>();
   st->request = r;
@@ -227,6 +229,7 @@ void handle_responses_create(const ResponsesDeps& deps, const httplib::Request& 
       "text/event-stream",
       [st, timeout_message](std::size_t, httplib::DataSink& sink) {
         const auto write = [&](const std::string& s) {
+          if (!s.empty()) st->last_write = Clock::now();
           if (s.empty() || sink.write(s.data(), s.size())) return true;
           st->job->cancelled = true;  // the client has gone: stop generating for it
           return false;
@@ -253,6 +256,10 @@ void handle_responses_create(const ResponsesDeps& deps, const httplib::Request& 
               st->job->cancelled = true;
               return false;
             }
+            // A long prefill or a wait in the queue sends nothing for a while: an SSE comment
+            // every 5 s keeps the client's idle timer and any proxy from giving up.
+            if (Clock::now() - st->last_write >= std::chrono::seconds(5))
+              return write(sse_comment("waiting"));
             continue;
           }
           if (!e->done()) {

@@ -378,6 +378,45 @@ await test('Codex 0.171 requests (tests/agents/fixtures) are read and rendered: 
   }
 });
 
+// While a stream has nothing to send (its request waits behind another, or a long prefill), the
+// server writes an SSE comment after 5 s of silence. Asserted as that property: a comment comes
+// only after 5 s without a chunk, and no silence of 5.5 s passes without one.
+await test('a stream with nothing to send for 5 s gets an SSE comment (keep-alive)', async () => {
+  const busy = new AbortController();
+  const first = await client.responses.create(
+    { model: 'x', input: 'Write a long Python program. ' + 'x1 y2 '.repeat(600), max_output_tokens: 3000, temperature: 0, stream: true },
+    { signal: busy.signal });
+  const waiting = new AbortController();
+  const res = await fetch(`${base}/v1/responses`, {
+    method: 'POST', signal: waiting.signal, headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'x', input: 'x', max_output_tokens: 2, stream: true }),
+  });
+  const reader = res.body.getReader();
+  const chunks = [];  // [ms since the previous chunk, text]
+  let last = performance.now();
+  let text = '';
+  const t0 = last;
+  while (!text.includes(': waiting') && !text.includes('event: response.completed') &&
+         !text.includes('event: response.incomplete') && performance.now() - t0 < 15000) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    const now = performance.now();
+    const piece = new TextDecoder().decode(value);
+    chunks.push([now - last, piece]);
+    text += piece;
+    last = now;
+  }
+  waiting.abort();
+  busy.abort();
+  try { for await (const _ of first) { /* until the abort */ } } catch {}
+  assert.ok(text.startsWith('event: response.created'), text.slice(0, 80));
+  for (const [gap, piece] of chunks) {
+    if (piece.startsWith(': waiting')) assert.ok(gap >= 4500, `a comment after ${gap} ms of silence`);
+    else assert.ok(gap < 5500, `${Math.round(gap)} ms of silence without a comment`);
+  }
+  figures.keepalive_comment_seen = text.includes(': waiting');
+});
+
 await test('metrics: responses requests are counted by endpoint', async () => {
   const m = await metrics();
   assert.ok((m.get('flashserve_requests_total{endpoint="/v1/responses",status="200"}') ?? 0) >= 10);
