@@ -50,7 +50,7 @@ std::string anthropic_body(const std::string& extra, const std::string& messages
 // The shape of Claude Code 2.1's first request (issue 12): a system-role message inside
 // `messages`, a `system` block array with cache_control, tools, adaptive thinking, and fields the
 // server does not use.
-TEST(AgentAnthropic, ClaudeCodeRequestShapeIsAccepted) {
+TEST(ServerAgentAnthropic, ClaudeCodeRequestShapeIsAccepted) {
   const auto r = ok(parse_anthropic_messages(R"({
     "model": "claude-sonnet-4-5-20250929", "max_tokens": 32000, "stream": true,
     "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}},
@@ -91,7 +91,7 @@ TEST(AgentAnthropic, ClaudeCodeRequestShapeIsAccepted) {
 
 // Anthropic's tool-use guide: a tool_use turn and its tool_result (a string, a block list, an
 // error), as the OpenAI-shaped message list the templates render.
-TEST(AgentAnthropic, ToolUseAndToolResultBlocks) {
+TEST(ServerAgentAnthropic, ToolUseAndToolResultBlocks) {
   const auto r = ok(parse_anthropic_messages(anthropic_body("", R"J([
     {"role": "user", "content": "What's the weather like in San Francisco?"},
     {"role": "assistant", "content": [
@@ -144,7 +144,7 @@ TEST(AgentAnthropic, ToolUseAndToolResultBlocks) {
 
 // Anthropic's extended-thinking guide: thinking blocks of earlier turns come back with their
 // signature; redacted_thinking is opaque.
-TEST(AgentAnthropic, ThinkingConfigAndBlocks) {
+TEST(ServerAgentAnthropic, ThinkingConfigAndBlocks) {
   const auto r = ok(parse_anthropic_messages(
       anthropic_body(R"(, "thinking": {"type": "enabled", "budget_tokens": 10000})", R"([
     {"role": "user", "content": "weather in Paris?"},
@@ -178,7 +178,7 @@ TEST(AgentAnthropic, ThinkingConfigAndBlocks) {
   EXPECT_EQ(error_of(thinking(R"("on")")).param, "thinking");
 }
 
-TEST(AgentAnthropic, ToolChoice) {
+TEST(ServerAgentAnthropic, ToolChoice) {
   const auto choice = [](const std::string& c) {
     return parse_anthropic_messages(
         anthropic_body(", \"tool_choice\": " + c, R"([{"role": "user", "content": "x"}])"),
@@ -213,7 +213,7 @@ TEST(AgentAnthropic, ToolChoice) {
 
 // Wrong types of the fields the server reads are 400s naming the field; images are refused
 // with a message that says why.
-TEST(AgentAnthropic, WrongTypesNameTheField) {
+TEST(ServerAgentAnthropic, WrongTypesNameTheField) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"max_tokens": 5, "system": 5, "messages": [{"role": "user", "content": "x"}]})",
        "system"},
@@ -255,7 +255,7 @@ TEST(AgentAnthropic, WrongTypesNameTheField) {
   EXPECT_NE(image.message.find("text only"), std::string::npos) << image.message;
 }
 
-TEST(AgentAnthropic, CountTokensTakesToolsSystemAndThinking) {
+TEST(ServerAgentAnthropic, CountTokensTakesToolsSystemAndThinking) {
   const auto r = ok(parse_anthropic_count_tokens(
       std::string(
           R"({"model": "m", "system": "s", "thinking": {"type": "enabled", "budget_tokens": 2000}, "tools": [)") +
@@ -267,7 +267,7 @@ TEST(AgentAnthropic, CountTokensTakesToolsSystemAndThinking) {
 }
 
 // OpenAI's function-calling guide: tools, the assistant's tool_calls, the tool message.
-TEST(AgentOpenAi, FunctionCallingRequests) {
+TEST(ServerAgentOpenAi, FunctionCallingRequests) {
   const std::string tools = R"("tools": [{"type": "function", "function": {
       "name": "get_weather", "description": "Get current temperature for a given location.",
       "parameters": {"type": "object", "properties": {"location": {"type": "string",
@@ -317,7 +317,7 @@ TEST(AgentOpenAi, FunctionCallingRequests) {
   EXPECT_EQ(ok(with(R"("enable_thinking": true)")).chat.enable_thinking, std::optional<bool>(true));
 }
 
-TEST(AgentOpenAi, WrongTypesNameTheField) {
+TEST(ServerAgentOpenAi, WrongTypesNameTheField) {
   const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
   const std::string tool = R"({"type": "function", "function": {"name": "f", "parameters": {}}})";
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -358,7 +358,7 @@ TEST(AgentOpenAi, WrongTypesNameTheField) {
 
 // tool_choice forcing: the prompt ends with the family's call opening, thinking is off for the
 // turn, and the output starts with that opening.
-TEST(AgentToolChoice, ForcingWritesTheCallPrefixIntoThePrompt) {
+TEST(ServerAgentToolChoice, ForcingWritesTheCallPrefixIntoThePrompt) {
   EXPECT_EQ(tool_call_prefix(ChatFamily::kQwen, "get_weather"),
             "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ");
   EXPECT_EQ(tool_call_prefix(ChatFamily::kQwen, ""), "<tool_call>\n{\"name\": \"");
@@ -470,7 +470,7 @@ JobSummary summary(std::string finish = "stop") {
   return s;
 }
 
-TEST(AgentStream, AnthropicBlocksForThinkingTextAndToolUse) {
+TEST(ServerAgentStream, AnthropicBlocksForThinkingTextAndToolUse) {
   auto f = make_stream_formatter(ApiKind::kMessages, {"msg_1", 1, "m", 40}, {});
   // One call per statement: the order of the operands of + is unspecified.
   std::string sse = f->start(summary());
@@ -528,7 +528,7 @@ TEST(AgentStream, AnthropicBlocksForThinkingTextAndToolUse) {
             "max_tokens");
 }
 
-TEST(AgentStream, OpenAiToolCallDeltasAndReasoning) {
+TEST(ServerAgentStream, OpenAiToolCallDeltasAndReasoning) {
   auto f = make_stream_formatter(ApiKind::kChat, {"chatcmpl-1", 1, "m", 40}, {});
   // One call per statement: the order of the operands of + is unspecified.
   std::string sse = f->start(summary());
@@ -570,7 +570,7 @@ TEST(AgentStream, OpenAiToolCallDeltasAndReasoning) {
   EXPECT_FALSE(m2.contains("reasoning_content"));
 }
 
-TEST(AgentStream, Logprobs) {
+TEST(ServerAgentStream, Logprobs) {
   const std::vector<TokenLogprob> lps = {{"He", -0.25, {{"He", -0.25}, {"Hi", -1.5}}},
                                          {"\xC3", -0.5, {{"\xC3", -0.5}}}};
   ParsedOutput m;
@@ -648,7 +648,7 @@ void expect_same(const ParsedOutput& a, const ParsedOutput& b, const std::string
   }
 }
 
-TEST(AgentGlue, QwenTurnAtEverySplit) {
+TEST(ServerAgentGlue, QwenTurnAtEverySplit) {
   const ParsedOutput whole = parse_chat_output(kQwenTurn, qwen_options().parser);
   EXPECT_NE(whole.reasoning.find("The user wants Paris."), std::string::npos);
   ASSERT_EQ(whole.tool_calls.size(), 1u);
@@ -663,7 +663,7 @@ TEST(AgentGlue, QwenTurnAtEverySplit) {
   }
 }
 
-TEST(AgentGlue, StopSequencesApplyToVisibleTextOnly) {
+TEST(ServerAgentGlue, StopSequencesApplyToVisibleTextOnly) {
   AssistantOutputOptions o = qwen_options();
   o.stop = {"STOP"};
   AssistantOutput out(std::move(o));
@@ -681,7 +681,7 @@ TEST(AgentGlue, StopSequencesApplyToVisibleTextOnly) {
 
 // A call that is malformed before its arguments begin is text, whole. One that breaks once its
 // arguments streamed stays a call, marked incomplete, and the text after the break is text.
-TEST(AgentGlue, MalformedCallsLoseNothing) {
+TEST(ServerAgentGlue, MalformedCallsLoseNothing) {
   for (const std::size_t step : {1ul, 4ul, 1000ul}) {
     const std::string bad_name = "Let me call.<tool_call>\nget_weather(Paris)\n</tool_call> done";
     AssistantOutput a(qwen_options());
@@ -713,7 +713,7 @@ TEST(AgentGlue, MalformedCallsLoseNothing) {
   }
 }
 
-TEST(AgentGlue, ForcedPrefixIsParsedAsOutput) {
+TEST(ServerAgentGlue, ForcedPrefixIsParsedAsOutput) {
   AssistantOutputOptions o = qwen_options();
   o.forced_prefix = tool_call_prefix(ChatFamily::kQwen, "get_weather");
   AssistantOutput out(std::move(o));
@@ -734,7 +734,7 @@ TEST(AgentGlue, ForcedPrefixIsParsedAsOutput) {
 }
 
 // parallel_tool_calls: false / disable_parallel_tool_use: the turn ends with its first call.
-TEST(AgentGlue, OneCallWhenParallelCallsAreOff) {
+TEST(ServerAgentGlue, OneCallWhenParallelCallsAreOff) {
   const std::string two =
       "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": "
       "\"b\", \"arguments\": {}}\n</tool_call>";
@@ -763,14 +763,14 @@ TEST(AgentGlue, OneCallWhenParallelCallsAreOff) {
   EXPECT_EQ(plan_output(ChatFamily::kQwen, r, "").output.max_tool_calls, 1);
 }
 
-TEST(AgentGlue, WithoutToolsCallsAreText) {
+TEST(ServerAgentGlue, WithoutToolsCallsAreText) {
   AssistantOutput out(qwen_options(/*tools=*/false));
   run_glue(out, kQwenTurn, 4);
   EXPECT_TRUE(out.message().tool_calls.empty());
   EXPECT_NE(out.message().content.find("<tool_call>"), std::string::npos);
 }
 
-TEST(AgentGlue, PlainTextForCompletions) {
+TEST(ServerAgentGlue, PlainTextForCompletions) {
   AssistantOutputOptions o;
   o.parse = false;
   o.stop = {"</think>"};
@@ -784,7 +784,7 @@ TEST(AgentGlue, PlainTextForCompletions) {
 
 // Streaming equals non-streaming through the whole glue: the Anthropic events a client would
 // accumulate give the body the server returns without streaming.
-TEST(AgentGlue, StreamedAnthropicTurnEqualsTheBody) {
+TEST(ServerAgentGlue, StreamedAnthropicTurnEqualsTheBody) {
   AssistantOutput out(qwen_options());
   auto f = make_stream_formatter(ApiKind::kMessages, {"msg_1", 1, "m", 40}, {});
   std::string sse = f->start(summary());
@@ -826,7 +826,7 @@ json fixture(const std::string& name) {
   return j;
 }
 
-TEST(AgentFixtures, ClaudeCodeRequestsAreAccepted) {
+TEST(ServerAgentFixtures, ClaudeCodeRequestsAreAccepted) {
   for (const char* name : {"claude-code-1.json", "claude-code-2.json", "claude-code-3.json"}) {
     const json f = fixture(name);
     ASSERT_TRUE(f.contains("body")) << name;
@@ -866,7 +866,7 @@ TEST(AgentFixtures, ClaudeCodeRequestsAreAccepted) {
   EXPECT_TRUE(result);
 }
 
-TEST(AgentFixtures, QwenCodeRequestsAreAccepted) {
+TEST(ServerAgentFixtures, QwenCodeRequestsAreAccepted) {
   for (const char* name : {"qwen-code-1.json", "qwen-code-2.json", "qwen-code-3.json"}) {
     const json f = fixture(name);
     ASSERT_TRUE(f.contains("body")) << name;
