@@ -289,9 +289,19 @@ void CpuBackend::stream_mix(const Tensor& xn, const Tensor& u, const Weight& up,
   const double work = static_cast<double>(xn.rows() * SW) * static_cast<double>(2 * rank + 8);
   cpu_parallel_ranges(xn.rows(), work, [&](std::int64_t r0, std::int64_t r1) {
     thread_local std::vector<float> m;
-    m.resize(static_cast<std::size_t>(SW));
-    for (auto r = r0; r < r1; ++r)
-      cpu::stream_mix_row(xn.row(r), u.row(r), upT.data(), rank, W, streams, m.data(), out.row(r));
+    m.resize(static_cast<std::size_t>(4 * SW));
+    const float* xr[4];
+    const float* ur[4];
+    float* orow[4];
+    for (auto r = r0; r < r1; r += 4) {
+      const auto n = std::min<std::int64_t>(4, r1 - r);
+      for (std::int64_t i = 0; i < n; ++i) {
+        xr[i] = xn.row(r + i);
+        ur[i] = u.row(r + i);
+        orow[i] = out.row(r + i);
+      }
+      cpu::stream_mix_rows(xr, ur, n, upT.data(), rank, W, streams, m.data(), orow);
+    }
   });
 }
 void CpuBackend::grouped_dot(const Tensor& a, const Tensor& b, std::int64_t group, Tensor& out) {

@@ -97,33 +97,47 @@ FS_CPU_CLONES void axpy(float* x, float a, const float* y, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) x[i] += a * y[i];
 }
 
-// m in chunks of 64 columns (four vectors accumulated over the rank in registers), then the
-// sigmoid, product and stream sum over that row, all in L1.
-FS_CPU_CLONES void stream_mix_row(const float* xn, const float* u, const float* upT,
-                                  std::int64_t rank, std::int64_t W, std::int64_t streams, float* m,
-                                  float* out) {
+// Up to four rows at once, m in chunks of 64 columns (4 rows x 4 vectors accumulated over the
+// rank in registers), so the up weight (rank x streams*W, larger than L1) is read once per four
+// rows; then the sigmoid, product and stream sum per row in L1.
+FS_CPU_CLONES void stream_mix_rows(const float* const* xn, const float* const* u, std::int64_t rows,
+                                   const float* upT, std::int64_t rank, std::int64_t W,
+                                   std::int64_t streams, float* m, float* const* out) {
   const auto SW = streams * W;
+  const float* ur[4];
+  for (int r = 0; r < 4; ++r) ur[r] = u[r < rows ? r : 0];
   std::int64_t c0 = 0;
   for (; c0 + 64 <= SW; c0 += 64) {
-    f16v a[4] = {};
+    f16v a[4][4] = {};
     for (std::int64_t k = 0; k < rank; ++k) {
-      const float uk = u[k];
       const float* row = upT + k * SW + c0;
-      for (int v = 0; v < 4; ++v) a[v] += uk * *reinterpret_cast<const f16u*>(row + 16 * v);
+      f16v w[4];
+      for (int v = 0; v < 4; ++v) w[v] = *reinterpret_cast<const f16u*>(row + 16 * v);
+      for (int r = 0; r < 4; ++r) {
+        const float uk = ur[r][k];
+        for (int v = 0; v < 4; ++v) a[r][v] += uk * w[v];
+      }
     }
-    for (int v = 0; v < 4; ++v) *reinterpret_cast<f16u*>(m + c0 + 16 * v) = a[v];
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (int v = 0; v < 4; ++v) *reinterpret_cast<f16u*>(m + r * SW + c0 + 16 * v) = a[r][v];
   }
-  for (; c0 < SW; ++c0) {
-    float a = 0;
-    for (std::int64_t k = 0; k < rank; ++k) a += u[k] * upT[k * SW + c0];
-    m[c0] = a;
-  }
-  for (std::int64_t j = 0; j < SW; ++j) m[j] = 1.0f / (1.0f + exp_approx(-m[j])) * xn[j];
-  std::copy_n(m, W, out);
-  for (std::int64_t s = 1; s < streams; ++s)
-    for (std::int64_t c = 0; c < W; ++c) out[c] += m[s * W + c];
+  for (; c0 < SW; ++c0)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      float a = 0;
+      for (std::int64_t k = 0; k < rank; ++k) a += ur[r][k] * upT[k * SW + c0];
+      m[r * SW + c0] = a;
+    }
   const float n = static_cast<float>(streams);
-  for (std::int64_t c = 0; c < W; ++c) out[c] /= n;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* mr = m + r * SW;
+    const float* x = xn[r];
+    for (std::int64_t j = 0; j < SW; ++j) mr[j] = 1.0f / (1.0f + exp_approx(-mr[j])) * x[j];
+    float* o = out[r];
+    std::copy_n(mr, W, o);
+    for (std::int64_t s = 1; s < streams; ++s)
+      for (std::int64_t c = 0; c < W; ++c) o[c] += mr[s * W + c];
+    for (std::int64_t c = 0; c < W; ++c) o[c] /= n;
+  }
 }
 
 // Four queries x four vectors of 16 blocks: 16 accumulators, each key vector loaded once per

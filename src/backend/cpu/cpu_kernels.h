@@ -27,12 +27,13 @@ void mul_gate(float* x, const float* gate, std::int64_t n, bool silu);
 // x[i] += a * y[i].
 void axpy(float* x, float a, const float* y, std::int64_t n);
 
-// One row of the hyper-connection stream mix (backend.h stream_mix): with upT [rank][streams*W]
-// (the up weight transposed), out[c] = (sum over s, in order, of sigmoid(m[s*W + c]) *
-// xn[s*W + c]) / streams, m[j] = sum over k, in order, of u[k] * upT[k][j]. `m` is scratch of
-// streams*W floats.
-void stream_mix_row(const float* xn, const float* u, const float* upT, std::int64_t rank,
-                    std::int64_t W, std::int64_t streams, float* m, float* out);
+// Up to four rows (xn[r], u[r], out[r], r < rows <= 4) of the hyper-connection stream mix
+// (backend.h stream_mix): with upT [rank][streams*W] (the up weight transposed),
+// out[c] = (sum over s, in order, of sigmoid(m[s*W + c]) * xn[s*W + c]) / streams,
+// m[j] = sum over k, in order, of u[k] * upT[k][j]. `m` is scratch of 4*streams*W floats.
+void stream_mix_rows(const float* const* xn, const float* const* u, std::int64_t rows,
+                     const float* upT, std::int64_t rank, std::int64_t W, std::int64_t streams,
+                     float* m, float* const* out);
 
 // QSA indexer scores for nq <= 4 queries q[r] against one tile of kIndexTile block keys:
 // o[r][b] = scale * sum over heads h of relu(q[r][h*dim : (h+1)*dim] . key_b), with the tile's
