@@ -97,6 +97,14 @@ void Backend::add_scaled_streams(Tensor&, const Tensor&, const Tensor&) {
 void Backend::grouped_dot(const Tensor&, const Tensor&, std::int64_t, Tensor&) {
   unimplemented("grouped_dot");
 }
+void Backend::stream_mix(const Tensor& xn, const Tensor& u, const Weight& up, std::int64_t streams,
+                         Tensor& out) {
+  Tensor m;
+  linear(u, up, m);
+  activate(m, Activation::kSigmoid);
+  mul(m, xn);
+  stream_mean(m, streams, out);
+}
 void Backend::rope(Tensor&, std::int64_t, std::int64_t, std::int64_t, std::int64_t, double) {
   unimplemented("rope");
 }

@@ -121,6 +121,12 @@ class Backend {
   virtual void add_scaled_streams(Tensor& h, const Tensor& y, const Tensor& w);
   // out[r, s] = sum over the s-th group of W columns of a*b.
   virtual void grouped_dot(const Tensor& a, const Tensor& b, std::int64_t group, Tensor& out);
+  // The read's stream mix: out[r, c] = mean over s of sigmoid(m[r, s*W + c]) * xn[r, s*W + c],
+  // m = u · up^T (u [rows, rank], up [streams*W, rank], xn [rows, streams*W], out [rows, W]).
+  // A fused op: its default body is the unfused sequence (linear, sigmoid, mul, stream_mean),
+  // so a backend without its own computes exactly what that sequence does.
+  virtual void stream_mix(const Tensor& xn, const Tensor& u, const Weight& up, std::int64_t streams,
+                          Tensor& out);
 
   // --- positional ----------------------------------------------------------------------------
   // Rotate-half RoPE on the first `rotary_dim` columns of every `head_dim`-wide head of each row,

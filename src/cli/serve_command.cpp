@@ -33,6 +33,10 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--session-ram-mb", o->session_ram_mb, "RAM session bank budget in MiB")
       ->check(CLI::Range(1, 1 << 30))
       ->capture_default_str();
+  cmd->add_option("--responses-store-mb", o->responses_store_mb,
+                  "RAM budget of stored /v1/responses (previous_response_id) in MiB")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   cmd->add_option("--max-queue", o->max_queue, "Waiting requests before 503")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();

@@ -42,6 +42,10 @@ struct JobSummary {
   std::string session_tier;  // ram, disk or cold
   std::size_t reused_tokens = 0;
   std::string error;  // when finish_reason is "error"
+  // The tokens after the prompt that the committed state covers (the generated ones, a final
+  // stop token included); empty when no complete state was committed. A stateful API
+  // (previous_response_id) continues a conversation from exactly these.
+  std::vector<TokenId> generated;
 };
 
 // One generated token's log-probability and its most likely alternatives (decode/generator.h

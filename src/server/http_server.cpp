@@ -16,6 +16,8 @@
 #include "server/format.h"
 #include "server/front_door.h"
 #include "server/metrics.h"
+#include "server/response_store.h"
+#include "server/responses_handler.h"
 #include "server/sse.h"
 #include "tokenizer/chat/chat.h"
 #include "tokenizer/metadata.h"
@@ -36,6 +38,8 @@ struct Context {
   std::int64_t max_context = 0;
   Metrics metrics;
   GuardedServer* door = nullptr;
+  std::unique_ptr<ResponseStore> responses;  // stored responses of /v1/responses
+  ResponsesDeps responses_deps;
   std::unique_ptr<Engine> engine;  // last: it refers to the tokenizer and metrics above
 };
 
@@ -72,10 +76,12 @@ void send_error(httplib::Response& res, bool anthropic, const ApiError& e) {
 
 // A bounded label set: unknown paths are counted together, so scanners cannot grow /metrics.
 std::string endpoint_label(const std::string& path) {
-  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/messages",
-                            "/v1/messages/count_tokens", "/v1/models", "/health", "/metrics"})
+  for (const char* known :
+       {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/messages/count_tokens",
+        "/v1/models", "/v1/responses", "/v1/responses/input_tokens", "/health", "/metrics"})
     if (path == known) return path;
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+  if (path.rfind("/v1/responses/", 0) == 0) return "/v1/responses/{id}";
   return "other";
 }
 
@@ -315,7 +321,7 @@ void install_routes(GuardedServer& svr, Context& ctx) {
     if (ctx.options.cors) {
       res.set_header("Access-Control-Allow-Origin", "*");
       if (req.method == "OPTIONS") {
-        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
         res.set_header("Access-Control-Allow-Headers",
                        "Authorization, Content-Type, x-api-key, anthropic-version");
         res.status = 204;
@@ -367,6 +373,24 @@ void install_routes(GuardedServer& svr, Context& ctx) {
                return send_error(res, true, ApiError::invalid("messages", ids.status().message()));
              res.set_content(dump({{"input_tokens", ids->size()}}), "application/json");
            });
+  svr.Post("/v1/responses", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    handle_responses_create(ctx.responses_deps, req, res);
+  });
+  svr.Post("/v1/responses/input_tokens",
+           [&ctx](const httplib::Request& req, httplib::Response& res) {
+             handle_responses_input_tokens(ctx.responses_deps, req, res);
+           });
+  svr.Get(R"(/v1/responses/([^/]+))", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    handle_responses_get(ctx.responses_deps, req.matches[1], res);
+  });
+  svr.Get(R"(/v1/responses/([^/]+)/input_items)",
+          [&ctx](const httplib::Request& req, httplib::Response& res) {
+            handle_responses_input_items(ctx.responses_deps, req.matches[1], req, res);
+          });
+  svr.Delete(R"(/v1/responses/([^/]+))",
+             [&ctx](const httplib::Request& req, httplib::Response& res) {
+               handle_responses_delete(ctx.responses_deps, req.matches[1], res);
+             });
   svr.Get("/v1/models", [&ctx](const httplib::Request&, httplib::Response& res) {
     res.set_content(dump(model_list(ctx.model_id, ctx.created)), "application/json");
   });
@@ -492,6 +516,18 @@ Status run_server(const ServerOptions& options) {
   auto engine = Engine::create(eo, std::move(*model), ctx->tokenizer, ctx->metrics);
   if (!engine.ok()) return engine.status();
   ctx->engine = std::move(*engine);
+  ctx->responses = std::make_unique<ResponseStore>(options.responses_store_mb << 20);
+  ResponsesDeps& rd = ctx->responses_deps;
+  rd.tokenizer = &ctx->tokenizer.tokenizer;
+  rd.family = ctx->family;
+  rd.special = ctx->special;
+  rd.model_id = ctx->model_id;
+  rd.max_context = ctx->max_context;
+  rd.limits = options.limits;
+  rd.request_timeout_s = options.request_timeout_s;
+  rd.engine = ctx->engine.get();
+  rd.metrics = &ctx->metrics;
+  rd.store = ctx->responses.get();
 
   FrontDoorOptions fo;
   fo.workers = std::max(options.http_threads, 1);

@@ -24,6 +24,7 @@ struct ServerOptions {
   std::string session_dir;
   std::uint64_t session_disk_mb = 4096;
   std::size_t session_ram_mb = 1024;
+  std::size_t responses_store_mb = 256;  // stored /v1/responses (previous_response_id)
   std::size_t max_queue = 64;
   std::size_t max_body_bytes = std::size_t{8} << 20;
   std::int64_t max_context = 0;          // 0: the model's max_position_embeddings

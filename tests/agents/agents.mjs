@@ -2,7 +2,7 @@
 // directory, pointed at one loopback model server with no login, with telemetry, update checks and
 // plugin syncs turned off, and with a permission setting that lets the shell tool run without a
 // prompt. Each agent entry says how to configure it (files in HOME, environment, argv) and how to
-// read its JSON output back into {answer, toolOutputs, isError}.
+// read its JSON output back into {answer, toolCalls, toolOutputs, isError}.
 //
 // The tool turn's prompt names the agent's own shell tool and its exact arguments (README.md lists
 // them; the embedded model is trained on this pattern).
@@ -16,9 +16,11 @@ const bin = (name) => join(here, 'node_modules', '.bin', name);
 
 export const TOOL_MARKER = 'flashserve-tool-ok';
 export const PLAIN_PROMPT = 'Reply with one short sentence: what is 2 + 3?';
+// The arguments as one writes JSON by hand (and as Python's json.dumps does): `{"k": "v", ...}`.
+const argsText = (args) =>
+  `{${Object.entries(args).map(([k, v]) => `${JSON.stringify(k)}: ${JSON.stringify(v)}`).join(', ')}}`;
 export const toolPrompt = (agent) =>
-  `Use the ${agent.shellTool} tool with arguments ${JSON.stringify(agent.toolArgs).replace(/":/g, '": ')} ` +
-  'and tell me what it printed.';
+  `Use the ${agent.shellTool} tool with arguments ${argsText(agent.toolArgs)} and tell me what it printed.`;
 
 // Model calls one turn may make where the agent can limit them (Claude Code, Qwen Code; Codex
 // has no such setting): the tool turn needs two.

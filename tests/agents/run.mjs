@@ -145,7 +145,8 @@ async function runTurn(agent, turn, recorder, dir) {
     const call = r.toolCalls.find((c) => c.name === agent.shellTool);
     if (!call) problems.push(`no ${agent.shellTool} call (calls: ${JSON.stringify(r.toolCalls)})`);
     if (!r.toolOutputs.some((o) => o.includes(TOOL_MARKER)))
-      problems.push(`no tool output holding ${TOOL_MARKER} in the transcript`);
+      problems.push(`no tool output holding ${TOOL_MARKER} in the transcript (calls: ${clip(JSON.stringify(r.toolCalls), 400)}; ` +
+        `outputs: ${clip(JSON.stringify(r.toolOutputs), 400)})`);
     if (!records.some((rec) => carriesToolResult(agent.api, rec.body, TOOL_MARKER)))
       problems.push('the server received no request carrying the tool result');
     if (!r.answer.includes(TOOL_MARKER)) problems.push(`the answer does not quote ${TOOL_MARKER}`);

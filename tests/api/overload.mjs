@@ -142,6 +142,13 @@ const chat = (content, max_tokens) => ({
   max_tokens,
   temperature: 0,
 });
+// A generation that runs to max_tokens: the embedded model ends a chat turn after a few tokens,
+// but continues code greedily without an end (it repeats lines).
+const longCompletion = (tag, max_tokens) => ({
+  prompt: `# ${tag}\nimport os\nimport sys\n\n`,
+  max_tokens,
+  temperature: 0,
+});
 
 let passed = 0;
 let failed = 0;
@@ -237,7 +244,7 @@ for (let round = 1; round <= 2; ++round) {
   await check(`round ${round}: a non-streaming client that disconnects mid-generation cancels it`, async () => {
     const key = 'flashserve_finish_total{reason="cancelled"}';
     const before = (await metrics(port)).get(key) || 0;
-    const r = await rawRequest(port, 'POST', '/v1/chat/completions', chat(`long ${round}`, 4000), {
+    const r = await rawRequest(port, 'POST', '/v1/completions', longCompletion(`long ${round}`, 4000), {
       onConnect: (s, done) => setTimeout(() => done({ status: -1, error: 'disconnected' }), 300),
     });
     assert.equal(r.status, -1);
@@ -255,7 +262,7 @@ for (let round = 1; round <= 2; ++round) {
     const key = 'flashserve_finish_total{reason="cancelled"}';
     const before = (await metrics(port)).get(key) || 0;
     const t0 = performance.now();
-    const r = await rawRequest(port, 'POST', '/v1/chat/completions', chat(`slow ${round}`, 4000), { timeoutMs: 60000 });
+    const r = await rawRequest(port, 'POST', '/v1/completions', longCompletion(`slow ${round}`, 4000), { timeoutMs: 60000 });
     const ms = performance.now() - t0;
     assert.equal(r.status, 504, JSON.stringify(r).slice(0, 300));
     assert.equal(JSON.parse(r.body).error.code, 'request_timeout');
@@ -274,8 +281,8 @@ for (let round = 1; round <= 2; ++round) {
       const key = 'flashserve_finish_total{reason="cancelled"}';
       const before = (await metrics(port)).get(key) || 0;
       const t0 = performance.now();
-      const r = await rawRequest(port, 'POST', '/v1/chat/completions',
-        { ...chat('slow stream', 4000), stream: true }, { timeoutMs: 60000 });
+      const r = await rawRequest(port, 'POST', '/v1/completions',
+        { ...longCompletion('slow stream', 4000), stream: true }, { timeoutMs: 60000 });
       const ms = performance.now() - t0;
       assert.equal(r.status, 200);
       assert.ok(r.body.includes('deadline'), r.body.slice(-300));

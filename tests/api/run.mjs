@@ -657,7 +657,7 @@ const badChat = [
   ['tool_choice names a missing tool', { messages: userMsg('x'), tools: [openaiWeatherTool], tool_choice: { type: 'function', function: { name: 'nope' } } }, 400, 'tool_choice'],
   ['tool without a name', { messages: userMsg('x'), tools: [{ type: 'function', function: {} }] }, 400, 'tools[0].function.name'],
   ['tools not a list', { messages: userMsg('x'), tools: 'x' }, 400, 'tools'],
-  ['prompt over the context', { messages: userMsg('x1 y2 '.repeat(4000)), max_tokens: 4 }, 400, 'messages'],
+  ['prompt over the context', { messages: userMsg('x1 y2 '.repeat(20000)), max_tokens: 4 }, 400, 'messages'],  // 80k tokens
 ];
 const badCompletion = [
   ['no prompt', { model: 'x' }, 400, 'prompt'],

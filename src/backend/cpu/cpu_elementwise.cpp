@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_kernels.h"
 
 namespace fs {
 namespace {
@@ -27,20 +28,11 @@ float apply_act(float v, Activation act) {
   return v;
 }
 
-// The k largest of p[0, n), descending, ties to the lower index, into idx/val[0, min(k, n));
-// the entries past that are left as the caller filled them.
-void topk_row(const float* p, std::int64_t n, std::int64_t k, std::vector<std::int32_t>& order,
-              std::int32_t* idx, float* val) {
-  order.resize(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i)
-    order[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
-  const auto take = std::min(k, n);
-  std::partial_sort(order.begin(), order.begin() + take, order.end(),
-                    [&](auto a, auto b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-  for (std::int64_t i = 0; i < take; ++i) {
-    idx[i] = order[static_cast<std::size_t>(i)];
-    if (val != nullptr) val[i] = p[order[static_cast<std::size_t>(i)]];
-  }
+// Rough FLOPs per element of a vector op, for the parallel-for's threshold.
+constexpr double kElementWork = 4;
+
+double elems(const Tensor& x) {
+  return static_cast<double>(x.numel()) * kElementWork;
 }
 
 }  // namespace
@@ -52,21 +44,26 @@ void CpuBackend::rms_norm(const Tensor& x, const Weight& w, std::int64_t group, 
   // w spans the whole row, or one group (a per-head norm shared by every group).
   assert(cols % group == 0 && cols % wn == 0);
   if (&y != &x && !ensure(y, x.shape())) return;
-  const float* wv = w.f32();
-  for (std::int64_t r = 0; r < x.rows(); ++r) {
-    const float* in = x.row(r);
-    float* out = y.row(r);
-    for (std::int64_t g0 = 0; g0 < cols; g0 += group) {
-      // Sum in double: the reference norms in fp32 of float64-accurate values.
-      double ss = 0;
-      for (std::int64_t c = 0; c < group; ++c) ss += static_cast<double>(in[g0 + c]) * in[g0 + c];
-      const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(group) + eps));
-      for (std::int64_t c = g0; c < g0 + group; ++c) {
-        const float wc = wv[c % wn];
-        out[c] = in[c] * inv * (unit_offset ? 1.0f + wc : wc);
+  // The scale per column of a row: (1 + w) or w, repeated over the groups when w spans one.
+  std::vector<float> scale(static_cast<std::size_t>(cols));
+  for (std::int64_t c = 0; c < cols; ++c) {
+    const float wc = w.f32()[c % wn];
+    scale[static_cast<std::size_t>(c)] = unit_offset ? 1.0f + wc : wc;
+  }
+  const float* in0 = x.data();
+  float* out0 = y.data();
+  cpu_parallel_ranges(x.rows(), elems(x), [&](std::int64_t r0, std::int64_t r1) {
+    for (auto r = r0; r < r1; ++r) {
+      for (std::int64_t g0 = 0; g0 < cols; g0 += group) {
+        const float* in = in0 + r * cols + g0;
+        // Sum in double: the reference norms in fp32 of float64-accurate values.
+        const double ss = cpu::sum_squares(in, group);
+        const float inv =
+            static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(group) + eps));
+        cpu::scale_mul(in, inv, scale.data() + g0, out0 + r * cols + g0, group);
       }
     }
-  }
+  });
 }
 
 void CpuBackend::rms_norm_gated(const Tensor& x, const Weight& w, const Tensor& gate, float eps,
@@ -75,38 +72,65 @@ void CpuBackend::rms_norm_gated(const Tensor& x, const Weight& w, const Tensor& 
   assert(gate.numel() == x.numel());
   rms_norm(x, w, w.numel(), eps, /*unit_offset=*/false, y);
   if (failed()) return;
+  if (act == Activation::kSigmoid || act == Activation::kSilu) {
+    cpu_parallel_ranges(y.numel(), elems(y), [&](std::int64_t b, std::int64_t e) {
+      cpu::mul_gate(y.data() + b, gate.data() + b, e - b, act == Activation::kSilu);
+    });
+    return;
+  }
   for (std::int64_t i = 0; i < y.numel(); ++i) y.data()[i] *= apply_act(gate.data()[i], act);
 }
 
 void CpuBackend::l2_norm(Tensor& x, std::int64_t group, float eps) {
   if (failed()) return;
   const auto n = x.numel() / group;
-  for (std::int64_t g = 0; g < n; ++g) {
-    float* p = x.data() + g * group;
-    double ss = 0;
-    for (std::int64_t c = 0; c < group; ++c) ss += static_cast<double>(p[c]) * p[c];
-    const float inv = static_cast<float>(1.0 / std::sqrt(ss + eps));
-    for (std::int64_t c = 0; c < group; ++c) p[c] *= inv;
-  }
+  float* base = x.data();
+  cpu_parallel_ranges(n, elems(x), [&](std::int64_t g0, std::int64_t g1) {
+    for (auto g = g0; g < g1; ++g) {
+      float* p = base + g * group;
+      const double ss = cpu::sum_squares(p, group);
+      const float inv = static_cast<float>(1.0 / std::sqrt(ss + eps));
+      for (std::int64_t c = 0; c < group; ++c) p[c] *= inv;
+    }
+  });
 }
 
 void CpuBackend::activate(Tensor& x, Activation act) {
   if (failed()) return;
-  for (auto& v : x.span()) v = apply_act(v, act);
+  float* p = x.data();
+  cpu_parallel_ranges(x.numel(), elems(x) * 4, [&](std::int64_t b, std::int64_t e) {
+    switch (act) {
+      case Activation::kSigmoid:
+        return cpu::sigmoid(p + b, e - b);
+      case Activation::kSilu:
+        return cpu::silu(p + b, e - b);
+      default:
+        for (auto i = b; i < e; ++i) p[i] = apply_act(p[i], act);
+    }
+  });
 }
 void CpuBackend::scale(Tensor& x, float s) {
   if (failed()) return;
-  for (auto& v : x.span()) v *= s;
+  float* p = x.data();
+  cpu_parallel_ranges(x.numel(), elems(x), [&](std::int64_t b, std::int64_t e) {
+    for (auto i = b; i < e; ++i) p[i] *= s;
+  });
 }
 void CpuBackend::add(Tensor& x, const Tensor& y) {
   if (failed()) return;
   assert(x.numel() == y.numel());
-  for (std::int64_t i = 0; i < x.numel(); ++i) x.data()[i] += y.data()[i];
+  float* p = x.data();
+  const float* q = y.data();
+  cpu_parallel_ranges(x.numel(), elems(x), [&](std::int64_t b, std::int64_t e) {
+    for (auto i = b; i < e; ++i) p[i] += q[i];
+  });
 }
 void CpuBackend::mul(Tensor& x, const Tensor& y) {
   if (failed()) return;
   assert(x.numel() == y.numel());
-  for (std::int64_t i = 0; i < x.numel(); ++i) x.data()[i] *= y.data()[i];
+  cpu_parallel_ranges(x.numel(), elems(x), [&](std::int64_t b, std::int64_t e) {
+    cpu::mul(x.data() + b, y.data() + b, e - b);
+  });
 }
 void CpuBackend::mul_cols(Tensor& x, const Weight& v) {
   if (failed() || !check_vector(v, "mul_cols")) return;
@@ -118,23 +142,27 @@ void CpuBackend::mul_cols(Tensor& x, const Weight& v) {
 void CpuBackend::mul_rows(Tensor& x, const Tensor& s) {
   if (failed()) return;
   assert(s.numel() == x.rows());
+  const auto cols = x.cols();
+  float* p = x.data();
+  const float* sv = s.data();
   for (std::int64_t r = 0; r < x.rows(); ++r)
-    for (std::int64_t c = 0; c < x.cols(); ++c) x.row(r)[c] *= s.data()[r];
+    for (std::int64_t c = 0; c < cols; ++c) p[r * cols + c] *= sv[r];
 }
 void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
   if (failed()) return;
   assert(gate.numel() == up.numel());
   if (!ensure(out, gate.shape())) return;
-  for (std::int64_t i = 0; i < gate.numel(); ++i)
-    out.data()[i] = apply_act(gate.data()[i], Activation::kSilu) * up.data()[i];
+  cpu_parallel_ranges(gate.numel(), elems(gate) * 4, [&](std::int64_t b, std::int64_t e) {
+    cpu::swiglu(gate.data() + b, up.data() + b, out.data() + b, e - b);
+  });
 }
 void CpuBackend::swiglu_packed(const Tensor& gu, Tensor& out) {
   if (failed()) return;
   const auto half = gu.cols() / 2;
   if (!ensure(out, {gu.rows(), half})) return;
-  for (std::int64_t r = 0; r < gu.rows(); ++r)
-    for (std::int64_t c = 0; c < half; ++c)
-      out.row(r)[c] = apply_act(gu.row(r)[c], Activation::kSilu) * gu.row(r)[half + c];
+  cpu_parallel_ranges(gu.rows(), elems(gu) * 2, [&](std::int64_t r0, std::int64_t r1) {
+    for (auto r = r0; r < r1; ++r) cpu::swiglu(gu.row(r), gu.row(r) + half, out.row(r), half);
+  });
 }
 void CpuBackend::signed_sqrt(Tensor& x, float floor) {
   if (failed()) return;
@@ -216,24 +244,65 @@ void CpuBackend::embedding(std::span<const Weight> shards, std::span<const std::
 
 void CpuBackend::stream_mean(const Tensor& x, std::int64_t streams, Tensor& out) {
   if (failed()) return;
-  const auto W = x.cols() / streams;
+  const auto W = x.cols() / streams, cols = x.cols();
   if (!ensure(out, {x.rows(), W})) return;
-  for (std::int64_t r = 0; r < x.rows(); ++r)
-    for (std::int64_t c = 0; c < W; ++c) {
-      float s = 0;
-      for (std::int64_t k = 0; k < streams; ++k) s += x.row(r)[k * W + c];
-      out.row(r)[c] = s / static_cast<float>(streams);
+  const float* in = x.data();
+  float* o = out.data();
+  const float inv = static_cast<float>(streams);
+  cpu_parallel_ranges(x.rows(), elems(x), [&](std::int64_t r0, std::int64_t r1) {
+    for (auto r = r0; r < r1; ++r) {
+      float* dst = o + r * W;
+      const float* src = in + r * cols;
+      std::copy_n(src, W, dst);
+      for (std::int64_t k = 1; k < streams; ++k)
+        for (std::int64_t c = 0; c < W; ++c) dst[c] += src[k * W + c];
+      for (std::int64_t c = 0; c < W; ++c) dst[c] /= inv;
     }
+  });
 }
 void CpuBackend::add_scaled_streams(Tensor& h, const Tensor& y, const Tensor& w) {
   if (failed()) return;
   const auto W = y.cols(), streams = w.cols();
   assert(h.cols() == W * streams && y.rows() == h.rows() && w.rows() == h.rows());
-  for (std::int64_t r = 0; r < h.rows(); ++r)
-    for (std::int64_t s = 0; s < streams; ++s) {
-      const float ws = w.row(r)[s];
-      for (std::int64_t c = 0; c < W; ++c) h.row(r)[s * W + c] += ws * y.row(r)[c];
+  cpu_parallel_ranges(h.rows(), elems(h), [&](std::int64_t r0, std::int64_t r1) {
+    for (auto r = r0; r < r1; ++r) {
+      float* hr = h.data() + r * W * streams;
+      const float* yr = y.data() + r * W;
+      const float* wr = w.data() + r * streams;
+      for (std::int64_t s = 0; s < streams; ++s) cpu::axpy(hr + s * W, wr[s], yr, W);
     }
+  });
+}
+void CpuBackend::stream_mix(const Tensor& xn, const Tensor& u, const Weight& up,
+                            std::int64_t streams, Tensor& out) {
+  if (failed()) return;
+  const auto SW = xn.cols(), rank = u.cols(), W = SW / streams;
+  assert(up.rows() == SW && up.cols() == rank && u.rows() == xn.rows() &&
+         up.device == Device::kHost);
+  if (!ensure(out, {xn.rows(), W})) return;
+  // The up weight widened and transposed to [rank][SW], so each rank term is a row update.
+  std::vector<float> wide(static_cast<std::size_t>(SW * rank)), upT(wide.size());
+  convert_to_f32(up.dtype, up.data, wide.data(), wide.size());
+  for (std::int64_t j = 0; j < SW; ++j)
+    for (std::int64_t k = 0; k < rank; ++k)
+      upT[static_cast<std::size_t>(k * SW + j)] = wide[static_cast<std::size_t>(j * rank + k)];
+  const double work = static_cast<double>(xn.rows() * SW) * static_cast<double>(2 * rank + 8);
+  cpu_parallel_ranges(xn.rows(), work, [&](std::int64_t r0, std::int64_t r1) {
+    thread_local std::vector<float> m;
+    m.resize(static_cast<std::size_t>(4 * SW));
+    const float* xr[4];
+    const float* ur[4];
+    float* orow[4];
+    for (auto r = r0; r < r1; r += 4) {
+      const auto n = std::min<std::int64_t>(4, r1 - r);
+      for (std::int64_t i = 0; i < n; ++i) {
+        xr[i] = xn.row(r + i);
+        ur[i] = u.row(r + i);
+        orow[i] = out.row(r + i);
+      }
+      cpu::stream_mix_rows(xr, ur, n, upT.data(), rank, W, streams, m.data(), orow);
+    }
+  });
 }
 void CpuBackend::grouped_dot(const Tensor& a, const Tensor& b, std::int64_t group, Tensor& out) {
   if (failed()) return;
@@ -253,31 +322,34 @@ void CpuBackend::rope(Tensor& x, std::int64_t head_dim, std::int64_t rotary_dim,
                       std::int64_t stride, double theta) {
   if (failed()) return;
   const auto half = rotary_dim / 2;
-  const auto heads = x.cols() / head_dim;
+  const auto heads = x.cols() / head_dim, cols = x.cols();
   std::vector<float> inv_freq(static_cast<std::size_t>(half));
-  std::vector<float> cosv(static_cast<std::size_t>(half)), sinv(static_cast<std::size_t>(half));
   for (std::int64_t i = 0; i < half; ++i) {
     // inv_freq in fp32 as the reference builds it, the angle in double.
     inv_freq[static_cast<std::size_t>(i)] = static_cast<float>(
         1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(rotary_dim)));
   }
-  for (std::int64_t r = 0; r < x.rows(); ++r) {
-    const auto position = first + r * stride;
-    for (std::int64_t i = 0; i < half; ++i) {
-      const double angle = static_cast<double>(position) * inv_freq[static_cast<std::size_t>(i)];
-      cosv[static_cast<std::size_t>(i)] = static_cast<float>(std::cos(angle));
-      sinv[static_cast<std::size_t>(i)] = static_cast<float>(std::sin(angle));
-    }
-    for (std::int64_t h = 0; h < heads; ++h) {
-      float* p = x.row(r) + h * head_dim;
+  float* base = x.data();
+  cpu_parallel_ranges(x.rows(), elems(x) * 4, [&](std::int64_t r0, std::int64_t r1) {
+    std::vector<float> cosv(static_cast<std::size_t>(half)), sinv(static_cast<std::size_t>(half));
+    for (auto r = r0; r < r1; ++r) {
+      const auto position = first + r * stride;
       for (std::int64_t i = 0; i < half; ++i) {
-        const float a = p[i], b = p[i + half];
-        const float c = cosv[static_cast<std::size_t>(i)], s = sinv[static_cast<std::size_t>(i)];
-        p[i] = a * c - b * s;
-        p[i + half] = b * c + a * s;
+        const double angle = static_cast<double>(position) * inv_freq[static_cast<std::size_t>(i)];
+        cosv[static_cast<std::size_t>(i)] = static_cast<float>(std::cos(angle));
+        sinv[static_cast<std::size_t>(i)] = static_cast<float>(std::sin(angle));
+      }
+      for (std::int64_t h = 0; h < heads; ++h) {
+        float* p = base + r * cols + h * head_dim;
+        for (std::int64_t i = 0; i < half; ++i) {
+          const float a = p[i], b = p[i + half];
+          const float c = cosv[static_cast<std::size_t>(i)], s = sinv[static_cast<std::size_t>(i)];
+          p[i] = a * c - b * s;
+          p[i + half] = b * c + a * s;
+        }
       }
     }
-  }
+  });
 }
 
 void CpuBackend::softmax(Tensor& x) {
@@ -299,9 +371,8 @@ void CpuBackend::topk(const Tensor& x, std::int64_t k, Tensor& idx, Tensor& val)
   float* vp = val.data();
   std::fill(ip, ip + rows * k, -1);
   std::fill(vp, vp + rows * k, 0.0f);
-  std::vector<std::int32_t> order;
   for (std::int64_t r = 0; r < rows; ++r)
-    topk_row(x.row(r), x.cols(), k, order, ip + r * k, vp + r * k);
+    cpu::topk_row(x.row(r), x.cols(), k, ip + r * k, vp + r * k);
 }
 
 void CpuBackend::select_blocks(const Tensor& scores, std::int64_t first, std::int64_t block,
@@ -311,11 +382,12 @@ void CpuBackend::select_blocks(const Tensor& scores, std::int64_t first, std::in
   if (!ensure(picked, {S, top}, DType::kI32)) return;
   auto* ip = picked.data_as<std::int32_t>();
   std::fill(ip, ip + S * top, -1);
-  std::vector<std::int32_t> order;
-  for (std::int64_t s = 0; s < S; ++s) {
-    const auto visible = std::min((first + s + 1) / block, scores.cols());
-    topk_row(scores.row(s), visible, top, order, ip + s * top, nullptr);
-  }
+  cpu_parallel_ranges(S, elems(scores), [&](std::int64_t s0, std::int64_t s1) {
+    for (auto s = s0; s < s1; ++s) {
+      const auto visible = std::min((first + s + 1) / block, scores.cols());
+      cpu::topk_row(scores.row(s), visible, top, ip + s * top, nullptr);
+    }
+  });
 }
 
 void CpuBackend::block_mean(const Tensor& x, std::int64_t first_row, std::int64_t blocks,
@@ -331,21 +403,38 @@ void CpuBackend::block_mean(const Tensor& x, std::int64_t first_row, std::int64_
     }
 }
 
+// The block keys are transposed into tiles of kIndexTile (zero-padded), then each thread
+// scores every query against its share of the tiles, four queries at a time.
 void CpuBackend::index_scores(const Tensor& q, const Tensor& keys, std::int64_t heads, float scale,
                               Tensor& out) {
   if (failed()) return;
-  const auto dim = keys.cols(), B = keys.shape().empty() ? 0 : keys.rows();
-  if (!ensure(out, {q.rows(), B})) return;
-  for (std::int64_t s = 0; s < q.rows(); ++s)
-    for (std::int64_t b = 0; b < B; ++b) {
-      float total = 0;
-      for (std::int64_t h = 0; h < heads; ++h) {
-        float d = 0;
-        for (std::int64_t c = 0; c < dim; ++c) d += q.row(s)[h * dim + c] * keys.row(b)[c];
-        total += d > 0 ? d : 0;
+  const auto dim = keys.cols(), B = keys.shape().empty() ? 0 : keys.rows(), S = q.rows();
+  assert(q.cols() == heads * dim);
+  if (!ensure(out, {S, B})) return;
+  if (B == 0 || S == 0) return;
+  constexpr auto T = cpu::kIndexTile;
+  const auto tiles = (B + T - 1) / T;
+  std::vector<float> kt(static_cast<std::size_t>(tiles * dim * T), 0.0f);
+  for (std::int64_t b = 0; b < B; ++b) {
+    const float* key = keys.row(b);
+    float* tile = kt.data() + (b / T) * dim * T + b % T;
+    for (std::int64_t c = 0; c < dim; ++c) tile[c * T] = key[c];
+  }
+  const double work = 2.0 * static_cast<double>(S * B) * static_cast<double>(heads * dim);
+  cpu_parallel_ranges(tiles, work, [&](std::int64_t t0, std::int64_t t1) {
+    float o[4][T];
+    float* op[4] = {o[0], o[1], o[2], o[3]};
+    const float* qp[4];
+    for (auto t = t0; t < t1; ++t) {
+      const auto b0 = t * T, valid = std::min(T, B - b0);
+      for (std::int64_t s = 0; s < S; s += 4) {
+        const auto nq = std::min<std::int64_t>(4, S - s);
+        for (std::int64_t r = 0; r < nq; ++r) qp[r] = q.row(s + r);
+        cpu::index_scores_tile(qp, nq, heads, dim, kt.data() + t * dim * T, scale, op);
+        for (std::int64_t r = 0; r < nq; ++r) std::copy_n(o[r], valid, out.row(s + r) + b0);
       }
-      out.row(s)[b] = total * scale;
     }
+  });
 }
 
 }  // namespace fs

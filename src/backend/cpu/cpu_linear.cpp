@@ -1,13 +1,12 @@
 // Dense products on OpenBLAS. f32 weights are read in place from the checkpoint mapping; bf16
-// weights are widened in tiles of kTileRows rows (exact: bf16 -> f32 is a shift) into a
+// weights are widened in tiles of at most 1 MiB (exact: bf16 -> f32 is a shift) into a
 // thread-local scratch buffer, then multiplied, so the CPU path never doubles the weight memory.
-// Also: `upload`, the routed experts of a MoE (a product per expert), and the thread helper.
+// Also: `upload`, and the routed experts of a MoE (a product per expert).
 #include <cblas.h>
 
 #include <algorithm>
 #include <cassert>
 #include <cstdint>
-#include <thread>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -15,16 +14,21 @@
 namespace fs {
 namespace {
 
+// A bf16 weight is widened in tiles of at most kTileFloats floats (1 MiB), at least kTileRows
+// rows, per thread: large enough that sgemm runs at full speed, small enough to stay in cache.
 constexpr std::int64_t kTileRows = 64;
+constexpr std::int64_t kTileFloats = 1 << 18;
 
-// y[:, col0 : col0+n] = x · w_rows^T, w_rows [n, in] f32 contiguous.
-void gemm_block(const Tensor& x, const float* w, std::int64_t n, std::int64_t col0, Tensor& y) {
-  const auto S = x.rows(), in = x.cols(), out = y.cols();
+// y[r, col0 : col0+n] = x[r, :] · w_rows^T for the `rows` rows of x from x_row0, w_rows [n, in]
+// f32 contiguous.
+void gemm_block(const Tensor& x, std::int64_t x_row0, std::int64_t rows, const float* w,
+                std::int64_t n, std::int64_t col0, Tensor& y) {
+  const auto in = x.cols(), out = y.cols();
   // sgemm for every row count (no gemv special case): a row's result then depends less on
   // how many rows share the call, which keeps split and one-call states closer.
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(S), static_cast<int>(n),
-              static_cast<int>(in), 1.0f, x.data(), static_cast<int>(in), w, static_cast<int>(in),
-              0.0f, y.data() + col0, static_cast<int>(out));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(n),
+              static_cast<int>(in), 1.0f, x.data() + x_row0 * in, static_cast<int>(in), w,
+              static_cast<int>(in), 0.0f, y.data() + x_row0 * out + col0, static_cast<int>(out));
 }
 
 // Elements converted per parallel job by `upload` (a load-time pass over whole matrices).
@@ -84,28 +88,49 @@ bool CpuBackend::check_vector(const Weight& w, const char* op) {
   return false;
 }
 
+// The product is split over the pool by output columns (weight rows) when there are enough of
+// them, so each thread widens only its own part of a bf16 weight, else by rows of x. Either way
+// every output element is one sgemm dot product over `in`, whatever the split.
 void CpuBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
   if (failed()) return;
-  const auto out = w.rows(), in = w.cols();
+  const auto out = w.rows(), in = w.cols(), S = x.rows();
   assert(x.cols() == in && w.device == Device::kHost);
   Shape shape = x.shape();
   shape.back() = out;
   if (!ensure(y, std::move(shape))) return;
-  if (x.rows() == 0) return;
+  if (S == 0) return;
   // f32 weights are used in place when aligned (safetensors does not promise alignment of a
   // tensor that follows an odd-sized bf16 one); otherwise they take the tile path as bf16 does.
-  if (w.dtype == DType::kF32 && reinterpret_cast<std::uintptr_t>(w.data) % alignof(float) == 0) {
-    gemm_block(x, w.f32(), out, 0, y);
-    return;
-  }
-  thread_local std::vector<float> tile;
-  tile.resize(static_cast<std::size_t>(kTileRows * in));
+  const bool in_place =
+      w.dtype == DType::kF32 && reinterpret_cast<std::uintptr_t>(w.data) % alignof(float) == 0;
   const auto esize = dtype_size(w.dtype);
-  for (std::int64_t r0 = 0; r0 < out; r0 += kTileRows) {
-    const auto n = std::min(kTileRows, out - r0);
-    convert_to_f32(w.dtype, w.data + static_cast<std::size_t>(r0 * in) * esize, tile.data(),
-                   static_cast<std::size_t>(n * in));
-    gemm_block(x, tile.data(), n, r0, y);
+  const auto tile_rows = std::max(kTileRows, kTileFloats / std::max<std::int64_t>(in, 1));
+  // Weight rows [n0, n1) times rows [r0, r1) of x.
+  auto part = [&](std::int64_t r0, std::int64_t r1, std::int64_t n0, std::int64_t n1) {
+    if (in_place) return gemm_block(x, r0, r1 - r0, w.f32() + n0 * in, n1 - n0, n0, y);
+    thread_local std::vector<float> tile;
+    for (auto t0 = n0; t0 < n1; t0 += tile_rows) {
+      const auto n = std::min(tile_rows, n1 - t0);
+      tile.resize(static_cast<std::size_t>(n * in));
+      convert_to_f32(w.dtype, w.data + static_cast<std::size_t>(t0 * in) * esize, tile.data(),
+                     static_cast<std::size_t>(n * in));
+      gemm_block(x, r0, r1 - r0, tile.data(), n, t0, y);
+    }
+  };
+  const double work = 2.0 * static_cast<double>(S) * static_cast<double>(out * in);
+  constexpr std::int64_t kAlign = 16;  // column parts start on a multiple of 16 weight rows
+  if (out >= 2 * kTileRows) {
+    const auto groups = (out + kAlign - 1) / kAlign;
+    cpu_parallel_ranges(
+        groups, work,
+        [&](std::int64_t g0, std::int64_t g1) {
+          part(0, S, g0 * kAlign, std::min(out, g1 * kAlign));
+        },
+        /*per_thread=*/1);
+  } else {
+    cpu_parallel_ranges(
+        S, work, [&](std::int64_t r0, std::int64_t r1) { part(r0, r1, 0, out); },
+        /*per_thread=*/1);
   }
 }
 
@@ -172,23 +197,8 @@ void CpuBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weigh
   }
 }
 
-void cpu_parallel_for(std::int64_t n, double work, const std::function<void(std::int64_t)>& fn) {
-  const auto hw = static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
-  // Below ~1 Mflop a thread start costs more than it saves.
-  const auto threads = std::min<std::int64_t>({hw, n, work < 1e6 ? 1 : hw});
-  if (threads <= 1) {
-    for (std::int64_t i = 0; i < n; ++i) fn(i);
-    return;
-  }
-  std::vector<std::jthread> pool;
-  for (std::int64_t t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      for (std::int64_t i = t; i < n; i += threads) fn(i);
-    });
-  }
-}
-
 std::unique_ptr<Backend> make_cpu_backend() {
+  cpu_blas_setup();
   return std::make_unique<CpuBackend>();
 }
 
