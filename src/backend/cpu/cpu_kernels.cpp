@@ -389,6 +389,24 @@ FS_CPU_CLONES void topk_row(const float* p, std::int64_t n, std::int64_t k, std:
   for (; i + 16 <= n; i += 16) {
     const f16v v = *reinterpret_cast<const f16u*>(p + i);
     const bool full = have == take;
+    // Most of a long row cannot enter: when the largest of the next 64 entries does not pass
+    // the list's last value, they are skipped at once (a NaN may hide a lane here, which is
+    // allowed: what a row with NaNs yields is unspecified).
+    if (full && i + 64 <= n) {
+      const f16u* w = reinterpret_cast<const f16u*>(p + i);
+      const f16v a = w[0] > w[1] ? w[0] : w[1], b = w[2] > w[3] ? w[2] : w[3];
+      f16v m = a > b ? a : b;
+      const f16v m8 =
+          __builtin_shufflevector(m, m, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+      m = m > m8 ? m : m8;
+      const f16v m4 = __builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3);
+      m = m > m4 ? m : m4;
+      const float top = std::max(std::max(m[0], m[1]), std::max(m[2], m[3]));
+      if (!(top > p[idx[take - 1]])) {
+        i += 48;  // with the loop's 16: the whole 64
+        continue;
+      }
+    }
     const float bar = full ? p[idx[take - 1]] : floor;
     const auto pass = full ? (v > bar) : (v >= bar);
     unsigned bits = 0;
