@@ -197,9 +197,17 @@ FS_CPU_CLONES void attention_heads(const float* q, std::int64_t rep, std::int64_
       __builtin_prefetch(v + at + x);
     }
   }
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float* ki = k + static_cast<std::int64_t>(idx[i]) * ld;
-    for (std::int64_t x = 0; x < D; ++x) KT[x * n + i] = ki[x];
+  // Transposed by columns: each is a gather over the keys' rows (vector gathers where the CPU
+  // version has them).
+  thread_local std::vector<std::int32_t> offsets;
+  offsets.resize(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i)
+    offsets[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(idx[i] * ld);
+  const std::int32_t* off = offsets.data();
+  for (std::int64_t x = 0; x < D; ++x) {
+    const float* kx = k + x;
+    float* row = KT + x * n;
+    for (std::int64_t i = 0; i < n; ++i) row[i] = kx[off[i]];
   }
   for (std::int64_t r = 0; r < rep; ++r) {
     float* p = P + r * n;
@@ -336,71 +344,79 @@ FS_CPU_CLONES void delta_rule_recurrent_head(const DeltaRuleHead& h, float* stat
 
 namespace {
 
-// Offers p[i] to the sorted best list idx[0, have) of capacity take (value descending, index
-// ascending). Entries are offered in increasing index order, so an entry equal to the list's
-// last loses (its index is higher): only a strictly larger value enters a full list.
+// The largest lane of v (by reference: a vector passed by value outside the cloned functions
+// would change the ABI with the instruction set; inlined, it takes the caller's).
+__attribute__((always_inline)) inline float hmax(const f16v& v) {
+  const f16v a =
+      __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+  const f16v m1 = v > a ? v : a;
+  const f16v b = __builtin_shufflevector(m1, m1, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3);
+  const f16v m2 = m1 > b ? m1 : b;
+  return std::max(std::max(m2[0], m2[1]), std::max(m2[2], m2[3]));
+}
+
+// Offers p[i] to the sorted best list idx[0, have) (values in vals) of capacity take (value
+// descending, index ascending). Entries are offered in increasing index order, so an entry equal to
+// the list's last loses (its index is higher): only a strictly larger value enters a full list.
 inline void topk_offer(const float* p, std::int64_t i, std::int64_t take, std::int64_t& have,
-                       std::int32_t* idx) {
+                       std::int32_t* idx, float* vals) {
   const float x = p[i];
-  if (have == take && !(x > p[idx[take - 1]])) return;
+  if (have == take && !(x > vals[take - 1])) return;
   auto at = have < take ? have++ : take - 1;
-  while (at > 0 && x > p[idx[at - 1]]) {
+  while (at > 0 && x > vals[at - 1]) {
     idx[at] = idx[at - 1];
+    vals[at] = vals[at - 1];
     --at;
   }
   idx[at] = static_cast<std::int32_t>(i);
+  vals[at] = x;
 }
 
 }  // namespace
 
-// One pass in index order. A floor is taken first from the row's last 256 entries: the k-th
-// largest of them. At least k entries reach it, so an entry below it can never be picked; only
-// a few per cent of a long row reach it, and the vector compares below find those.
+// One pass in index order, after a floor below which no entry can be picked; only a few per cent
+// of a long row reach it, and the vector compares below find those.
 FS_CPU_CLONES void topk_row(const float* p, std::int64_t n, std::int64_t k, std::int32_t* idx,
                             float* val) {
   const auto take = std::min(k, n);
   if (take <= 0) return;
+  // A floor: the row viewed as 16 interleaved lanes (entry j in lane j % 16), the k-th largest
+  // of the lanes' maxima. k different entries reach it (one per lane), so an entry below it can
+  // never be picked; on a long row only a few per cent reach it. One vector max per 16 entries.
   float floor = -INFINITY;
-  {
-    // The k largest values of the sample (values only: which of equal entries is kept does not
-    // change them), scanned from the end so that a rising row fills the list at once.
-    constexpr std::int64_t kSample = 256;
-    const auto from = std::max<std::int64_t>(0, n - kSample);
-    if (n - from >= take && take <= kSample) {
-      float best[kSample];
-      std::int64_t have = 0;
-      for (auto i = n; i-- > from;) {
-        const float x = p[i];
-        if (have == take && !(x > best[take - 1])) continue;
-        auto at = have < take ? have++ : take - 1;
-        for (; at > 0 && x > best[at - 1]; --at) best[at] = best[at - 1];
-        best[at] = x;
-      }
-      floor = best[take - 1];
+  if (take <= 16 && n >= 16) {
+    f16v lanes = *reinterpret_cast<const f16u*>(p);
+    for (std::int64_t j = 16; j + 16 <= n; j += 16) {
+      const f16v v = *reinterpret_cast<const f16u*>(p + j);
+      lanes = v > lanes ? v : lanes;
     }
+    float m[16];
+    for (int l = 0; l < 16; ++l) m[l] = lanes[l];
+    std::partial_sort(m, m + take, m + 16, [](float x, float y) { return x > y; });
+    // A NaN lane (what a row with NaNs yields is unspecified) must not stop every entry.
+    floor = m[take - 1] == m[take - 1] ? m[take - 1] : -INFINITY;
   }
+  // The list's values beside its indices (no indirect loads while inserting).
+  thread_local std::vector<float> kept;
+  kept.resize(static_cast<std::size_t>(take));
+  float* vals = kept.data();
   std::int64_t have = 0, i = 0;
   auto offer = [&](std::int64_t j) {
-    if (p[j] >= floor) topk_offer(p, j, take, have, idx);
+    if (p[j] >= floor) topk_offer(p, j, take, have, idx, vals);
   };
-  // 16 entries at a time: a vector compare against the bar (the floor while the list fills, then
-  // its last value) leaves a bit mask of the few that may enter, offered one by one (each offer
-  // checks again against the list as it is then).
+  // 16 entries at a time: a vector whose largest entry (a horizontal max; a NaN may hide a lane,
+  // which is allowed: what a row with NaNs yields is unspecified) cannot enter is skipped, that
+  // is one below the floor while the list fills and one not above its last value once it is
+  // full; the entries of the rest are offered one by one (each checked against the list as it is
+  // then).
   for (; i + 16 <= n; i += 16) {
     const f16v v = *reinterpret_cast<const f16u*>(p + i);
-    const bool full = have == take;
-    const float bar = full ? p[idx[take - 1]] : floor;
-    const auto pass = full ? (v > bar) : (v >= bar);
-    unsigned bits = 0;
-    for (int l = 0; l < 16; ++l) bits |= static_cast<unsigned>(pass[l] != 0) << l;
-    while (bits != 0) {
-      offer(i + __builtin_ctz(bits));
-      bits &= bits - 1;
-    }
+    const float top = hmax(v);
+    if (have == take ? !(top > vals[take - 1]) : !(top >= floor)) continue;
+    for (auto j = i; j < i + 16; ++j) offer(j);
   }
   for (; i < n; ++i) offer(i);
-  if (val != nullptr)
-    for (std::int64_t j = 0; j < take; ++j) val[j] = p[idx[j]];
+  if (val != nullptr) std::copy_n(vals, have, val);
 }
 
 }  // namespace fs::cpu
