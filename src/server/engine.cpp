@@ -256,9 +256,9 @@ void Engine::run(Job& job) {
   }
   metrics_.count_commit(commit_session(tiers, prepared->state, r.state_complete));
   if (r.state_complete && prepared->state.tokens.size() >= job.prompt.size())
-    summary.generated.assign(prepared->state.tokens.begin() +
-                                 static_cast<std::ptrdiff_t>(job.prompt.size()),
-                             prepared->state.tokens.end());
+    summary.generated.assign(
+        prepared->state.tokens.begin() + static_cast<std::ptrdiff_t>(job.prompt.size()),
+        prepared->state.tokens.end());
 
   if (!output.stopped()) {
     JobEvent e;
