@@ -4,6 +4,7 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 
@@ -152,11 +153,18 @@ TEST(ServerRequestHostile, ManyKeysParseInLinearTime) {
     for (int i = 0; i < n; ++i) body += ",\"k" + std::to_string(i) + "\":0";
     return body + "}";
   };
+  // The best of three runs: another process taking the core for a moment must not read as
+  // superlinear growth.
   const auto seconds = [&](int n) {
     const std::string body = body_with_keys(n);
-    const auto t0 = std::chrono::steady_clock::now();
-    (void)ok_request(parse_openai_chat(body, kLimits));
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double best = 1e9;
+    for (int run = 0; run < 3; ++run) {
+      const auto t0 = std::chrono::steady_clock::now();
+      (void)ok_request(parse_openai_chat(body, kLimits));
+      best = std::min(
+          best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return best;
   };
   (void)seconds(1000);  // warm up the allocator
   const double t80 = seconds(80000);
