@@ -12,8 +12,8 @@
 // no connection beyond loopback. The tool turn also needs the agent's shell tool to have run
 // (its transcript holds the tool's output, flashserve-tool-ok), the server to have received the
 // tool result in a request, and the answer to quote it. After the turns the server's /metrics
-// must count no 4xx/5xx in flashserve_requests_total and its log must hold no error; it must
-// stop cleanly on SIGTERM.
+// must count no 4xx/5xx in flashserve_requests_total and no generation that ran into the context
+// limit, and its log must hold no error; it must stop cleanly on SIGTERM.
 //
 // --records DIR writes every request the agents made, with its status and the start and end of
 // the server's answer, to DIR/<agent>.<turn>-<n>.json. --keep keeps the agents' HOME and working
@@ -204,6 +204,11 @@ try {
     const bad = m.requests.filter((c) => c.status >= 400);
     serverChecks.push({ name: 'metrics: no 4xx/5xx in flashserve_requests_total', ok: bad.length === 0,
       detail: bad.map((c) => `${c.endpoint} ${c.status} x${c.count}`).join(', ') });
+    // A turn is the model's to end: an answer cut at the context limit is not one (Codex takes it
+    // as final, Qwen Code retries it with max_tokens 64000).
+    const cut = m.figures['flashserve_finish_total{reason="length"}'] ?? 0;
+    serverChecks.push({ name: 'metrics: no generation cut at the context (finish_total{reason="length"})',
+      ok: cut === 0, detail: `${cut} cut` });
     const stopped = await stopFlashserve(server);
     const log = server.log();
     const errors = log.split('\n').filter((l) => /error|fatal|abort|exception|sanitizer|leak/i.test(l));
