@@ -3,7 +3,7 @@
 // Kernels for this CPU: a DYNAMIC_ARCH OpenBLAS picks its kernels by CPU model when it loads,
 // and one older than the CPU does not know the model and falls back to SSE3 ("Prescott"):
 // Debian 12's 0.3.21 does so on the 2-core development VM (Intel family 6 model 207), where its
-// sgemm then runs 4-6x slower than the AVX-512 kernels the CPU has. So when OPENBLAS_CORETYPE
+// sgemm then runs 6-8x slower than the AVX-512 kernels the CPU has. So when OPENBLAS_CORETYPE
 // is unset (the user's choice wins) and the kernels in use are of an older instruction set than
 // the CPU supports, the library is re-initialised for the best core of that set it has. The
 // re-initialisation uses OpenBLAS's own exported entry points (the same path its load-time

@@ -25,11 +25,12 @@ using f16u = float __attribute__((vector_size(64), aligned(4), may_alias));
 using f8u = float __attribute__((vector_size(32), aligned(4), may_alias));
 
 // expf with Cephes' range reduction and polynomial: exp(x) = 2^n exp(r), n = round(x log2 e),
-// r = x - n ln 2 in two parts, exp(r) by a degree-6 polynomial on |r| <= ln2/2; within 2 ulp of
-// libm. Inputs are clamped to [-87, 88.5] (the result's exponent stays normal), which only
-// matters where the model saturates anyway (sigmoid of |x| > 87).
+// r = x - n ln 2 in two parts, exp(r) by a degree-6 polynomial on |r| <= ln2/2; 2^n is applied as
+// two factors, each a normal float, so results down to the subnormals are right. Inputs are
+// clamped to [-104, 88.72] (below, the result is 0 in float; above, it would overflow).
+// Within 1 ulp of the correctly rounded exp over [-103, 88.72] (cpu_kernels.h).
 inline float exp_approx(float x) {
-  x = std::min(std::max(x, -87.0f), 88.5f);
+  x = std::min(std::max(x, -104.0f), 88.72283f);
   // Round to nearest by the 1.5 * 2^23 trick (|x log2 e| < 2^22).
   const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = x - n * 0.693359375f;
@@ -41,10 +42,13 @@ inline float exp_approx(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const float y = p * r * r + r + 1.0f;
-  const auto bits = static_cast<std::int32_t>(n + 127.0f) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return y * scale;
+  const auto ni = static_cast<std::int32_t>(n);
+  const std::int32_t half = ni / 2;
+  const std::int32_t b1 = (half + 127) << 23, b2 = (ni - half + 127) << 23;
+  float s1, s2;
+  std::memcpy(&s1, &b1, sizeof s1);
+  std::memcpy(&s2, &b2, sizeof s2);
+  return y * s1 * s2;
 }
 
 }  // namespace
