@@ -144,13 +144,12 @@ void read_max_tokens(Fields& f, GenerationRequest& r, const char* name,
   std::optional<std::int64_t> v;
   f.integer(name, v);
   if (!v) return;
+  // A budget above the server's limit is clamped to it, not refused: agents ask for what their
+  // largest model allows (Qwen Code retries a turn with 64000) and the context bounds it anyway.
   if (*v <= 0)
     f.fail(name, std::string("'") + name + "' must be at least 1, got " + std::to_string(*v));
-  else if (*v > limits.max_tokens)
-    f.fail(name, std::string("'") + name + "' must be at most " +
-                     std::to_string(limits.max_tokens) + ", got " + std::to_string(*v));
   else
-    r.max_tokens = *v;
+    r.max_tokens = std::min(*v, limits.max_tokens);
 }
 
 // Fields shared by /v1/chat/completions and /v1/completions.
@@ -440,7 +439,17 @@ std::variant<std::string, ApiError> block_type(const json& b, const std::string&
 }
 
 // A string, or a list of text blocks (system prompts, tool results): the texts joined.
-std::variant<std::string, ApiError> anthropic_text(const json& content, const std::string& where) {
+// Claude Code puts `x-anthropic-billing-header: cc_version=...;` first in `system`, with a suffix
+// that changes from prompt to prompt; Anthropic's API reads that block as metadata, not prompt.
+// Rendered, it would make every turn's prompt differ from its first tokens (no warm prefix).
+bool is_billing_header(std::string_view text) {
+  return text.starts_with("x-anthropic-billing-header:");
+}
+
+// The text of a string or a list of text blocks, joined; with `drop_billing_header` (the top-level
+// `system`) the billing block above is left out.
+std::variant<std::string, ApiError> anthropic_text(const json& content, const std::string& where,
+                                                   bool drop_billing_header = false) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array())
     return ApiError::invalid(where, "'" + where + "' must be a string or a list of content blocks");
@@ -453,6 +462,7 @@ std::variant<std::string, ApiError> anthropic_text(const json& content, const st
       return unsupported_block(at, std::get<std::string>(type));
     auto t = required_string(content[i], "text", at);
     if (auto* e = std::get_if<ApiError>(&t)) return *e;
+    if (drop_billing_header && is_billing_header(std::get<std::string>(t))) continue;
     text += std::get<std::string>(t);
   }
   return text;
@@ -675,7 +685,7 @@ ParsedRequest parse_anthropic(std::string_view body, const RequestLimits& limits
   // The system prompt: `system`, then every system-role message in order, joined.
   std::vector<std::string> system;
   if (const json* s = f.get("system")) {
-    auto text = anthropic_text(*s, "system");
+    auto text = anthropic_text(*s, "system", /*drop_billing_header=*/true);
     if (auto* e = std::get_if<ApiError>(&text)) return *e;
     system.push_back(std::move(std::get<std::string>(text)));
   }

@@ -25,7 +25,7 @@ std::string api_label(ApiKind kind);
 
 struct RequestLimits {
   std::int64_t default_max_tokens = 256;  // OpenAI requests that do not say
-  std::int64_t max_tokens = 32768;        // above this a request is refused
+  std::int64_t max_tokens = 32768;        // larger requests are clamped to it
   std::size_t max_stop_sequences = 16;
   std::size_t max_stop_bytes = 256;
   std::int32_t max_top_logprobs = 20;

@@ -501,9 +501,8 @@ ParsedResponsesRequest parse_responses_request(std::string_view body, const Requ
   f.integer("max_output_tokens", r.max_output_tokens);
   if (r.max_output_tokens && *r.max_output_tokens < 1)
     f.fail("max_output_tokens", "must be at least 1, got " + std::to_string(*r.max_output_tokens));
-  else if (r.max_output_tokens && *r.max_output_tokens > limits.max_tokens)
-    f.fail("max_output_tokens", "must be at most " + std::to_string(limits.max_tokens) + ", got " +
-                                    std::to_string(*r.max_output_tokens));
+  else if (r.max_output_tokens)  // clamped, as max_tokens is on the other APIs
+    r.max_output_tokens = std::min(*r.max_output_tokens, limits.max_tokens);
   read_tools(f, r);
   read_tool_choice(f, r);
   r.tool_choice.parallel = r.parallel_tool_calls;

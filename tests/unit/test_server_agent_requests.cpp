@@ -842,9 +842,16 @@ TEST(ServerAgentFixtures, ClaudeCodeRequestsAreAccepted) {
     EXPECT_EQ(r.chat.messages[0].role, "system");
     for (std::size_t i = 1; i < r.chat.messages.size(); ++i)
       EXPECT_NE(r.chat.messages[i].role, "system") << name;
-    for (const auto& block : f["body"]["system"])
-      EXPECT_NE(r.chat.messages[0].text().find(block["text"].get<std::string>()),
-                std::string::npos);
+    // Every system block but the billing header (metadata whose suffix changes per prompt).
+    bool billing = false;
+    for (const auto& block : f["body"]["system"]) {
+      const std::string text = block["text"].get<std::string>();
+      const bool is_billing = text.starts_with("x-anthropic-billing-header:");
+      billing = billing || is_billing;
+      EXPECT_EQ(r.chat.messages[0].text().find(text) == std::string::npos, is_billing) << name;
+    }
+    EXPECT_TRUE(billing) << name << ": Claude Code 2.1 sends the billing block";
+    EXPECT_EQ(r.chat.messages[0].text().find("x-anthropic-billing-header"), std::string::npos);
     const auto prompt = render_chat(ChatFamily::kQwen, r.chat, {});
     ASSERT_TRUE(prompt.ok()) << name << ": " << prompt.status().to_string();
     EXPECT_TRUE(prompt->ends_with("<|im_start|>assistant\n")) << name;
@@ -864,6 +871,25 @@ TEST(ServerAgentFixtures, ClaudeCodeRequestsAreAccepted) {
   }
   EXPECT_TRUE(call);
   EXPECT_TRUE(result);
+}
+
+// Two Claude Code prompts differ in the billing block's suffix; rendered, they are the same, so a
+// second turn finds the first one's prefix in the session bank.
+TEST(ServerAgentFixtures, ClaudeCodeBillingHeaderDoesNotBreakTheWarmPrefix) {
+  json body = fixture("claude-code-1.json")["body"];
+  const auto first = ok(parse_anthropic_messages(body.dump(), kLimits));
+  for (auto& block : body["system"]) {
+    std::string text = block["text"].get<std::string>();
+    if (text.starts_with("x-anthropic-billing-header:")) {
+      text.replace(text.find("cc_version=") + 11, 9, "9.9.999.abc");
+      block["text"] = text;
+    }
+  }
+  const auto second = ok(parse_anthropic_messages(body.dump(), kLimits));
+  const auto a = render_chat(ChatFamily::kQwen, first.chat, {});
+  const auto b = render_chat(ChatFamily::kQwen, second.chat, {});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
 }
 
 TEST(ServerAgentFixtures, QwenCodeRequestsAreAccepted) {
