@@ -81,6 +81,12 @@ void cpu_blas_setup() {
   });
 }
 
+namespace {
+// Also at start-up, before main: the process has one thread then, so the setenv above cannot race
+// another thread's getenv. (OpenBLAS, a shared library, is initialised before this runs.)
+const bool kSetUpAtStart = (cpu_blas_setup(), true);
+}  // namespace
+
 std::string cpu_blas_kernels() {
   return openblas_get_corename();
 }

@@ -143,10 +143,10 @@ void CpuBackend::add_bias(Tensor& y, const Weight& bias) {
   }
 }
 
-// The per-expert loop the model ran before this op existed, kept step for step so the result is
-// bit-identical: experts in increasing id; each gathers its tokens in increasing order, runs
-// gate_up, swiglu_packed and down as products over just those rows, and adds its weighted rows
-// into y. Tokens are bucketed by expert in one pass (stable, so the row order is unchanged).
+// The per-expert loop the model ran before this op existed, kept so the result is bit-identical:
+// each expert gathers its tokens in increasing order, runs gate_up, swiglu_packed and down as
+// products over just those rows, and its weighted rows are added into y in increasing expert id.
+// Tokens are bucketed by expert in one pass (stable, so the row order is unchanged).
 void CpuBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
                              const Tensor& experts, const Tensor& weights, Tensor& y) {
   if (failed()) return;
@@ -176,25 +176,46 @@ void CpuBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weigh
     rows[at] = static_cast<std::int32_t>(i / k);
     row_w[at] = wts[i];
   }
-  Tensor xe, gu, act, he;
-  for (std::int64_t e = 0; e < E; ++e) {
+  // Experts run on the pool, one job each (their products then run inline on that thread); each
+  // writes its weighted rows to its own slice of `out`, and the rows are added into y afterwards
+  // in increasing expert id, so y is the same sum in the same order as the per-expert loop.
+  std::vector<float> out(static_cast<std::size_t>(start.back() * H));
+  std::vector<Status> errors(static_cast<std::size_t>(E));
+  const double work = 2.0 * static_cast<double>(start.back()) *
+                      static_cast<double>(gate_up.shape[1] * H + H * down.shape[2]);
+  cpu_parallel_for(E, work, [&](std::int64_t e) {
     const auto b = start[static_cast<std::size_t>(e)],
                n = start[static_cast<std::size_t>(e) + 1] - b;
-    if (n == 0) continue;
-    if (!ensure(xe, {n, H})) return;
+    if (n == 0) return;
+    // A backend of its own per job: the products' failures are recorded there, then collected.
+    CpuBackend local;
+    Tensor xe, gu, act, he;
+    if (!local.ensure(xe, {n, H})) return;
     for (std::int64_t i = 0; i < n; ++i)
       std::copy_n(x.row(rows[static_cast<std::size_t>(b + i)]), H, xe.row(i));
-    linear(xe, gate_up.expert(e), gu);
-    swiglu_packed(gu, act);
-    linear(act, down.expert(e), he);
-    if (failed()) return;
+    local.linear(xe, gate_up.expert(e), gu);
+    local.swiglu_packed(gu, act);
+    local.linear(act, down.expert(e), he);
+    if (!local.status().ok()) {
+      errors[static_cast<std::size_t>(e)] = local.status();
+      return;
+    }
     for (std::int64_t i = 0; i < n; ++i) {
       const float* src = he.row(i);
-      float* dst = y.row(rows[static_cast<std::size_t>(b + i)]);
+      float* dst = out.data() + (b + i) * H;
       const float wi = row_w[static_cast<std::size_t>(b + i)];
-      for (std::int64_t c = 0; c < H; ++c) dst[c] += wi * src[c];
+      for (std::int64_t c = 0; c < H; ++c) dst[c] = wi * src[c];
     }
-  }
+  });
+  for (const auto& st : errors)
+    if (!st.ok()) return fail(st);
+  for (std::int64_t e = 0; e < E; ++e)
+    for (auto i = start[static_cast<std::size_t>(e)]; i < start[static_cast<std::size_t>(e) + 1];
+         ++i) {
+      const float* src = out.data() + i * H;
+      float* dst = y.row(rows[static_cast<std::size_t>(i)]);
+      for (std::int64_t c = 0; c < H; ++c) dst[c] += src[c];
+    }
 }
 
 std::unique_ptr<Backend> make_cpu_backend() {
