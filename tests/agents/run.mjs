@@ -4,6 +4,7 @@
 //   node tests/agents/run.mjs --binary build/src/flashserve --model models/qwen4-tiny-code \
 //        [--agent claude-code|codex|qwen-code]... [--max-context N] [--turn-timeout-s S]
 //        [--timeout-s S] [--scratch DIR] [--keep] [--records DIR] [--fake-model]
+//        [--turn plain|tool]...
 //
 // Starts the server on a free loopback port (tests/api/server.mjs) and a recorder in front of it
 // (recorder.mjs), through which the agent talks, so that every request, its status and, for a
@@ -18,6 +19,7 @@
 // --records DIR writes every request the agents made, with its status and the start and end of
 // the server's answer, to DIR/<agent>.<turn>-<n>.json. --keep keeps the agents' HOME and working
 // directories (under --scratch, default the system's temporary directory).
+// --turn picks the turns (default both, plain first).
 // --fake-model runs the agents against fake_model.mjs instead of the server (checks the agents'
 // configuration and this harness alone). Exits 77 (ctest: skipped) when an agent is not
 // installed (npm ci in tests/agents; scripts/setup.sh does it).
@@ -54,6 +56,11 @@ if (missing.length) {
   console.log(`agent tests skipped: ${missing.map((a) => a.package).join(', ')} not installed ` +
     '(run npm ci in tests/agents; scripts/setup.sh does)');
   process.exit(77);
+}
+const turns = argsOf('--turn').length ? argsOf('--turn') : ['plain', 'tool'];
+if (turns.some((t) => t !== 'plain' && t !== 'tool')) {
+  console.error(`unknown turn in ${turns.join(', ')}; known: plain, tool`);
+  process.exit(2);
 }
 const turnTimeoutMs = Number(argOf('--turn-timeout-s', '180')) * 1000;
 const recordsDir = argOf('--records');
@@ -189,7 +196,7 @@ try {
     // Both turns of an agent in one HOME and working directory, as a user's two prompts in one
     // project would be: their prompts share a long prefix, which the server's session bank keeps.
     const agentScratch = mkdtempSync(join(scratch, `${agent.name}-`));
-    for (const turn of ['plain', 'tool']) {
+    for (const turn of turns) {
       const res = await runTurn(agent, turn, recorder, agentScratch);
       results.push(res);
       console.log(`${res.ok ? 'ok  ' : 'FAIL'} ${res.name} (${(res.ms / 1000).toFixed(1)} s, ` +
