@@ -45,7 +45,8 @@ void add_serve_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   cmd->add_option("--max-context", o->max_context,
                   "Context limit in tokens (default: the model's max_position_embeddings)");
-  cmd->add_option("--max-tokens-limit", o->limits.max_tokens, "Largest max_tokens a request gets (larger ones are clamped to it)")
+  cmd->add_option("--max-tokens-limit", o->limits.max_tokens,
+                  "Largest max_tokens a request gets (larger ones are clamped to it)")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
   cmd->add_option("--http-threads", o->http_threads,

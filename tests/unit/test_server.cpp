@@ -164,8 +164,8 @@ TEST(ServerRequestHostile, ManyKeysParseInLinearTime) {
     for (int run = 0; run < 3; ++run) {
       const auto t0 = std::chrono::steady_clock::now();
       (void)ok_request(parse_openai_chat(body, kLimits));
-      best = std::min(
-          best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      best = std::min(best,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     return best;
   };
