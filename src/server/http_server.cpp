@@ -16,6 +16,7 @@
 #include "server/format.h"
 #include "server/front_door.h"
 #include "server/metrics.h"
+#include "server/random_id.h"
 #include "server/response_store.h"
 #include "server/responses_handler.h"
 #include "server/sse.h"
@@ -46,19 +47,6 @@ struct Context {
 volatile std::sig_atomic_t g_stop_signal = 0;
 extern "C" void on_stop_signal(int) {
   g_stop_signal = 1;
-}
-
-std::string random_hex(std::size_t n) {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string s(n, '0');
-  for (auto& c : s) c = kHex[rng() % 16];
-  return s;
-}
-
-std::uint64_t random_seed() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  return rng();
 }
 
 std::string dump(const json& j) {

@@ -8,6 +8,7 @@
 
 #include "server/api_error.h"
 #include "server/front_door.h"
+#include "server/random_id.h"
 #include "server/responses_format.h"
 #include "server/responses_prompt.h"
 #include "server/responses_request.h"
@@ -18,19 +19,6 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
-
-std::string random_hex(std::size_t n) {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string s(n, '0');
-  for (auto& c : s) c = kHex[rng() % 16];
-  return s;
-}
-
-std::uint64_t random_seed() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  return rng();
-}
 
 constexpr const char* kCancelled = "the generation was cancelled (the server is stopping)";
 
