@@ -11,6 +11,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import { spawnServer } from './server.mjs';
+import { figures, results, test } from './harness.mjs';
 
 const args = process.argv.slice(2);
 const argOf = (name, dflt) => {
@@ -42,19 +43,6 @@ for (let i = 0; i < 100; ++i) {
 }
 const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0 });
 
-const results = [];
-const figures = {};
-async function test(name, fn) {
-  const t0 = performance.now();
-  try {
-    await fn();
-    results.push({ name, ok: true });
-    console.log(`ok    ${name} (${Math.round(performance.now() - t0)} ms)`);
-  } catch (e) {
-    results.push({ name, ok: false });
-    console.log(`FAIL  ${name}: ${e.stack || e}`);
-  }
-}
 
 async function metrics() {
   const text = await (await fetch(`${base}/metrics`)).text();

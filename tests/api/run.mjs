@@ -13,6 +13,7 @@ import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
 import { spawnServer } from './server.mjs';
+import { figures, results, test } from './harness.mjs';
 
 const args = process.argv.slice(2);
 const argOf = (name, dflt) => {
@@ -71,19 +72,6 @@ function threadsOf(pid) {
   return Number(status.match(/Threads:\s+(\d+)/)[1]);
 }
 
-const results = [];
-const figures = {};
-async function test(name, fn) {
-  const t0 = performance.now();
-  try {
-    await fn();
-    results.push({ name, ok: true });
-    console.log(`ok    ${name} (${Math.round(performance.now() - t0)} ms)`);
-  } catch (e) {
-    results.push({ name, ok: false });
-    console.log(`FAIL  ${name}: ${e.stack || e}`);
-  }
-}
 
 async function postJson(base, path, body, headers = {}) {
   const res = await fetch(base + path, {
