@@ -55,6 +55,7 @@ from transformers.models.qwen4_exp.configuration_qwen4_exp import Qwen4ExpTextCo
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agent_chats as AC  # noqa: E402
+import agent_frames as AF  # noqa: E402
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Qwen3's tag tokens: single tokens, matched in text, but not special (decoding keeps them).
@@ -382,6 +383,9 @@ class Batcher:
             return ids, np.zeros(need, dtype=np.int8)
         parts, roles, size = [], [], 0
         pool = self.pools[first_pool]
+        if first_pool == "frames":
+            # A frame must fit whole (its reply is at its end).
+            pool = [x for x in pool if len(x[0]) < need] or self.pools["long"]
         while size < need:
             if size and self.rng.random() < 0.35:
                 chunk = self.code_slice(min(need - size, self.rng.randint(256, 2048)))
@@ -397,8 +401,9 @@ class Batcher:
             size += len(parts[-1])
         return np.concatenate(parts)[:need], np.concatenate(roles)[:need]
 
-    def batch(self, L, B, first_pool, p_code, dev):
-        ws = [self.window(L, first_pool, p_code) for _ in range(B)]
+    def batch(self, L, B, first_pool, p_code, dev, frame_share=0.0):
+        ws = [self.window(L, "frames" if self.rng.random() < frame_share else first_pool, p_code)
+              for _ in range(B)]
         ids = torch.from_numpy(np.stack([w[0] for w in ws]).astype(np.int64))
         roles = torch.from_numpy(np.stack([w[1] for w in ws]))
         for k in self.counts:
@@ -447,6 +452,14 @@ def main():
     ap.add_argument("--max-positions", type=int, default=65536)
     ap.add_argument("--aux-weight", type=float, default=1.0)
     ap.add_argument("--workers", type=int, default=max(1, min(14, (os.cpu_count() or 2) - 2)))
+    # Fine-tuning: start from a trained model folder (its tokenizer and weights) instead of
+    # from scratch.
+    ap.add_argument("--init", default=None)
+    # The real agents' prompt frames (tools/agent_frames.py capture) and the share of long windows
+    # that start with one.
+    ap.add_argument("--frames", default=None)
+    ap.add_argument("--frame-share", type=float, default=0.7)
+    ap.add_argument("--code-scale", type=float, default=1.0, help="multiplies the code share of every phase")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(0)
@@ -476,12 +489,15 @@ def main():
         size += len(t)
     chat_sample, csize = [], 0
     crng = random.Random(1)
-    while csize < ((1 << 20) if smoke else (10 << 20)):
+    while csize < ((1 << 20) if (smoke or args.init) else (10 << 20)):
         conv = AC.conversation(crng, train_bank, AC.Spec(system_chars=crng.randint(0, 6000)))
         p, c = AC.training_pair(conv)
         chat_sample.append(p + c)
         csize += len(p) + len(c)
-    tok = train_tokenizer(tok_sample + chat_sample, args.vocab)
+    if args.init:
+        tok = Tokenizer.from_file(os.path.join(args.init, "tokenizer.json"))
+    else:
+        tok = train_tokenizer(tok_sample + chat_sample, args.vocab)
     V = tok.get_vocab_size()
     eos, im_end = tok.token_to_id("<|endoftext|>"), tok.token_to_id("<|im_end|>")
     assert eos == 0, eos
@@ -525,6 +541,29 @@ def main():
         kinds = {kk: sum(1 for x in v if x[2] == kk) for kk in ("call", "answer", "plain")}
         log(f"pool {k}: {len(v)} conversations, tokens {min(lens) if lens else 0}..{max(lens) if lens else 0} "
             f"(mean {np.mean(lens) if lens else 0:.0f}), {kinds}")
+    held_frames = []
+    if args.frames:
+        frames = json.load(open(args.frames))["frames"]
+        frng, hrng = random.Random(7), random.Random(8)
+        samples, held = [], []
+        for f in frames:
+            for stage in ("call", "answer"):
+                samples += [AF.sample(f, frng, stage) + (f["agent"],) for _ in range(2 if smoke else 60)]
+                held += [AF.sample(f, hrng, stage) + (f["agent"],) for _ in range(2 if smoke else 4)]
+
+        def encode_frames(items):
+            out = []
+            ps = tok.encode_batch([x[0] for x in items])
+            cs = tok.encode_batch([x[1] for x in items])
+            for (_, _, stage, agent), p, c in zip(items, ps, cs):
+                ids = np.asarray(p.ids + c.ids, dtype=np.int32)
+                out.append((ids, len(p.ids), stage, agent))
+            return out
+
+        pools["frames"] = [(i, n, k) for i, n, k, _ in encode_frames(samples)]
+        held_frames = [(i, n, f"{a}:{k}") for i, n, k, a in encode_frames(held)]
+        log(f"agent frames: {len(frames)} frames, {len(pools['frames'])} samples, tokens "
+            f"{min(len(x[0]) for x in pools['frames'])}..{max(len(x[0]) for x in pools['frames'])}")
     log(f"data ready at {time.time() - t0:.0f}s")
 
     cfgd = model_config(V, args.max_positions, args.rope_theta)
@@ -532,6 +571,15 @@ def main():
     cfg._attn_implementation = "eager"
     model = Q.Qwen4ExpForCausalLM(cfg).to(dev)
     mtp = MtpHead(cfg).to(dev)
+    if args.init:
+        from safetensors.torch import load_file
+        init_state = {}
+        for f in sorted(glob.glob(os.path.join(args.init, "*.safetensors"))):
+            init_state.update(load_file(f))
+        init_state = {k: v.float() if v.is_floating_point() else v for k, v in init_state.items()}
+        model.load_state_dict({k: v for k, v in init_state.items() if not k.startswith("mtp.")}, strict=True)
+        mtp.load_state_dict({k[4:]: v for k, v in init_state.items() if k.startswith("mtp.")}, strict=True)
+        log(f"initialised from {args.init} ({len(init_state)} tensors)")
     n_trunk = sum(p.numel() for p in model.parameters())
     n_mtp = sum(p.numel() for p in mtp.parameters())
     log(f"parameters: trunk {n_trunk/1e6:.2f}M, mtp {n_mtp/1e6:.2f}M")
@@ -558,7 +606,7 @@ def main():
     main_params = [p for n, p in named if ".indexer." not in n]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     budget_s = (8 * len(phases) if smoke else args.minutes * 60)
-    warmup = 10 if smoke else 50
+    warmup = 10 if smoke else (20 if args.init else 50)
     batcher = Batcher(train_ids, pools, random.Random(2))
 
     def eval_chats(convs, max_batch_tokens=65536):
@@ -631,7 +679,9 @@ def main():
         lr = args.lr * min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
         for g in opt.param_groups:
             g["lr"] = lr
-        w, roles = batcher.batch(L, B, PHASE_POOL.get(L, "short"), PHASE_CODE.get(L, 0.3), dev)
+        first_pool = PHASE_POOL.get(L, "long" if L >= 16384 else "short")
+        w, roles = batcher.batch(L, B, first_pool, args.code_scale * PHASE_CODE.get(L, 0.25), dev,
+                                 frame_share=args.frame_share if ("frames" in pools and L >= 16384) else 0.0)
         AUX["losses"].clear()
         AUX["cover"].clear()
         try:
@@ -685,6 +735,18 @@ def main():
     AUX["on"] = False
     train_seconds = time.time() - start
     final_code, final_chats = quick_eval()
+    # The real agents' frames, held-out commands: whether greedy decoding writes the call with
+    # the given arguments, and the answer quoting the result (what tests/agents checks).
+    frame_eval = {}
+    if held_frames:
+        model.eval()
+        try:
+            with torch.no_grad():
+                frame_eval = eval_chats(held_frames)
+        except Exception as e:  # an evaluation must not lose the model
+            frame_eval = {"error": repr(e)}
+        model.train()
+        log(f"held-out agent frames: {json.dumps(frame_eval)}")
     log(f"done: {step} steps in {train_seconds:.0f}s; phases {phase_log}; tokens by role {batcher.counts}; "
         f"held-out code {final_code}, held-out short chats {final_chats}")
 
@@ -756,6 +818,7 @@ def main():
                 "aux_weight": args.aux_weight,
                 "final_heldout_loss": final_code["code_ce"], "final_heldout_mtp_loss": final_code["code_mtp_ce"],
                 "final_heldout_short_chats": final_chats, "heldout_by_length": by_length,
+                "init": args.init, "heldout_agent_frames": frame_eval,
                 "model_max_length": ctx_len, "history": history,
                 "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0),
                 "wall_seconds": round(time.time() - t0, 1)}, indent=1),

@@ -25,6 +25,9 @@ void add_serve_command(CLI::App& app, Action& action) {
                   "Drafts per round from the MTP head (default: 3 when the checkpoint has one, "
                   "as `run`; 0: off)")
       ->check(CLI::Range(0, 3));
+  cmd->add_option("--log-prompts", o->prompt_log,
+                  "Append every prompt, as the model sees it, to this file (JSON lines; for "
+                  "debugging what a client's request became)");
   cmd->add_option("--session-dir", o->session_dir,
                   "Folder of the disk session tier (default: none)");
   cmd->add_option("--session-disk-mb", o->session_disk_mb, "Disk tier budget in MiB")

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <iostream>
 
+#include <nlohmann/json.hpp>
+
 #include "decode/stop_tokens.h"
 #include "session/checkpoint.h"
 #include "session/live_session.h"
@@ -34,6 +36,7 @@ Engine::Engine(Key, EngineOptions options, std::unique_ptr<Model> model,
       metrics_(metrics),
       bank_(SessionBankOptions{options_.ram_bank_bytes, 64}) {
   stop_ids_ = turn_stop_tokens(tokenizer, model_->info());
+  if (!options_.prompt_log.empty()) prompt_log_.open(options_.prompt_log, std::ios::app);
 }
 
 Expected<std::unique_ptr<Engine>> Engine::create(EngineOptions options,
@@ -136,6 +139,14 @@ void Engine::run(Job& job) {
   using Clock = std::chrono::steady_clock;
   JobSummary summary;
   summary.prompt_tokens = static_cast<std::int64_t>(job.prompt.size());
+  if (prompt_log_.is_open()) {
+    // Only the worker thread writes, so no lock; flushed so a killed server keeps its lines.
+    auto text = tokenizer_.tokenizer.decode(job.prompt);
+    nlohmann::json line = {{"prompt_tokens", summary.prompt_tokens},
+                           {"prompt", text.ok() ? *text : std::string()}};
+    prompt_log_ << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n'
+                << std::flush;
+  }
   AssistantOutput output(job.output);
   const auto finish = [&](std::string reason) {
     summary.finish_reason = std::move(reason);

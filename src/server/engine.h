@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -32,6 +33,10 @@ struct EngineOptions {
   std::string session_dir;  // empty: no disk tier
   std::uint64_t session_disk_bytes = std::uint64_t{4} << 30;
   std::string model_dir;  // for the checkpoint fingerprint
+  // When set, every job's prompt (as the engine sees it, decoded from its token ids) is appended
+  // to this file as one JSON line: {"prompt_tokens": N, "prompt": TEXT}. A debugging aid for
+  // seeing exactly what a client's request became (`serve --log-prompts`).
+  std::string prompt_log;
 };
 
 struct JobSummary {
@@ -141,6 +146,7 @@ class Engine {
   std::vector<TokenId> stop_ids_;
   SessionBank bank_;
   std::unique_ptr<DiskStore> disk_;
+  std::ofstream prompt_log_;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -501,6 +501,7 @@ Status run_server(const ServerOptions& options) {
   eo.session_dir = options.session_dir;
   eo.session_disk_bytes = options.session_disk_mb << 20;
   eo.model_dir = options.model_dir;
+  eo.prompt_log = options.prompt_log;
   auto engine = Engine::create(eo, std::move(*model), ctx->tokenizer, ctx->metrics);
   if (!engine.ok()) return engine.status();
   ctx->engine = std::move(*engine);

@@ -33,6 +33,7 @@ struct ServerOptions {
   std::int64_t read_timeout_ms = 10000;  // a request's first byte to its last
   std::int64_t request_timeout_s = 600;  // arrival to the end of its generation
   RequestLimits limits;
+  std::string prompt_log;  // --log-prompts: append each prompt as a JSON line (debugging)
 };
 
 // Loads the model and serves until SIGINT or SIGTERM. Prints

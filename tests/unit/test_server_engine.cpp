@@ -1,6 +1,11 @@
 // The engine worker with the embedded model: what only a real generation shows (a reasoning
 // budget closes the think block and the turn goes on).
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "model/loader.h"
 #include "server/engine.h"
@@ -40,11 +45,12 @@ class ServerEngine : public ::testing::Test {
     tokenizer_ = std::make_unique<TokenizerBundle>(std::move(*tok));
   }
 
-  std::unique_ptr<Engine> engine(int mtp_depth) {
+  std::unique_ptr<Engine> engine(int mtp_depth, std::string prompt_log = {}) {
     auto model = load_model(EMBEDDED_MODEL_DIR);
     EXPECT_TRUE(model.ok()) << model.status().to_string();
     EngineOptions eo;
     eo.mtp_depth = mtp_depth;
+    eo.prompt_log = std::move(prompt_log);
     auto e = Engine::create(eo, std::move(*model), *tokenizer_, metrics_);
     EXPECT_TRUE(e.ok()) << e.status().to_string();
     return std::move(*e);
@@ -98,6 +104,37 @@ TEST_F(ServerEngine, ReasoningBudgetClosesTheThinkBlockAndTheTurnGoesOn) {
       }
     }
   }
+}
+
+TEST_F(ServerEngine, PromptLogHoldsEachPromptAsTheModelReadsIt) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("flashserve-prompts-" + std::to_string(::getpid()) + ".jsonl");
+  std::filesystem::remove(path);
+  {
+    auto e = engine(0, path.string());
+    const std::vector<std::string> prompts = {
+        "<|im_start|>user\nfirst \"quoted\" prompt<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_start|>user\nsecond\tone\n\u00e9<|im_end|>\n<|im_start|>assistant\n"};
+    for (const auto& p : prompts) {
+      auto job = std::make_shared<Job>();
+      auto ids = tokenizer_->tokenizer.encode(p);
+      ASSERT_TRUE(ids.ok());
+      job->prompt = std::move(*ids);
+      job->max_tokens = 2;
+      run_job(*e, job);
+    }
+    std::ifstream in(path);
+    std::string line;
+    std::vector<nlohmann::json> lines;
+    while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
+    ASSERT_EQ(lines.size(), prompts.size());
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(lines[i]["prompt"].get<std::string>(), prompts[i]);
+      EXPECT_EQ(lines[i]["prompt_tokens"].get<std::int64_t>(),
+                static_cast<std::int64_t>(tokenizer_->tokenizer.encode(prompts[i])->size()));
+    }
+  }
+  std::filesystem::remove(path);
 }
 
 }  // namespace
