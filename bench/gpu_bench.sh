@@ -23,6 +23,13 @@ if [[ -d $deps/usr ]]; then
   ln -sf "$lib/openblas-pthread/libopenblas.so.0" "$lib/libopenblas.so.0" 2>/dev/null
   export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
+# A prebuilt binary may bring its libraries in a folder (FLASHSERVE_LIB_DIR); CUDA's own come from
+# the toolkit.
+[[ -n ${FLASHSERVE_LIB_DIR:-} ]] && export LD_LIBRARY_PATH=$FLASHSERVE_LIB_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do
+  [[ -d $d ]] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
+done
+ldd "$fs" | grep "not found" && echo "gpu_bench: $fs is missing libraries"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.mem --format=csv,noheader >"$out/gpu.txt" 2>&1
 
 timeout "${BENCH_S:-240}" "$fs" bench --json "$out/bench.json" --decode-tokens 24 \
@@ -32,11 +39,11 @@ timeout "${OURS8_S:-45}" "$fs" bench --layers "$layers" --prefill 4096 --context
   --decode-tokens 24 --max-depth 0 --no-profile --json "$out/bench-$layers.json" \
   >/dev/null 2>"$out/bench-$layers.log"
 echo "ours ($layers layers): rc $?"; tail -12 "$out/bench-$layers.log"
-timeout "${HF_S:-120}" python3 tools/bench/hf_baseline.py --layers "$layers" \
+timeout "${HF_S:-120}" PYTHONUNBUFFERED=1 python3 tools/bench/hf_baseline.py --layers "$layers" \
   --json "$out/hf.json" >/dev/null 2>"$out/hf.log"
 echo "hf eager: rc $?"; tail -5 "$out/hf.log"
 if [[ ${HF_COMPILE_S:-90} -gt 0 ]]; then
-  timeout "${HF_COMPILE_S:-90}" python3 tools/bench/hf_baseline.py --layers "$layers" --compile \
+  timeout "${HF_COMPILE_S:-90}" PYTHONUNBUFFERED=1 python3 tools/bench/hf_baseline.py --layers "$layers" --compile \
     --json "$out/hf-compile.json" >/dev/null 2>"$out/hf-compile.log"
   echo "hf compile: rc $? (124: did not finish within ${HF_COMPILE_S:-90} s)"
   tail -5 "$out/hf-compile.log"
@@ -68,6 +75,13 @@ for name, f_ours, key in (("decode tok/s (context 1024)", lambda b: ar(b, 1024),
     fmt = lambda v: f"{v:11.2f}" if v else f"{'-':>11s}"
     sp = f"{o / h:7.1f}x" if o and h else f"{'-':>8s}"
     print(f"{name:34s} {fmt(o)} {fmt(h)[1:]} {sp} {fmt(c)}")
+for name, b in ((f"flashserve ({layers} layers)", ours8), ("flashserve (full)", ours)):
+    if b and b["decode"]:
+        d = b["decode"][0]
+        frac = d.get("fraction_of_copy")
+        print(f"{name}: {b['layers']} layers, {d['bytes_per_token']['total'] / 1e9:.2f} GB/token at "
+              f"context {d['context']}, {d['achieved_Bps'] / 1e9:.0f} GB/s"
+              + (f" = {100 * frac:.1f}% of the {b['copy_bandwidth_Bps'] / 1e12:.2f} TB/s copy" if frac else ""))
 if ours:
     print(f"\nflashserve at {ours['layers']} layers: see bench.log for the full table")
 PY

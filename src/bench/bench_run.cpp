@@ -150,17 +150,6 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
     out["copy_bandwidth_note"] = "cudaMemcpyAsync D2D of 4 GiB, best of 5, (read+write)/time";
   }
 
-  // Prefill (a short one first warms the pool and cuBLAS).
-  if (auto w = b.time_prefill(tiny ? 8 : 64); !w.ok()) return w.status();
-  json prefill = json::array();
-  for (const auto n : o.prefill) {
-    auto s = b.time_prefill(n);
-    if (!s.ok()) return s.status().with_context("prefill of " + std::to_string(n));
-    prefill.push_back({{"tokens", n}, {"seconds", *s}, {"tokens_per_s", n / *s}});
-    log << "bench: prefill " << n << " tokens: " << n / *s << " tok/s\n";
-  }
-  out["prefill"] = prefill;
-
   // Decode at each context: autoregressive (the reference continuation too), then MTP.
   json decode = json::array();
   const auto n = o.decode_tokens;
@@ -267,6 +256,18 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
          "launch counts to the op after it); host = wall - device, sampling included; "
          "ops are backend op calls (each launches one or a few kernels)"}};
   }
+  // Prefill last, longest last, so a run cut short still has its decode figures in the log (a
+  // short prefill first warms the pool and cuBLAS).
+  if (auto w = b.time_prefill(tiny ? 8 : 64); !w.ok()) return w.status();
+  json prefill = json::array();
+  for (const auto n : o.prefill) {
+    auto s = b.time_prefill(n);
+    if (!s.ok()) return s.status().with_context("prefill of " + std::to_string(n));
+    prefill.push_back({{"tokens", n}, {"seconds", *s}, {"tokens_per_s", n / *s}});
+    log << "bench: prefill " << n << " tokens: " << n / *s << " tok/s\n";
+  }
+  out["prefill"] = prefill;
+
   return out;
 }
 

@@ -62,7 +62,14 @@ def main():
     from transformers.models.qwen4_exp.configuration_qwen4_exp import Qwen4ExpTextConfig
 
     t0 = time.time()
-    cfg = Qwen4ExpTextConfig(**config_dict(a.layers, a.ple))
+    try:
+        cfg = Qwen4ExpTextConfig(**config_dict(a.layers, a.ple))
+    except (ValueError, TypeError) as e:  # an empty PLE list refused: leave the field unset
+        print(f"hf: config with ple_layer_ids=[] refused ({e}); trying None", file=sys.stderr)
+        d = config_dict(a.layers, a.ple)
+        d["ple_layer_ids"] = None
+        cfg = Qwen4ExpTextConfig(**d)
+    print(f"hf: ple_layer_ids {getattr(cfg, 'ple_layer_ids', None)}", file=sys.stderr, flush=True)
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
     torch.set_default_dtype(torch.bfloat16)
