@@ -32,18 +32,18 @@ done
 ldd "$fs" | grep "not found" && echo "gpu_bench: $fs is missing libraries"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.mem --format=csv,noheader >"$out/gpu.txt" 2>&1
 
-timeout "${BENCH_S:-240}" "$fs" bench --json "$out/bench.json" --decode-tokens 24 \
+timeout "${BENCH_S:-240}" "$fs" bench --json "$out/bench.json" --decode-tokens 64 \
   >/dev/null 2>"$out/bench.log"
 echo "ours (full): rc $?"; tail -40 "$out/bench.log"
 timeout "${OURS8_S:-45}" "$fs" bench --layers "$layers" --prefill 4096 --contexts 1024 \
   --decode-tokens 24 --max-depth 0 --no-profile --json "$out/bench-$layers.json" \
   >/dev/null 2>"$out/bench-$layers.log"
 echo "ours ($layers layers): rc $?"; tail -12 "$out/bench-$layers.log"
-timeout "${HF_S:-120}" PYTHONUNBUFFERED=1 python3 tools/bench/hf_baseline.py --layers "$layers" \
+timeout "${HF_S:-120}" env PYTHONUNBUFFERED=1 python3 tools/bench/hf_baseline.py --layers "$layers" \
   --json "$out/hf.json" >/dev/null 2>"$out/hf.log"
 echo "hf eager: rc $?"; tail -5 "$out/hf.log"
 if [[ ${HF_COMPILE_S:-90} -gt 0 ]]; then
-  timeout "${HF_COMPILE_S:-90}" PYTHONUNBUFFERED=1 python3 tools/bench/hf_baseline.py --layers "$layers" --compile \
+  timeout "${HF_COMPILE_S:-90}" env PYTHONUNBUFFERED=1 python3 tools/bench/hf_baseline.py --layers "$layers" --compile \
     --json "$out/hf-compile.json" >/dev/null 2>"$out/hf-compile.log"
   echo "hf compile: rc $? (124: did not finish within ${HF_COMPILE_S:-90} s)"
   tail -5 "$out/hf-compile.log"

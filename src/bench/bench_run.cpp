@@ -179,6 +179,10 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
     log << "bench: context " << ctx << " autoregressive " << ar_tps << " tok/s\n";
     for (int d = 1; d <= o.max_depth; ++d) {
       if (!model->mtp()) break;
+      // A short untimed run first: a depth's first verify meets new shapes (d+1 rows), whose
+      // buffers the pool then allocates once.
+      ForcedAcceptanceDrafter warm(*model, ref, base.tokens.size(), o.accept, c.vocab_size, 7);
+      if (auto w = b.decode(base, d + 3, d, &warm); !w.ok()) return w.status();
       ForcedAcceptanceDrafter drafter(*model, ref, base.tokens.size(), o.accept, c.vocab_size,
                                       static_cast<std::uint32_t>(o.seed * 31 + d));
       auto r = b.decode(base, n, d, &drafter);

@@ -19,7 +19,7 @@ struct BenchOptions {
   std::int64_t layers = 0;       // 0: the largest multiple of 4 that fits (tiny: 4)
   std::vector<std::int64_t> prefill = {512, 4096, 16384};
   std::vector<std::int64_t> contexts = {1024, 16384, 65536};
-  std::int64_t decode_tokens = 32;       // emitted tokens per timed decode run
+  std::int64_t decode_tokens = 64;       // emitted tokens per timed decode run
   int max_depth = 3;                     // MTP depths 1..max_depth after autoregressive
   double accept = 0.8;                   // forced per-draft acceptance
   std::int64_t ple_head_rows = 100'000;  // rows per n-gram head of the PLE table (host)
