@@ -130,11 +130,13 @@ void TimingBackend::topk(const Tensor& x, std::int64_t k, Tensor& idx, Tensor& v
 }
 void TimingBackend::select_blocks(const Tensor& scores, std::int64_t first, std::int64_t block,
                                   std::int64_t top, Tensor& picked) {
-  run(OpGroup::kAttention, [&](Backend& be) { be.select_blocks(scores, first, block, top, picked); });
+  run(OpGroup::kAttention,
+      [&](Backend& be) { be.select_blocks(scores, first, block, top, picked); });
 }
 void TimingBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
                                 const Tensor& experts, const Tensor& weights, Tensor& y) {
-  run(OpGroup::kExperts, [&](Backend& be) { be.moe_experts(x, gate_up, down, experts, weights, y); });
+  run(OpGroup::kExperts,
+      [&](Backend& be) { be.moe_experts(x, gate_up, down, experts, weights, y); });
 }
 
 }  // namespace fs::bench
