@@ -21,5 +21,6 @@ void add_tokenize_command(CLI::App& app, Action& action);
 void add_detokenize_command(CLI::App& app, Action& action);
 void add_render_command(CLI::App& app, Action& action);
 void add_serve_command(CLI::App& app, Action& action);
+void add_bench_command(CLI::App& app, Action& action);
 
 }  // namespace fs::cli

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   fs::cli::add_detokenize_command(app, action);
   fs::cli::add_render_command(app, action);
   fs::cli::add_serve_command(app, action);
+  fs::cli::add_bench_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,337 @@
+#include "bench/bench_run.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <sstream>
+
+#include "bench/bench_config.h"
+#include "bench/decode_bytes.h"
+#include "bench/device_probe.h"
+#include "bench/fill.h"
+#include "bench/forced_drafter.h"
+#include "bench/synthetic_context.h"
+#include "bench/synthetic_weights.h"
+#include "bench/timing_backend.h"
+#include "decode/generator.h"
+#include "model/qwen_next/forward.h"
+
+namespace fs::bench {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::vector<TokenId> random_tokens(std::int64_t n, std::int64_t vocab, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<TokenId> d(1, static_cast<TokenId>(vocab - 1));
+  std::vector<TokenId> t(static_cast<std::size_t>(n));
+  for (auto& x : t) x = d(rng);
+  return t;
+}
+
+// The layer count: the option, or the largest multiple of 4 whose weights fit beside the fixed
+// weights, the MTP head and the reserve.
+Expected<std::int64_t> pick_layers(const BenchOptions& o, bool tiny) {
+  if (o.layers > 0) return o.layers;
+  if (tiny) return 4;
+  auto free = device_free_bytes();
+  if (!free.ok()) return free.status();
+  auto probe = parse_bench_config(flash_next_config_json(4, o.ple_head_rows));
+  if (!probe.ok()) return probe.status();
+  const auto b = weight_budget(*probe, 2);
+  const double per4 = 3.0 * static_cast<double>(b.linear_layer) + static_cast<double>(b.qsa_layer);
+  const double room = static_cast<double>(*free) - static_cast<double>(b.fixed + b.mtp) -
+                      static_cast<double>(o.reserve_mib) * 1024.0 * 1024.0;
+  const auto groups = static_cast<std::int64_t>(room / per4);
+  if (groups < 1) return internal_error("bench: not even 4 layers fit in the device's free memory");
+  return 4 * groups;
+}
+
+struct Bench {
+  const BenchOptions& o;
+  std::ostream& log;
+  QwenNextConfig config;
+  QwenNextModel* model = nullptr;
+  TimingBackend* timing = nullptr;
+
+  Expected<double> time_prefill(std::int64_t n) {
+    DecodeState s = new_decode_state(*model);
+    const auto tokens = random_tokens(n, config.vocab_size, static_cast<std::uint32_t>(o.seed + n));
+    const auto t0 = Clock::now();
+    if (auto st = extend(*model, s, tokens); !st.ok()) return st;
+    return seconds_since(t0);
+  }
+
+  struct Run {
+    GenerateResult result;
+    double seconds = 0;
+  };
+  Expected<Run> decode(const DecodeState& base, std::int64_t tokens, int depth, Drafter* drafter) {
+    DecodeState s = base.clone();
+    GenerateOptions g;
+    g.max_tokens = tokens;
+    g.mtp_depth = depth;
+    g.drafter = drafter;
+    g.seed = o.seed;
+    const auto t0 = Clock::now();
+    Run r;
+    r.result = generate(*model, s, g);
+    r.seconds = seconds_since(t0);
+    if (!r.result.error.ok()) return r.result.error;
+    return r;
+  }
+};
+
+json bytes_json(const DecodeBytes& b) {
+  return {{"weights", b.weights}, {"state", b.state}, {"total", b.total()}};
+}
+
+}  // namespace
+
+Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
+  const bool tiny = o.tiny || o.backend == "cpu";
+  auto inner = make_backend(o.backend);
+  if (!inner.ok()) {
+    return inner.status().with_context(
+        "bench: the '" + o.backend +
+        "' backend is not available (on a machine without a GPU use --backend cpu, which runs "
+        "tiny shapes)");
+  }
+  auto layers = pick_layers(o, tiny);
+  if (!layers.ok()) return layers.status();
+  const auto cj =
+      tiny ? tiny_config_json(*layers) : flash_next_config_json(*layers, o.ple_head_rows);
+  auto config = parse_bench_config(cj);
+  if (!config.ok()) return config.status();
+  const QwenNextConfig& c = *config;
+
+  json out;
+  out["backend"] = (*inner)->name();
+  out["shapes"] = tiny ? "tiny" : "qwen3.8-flash-next";
+  out["layers"] = c.num_hidden_layers;
+  out["layers_released"] = 48;
+  out["config"] = cj;
+  out["ple_table_rows"] = ple_table_rows(c, 0);
+  out["ple_table_rows_released"] = 320001536;
+  out["matrix_dtype"] = "bf16";
+  out["context_fill"] = "synthetic";
+  out["accept"] = o.accept;
+
+  // Weights where the backend computes; the timing decorator wraps the backend for the model's
+  // whole life (disabled outside the profiled pass).
+  auto timing_owner = std::make_unique<TimingBackend>(std::move(*inner), c.vocab_size);
+  TimingBackend* timing = timing_owner.get();
+  SyntheticWeightStore store(timing->memory(), o.seed);
+  auto t0 = Clock::now();
+  auto weights = synthetic_qwen_next_weights(c, store, DType::kBF16);
+  if (!weights.ok()) return weights.status();
+  timing->synchronize();
+  out["weights"] = {{"device_bytes", store.device_bytes()},
+                    {"host_bytes", store.host_bytes()},
+                    {"generate_s", seconds_since(t0)}};
+  log << "bench: " << c.num_hidden_layers << " layers, " << store.device_bytes() / 1e9
+      << " GB of synthetic weights on " << timing->name() << ", " << store.host_bytes() / 1e9
+      << " GB PLE table on the host\n";
+  auto model = std::make_unique<QwenNextModel>(c, std::move(*weights), std::move(timing_owner));
+  Bench b{o, log, c, model.get(), timing};
+
+  double copy = 0;
+  if (timing->memory()->device() == Device::kCuda) {
+    auto bw = copy_bandwidth(std::size_t{4} << 30, 5);
+    if (!bw.ok()) return bw.status();
+    copy = *bw;
+    out["copy_bandwidth_Bps"] = copy;
+    out["copy_bandwidth_note"] = "cudaMemcpyAsync D2D of 4 GiB, best of 5, (read+write)/time";
+  }
+
+  // Decode at each context: autoregressive (the reference continuation too), then MTP.
+  json decode = json::array();
+  const auto n = o.decode_tokens;
+  for (const auto ctx : o.contexts) {
+    DecodeState base = new_decode_state(*model);
+    if (auto s =
+            fill_synthetic_context(*model, c, ctx, o.seed + static_cast<std::uint64_t>(ctx), base);
+        !s.ok())
+      return s.with_context("context " + std::to_string(ctx));
+    if (auto w = b.decode(base, 3, 0, nullptr); !w.ok()) return w.status();  // warm-up
+    auto ar = b.decode(base, n + o.max_depth + 1, 0, nullptr);
+    if (!ar.ok()) return ar.status();
+    const auto& ref = ar->result.tokens;
+    const double ar_tps = static_cast<double>(ref.size()) / ar->seconds;
+    const auto bytes = trunk_decode_bytes(c, ctx, 2);
+    json row = {{"context", ctx},
+                {"bytes_per_token", bytes_json(bytes)},
+                {"mtp_draft_bytes", bytes_json(mtp_draft_bytes(c, ctx, 2))}};
+    json modes = json::array();
+    modes.push_back({{"depth", 0},
+                     {"tokens", ref.size()},
+                     {"seconds", ar->seconds},
+                     {"tokens_per_s", ar_tps},
+                     {"tokens_per_round", 1.0}});
+    row["achieved_Bps"] = bytes.total() * ar_tps;
+    if (copy > 0) row["fraction_of_copy"] = bytes.total() * ar_tps / copy;
+    log << "bench: context " << ctx << " autoregressive " << ar_tps << " tok/s\n";
+    for (int d = 1; d <= o.max_depth; ++d) {
+      if (!model->mtp()) break;
+      // A short untimed run first: a depth's first verify meets new shapes (d+1 rows), whose
+      // buffers the pool then allocates once.
+      ForcedAcceptanceDrafter warm(*model, ref, base.tokens.size(), o.accept, c.vocab_size, 7);
+      if (auto w = b.decode(base, d + 3, d, &warm); !w.ok()) return w.status();
+      ForcedAcceptanceDrafter drafter(*model, ref, base.tokens.size(), o.accept, c.vocab_size,
+                                      static_cast<std::uint32_t>(o.seed * 31 + d));
+      auto r = b.decode(base, n, d, &drafter);
+      if (!r.ok()) return r.status();
+      const auto& st = r->result.stats;
+      std::int64_t drafted = 0, accepted = 0;
+      for (int k = 0; k < d; ++k) drafted += st.drafted[k], accepted += st.accepted[k];
+      const auto& got = r->result.tokens;
+      const bool exact = std::equal(got.begin(), got.end(), ref.begin());
+      const double tps = static_cast<double>(got.size()) / r->seconds;
+      modes.push_back(
+          {{"depth", d},
+           {"tokens", got.size()},
+           {"seconds", r->seconds},
+           {"tokens_per_s", tps},
+           {"rounds", st.rounds},
+           {"tokens_per_round", st.rounds ? static_cast<double>(got.size()) / st.rounds : 0.0},
+           {"drafted", drafted},
+           {"accepted", accepted},
+           {"measured_accept", drafted ? static_cast<double>(accepted) / drafted : 0.0},
+           {"speedup_vs_autoregressive", tps / ar_tps},
+           {"equals_autoregressive", exact}});
+      log << "bench: context " << ctx << " MTP depth " << d << " " << tps << " tok/s\n";
+    }
+    row["modes"] = modes;
+    decode.push_back(row);
+  }
+  out["decode"] = decode;
+
+  // The profiled pass: autoregressive at the first context with every op timed by group.
+  if (o.profile && !o.contexts.empty()) {
+    DecodeState base = new_decode_state(*model);
+    if (auto s = fill_synthetic_context(*model, c, o.contexts.front(), o.seed, base); !s.ok())
+      return s;
+    timing->reset();
+    timing->set_enabled(true);
+    auto r = b.decode(base, n, 0, nullptr);
+    const auto secs = timing->seconds();
+    const auto calls = timing->calls();
+    timing->set_enabled(false);
+    if (!r.ok()) return r.status();
+    const double tokens = static_cast<double>(r->result.tokens.size());
+    json groups = json::object();
+    double device = 0, ops = 0;
+    for (std::size_t g = 0; g < kOpGroups; ++g) {
+      device += secs[g];
+      ops += static_cast<double>(calls[g]);
+      groups[op_group_name(static_cast<OpGroup>(g))] = {
+          {"ms_per_token", 1e3 * secs[g] / tokens},
+          {"ops_per_token", static_cast<double>(calls[g]) / tokens}};
+    }
+    // Sampling runs on the host inside the generator (greedy argmax over the vocabulary): timed
+    // here on its own, and part of the host time below.
+    std::vector<float> logits(static_cast<std::size_t>(c.vocab_size));
+    for (std::size_t i = 0; i < logits.size(); ++i)
+      logits[i] = uniform_value(o.seed, i, 1.0f, 0.0f);
+    SamplerConfig greedy;
+    const auto s0 = Clock::now();
+    // The picked ids are kept (and checked) so the calls cannot be optimised away.
+    std::int64_t picked = -1;
+    for (int i = 0; i < 20; ++i) {
+      const auto id = target_distribution(logits, greedy).ids.front();
+      if (picked >= 0 && id != picked)
+        return internal_error("bench: greedy sampling is not stable");
+      picked = id;
+    }
+    const double sample_s = seconds_since(s0) / 20;
+    const double wall = r->seconds;
+    out["profile"] = {
+        {"context", o.contexts.front()},
+        {"tokens", tokens},
+        {"wall_ms_per_token", 1e3 * wall / tokens},
+        {"tokens_per_s_profiled", tokens / wall},
+        {"groups", groups},
+        {"device_ms_per_token", 1e3 * device / tokens},
+        {"sampling_ms_per_token", 1e3 * sample_s},
+        {"host_ms_per_token", 1e3 * std::max(0.0, wall - device) / tokens},
+        {"ops_per_token", ops / tokens},
+        {"note",
+         "device times are CUDA-event brackets per op (a gap waiting for the host to "
+         "launch counts to the op after it); host = wall - device, sampling included; "
+         "ops are backend op calls (each launches one or a few kernels)"}};
+  }
+  // Prefill last, longest last, so a run cut short still has its decode figures in the log (a
+  // short prefill first warms the pool and cuBLAS).
+  if (auto w = b.time_prefill(tiny ? 8 : 64); !w.ok()) return w.status();
+  json prefill = json::array();
+  for (const auto n : o.prefill) {
+    auto s = b.time_prefill(n);
+    if (!s.ok()) return s.status().with_context("prefill of " + std::to_string(n));
+    prefill.push_back({{"tokens", n}, {"seconds", *s}, {"tokens_per_s", n / *s}});
+    log << "bench: prefill " << n << " tokens: " << n / *s << " tok/s\n";
+  }
+  out["prefill"] = prefill;
+
+  return out;
+}
+
+std::string bench_table(const json& r) {
+  std::ostringstream t;
+  char line[256];
+  t << "flashserve bench: " << r.value("shapes", "") << ", " << r.value("layers", 0) << " of "
+    << r.value("layers_released", 0) << " layers, bf16, backend " << r.value("backend", "")
+    << ", PLE table " << r.value("ple_table_rows", 0) << " rows (released "
+    << r.value("ple_table_rows_released", 0) << "), context filled " << r.value("context_fill", "")
+    << "\n";
+  const double copy = r.value("copy_bandwidth_Bps", 0.0);
+  if (copy > 0) {
+    std::snprintf(line, sizeof line, "copy bandwidth (D2D): %.0f GB/s\n", copy / 1e9);
+    t << line;
+  }
+  t << "\nprefill      tokens/s\n";
+  for (const auto& p : r["prefill"]) {
+    std::snprintf(line, sizeof line, "%8lld  %10.1f\n", p["tokens"].get<long long>(),
+                  p["tokens_per_s"].get<double>());
+    t << line;
+  }
+  t << "\ndecode (batch 1, forced accept " << r.value("accept", 0.0) << ")\n";
+  t << " context  depth   tok/s  tok/round  accept  speedup  exact   MB/token   GB/s  of copy\n";
+  for (const auto& d : r["decode"]) {
+    const double mb = d["bytes_per_token"]["total"].get<double>() / 1e6;
+    for (const auto& m : d["modes"]) {
+      const int depth = m["depth"].get<int>();
+      const double tps = m["tokens_per_s"].get<double>();
+      std::snprintf(line, sizeof line,
+                    "%8lld  %5d  %7.2f  %9.2f  %6.2f  %7.2f  %5s  %9.1f  %5.0f  %6.1f%%\n",
+                    d["context"].get<long long>(), depth, tps, m.value("tokens_per_round", 1.0),
+                    m.value("measured_accept", 0.0), m.value("speedup_vs_autoregressive", 1.0),
+                    depth == 0 ? "-" : (m.value("equals_autoregressive", false) ? "yes" : "NO"), mb,
+                    depth == 0 ? mb * tps / 1e3 : 0.0,
+                    depth == 0 && copy > 0 ? 100 * mb * 1e6 * tps / copy : 0.0);
+      t << line;
+    }
+  }
+  if (r.contains("profile")) {
+    const auto& p = r["profile"];
+    t << "\nprofiled autoregressive decode at context " << p["context"].get<long long>() << ": "
+      << p["wall_ms_per_token"].get<double>() << " ms/token, " << p["ops_per_token"].get<double>()
+      << " ops/token\n";
+    for (const auto& [name, g] : p["groups"].items()) {
+      std::snprintf(line, sizeof line, "  %-26s %8.3f ms  %6.1f ops\n", name.c_str(),
+                    g["ms_per_token"].get<double>(), g["ops_per_token"].get<double>());
+      t << line;
+    }
+    std::snprintf(line, sizeof line, "  %-26s %8.3f ms  (of which sampling %.3f ms)\n", "host",
+                  p["host_ms_per_token"].get<double>(), p["sampling_ms_per_token"].get<double>());
+    t << line;
+  }
+  return t.str();
+}
+
+}  // namespace fs::bench

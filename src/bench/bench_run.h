@@ -1,0 +1,37 @@
+// `flashserve bench`: the production Qwen 3.8 Flash Next decode and prefill paths on synthetic
+// weights with the released shapes (or tiny ones), measured end to end and reported as JSON.
+// See bench/NOTES.md (issue 14) for what each figure means and how it was produced.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "util/status.h"
+
+namespace fs::bench {
+
+struct BenchOptions {
+  std::string backend = "cuda";  // cuda (released shapes) or cpu (tiny shapes)
+  bool tiny = false;             // tiny shapes on any backend (always on the CPU)
+  std::int64_t layers = 0;       // 0: the largest multiple of 4 that fits (tiny: 4)
+  std::vector<std::int64_t> prefill = {512, 4096, 16384};
+  std::vector<std::int64_t> contexts = {1024, 16384, 65536};
+  std::int64_t decode_tokens = 64;       // emitted tokens per timed decode run
+  int max_depth = 3;                     // MTP depths 1..max_depth after autoregressive
+  double accept = 0.8;                   // forced per-draft acceptance
+  std::int64_t ple_head_rows = 100'000;  // rows per n-gram head of the PLE table (host)
+  std::int64_t reserve_mib = 16 * 1024;  // device memory left for state and activations
+  std::uint64_t seed = 1;
+  bool profile = true;  // the op-group pass
+};
+
+// Runs every measurement; progress lines go to `log`.
+Expected<nlohmann::json> run_bench(const BenchOptions& options, std::ostream& log);
+
+// The readable table of a run_bench result.
+std::string bench_table(const nlohmann::json& result);
+
+}  // namespace fs::bench

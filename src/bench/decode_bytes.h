@@ -1,0 +1,26 @@
+// Bytes a batch-1 decode step must move, from the shapes alone (the roofline's numerator):
+// every matrix and vector the step reads once, only the routed experts actually used (top-k of
+// E), the lm_head, one embedding row, the PLE table rows the n-gram heads touch, the QSA keys and
+// values the indexer's selection reads (budget keys plus the unfinished tail block) and the
+// indexer's pooled block keys (all of them are scored), and every recurrent state read and
+// written (GDN states and conv tails, the PLE conv tail). Activations are not counted.
+#pragma once
+
+#include <cstdint>
+
+#include "model/qwen_next/config.h"
+
+namespace fs::bench {
+
+struct DecodeBytes {
+  double weights = 0;  // trunk matrices/vectors actually read (routed experts: k of E)
+  double state = 0;    // KV/index rows read, recurrent states read + written
+  double total() const { return weights + state; }
+};
+
+// One trunk token after `context` tokens; `matrix_bytes` per matrix element (2: bf16).
+DecodeBytes trunk_decode_bytes(const QwenNextConfig& c, std::int64_t context, double matrix_bytes);
+// One MTP-head draft whose history holds `context` rows.
+DecodeBytes mtp_draft_bytes(const QwenNextConfig& c, std::int64_t context, double matrix_bytes);
+
+}  // namespace fs::bench

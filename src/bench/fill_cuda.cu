@@ -1,0 +1,58 @@
+// The device half of fill_uniform: the same hash as uniform_value, one thread per element.
+// nvcc reports every discarded [[nodiscard]] class value, assignments included (as in
+// backend/cuda/cuda_backend.h); the host compiler checks the real cases.
+#pragma nv_diag_suppress 2810
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_memory.h"
+#include "bench/fill.h"
+
+namespace fs::bench {
+namespace {
+
+__device__ float device_uniform(std::uint64_t seed, std::uint64_t index, float scale,
+                                float offset) {
+  std::uint64_t z = seed * 0x9E3779B97F4A7C15ull + index + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
+  return offset + scale * (2.0f * u - 1.0f);
+}
+
+// Round to nearest even, as fs::f32_to_bf16 (the values are finite).
+__device__ std::uint16_t to_bf16(float f) {
+  const std::uint32_t b = __float_as_uint(f);
+  return static_cast<std::uint16_t>((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+}
+
+__global__ void fill_kernel(void* out, bool bf16, std::uint64_t n, std::uint64_t seed, float scale,
+                            float offset) {
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += stride) {
+    const float v = device_uniform(seed, i, scale, offset);
+    if (bf16) {
+      static_cast<std::uint16_t*>(out)[i] = to_bf16(v);
+    } else {
+      static_cast<float*>(out)[i] = v;
+    }
+  }
+}
+
+}  // namespace
+
+Status fill_uniform_cuda(Tensor& t, std::uint64_t seed, float scale, float offset) {
+  auto* memory = dynamic_cast<cuda::CudaMemory*>(t.memory().get());
+  if (memory == nullptr) return invalid_argument("bench: fill_uniform: not CUDA memory");
+  const auto n = static_cast<std::uint64_t>(t.numel());
+  if (n == 0) return {};
+  fill_kernel<<<132 * 16, 256, 0, memory->stream()>>>(t.raw(), t.dtype() == DType::kBF16, n, seed,
+                                                      scale, offset);
+  if (const auto e = cudaGetLastError(); e != cudaSuccess)
+    return internal_error(std::string("bench: fill kernel: ") + cudaGetErrorString(e));
+  return {};
+}
+
+}  // namespace fs::bench

@@ -1,0 +1,142 @@
+#include "bench/timing_backend.h"
+
+namespace fs::bench {
+
+void TimingBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
+  const auto g = w.rows() == vocab_ ? OpGroup::kLmHead : OpGroup::kLinear;
+  run(g, [&](Backend& be) { be.linear(x, w, y); });
+}
+void TimingBackend::add_bias(Tensor& y, const Weight& bias) {
+  run(OpGroup::kLinear, [&](Backend& be) { be.add_bias(y, bias); });
+}
+void TimingBackend::rms_norm(const Tensor& x, const Weight& w, std::int64_t group, float eps,
+                             bool unit_offset, Tensor& y) {
+  run(OpGroup::kNormsHc, [&](Backend& be) { be.rms_norm(x, w, group, eps, unit_offset, y); });
+}
+void TimingBackend::rms_norm_gated(const Tensor& x, const Weight& w, const Tensor& gate, float eps,
+                                   Activation act, Tensor& y) {
+  run(OpGroup::kNormsHc, [&](Backend& be) { be.rms_norm_gated(x, w, gate, eps, act, y); });
+}
+void TimingBackend::l2_norm(Tensor& x, std::int64_t group, float eps) {
+  run(OpGroup::kGdn, [&](Backend& be) { be.l2_norm(x, group, eps); });
+}
+void TimingBackend::activate(Tensor& x, Activation act) {
+  run(OpGroup::kElementwise, [&](Backend& be) { be.activate(x, act); });
+}
+void TimingBackend::scale(Tensor& x, float s) {
+  run(OpGroup::kElementwise, [&](Backend& be) { be.scale(x, s); });
+}
+void TimingBackend::add(Tensor& x, const Tensor& y) {
+  run(OpGroup::kElementwise, [&](Backend& be) { be.add(x, y); });
+}
+void TimingBackend::mul(Tensor& x, const Tensor& y) {
+  run(OpGroup::kElementwise, [&](Backend& be) { be.mul(x, y); });
+}
+void TimingBackend::mul_cols(Tensor& x, const Weight& v) {
+  run(OpGroup::kElementwise, [&](Backend& be) { be.mul_cols(x, v); });
+}
+void TimingBackend::mul_rows(Tensor& x, const Tensor& s) {
+  run(OpGroup::kElementwise, [&](Backend& be) { be.mul_rows(x, s); });
+}
+void TimingBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
+  run(OpGroup::kElementwise, [&](Backend& be) { be.swiglu(gate, up, out); });
+}
+void TimingBackend::swiglu_packed(const Tensor& gu, Tensor& out) {
+  run(OpGroup::kElementwise, [&](Backend& be) { be.swiglu_packed(gu, out); });
+}
+void TimingBackend::signed_sqrt(Tensor& x, float floor) {
+  run(OpGroup::kElementwise, [&](Backend& be) { be.signed_sqrt(x, floor); });
+}
+void TimingBackend::normalize_rows(Tensor& x) {
+  run(OpGroup::kExperts, [&](Backend& be) { be.normalize_rows(x); });
+}
+void TimingBackend::slice_cols(const Tensor& x, std::int64_t begin, std::int64_t width,
+                               Tensor& out) {
+  run(OpGroup::kElementwise, [&](Backend& be) { be.slice_cols(x, begin, width, out); });
+}
+void TimingBackend::slice_rows(const Tensor& x, std::int64_t begin, std::int64_t count,
+                               Tensor& out) {
+  run(OpGroup::kElementwise, [&](Backend& be) { be.slice_rows(x, begin, count, out); });
+}
+void TimingBackend::split_interleaved(const Tensor& x, std::int64_t heads, std::int64_t dim,
+                                      Tensor& a, Tensor& b) {
+  run(OpGroup::kElementwise, [&](Backend& be) { be.split_interleaved(x, heads, dim, a, b); });
+}
+void TimingBackend::repeat_cols(const Tensor& x, std::int64_t times, Tensor& out) {
+  run(OpGroup::kNormsHc, [&](Backend& be) { be.repeat_cols(x, times, out); });
+}
+void TimingBackend::append_rows(Tensor& cache, const Tensor& x) {
+  run(OpGroup::kAttention, [&](Backend& be) { be.append_rows(cache, x); });
+}
+void TimingBackend::embedding(std::span<const Weight> shards, std::span<const std::int64_t> ids,
+                              Tensor& out) {
+  run(OpGroup::kEmbedding, [&](Backend& be) { be.embedding(shards, ids, out); });
+}
+void TimingBackend::stream_mean(const Tensor& x, std::int64_t streams, Tensor& out) {
+  run(OpGroup::kNormsHc, [&](Backend& be) { be.stream_mean(x, streams, out); });
+}
+void TimingBackend::add_scaled_streams(Tensor& h, const Tensor& y, const Tensor& w) {
+  run(OpGroup::kNormsHc, [&](Backend& be) { be.add_scaled_streams(h, y, w); });
+}
+void TimingBackend::grouped_dot(const Tensor& a, const Tensor& b, std::int64_t group, Tensor& out) {
+  run(OpGroup::kNormsHc, [&](Backend& be) { be.grouped_dot(a, b, group, out); });
+}
+void TimingBackend::stream_mix(const Tensor& xn, const Tensor& u, const Weight& up,
+                               std::int64_t streams, Tensor& out) {
+  run(OpGroup::kNormsHc, [&](Backend& be) { be.stream_mix(xn, u, up, streams, out); });
+}
+void TimingBackend::rope(Tensor& x, std::int64_t head_dim, std::int64_t rotary_dim,
+                         std::int64_t first, std::int64_t stride, double theta) {
+  run(OpGroup::kAttention,
+      [&](Backend& be) { be.rope(x, head_dim, rotary_dim, first, stride, theta); });
+}
+void TimingBackend::causal_conv1d(const Tensor& x, const Weight& w, std::int64_t dilation,
+                                  Tensor& tail, Tensor& y) {
+  run(OpGroup::kGdn, [&](Backend& be) { be.causal_conv1d(x, w, dilation, tail, y); });
+}
+void TimingBackend::gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const Tensor& g, const Tensor& beta,
+                                             std::int64_t key_heads, Tensor& state, Tensor& out) {
+  run(OpGroup::kGdn,
+      [&](Backend& be) { be.gated_delta_rule_chunked(q, k, v, g, beta, key_heads, state, out); });
+}
+void TimingBackend::gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& v,
+                                               const Tensor& g, const Tensor& beta,
+                                               std::int64_t key_heads, Tensor& state, Tensor& out) {
+  run(OpGroup::kGdn,
+      [&](Backend& be) { be.gated_delta_rule_recurrent(q, k, v, g, beta, key_heads, state, out); });
+}
+void TimingBackend::block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           std::int64_t heads, std::int64_t kv_heads,
+                                           const Tensor& picked, std::int64_t block,
+                                           std::int64_t first, float scale, Tensor& out) {
+  run(OpGroup::kAttention, [&](Backend& b) {
+    b.block_sparse_attention(q, k, v, heads, kv_heads, picked, block, first, scale, out);
+  });
+}
+void TimingBackend::block_mean(const Tensor& x, std::int64_t first_row, std::int64_t blocks,
+                               std::int64_t group, Tensor& out) {
+  run(OpGroup::kAttention, [&](Backend& be) { be.block_mean(x, first_row, blocks, group, out); });
+}
+void TimingBackend::index_scores(const Tensor& q, const Tensor& keys, std::int64_t heads,
+                                 float scale, Tensor& out) {
+  run(OpGroup::kAttention, [&](Backend& be) { be.index_scores(q, keys, heads, scale, out); });
+}
+void TimingBackend::softmax(Tensor& x) {
+  run(OpGroup::kExperts, [&](Backend& be) { be.softmax(x); });
+}
+void TimingBackend::topk(const Tensor& x, std::int64_t k, Tensor& idx, Tensor& val) {
+  run(OpGroup::kExperts, [&](Backend& be) { be.topk(x, k, idx, val); });
+}
+void TimingBackend::select_blocks(const Tensor& scores, std::int64_t first, std::int64_t block,
+                                  std::int64_t top, Tensor& picked) {
+  run(OpGroup::kAttention,
+      [&](Backend& be) { be.select_blocks(scores, first, block, top, picked); });
+}
+void TimingBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
+                                const Tensor& experts, const Tensor& weights, Tensor& y) {
+  run(OpGroup::kExperts,
+      [&](Backend& be) { be.moe_experts(x, gate_up, down, experts, weights, y); });
+}
+
+}  // namespace fs::bench

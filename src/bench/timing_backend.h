@@ -1,0 +1,117 @@
+// A decorator Backend for `flashserve bench`'s profiled pass: it forwards every op to the
+// backend it wraps and, while enabled, brackets each with an OpClock (CUDA events on the GPU)
+// under its op group, and counts ops. Disabled it only forwards, so the headline runs go through
+// the same object at the cost of one virtual call per op. Groups: see OpGroup; `linear` on a
+// weight with `vocab` rows is the lm_head.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+
+#include "backend/backend.h"
+#include "bench/op_clock.h"
+
+namespace fs::bench {
+
+class TimingBackend final : public Backend {
+ public:
+  TimingBackend(std::unique_ptr<Backend> inner, std::int64_t vocab)
+      : inner_(std::move(inner)), clock_(make_op_clock(inner_->memory())), vocab_(vocab) {}
+
+  void set_enabled(bool on) { enabled_ = on; }
+  // Seconds per group and ops per group since the last reset (waits for the device).
+  std::array<double, kOpGroups> seconds() { return clock_->totals(); }
+  const std::array<std::int64_t, kOpGroups>& calls() const { return calls_; }
+  void reset() {
+    clock_->reset();
+    calls_ = {};
+  }
+
+  std::string name() const override { return inner_->name(); }
+  const std::shared_ptr<Memory>& memory() const override { return inner_->memory(); }
+  Expected<Weight> upload(const Weight& w, DType matrix_dtype) override {
+    return inner_->upload(w, matrix_dtype);
+  }
+  void synchronize() override { inner_->synchronize(); }
+
+  void linear(const Tensor& x, const Weight& w, Tensor& y) override;
+  void add_bias(Tensor& y, const Weight& bias) override;
+  void rms_norm(const Tensor& x, const Weight& w, std::int64_t group, float eps, bool unit_offset,
+                Tensor& y) override;
+  void rms_norm_gated(const Tensor& x, const Weight& w, const Tensor& gate, float eps,
+                      Activation act, Tensor& y) override;
+  void l2_norm(Tensor& x, std::int64_t group, float eps) override;
+  void activate(Tensor& x, Activation act) override;
+  void scale(Tensor& x, float s) override;
+  void add(Tensor& x, const Tensor& y) override;
+  void mul(Tensor& x, const Tensor& y) override;
+  void mul_cols(Tensor& x, const Weight& v) override;
+  void mul_rows(Tensor& x, const Tensor& s) override;
+  void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) override;
+  void swiglu_packed(const Tensor& gu, Tensor& out) override;
+  void signed_sqrt(Tensor& x, float floor) override;
+  void normalize_rows(Tensor& x) override;
+  void slice_cols(const Tensor& x, std::int64_t begin, std::int64_t width, Tensor& out) override;
+  void slice_rows(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) override;
+  void split_interleaved(const Tensor& x, std::int64_t heads, std::int64_t dim, Tensor& a,
+                         Tensor& b) override;
+  void repeat_cols(const Tensor& x, std::int64_t times, Tensor& out) override;
+  void append_rows(Tensor& cache, const Tensor& x) override;
+  void embedding(std::span<const Weight> shards, std::span<const std::int64_t> ids,
+                 Tensor& out) override;
+  void stream_mean(const Tensor& x, std::int64_t streams, Tensor& out) override;
+  void add_scaled_streams(Tensor& h, const Tensor& y, const Tensor& w) override;
+  void grouped_dot(const Tensor& a, const Tensor& b, std::int64_t group, Tensor& out) override;
+  void stream_mix(const Tensor& xn, const Tensor& u, const Weight& up, std::int64_t streams,
+                  Tensor& out) override;
+  void rope(Tensor& x, std::int64_t head_dim, std::int64_t rotary_dim, std::int64_t first,
+            std::int64_t stride, double theta) override;
+  void causal_conv1d(const Tensor& x, const Weight& w, std::int64_t dilation, Tensor& tail,
+                     Tensor& y) override;
+  void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                const Tensor& beta, std::int64_t key_heads, Tensor& state,
+                                Tensor& out) override;
+  void gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& g, const Tensor& beta, std::int64_t key_heads,
+                                  Tensor& state, Tensor& out) override;
+  void block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t heads,
+                              std::int64_t kv_heads, const Tensor& picked, std::int64_t block,
+                              std::int64_t first, float scale, Tensor& out) override;
+  void block_mean(const Tensor& x, std::int64_t first_row, std::int64_t blocks, std::int64_t group,
+                  Tensor& out) override;
+  void index_scores(const Tensor& q, const Tensor& keys, std::int64_t heads, float scale,
+                    Tensor& out) override;
+  void softmax(Tensor& x) override;
+  void topk(const Tensor& x, std::int64_t k, Tensor& idx, Tensor& val) override;
+  void select_blocks(const Tensor& scores, std::int64_t first, std::int64_t block, std::int64_t top,
+                     Tensor& picked) override;
+  void moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
+                   const Tensor& experts, const Tensor& weights, Tensor& y) override;
+
+ private:
+  template <typename F>
+  void run(OpGroup g, F&& fn) {
+    if (failed()) return;
+    if (enabled_) {
+      ++calls_[static_cast<std::size_t>(g)];
+      clock_->start();
+      fn(*inner_);
+      clock_->stop(g);
+    } else {
+      fn(*inner_);
+    }
+    if (!inner_->status().ok()) {
+      fail(inner_->status());
+      inner_->clear_status();
+    }
+  }
+
+  std::unique_ptr<Backend> inner_;
+  std::unique_ptr<OpClock> clock_;
+  std::int64_t vocab_;
+  bool enabled_ = false;
+  std::array<std::int64_t, kOpGroups> calls_{};
+};
+
+}  // namespace fs::bench

@@ -1,0 +1,84 @@
+// flashserve bench: Qwen 3.8 Flash Next prefill and batch-1 decode (autoregressive and MTP) on
+// synthetic weights with the released shapes, with bytes per token against the measured copy
+// bandwidth and a per-op-group profile; JSON (stdout and --json FILE) plus a table on stderr.
+#include <fstream>
+#include <iostream>
+
+#include "bench/bench_run.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+
+namespace fs::cli {
+
+void add_bench_command(CLI::App& app, Action& action) {
+  struct Options {
+    bench::BenchOptions bench;
+    std::string prefill = "512,4096,16384", contexts = "1024,16384,65536", json_path;
+    bool no_profile = false;
+  };
+  auto o = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand(
+      "bench",
+      "Benchmark Qwen 3.8 Flash Next (released shapes, synthetic bf16 weights made on the GPU): "
+      "prefill, batch-1 decode with MTP 1-3, bytes/token vs copy bandwidth, op-group profile");
+  cmd->add_option("--backend", o->bench.backend, "cuda, or cpu (tiny shapes, for tests)")
+      ->capture_default_str();
+  cmd->add_flag("--tiny", o->bench.tiny, "Tiny shapes on any backend");
+  cmd->add_option("--layers", o->bench.layers,
+                  "Decoder layers (0: the largest multiple of 4 that fits the device)")
+      ->capture_default_str();
+  cmd->add_option("--prefill", o->prefill, "Prefill lengths, comma-separated")
+      ->capture_default_str();
+  cmd->add_option("--contexts", o->contexts, "Decode context lengths, comma-separated")
+      ->capture_default_str();
+  cmd->add_option("--decode-tokens", o->bench.decode_tokens, "Tokens per timed decode run")
+      ->capture_default_str();
+  cmd->add_option("--max-depth", o->bench.max_depth, "MTP depths 1..N after autoregressive")
+      ->check(CLI::Range(0, 3))
+      ->capture_default_str();
+  cmd->add_option("--accept", o->bench.accept, "Forced per-draft acceptance rate")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--ple-head-rows", o->bench.ple_head_rows,
+                  "Rows per PLE n-gram head (host table; only touched rows are read)")
+      ->capture_default_str();
+  cmd->add_option("--reserve-mib", o->bench.reserve_mib,
+                  "Device memory kept free for state and activations when sizing --layers")
+      ->capture_default_str();
+  cmd->add_option("--seed", o->bench.seed, "Seed of the synthetic weights")->capture_default_str();
+  cmd->add_flag("--no-profile", o->no_profile, "Skip the op-group profiled pass");
+  cmd->add_option("--json", o->json_path, "Also write the JSON result to this file");
+  cmd->callback([o, &action] {
+    action = [o]() -> int {
+      auto prefill = parse_list(o->prefill, "--prefill");
+      auto contexts = parse_list(o->contexts, "--contexts");
+      for (const auto* l : {&prefill, &contexts}) {
+        if (!l->ok()) {
+          std::cerr << "flashserve bench: " << l->status().to_string() << "\n";
+          return 2;
+        }
+      }
+      o->bench.prefill = *prefill;
+      o->bench.contexts = *contexts;
+      o->bench.profile = !o->no_profile;
+      auto r = bench::run_bench(o->bench, std::cerr);
+      if (!r.ok()) {
+        std::cerr << "flashserve bench: " << r.status().to_string() << "\n";
+        return 1;
+      }
+      std::cerr << bench::bench_table(*r);
+      if (!o->json_path.empty()) {
+        std::ofstream f(o->json_path);
+        f << r->dump(2) << "\n";
+        if (!f) {
+          std::cerr << "flashserve bench: cannot write " << o->json_path << "\n";
+          return 1;
+        }
+      }
+      std::cout << r->dump() << "\n";
+      return 0;
+    };
+  });
+}
+
+}  // namespace fs::cli
