@@ -96,8 +96,8 @@ __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float
       const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kG;
 #pragma unroll
       for (int r = 0; r < kR; ++r)
-        raw[u][r] = (c < chunks && rows[r] != nullptr) ? C::load(rows[r] + c * kN)
-                                                       : typename C::Raw{};
+        raw[u][r] =
+            (c < chunks && rows[r] != nullptr) ? C::load(rows[r] + c * kN) : typename C::Raw{};
     }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {

@@ -155,8 +155,7 @@ __global__ void __launch_bounds__(kGateUpThreads)
   float acc[2][1] = {};
   rows_dot<T, kVec, 1, 2, kWarp, 4, true>(rows, xs, H, H / WeightChunk<T, kVec>::kN, lane, acc);
   const float gv = group_sum<kWarp>(acc[0][0]), uv = group_sum<kWarp>(acc[1][0]);
-  if (lane == 0 && r < I)
-    act[p * I + r] = valid ? apply_act(gv, Activation::kSilu) * uv : 0.0f;
+  if (lane == 0 && r < I) act[p * I + r] = valid ? apply_act(gv, Activation::kSilu) * uv : 0.0f;
 }
 
 // out[p, c] = down[e] row c · act[p]; a warp per c.
