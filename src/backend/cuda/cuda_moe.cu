@@ -22,8 +22,14 @@ namespace fs::cuda {
 namespace {
 
 constexpr int kMaxTopK = 64;
-constexpr int kFusedTokens = 4;
-constexpr int kMaxPairs = kFusedTokens * kMaxTopK;
+// The fused path is kept for one token only: on the H200 (bench/NOTES.md, 2026-12-01) it matched
+// the pair path at 1 token (40.6 vs 39.9 us for 98 MB) but its down kernel walks the distinct
+// experts serially per column group, one memory round trip per two experts, and fell behind at
+// 2-4 tokens (20-40 distinct experts: 79-278 us against 63-108 us). Its kernels take up to
+// kFusedMaxTokens tokens; the op dispatches to it below kFusedTokens + 1.
+constexpr int kFusedTokens = 1;
+constexpr int kFusedMaxTokens = 4;
+constexpr int kMaxPairs = kFusedMaxTokens * kMaxTopK;
 constexpr int kGateUpThreads = 256;  // 8 warps, one I-row (its gate and up rows) each
 constexpr int kDownThreads = 64;     // small blocks: 2560 columns make 640 blocks, ~5 per SM
 constexpr int kDownLanes = 16;       // 640-wide down rows: 5 chunks of 16 bytes per lane
