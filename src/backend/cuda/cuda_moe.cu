@@ -1,6 +1,7 @@
 // The routed experts of a sparse MoE (Backend::moe_experts).
 //
-// Decode (up to kFusedTokens tokens): two kernels, no host sync, no atomics.
+// One token: the fused path, two kernels, no host sync, no atomics (its kernels take up to
+// kFusedMaxTokens tokens; see kFusedTokens for why the op uses them at one only).
 //  1. gate_up: a block per (I-row tile, distinct expert); the expert ids are read on the device
 //     and their distinct set, ascending, is rebuilt by every block (at most 256 ids, a few
 //     hundred cycles), so an expert routed by several tokens is read once, for all of them:
@@ -9,7 +10,7 @@
 //     in ascending id (two at a time, so both rows' loads are in flight together) and adds
 //     weight(s, e) * (down[e] row c · act[u, s]) into registers: the sum over the top-k is in a
 //     fixed order, and only routed experts' rows are read.
-// Prefill (more tokens): grouped GEMVs over (token, expert) pairs, then a combine pass; grouping
+// More tokens: GEMVs over (token, expert) pairs, then a combine pass in the CPU's order; grouping
 // tokens by expert into GEMMs is a later step.
 #include <algorithm>
 #include <string>
@@ -25,8 +26,8 @@ constexpr int kMaxTopK = 64;
 // The fused path is kept for one token only: on the H200 (bench/NOTES.md, 2026-12-01) it matched
 // the pair path at 1 token (40.6 vs 39.9 us for 98 MB) but its down kernel walks the distinct
 // experts serially per column group, one memory round trip per two experts, and fell behind at
-// 2-4 tokens (20-40 distinct experts: 79-278 us against 63-108 us). Its kernels take up to
-// kFusedMaxTokens tokens; the op dispatches to it below kFusedTokens + 1.
+// 2-4 tokens (20-40 distinct experts: 79-278 us against 63-108 us).
+// Its kernels take up to kFusedMaxTokens tokens (all verified on the device in that run).
 constexpr int kFusedTokens = 1;
 constexpr int kFusedMaxTokens = 4;
 constexpr int kMaxPairs = kFusedMaxTokens * kMaxTopK;
@@ -143,6 +144,70 @@ __global__ void __launch_bounds__(kDownThreads)
 }
 
 // --- the pair path (more than kFusedTokens tokens) ---------------------------------------------
+// The pair path's kernels are the ones this op had before the fused path (a warp per output row,
+// two 16-byte loads in flight per lane): measured on the H200 beside the fused path
+// (bench/cuda_kernel_bench keeps a copy), they are what 2-4 tokens run now.
+// 16 bytes of weights widened to f32.
+template <typename T>
+struct PairChunk;
+template <>
+struct PairChunk<float> {
+  static constexpr int kN = 4;
+  __device__ __forceinline__ static void load(const float* p, float (&f)[kN]) {
+    const float4 v = __ldg(reinterpret_cast<const float4*>(p));
+    f[0] = v.x;
+    f[1] = v.y;
+    f[2] = v.z;
+    f[3] = v.w;
+  }
+};
+template <>
+struct PairChunk<bf16_bits> {
+  static constexpr int kN = 8;
+  __device__ __forceinline__ static void load(const bf16_bits* p, float (&f)[kN]) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+    const unsigned u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      f[2 * i] = __uint_as_float(u[i] << 16);
+      f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+  }
+};
+
+// acc[s] += this lane's share of row · x[s] (x rows `x_stride` floats apart); not yet reduced
+// over the warp. kVec: row and x are 16-byte aligned and `in` is a multiple of the chunk.
+template <typename T, int kS, bool kVec>
+__device__ __forceinline__ void lane_dot(const T* row, const float* x, std::int64_t x_stride,
+                                         std::int64_t in, float (&acc)[kS]) {
+  const int lane = threadIdx.x % kWarp;
+  if constexpr (kVec) {
+    constexpr int kN = PairChunk<T>::kN;
+#pragma unroll 2
+    for (std::int64_t k = lane * kN; k < in; k += kWarp * kN) {
+      float w[kN];
+      PairChunk<T>::load(row + k, w);
+#pragma unroll
+      for (int s = 0; s < kS; ++s) {
+        const float* xs = x + s * x_stride + k;
+#pragma unroll
+        for (int q = 0; q < kN; q += 4) {
+          const float4 xv = *reinterpret_cast<const float4*>(xs + q);
+          acc[s] += w[q] * xv.x;
+          acc[s] += w[q + 1] * xv.y;
+          acc[s] += w[q + 2] * xv.z;
+          acc[s] += w[q + 3] * xv.w;
+        }
+      }
+    }
+  } else {
+    for (std::int64_t k = lane; k < in; k += kWarp) {
+      const float w = widen(row[k]);
+#pragma unroll
+      for (int s = 0; s < kS; ++s) acc[s] += w * x[s * x_stride + k];
+    }
+  }
+}
 
 // act[p, r] = silu(gate_up[e] row r · x[s]) * (gate_up[e] row I + r · x[s]), p = (s, j),
 // e = experts[p]; a warp per r. Pairs run along grid.x, row tiles along grid.y.
@@ -152,16 +217,20 @@ __global__ void __launch_bounds__(kGateUpThreads)
                        std::int64_t k, std::int64_t E, std::int64_t H, std::int64_t I, float* act) {
   const std::int64_t p = blockIdx.x;
   const std::int64_t r = (blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kWarp;
-  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  if (r >= I) return;
   const std::int64_t e = experts[p];
-  const bool valid = e >= 0 && e < E && r < I;
-  const T* w = gate_up + (valid ? e : 0) * (2 * I * H);
-  const T* rows[2] = {valid ? w + r * H : nullptr, valid ? w + (I + r) * H : nullptr};
-  const float* xs[2] = {x + (p / k) * H, x + (p / k) * H};
-  float acc[2][1] = {};
-  rows_dot<T, kVec, 1, 2, kWarp, 4, true>(rows, xs, H, H / WeightChunk<T, kVec>::kN, lane, acc);
-  const float gv = group_sum<kWarp>(acc[0][0]), uv = group_sum<kWarp>(acc[1][0]);
-  if (lane == 0 && r < I) act[p * I + r] = valid ? apply_act(gv, Activation::kSilu) * uv : 0.0f;
+  float* o = act + p * I + r;
+  if (e < 0 || e >= E) {
+    if (threadIdx.x % kWarp == 0) *o = 0.0f;
+    return;
+  }
+  const T* w = gate_up + e * (2 * I * H);
+  const float* xs = x + (p / k) * H;
+  float g[1] = {}, u[1] = {};
+  lane_dot<T, 1, kVec>(w + r * H, xs, H, H, g);
+  lane_dot<T, 1, kVec>(w + (I + r) * H, xs, H, H, u);
+  const float gv = warp_sum(g[0]), uv = warp_sum(u[0]);
+  if (threadIdx.x % kWarp == 0) *o = apply_act(gv, Activation::kSilu) * uv;
 }
 
 // out[p, c] = down[e] row c · act[p]; a warp per c.
@@ -171,15 +240,17 @@ __global__ void __launch_bounds__(kGateUpThreads)
                     std::int64_t H, std::int64_t I, float* out) {
   const std::int64_t p = blockIdx.x;
   const std::int64_t c = (blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kWarp;
-  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  if (c >= H) return;
   const std::int64_t e = experts[p];
-  const bool valid = e >= 0 && e < E && c < H;
-  const T* rows[1] = {valid ? down + e * (H * I) + c * I : nullptr};
-  const float* xs[1] = {act + p * I};
-  float acc[1][1] = {};
-  rows_dot<T, kVec, 1, 1, kWarp, 8, true>(rows, xs, I, I / WeightChunk<T, kVec>::kN, lane, acc);
-  const float v = group_sum<kWarp>(acc[0][0]);
-  if (lane == 0 && c < H) out[p * H + c] = valid ? v : 0.0f;
+  float* o = out + p * H + c;
+  if (e < 0 || e >= E) {
+    if (threadIdx.x % kWarp == 0) *o = 0.0f;
+    return;
+  }
+  float acc[1] = {};
+  lane_dot<T, 1, kVec>(down + e * (H * I) + c * I, act + p * I, I, I, acc);
+  const float v = warp_sum(acc[0]);
+  if (threadIdx.x % kWarp == 0) *o = v;
 }
 
 // y[s, c] = sum of weights[s, j] * out[s*k + j, c] over the token's valid pairs, added in the
@@ -213,6 +284,37 @@ __global__ void moe_combine_kernel(const float* out, const float* weights,
     acc = mul_add(weights[p], out[p * H + c], acc);
   }
   y[s * H + c] = acc;
+}
+
+template <typename T>
+bool pair_vec_ok(const void* a, const void* b, std::int64_t in) {
+  return in % PairChunk<T>::kN == 0 && reinterpret_cast<std::uintptr_t>(a) % 16 == 0 &&
+         reinterpret_cast<std::uintptr_t>(b) % 16 == 0;
+}
+
+template <typename T>
+void launch_gate_up(const float* x, const T* w, const std::int32_t* experts, std::int64_t P,
+                    std::int64_t k, std::int64_t E, std::int64_t H, std::int64_t I, float* act,
+                    cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(P), grid_for(I * kWarp, kGateUpThreads));
+  if (pair_vec_ok<T>(x, w, H)) {
+    moe_gate_up_kernel<T, true>
+        <<<grid, kGateUpThreads, 0, stream>>>(x, w, experts, k, E, H, I, act);
+  } else {
+    moe_gate_up_kernel<T, false>
+        <<<grid, kGateUpThreads, 0, stream>>>(x, w, experts, k, E, H, I, act);
+  }
+}
+
+template <typename T>
+void launch_down(const float* act, const T* w, const std::int32_t* experts, std::int64_t P,
+                 std::int64_t E, std::int64_t H, std::int64_t I, float* out, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(P), grid_for(H * kWarp, kGateUpThreads));
+  if (pair_vec_ok<T>(act, w, I)) {
+    moe_down_kernel<T, true><<<grid, kGateUpThreads, 0, stream>>>(act, w, experts, E, H, I, out);
+  } else {
+    moe_down_kernel<T, false><<<grid, kGateUpThreads, 0, stream>>>(act, w, experts, E, H, I, out);
+  }
 }
 
 template <typename T>
@@ -303,27 +405,15 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
     return;
   }
   if (!ensure(moe_act_, {P, I}) || !ensure(moe_out_, {P, H})) return;
-  with_dtype(gate_up, [&](auto t) {
-    using T = decltype(t);
-    const dim3 grid(static_cast<unsigned>(P), grid_for(I * kWarp, kGateUpThreads));
-    if (vec_ok<T>(x.data(), gate_up.data, H))
-      moe_gate_up_kernel<T, true><<<grid, kGateUpThreads, 0, stream()>>>(
-          x.data(), as<T>(gate_up), ids, k, E, H, I, moe_act_.data());
-    else
-      moe_gate_up_kernel<T, false><<<grid, kGateUpThreads, 0, stream()>>>(
-          x.data(), as<T>(gate_up), ids, k, E, H, I, moe_act_.data());
-  });
+  if (gate_up.dtype == DType::kBF16)
+    launch_gate_up(x.data(), as<bf16_bits>(gate_up), ids, P, k, E, H, I, moe_act_.data(), stream());
+  else
+    launch_gate_up(x.data(), as<float>(gate_up), ids, P, k, E, H, I, moe_act_.data(), stream());
   if (!launched(kOp)) return;
-  with_dtype(down, [&](auto t) {
-    using T = decltype(t);
-    const dim3 grid(static_cast<unsigned>(P), grid_for(H * kWarp, kGateUpThreads));
-    if (vec_ok<T>(moe_act_.data(), down.data, I))
-      moe_down_kernel<T, true><<<grid, kGateUpThreads, 0, stream()>>>(
-          moe_act_.data(), as<T>(down), ids, E, H, I, moe_out_.data());
-    else
-      moe_down_kernel<T, false><<<grid, kGateUpThreads, 0, stream()>>>(
-          moe_act_.data(), as<T>(down), ids, E, H, I, moe_out_.data());
-  });
+  if (down.dtype == DType::kBF16)
+    launch_down(moe_act_.data(), as<bf16_bits>(down), ids, P, E, H, I, moe_out_.data(), stream());
+  else
+    launch_down(moe_act_.data(), as<float>(down), ids, P, E, H, I, moe_out_.data(), stream());
   if (!launched(kOp)) return;
   moe_combine_kernel<<<dim3(static_cast<unsigned>(S), grid_for(H, 256)), 256, 0, stream()>>>(
       moe_out_.data(), weights.data(), ids, E, k, H, y.data());
