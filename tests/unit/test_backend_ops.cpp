@@ -229,14 +229,19 @@ std::vector<Case> make_cases() {
     std::int64_t S, in, out;
     DType dtype;
   };
-  for (const auto& [S, in, out, dtype] : std::vector<LinearShape>{{5, 70, 130, F32},
-                                                                  {5, 70, 130, BF16},
-                                                                  {3, 256, 4096, BF16},
-                                                                  {7, 2560, 10240, BF16},
-                                                                  {1, 2560, 151936, BF16},
-                                                                  {3, 2560, 151936, BF16},
-                                                                  {1, 2560, 151936, F32},
-                                                                  {3, 2560, 151936, F32}}) {
+  // The decode GEMV (1-8 rows) at every kernel variant: a thread group of 32 or 8 lanes (rows of
+  // 640 and less), 1, 2 or 4 rows a group (4096 outputs and more), 16-byte chunks or single
+  // elements (input widths not a multiple of 8 bf16 / 4 f32), output counts that are not a
+  // multiple of the rows a group takes.
+  for (const auto& [S, in, out, dtype] : std::vector<LinearShape>{
+           {5, 70, 130, F32},       {5, 70, 130, BF16},      {3, 256, 4096, BF16},
+           {7, 2560, 10240, BF16},  {1, 2560, 12288, BF16},  {2, 2560, 10240, BF16},
+           {4, 2560, 4097, BF16},   {4, 2560, 1280, BF16},   {1, 640, 2560, BF16},
+           {2, 640, 2560, BF16},    {4, 640, 8191, BF16},    {3, 70, 4099, BF16},
+           {2, 2562, 4097, BF16},   {4, 1000, 37, F32},      {3, 2560, 5001, F32},
+           {1, 36, 5, F32},         {8, 2560, 4100, BF16},   {1, 2560, 151936, BF16},
+           {3, 2560, 151936, BF16}, {4, 2560, 151936, BF16}, {1, 2560, 151936, F32},
+           {3, 2560, 151936, F32}}) {
     add("linear_S" + n(S) + "_in" + n(in) + "_out" + n(out) + "_" + dt(dtype), kProduct,
         [=](Rng& rng) -> OpRun {
           auto x = random_tensor({S, in}, rng);
@@ -700,11 +705,21 @@ std::vector<Case> make_cases() {
     std::int64_t S, H, E, I, k;
     DType dtype;
   };
+  // 1-4 tokens take the fused decode path (distinct experts read once for all tokens that routed
+  // to them: the 8- and 6-expert cases share experts between tokens), more the pair path; widths
+  // that are not a multiple of the 16-byte chunk (H 70, I 37 and 36 in bf16) take the element path.
   for (const auto& c : std::vector<MoeShape>{{5, 256, 8, 64, 2, F32},
                                              {5, 256, 8, 64, 2, BF16},
                                              {1, 2560, 512, 1024, 10, BF16},
                                              {3, 2560, 512, 1024, 10, BF16},
-                                             {2, 2560, 64, 1024, 10, F32}}) {
+                                             {2, 2560, 64, 1024, 10, F32},
+                                             {1, 2560, 512, 640, 10, BF16},
+                                             {2, 2560, 512, 640, 10, BF16},
+                                             {4, 2560, 512, 640, 10, BF16},
+                                             {4, 256, 8, 64, 4, BF16},
+                                             {3, 70, 6, 37, 3, F32},
+                                             {4, 72, 6, 36, 5, BF16},
+                                             {2, 72, 6, 36, 5, F32}}) {
     add("moe_experts_S" + n(c.S) + "_H" + n(c.H) + "_E" + n(c.E) + "_I" + n(c.I) + "_k" + n(c.k) +
             "_" + dt(c.dtype),
         kProduct, [=](Rng& rng) -> OpRun {

@@ -1,0 +1,533 @@
+// Decode-kernel microbenchmark on the GPU: the device-to-device copy bandwidth, then the CUDA
+// backend's few-row GEMV (linear) and fused routed experts (moe_experts) at the released Qwen 3.8
+// Flash Next shapes for 1-4 tokens, each beside the kernel it replaced (kept below, verbatim in
+// behaviour, as `legacy`). Prints a table and writes JSON; it never passes or fails on time.
+//
+//   cuda_kernel_bench [--json PATH] [--quick]
+//
+// Timing: each measurement is a CUDA graph of many calls on the backend's stream, replayed 5
+// times (best kept), so launch overhead is that of graph replay, as in a graph-captured decode
+// step. Weights are rotated over enough copies that the bytes touched are several times the L2
+// (a layer's weights are cold when its token comes back to it); the routed experts use a fresh
+// random routing per call. GB/s counts weight bytes read once (distinct experts only); the copy
+// counts bytes read plus bytes written, as KINDS.md measured it.
+// nvcc reports discarded [[nodiscard]] class values in the headers (see cuda_backend.h).
+#pragma nv_diag_suppress 2810
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_memory.h"
+
+namespace {
+
+using bf16_bits = std::uint16_t;
+constexpr int kWarp = 32;
+
+struct DeviceFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+using DeviceBuffer = std::unique_ptr<void, DeviceFree>;
+
+DeviceBuffer device_alloc(std::size_t bytes) {
+  void* p = nullptr;
+  if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    std::fprintf(stderr, "cudaMalloc of %zu bytes failed\n", bytes);
+    std::exit(1);
+  }
+  return DeviceBuffer(p);
+}
+
+__device__ std::uint32_t hash32(std::uint64_t i) {
+  i ^= i >> 33;
+  i *= 0xff51afd7ed558ccdULL;
+  i ^= i >> 33;
+  i *= 0xc4ceb9fe1a85ec53ULL;
+  i ^= i >> 33;
+  return static_cast<std::uint32_t>(i);
+}
+
+// Uniform values in [-scale, scale), as bf16 (round toward zero: any value will do) or f32.
+__global__ void fill_kernel(void* p, std::size_t n, bool bf16, float scale, std::uint64_t seed) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const float v =
+        (static_cast<float>(hash32(i * 0x9e3779b97f4a7c15ULL + seed)) * 0x1p-31f - 1.0f) * scale;
+    if (bf16)
+      static_cast<bf16_bits*>(p)[i] = static_cast<bf16_bits>(__float_as_uint(v) >> 16);
+    else
+      static_cast<float*>(p)[i] = v;
+  }
+}
+
+void fill(void* p, std::size_t n, bool bf16, float scale, std::uint64_t seed, cudaStream_t s) {
+  fill_kernel<<<4096, 256, 0, s>>>(p, n, bf16, scale, seed);
+}
+
+// --- legacy kernels: the GEMV and routed experts this round replaced ---------------------------
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+namespace legacy {
+
+template <typename T>
+struct Chunk;
+template <>
+struct Chunk<float> {
+  static constexpr int kN = 4;
+  __device__ __forceinline__ static void load(const float* p, float (&f)[kN]) {
+    const float4 v = __ldg(reinterpret_cast<const float4*>(p));
+    f[0] = v.x;
+    f[1] = v.y;
+    f[2] = v.z;
+    f[3] = v.w;
+  }
+};
+template <>
+struct Chunk<bf16_bits> {
+  static constexpr int kN = 8;
+  __device__ __forceinline__ static void load(const bf16_bits* p, float (&f)[kN]) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+    const unsigned u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      f[2 * i] = __uint_as_float(u[i] << 16);
+      f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+  }
+};
+
+// The vectorised path only (the shapes benchmarked are multiples of 8).
+template <typename T, int kS>
+__device__ __forceinline__ void lane_dot(const T* row, const float* x, std::int64_t x_stride,
+                                         std::int64_t in, float (&acc)[kS]) {
+  const int lane = threadIdx.x % kWarp;
+  constexpr int kN = Chunk<T>::kN;
+#pragma unroll 2
+  for (std::int64_t k = lane * kN; k < in; k += kWarp * kN) {
+    float w[kN];
+    Chunk<T>::load(row + k, w);
+#pragma unroll
+    for (int s = 0; s < kS; ++s) {
+      const float* xs = x + s * x_stride + k;
+#pragma unroll
+      for (int q = 0; q < kN; q += 4) {
+        const float4 xv = *reinterpret_cast<const float4*>(xs + q);
+        acc[s] += w[q] * xv.x;
+        acc[s] += w[q + 1] * xv.y;
+        acc[s] += w[q + 2] * xv.z;
+        acc[s] += w[q + 3] * xv.w;
+      }
+    }
+  }
+}
+
+template <typename T, int kS>
+__global__ void __launch_bounds__(256)
+    gemv_kernel(const float* x, const T* w, float* y, std::int64_t in, std::int64_t out) {
+  const std::int64_t r = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kWarp;
+  if (r >= out) return;
+  float acc[kS] = {};
+  lane_dot<T, kS>(w + r * in, x, in, in, acc);
+#pragma unroll
+  for (int s = 0; s < kS; ++s) {
+    const float v = warp_sum(acc[s]);
+    if (threadIdx.x % kWarp == 0) y[s * out + r] = v;
+  }
+}
+
+template <typename T>
+void gemv(int S, const float* x, const T* w, float* y, std::int64_t in, std::int64_t out,
+          cudaStream_t s) {
+  const unsigned grid = static_cast<unsigned>((out * kWarp + 255) / 256);
+  switch (S) {
+    case 1:
+      gemv_kernel<T, 1><<<grid, 256, 0, s>>>(x, w, y, in, out);
+      break;
+    case 2:
+      gemv_kernel<T, 2><<<grid, 256, 0, s>>>(x, w, y, in, out);
+      break;
+    case 3:
+      gemv_kernel<T, 3><<<grid, 256, 0, s>>>(x, w, y, in, out);
+      break;
+    default:
+      gemv_kernel<T, 4><<<grid, 256, 0, s>>>(x, w, y, in, out);
+      break;
+  }
+}
+
+__global__ void __launch_bounds__(256)
+    moe_gate_up_kernel(const float* x, const bf16_bits* gate_up, const std::int32_t* experts,
+                       std::int64_t k, std::int64_t E, std::int64_t H, std::int64_t I, float* act) {
+  const std::int64_t p = blockIdx.x;
+  const std::int64_t r = (blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kWarp;
+  if (r >= I) return;
+  const std::int64_t e = experts[p];
+  float* o = act + p * I + r;
+  if (e < 0 || e >= E) {
+    if (threadIdx.x % kWarp == 0) *o = 0.0f;
+    return;
+  }
+  const bf16_bits* w = gate_up + e * (2 * I * H);
+  const float* xs = x + (p / k) * H;
+  float g[1] = {}, u[1] = {};
+  lane_dot<bf16_bits, 1>(w + r * H, xs, H, H, g);
+  lane_dot<bf16_bits, 1>(w + (I + r) * H, xs, H, H, u);
+  const float gv = warp_sum(g[0]), uv = warp_sum(u[0]);
+  if (threadIdx.x % kWarp == 0) *o = gv / (1.0f + expf(-gv)) * uv;
+}
+
+__global__ void __launch_bounds__(256)
+    moe_down_kernel(const float* act, const bf16_bits* down, const std::int32_t* experts,
+                    std::int64_t E, std::int64_t H, std::int64_t I, float* out) {
+  const std::int64_t p = blockIdx.x;
+  const std::int64_t c = (blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kWarp;
+  if (c >= H) return;
+  const std::int64_t e = experts[p];
+  float* o = out + p * H + c;
+  if (e < 0 || e >= E) {
+    if (threadIdx.x % kWarp == 0) *o = 0.0f;
+    return;
+  }
+  float acc[1] = {};
+  lane_dot<bf16_bits, 1>(down + e * (H * I) + c * I, act + p * I, I, I, acc);
+  const float v = warp_sum(acc[0]);
+  if (threadIdx.x % kWarp == 0) *o = v;
+}
+
+__global__ void moe_combine_kernel(const float* out, const float* weights,
+                                   const std::int32_t* experts, std::int64_t E, std::int64_t k,
+                                   std::int64_t H, float* y) {
+  __shared__ int order[64];
+  __shared__ int count;
+  const std::int64_t s = blockIdx.x;
+  const std::int32_t* ids = experts + s * k;
+  if (threadIdx.x == 0) {
+    int n = 0;
+    for (int j = 0; j < k; ++j) {
+      const std::int32_t e = ids[j];
+      if (e < 0 || e >= E) continue;
+      int at = n;
+      for (; at > 0 && ids[order[at - 1]] > e; --at) order[at] = order[at - 1];
+      order[at] = j;
+      ++n;
+    }
+    count = n;
+  }
+  __syncthreads();
+  const std::int64_t c = blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= H) return;
+  float acc = 0.0f;
+  for (int i = 0; i < count; ++i) {
+    const std::int64_t p = s * k + order[i];
+    acc = __fadd_rn(__fmul_rn(weights[p], out[p * H + c]), acc);
+  }
+  y[s * H + c] = acc;
+}
+
+void moe(int S, const float* x, const bf16_bits* gate_up, const bf16_bits* down,
+         const std::int32_t* ids, const float* weights, std::int64_t k, std::int64_t E,
+         std::int64_t H, std::int64_t I, float* act, float* out, float* y, cudaStream_t s) {
+  const auto P = static_cast<unsigned>(S * k);
+  moe_gate_up_kernel<<<dim3(P, static_cast<unsigned>((I * kWarp + 255) / 256)), 256, 0, s>>>(
+      x, gate_up, ids, k, E, H, I, act);
+  moe_down_kernel<<<dim3(P, static_cast<unsigned>((H * kWarp + 255) / 256)), 256, 0, s>>>(
+      act, down, ids, E, H, I, out);
+  moe_combine_kernel<<<dim3(static_cast<unsigned>(S), static_cast<unsigned>((H + 255) / 256)), 256,
+                       0, s>>>(out, weights, ids, E, k, H, y);
+}
+
+}  // namespace legacy
+
+// --- timing -------------------------------------------------------------------------------------
+
+// Seconds per call of `call(i)` (i = 0 .. n-1, one graph of n calls), best of 5 replays. Falls
+// back to timing the calls eagerly when the stream cannot be captured.
+double time_calls(cudaStream_t s, int n, const std::function<void(int)>& call) {
+  for (int i = 0; i < n; ++i) call(i);  // warm: every scratch buffer is allocated now
+  cudaStreamSynchronize(s);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  bool graphed = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+  if (graphed) {
+    for (int i = 0; i < n; ++i) call(i);
+    graphed = cudaStreamEndCapture(s, &graph) == cudaSuccess &&
+              cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  }
+  cudaGetLastError();
+  float best = 1e30f;
+  for (int rep = 0; rep < 6; ++rep) {
+    cudaEventRecord(a, s);
+    if (graphed)
+      cudaGraphLaunch(exec, s);
+    else
+      for (int i = 0; i < n; ++i) call(i);
+    cudaEventRecord(b, s);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    if (rep > 0) best = std::min(best, ms);  // the first replay uploads the graph
+  }
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  if (!graphed) std::fprintf(stderr, "note: stream capture failed, timed eagerly\n");
+  return best * 1e-3 / n;
+}
+
+double copy_bandwidth(cudaStream_t s) {
+  constexpr std::size_t kBytes = std::size_t{4} << 30;
+  auto src = device_alloc(kBytes), dst = device_alloc(kBytes);
+  cudaMemsetAsync(src.get(), 1, kBytes, s);
+  // Timed eagerly: captured into a graph, the copy became a memcpy node that ran at 2775 GB/s on
+  // 2026-12-01 (against 4.3 TB/s through PyTorch in KINDS.md), below what the GEMVs read.
+  for (int i = 0; i < 2; ++i)
+    cudaMemcpyAsync(dst.get(), src.get(), kBytes, cudaMemcpyDeviceToDevice, s);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  float best = 1e30f;
+  for (int rep = 0; rep < 5; ++rep) {
+    cudaEventRecord(a, s);
+    cudaMemcpyAsync(dst.get(), src.get(), kBytes, cudaMemcpyDeviceToDevice, s);
+    cudaEventRecord(b, s);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    best = std::min(best, ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  const double t = best * 1e-3;
+  return 2.0 * kBytes / t;  // read + written
+}
+
+struct Row {
+  std::string kernel, shape, impl;
+  int tokens;
+  double bytes, seconds, max_diff;
+};
+
+double max_rel_diff(const fs::Tensor& a, const float* b_dev, std::size_t n) {
+  std::vector<float> ha = a.to_host_vector(), hb(n);
+  cudaMemcpy(hb.data(), b_dev, n * sizeof(float), cudaMemcpyDeviceToHost);
+  double m = 0, ref = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    m = std::max(m, static_cast<double>(std::fabs(ha[i] - hb[i])));
+    ref = std::max(ref, static_cast<double>(std::fabs(hb[i])));
+  }
+  return m / std::max(1.0, ref);
+}
+
+// A bf16 (or f32) weight [copies][out][in] on the device, random.
+struct DeviceWeights {
+  DeviceBuffer buffer;
+  std::size_t stride = 0;  // bytes between copies
+  int copies = 1;
+  fs::Weight view(int i, fs::DType dtype, fs::Shape shape) const {
+    return {dtype, std::move(shape),
+            static_cast<const std::uint8_t*>(buffer.get()) + stride * static_cast<std::size_t>(i),
+            fs::Device::kCuda};
+  }
+};
+
+DeviceWeights make_weights(std::size_t elems, bool bf16, std::size_t touch_bytes, cudaStream_t s,
+                           std::uint64_t seed) {
+  DeviceWeights w;
+  const std::size_t bytes = elems * (bf16 ? 2 : 4);
+  w.stride = (bytes + 255) / 256 * 256;
+  w.copies = static_cast<int>(std::clamp<std::size_t>((touch_bytes + bytes - 1) / bytes, 1, 2048));
+  w.buffer = device_alloc(w.stride * static_cast<std::size_t>(w.copies));
+  fill(w.buffer.get(), w.stride * static_cast<std::size_t>(w.copies) / (bf16 ? 2 : 4), bf16, 0.05f,
+       seed, s);
+  return w;
+}
+
+void bench_gemv(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t out, bool bf16,
+                const std::string& name, std::vector<Row>& rows) {
+  const auto dtype = bf16 ? fs::DType::kBF16 : fs::DType::kF32;
+  const double wbytes = static_cast<double>(in * out) * (bf16 ? 2 : 4);
+  auto w = make_weights(static_cast<std::size_t>(in * out), bf16, std::size_t{1} << 30, s, 17);
+  const int n = std::max(w.copies, 16);
+  for (int S = 1; S <= 4; ++S) {
+    fs::Tensor x = be.new_tensor({S, in});
+    fill(x.raw(), static_cast<std::size_t>(S * in), false, 1.0f, 99 + S, s);
+    fs::Tensor y;
+    const double t_new = time_calls(s, n, [&](int i) {
+      be.linear(x, w.view(i % w.copies, dtype, {out, in}), y);
+    });
+    auto y_old = device_alloc(static_cast<std::size_t>(S * out) * sizeof(float));
+    auto* yo = static_cast<float*>(y_old.get());
+    const double t_old = time_calls(s, n, [&](int i) {
+      const auto* p = w.view(i % w.copies, dtype, {out, in}).data;
+      if (bf16)
+        legacy::gemv(S, x.data(), reinterpret_cast<const bf16_bits*>(p), yo, in, out, s);
+      else
+        legacy::gemv(S, x.data(), reinterpret_cast<const float*>(p), yo, in, out, s);
+    });
+    // Both last computed with copy (n-1) % copies.
+    cudaStreamSynchronize(s);
+    const double diff = max_rel_diff(y, yo, static_cast<std::size_t>(S * out));
+    const std::string shape =
+        std::to_string(in) + "->" + std::to_string(out) + (bf16 ? " bf16" : " f32");
+    rows.push_back({name, shape, "new", S, wbytes, t_new, diff});
+    rows.push_back({name, shape, "legacy", S, wbytes, t_old, 0});
+  }
+  if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
+}
+
+void bench_moe(fs::Backend& be, cudaStream_t s, std::vector<Row>& rows, bool quick) {
+  constexpr std::int64_t E = 512, K = 10, H = 2560, I = 640;
+  auto gate_up = device_alloc(static_cast<std::size_t>(E * 2 * I * H) * 2);
+  auto down = device_alloc(static_cast<std::size_t>(E * H * I) * 2);
+  fill(gate_up.get(), static_cast<std::size_t>(E * 2 * I * H), true, 0.02f, 5, s);
+  fill(down.get(), static_cast<std::size_t>(E * H * I), true, 0.04f, 6, s);
+  const fs::Weight gu{fs::DType::kBF16,
+                      {E, 2 * I, H},
+                      static_cast<const std::uint8_t*>(gate_up.get()),
+                      fs::Device::kCuda};
+  const fs::Weight dn{
+      fs::DType::kBF16, {E, H, I}, static_cast<const std::uint8_t*>(down.get()), fs::Device::kCuda};
+  const double per_expert = static_cast<double>(3 * I * H) * 2;
+  const int calls = quick ? 8 : 32;
+  std::mt19937 rng(1234);
+  for (int S = 1; S <= 4; ++S) {
+    // `calls` random routings: distinct experts per token, positive weights summing to 1.
+    std::vector<fs::Tensor> ids, wts;
+    double distinct_total = 0;
+    for (int c = 0; c < calls; ++c) {
+      std::vector<std::int32_t> id(static_cast<std::size_t>(S * K));
+      std::vector<float> wt(id.size());
+      std::vector<std::int32_t> all(E);
+      std::vector<bool> seen(E);
+      for (int t = 0; t < S; ++t) {
+        std::iota(all.begin(), all.end(), 0);
+        std::shuffle(all.begin(), all.end(), rng);
+        float sum = 0;
+        for (int j = 0; j < K; ++j) {
+          id[static_cast<std::size_t>(t * K + j)] = all[static_cast<std::size_t>(j)];
+          sum += wt[static_cast<std::size_t>(t * K + j)] = 0.1f + static_cast<float>(rng() % 100);
+          seen[static_cast<std::size_t>(all[static_cast<std::size_t>(j)])] = true;
+        }
+        for (int j = 0; j < K; ++j) wt[static_cast<std::size_t>(t * K + j)] /= sum;
+      }
+      distinct_total += static_cast<double>(std::count(seen.begin(), seen.end(), true));
+      fs::Tensor hi = fs::Tensor(fs::host_memory(), {S, K}, fs::DType::kI32);
+      std::memcpy(hi.raw(), id.data(), id.size() * sizeof(std::int32_t));
+      ids.push_back(hi.to(be.memory()));
+      wts.push_back(fs::Tensor({S, K}, wt).to(be.memory()));
+    }
+    fs::Tensor x = be.new_tensor({S, H});
+    fill(x.raw(), static_cast<std::size_t>(S * H), false, 1.0f, 7 + S, s);
+    fs::Tensor y;
+    const double t_new = time_calls(s, calls, [&](int i) {
+      be.moe_experts(x, gu, dn, ids[static_cast<std::size_t>(i)], wts[static_cast<std::size_t>(i)],
+                     y);
+    });
+    auto act = device_alloc(static_cast<std::size_t>(S * K * I) * 4);
+    auto out = device_alloc(static_cast<std::size_t>(S * K * H) * 4);
+    auto yo = device_alloc(static_cast<std::size_t>(S * H) * 4);
+    const double t_old = time_calls(s, calls, [&](int i) {
+      legacy::moe(S, x.data(), static_cast<const bf16_bits*>(gate_up.get()),
+                  static_cast<const bf16_bits*>(down.get()),
+                  ids[static_cast<std::size_t>(i)].data_as<std::int32_t>(),
+                  wts[static_cast<std::size_t>(i)].data(), K, E, H, I,
+                  static_cast<float*>(act.get()), static_cast<float*>(out.get()),
+                  static_cast<float*>(yo.get()), s);
+    });
+    cudaStreamSynchronize(s);
+    const double diff =
+        max_rel_diff(y, static_cast<const float*>(yo.get()), static_cast<std::size_t>(S * H));
+    const double bytes = distinct_total / calls * per_expert;
+    const std::string shape = "E512 k10 H2560 I640 bf16";
+    rows.push_back({"moe_experts", shape, "new", S, bytes, t_new, diff});
+    rows.push_back({"moe_experts", shape, "legacy", S, bytes, t_old, 0});
+  }
+  if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    if (!std::strcmp(argv[i], "--quick")) quick = true;
+  }
+  auto made = fs::make_cuda_backend();
+  if (!made.ok()) {
+    std::fprintf(stderr, "no CUDA backend: %s\n", made.status().to_string().c_str());
+    return 1;
+  }
+  fs::Backend& be = **made;
+  auto* mem = dynamic_cast<fs::cuda::CudaMemory*>(be.memory().get());
+  const cudaStream_t s = mem->stream();
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+
+  const double copy = copy_bandwidth(s);
+  std::printf("device %s, %d SMs, L2 %d MB; D2D copy %.0f GB/s (read + written, best of 5)\n",
+              prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, copy * 1e-9);
+  std::vector<Row> rows;
+  // The released shapes: attention q+gate 24x256x2, k/v 2x256, o 6144 -> 2560; GDN qkv
+  // 16x128x2 + 48x128, z 48x128, b/a 48, out 6144 -> 2560; router 512; shared expert 1280 / 640.
+  struct G {
+    const char* name;
+    std::int64_t in, out;
+  };
+  const std::vector<G> gemvs = {{"attn_q_gate", 2560, 12288},   {"attn_kv", 2560, 512},
+                                {"gdn_qkv", 2560, 10240},       {"gdn_z", 2560, 6144},
+                                {"gdn_ba", 2560, 48},           {"router", 2560, 512},
+                                {"shared_gate_up", 2560, 1280}, {"shared_down", 640, 2560},
+                                {"o_proj", 6144, 2560},         {"lm_head", 2560, 248320}};
+  for (const auto& g : gemvs) bench_gemv(be, s, g.in, g.out, true, g.name, rows);
+  bench_gemv(be, s, 2560, 10240, false, "gdn_qkv", rows);
+  bench_moe(be, s, rows, quick);
+
+  std::printf("\n%-15s %-26s %-7s %2s %10s %9s %9s %7s %9s\n", "kernel", "shape", "impl", "S", "MB",
+              "us", "GB/s", "%copy", "maxdiff");
+  for (const auto& r : rows)
+    std::printf("%-15s %-26s %-7s %2d %10.2f %9.2f %9.0f %6.1f%% %9.2e\n", r.kernel.c_str(),
+                r.shape.c_str(), r.impl.c_str(), r.tokens, r.bytes * 1e-6, r.seconds * 1e6,
+                r.bytes / r.seconds * 1e-9, 100.0 * r.bytes / r.seconds / copy, r.max_diff);
+  if (!json_path.empty()) {
+    FILE* f = std::fopen(json_path.c_str(), "w");
+    if (f) {
+      std::fprintf(f, "{\"device\": \"%s\", \"copy_gbps\": %.1f, \"rows\": [\n", prop.name,
+                   copy * 1e-9);
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        const auto& r = rows[i];
+        std::fprintf(f,
+                     "  {\"kernel\": \"%s\", \"shape\": \"%s\", \"impl\": \"%s\", \"tokens\": %d, "
+                     "\"bytes\": %.0f, \"us\": %.3f, \"gbps\": %.1f, \"copy_fraction\": %.4f, "
+                     "\"max_rel_diff_vs_legacy\": %.3e}%s\n",
+                     r.kernel.c_str(), r.shape.c_str(), r.impl.c_str(), r.tokens, r.bytes,
+                     r.seconds * 1e6, r.bytes / r.seconds * 1e-9, r.bytes / r.seconds / copy,
+                     r.max_diff, i + 1 < rows.size() ? "," : "");
+      }
+      std::fprintf(f, "]}\n");
+      std::fclose(f);
+    }
+  }
+  return be.status().ok() ? 0 : 1;
+}

@@ -1,0 +1,423 @@
+// The routed experts of a sparse MoE (Backend::moe_experts).
+//
+// One token: the fused path, two kernels, no host sync, no atomics (its kernels take up to
+// kFusedMaxTokens tokens; see kFusedTokens for why the op uses them at one only).
+//  1. gate_up: a block per (I-row tile, distinct expert); the expert ids are read on the device
+//     and their distinct set, ascending, is rebuilt by every block (at most 256 ids, a few
+//     hundred cycles), so an expert routed by several tokens is read once, for all of them:
+//     act[u, s, r] = silu(gate_up[e_u] row r · x[s]) * (gate_up[e_u] row I+r · x[s]).
+//  2. down + weighted sum: a group of threads per output column c loops over the distinct experts
+//     in ascending id (two at a time, so both rows' loads are in flight together) and adds
+//     weight(s, e) * (down[e] row c · act[u, s]) into registers: the sum over the top-k is in a
+//     fixed order, and only routed experts' rows are read.
+// More tokens: GEMVs over (token, expert) pairs, then a combine pass in the CPU's order; grouping
+// tokens by expert into GEMMs is a later step.
+#include <algorithm>
+#include <string>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_gemv.cuh"
+
+namespace fs::cuda {
+namespace {
+
+constexpr int kMaxTopK = 64;
+// The fused path is kept for one token only: on the H200 (bench/NOTES.md, 2026-12-01) it matched
+// the pair path at 1 token (40.6 vs 39.9 us for 98 MB) but its down kernel walks the distinct
+// experts serially per column group, one memory round trip per two experts, and fell behind at
+// 2-4 tokens (20-40 distinct experts: 79-278 us against 63-108 us).
+// Its kernels take up to kFusedMaxTokens tokens (all verified on the device in that run).
+constexpr int kFusedTokens = 1;
+constexpr int kFusedMaxTokens = 4;
+constexpr int kMaxPairs = kFusedMaxTokens * kMaxTopK;
+constexpr int kGateUpThreads = 256;  // 8 warps, one I-row (its gate and up rows) each
+constexpr int kDownThreads = 64;     // small blocks: 2560 columns make 640 blocks, ~5 per SM
+constexpr int kDownLanes = 16;       // 640-wide down rows: 5 chunks of 16 bytes per lane
+
+// The routing of a block's tokens, in shared memory.
+struct Routing {
+  int ids[kMaxPairs];
+  int distinct[kMaxPairs];  // the distinct valid expert ids, ascending
+  int count;                // how many
+};
+
+// Fills r from ids[0, P) (P <= kMaxPairs); ends with a barrier. Valid ids are in [0, E).
+__device__ void route(const std::int32_t* ids, int P, std::int64_t E, Routing& r) {
+  __shared__ bool first[kMaxPairs];
+  for (int t = threadIdx.x; t < P; t += blockDim.x) r.ids[t] = ids[t];
+  __syncthreads();
+  for (int t = threadIdx.x; t < P; t += blockDim.x) {
+    const int e = r.ids[t];
+    bool f = e >= 0 && e < E;
+    for (int j = 0; j < t && f; ++j) f = r.ids[j] != e;
+    first[t] = f;
+  }
+  __syncthreads();
+  for (int t = threadIdx.x; t < P; t += blockDim.x) {
+    if (!first[t]) continue;
+    const int e = r.ids[t];
+    int rank = 0;
+    for (int j = 0; j < P; ++j) rank += first[j] && r.ids[j] < e;
+    r.distinct[rank] = e;
+  }
+  if (threadIdx.x == 0) {
+    int n = 0;
+    for (int j = 0; j < P; ++j) n += first[j];
+    r.count = n;
+  }
+  __syncthreads();
+}
+
+template <typename T, bool kVec, int kS>
+__global__ void __launch_bounds__(kGateUpThreads)
+    moe_gate_up_fused_kernel(const float* x, const T* gate_up, const std::int32_t* ids, int P,
+                             std::int64_t E, std::int64_t H, std::int64_t I, float* act) {
+  __shared__ Routing routing;
+  route(ids, P, E, routing);
+  const int u = static_cast<int>(blockIdx.y);
+  if (u >= routing.count) return;  // the whole block: fewer distinct experts than pairs
+  const std::int64_t e = routing.distinct[u];
+  const std::int64_t r = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kWarp;
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const T* base = gate_up + e * 2 * I * H;
+  const T* rows[2] = {r < I ? base + r * H : nullptr, r < I ? base + (I + r) * H : nullptr};
+  const float* xs[2] = {x, x};
+  float acc[2][kS] = {};
+  rows_dot<T, kVec, kS, 2, kWarp, 4, true>(rows, xs, H, H / WeightChunk<T, kVec>::kN, lane, acc);
+#pragma unroll
+  for (int s = 0; s < kS; ++s) {
+    const float g = group_sum<kWarp>(acc[0][s]), up = group_sum<kWarp>(acc[1][s]);
+    if (lane == 0 && r < I) act[(u * kS + s) * I + r] = apply_act(g, Activation::kSilu) * up;
+  }
+}
+
+template <typename T, bool kVec, int kS>
+__global__ void __launch_bounds__(kDownThreads)
+    moe_down_fused_kernel(const float* act, const T* down, const std::int32_t* ids,
+                          const float* weights, int P, int k, std::int64_t E, std::int64_t H,
+                          std::int64_t I, float* y) {
+  __shared__ Routing routing;
+  __shared__ float weight[kMaxPairs][kS];  // token s's weight on distinct expert u
+  __shared__ unsigned routed[kMaxPairs];   // bit s: token s routed to distinct expert u
+  route(ids, P, E, routing);
+  for (int u = threadIdx.x; u < routing.count; u += blockDim.x) {
+    unsigned bits = 0;
+    for (int s = 0; s < kS; ++s) {
+      float sum = 0.0f;
+      for (int j = 0; j < k; ++j) {
+        if (routing.ids[s * k + j] != routing.distinct[u]) continue;
+        sum += weights[s * k + j];
+        bits |= 1u << s;
+      }
+      weight[u][s] = sum;
+    }
+    routed[u] = bits;
+  }
+  __syncthreads();
+  const std::int64_t c =
+      (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kDownLanes;
+  const int lane = static_cast<int>(threadIdx.x % kDownLanes);
+  const std::int64_t chunks = I / WeightChunk<T, kVec>::kN;
+  float out[kS] = {};
+  for (int u = 0; u < routing.count; u += 2) {
+    const bool second = u + 1 < routing.count;
+    const T* rows[2] = {
+        c < H ? down + routing.distinct[u] * H * I + c * I : nullptr,
+        c < H && second ? down + routing.distinct[second ? u + 1 : u] * H * I + c * I : nullptr};
+    const float* xs[2] = {act + u * kS * I, act + (second ? u + 1 : u) * kS * I};
+    float part[2][kS] = {};
+    rows_dot<T, kVec, kS, 2, kDownLanes, 8, false>(rows, xs, I, chunks, lane, part);
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      if (q == 1 && !second) break;
+#pragma unroll
+      for (int s = 0; s < kS; ++s) {
+        const float v = group_sum<kDownLanes>(part[q][s]);
+        if ((routed[u + q] >> s) & 1u) out[s] = fmaf(weight[u + q][s], v, out[s]);
+      }
+    }
+  }
+  if (lane == 0 && c < H)
+#pragma unroll
+    for (int s = 0; s < kS; ++s) y[s * H + c] = out[s];
+}
+
+// --- the pair path (more than kFusedTokens tokens) ---------------------------------------------
+// The pair path's kernels are the ones this op had before the fused path (a warp per output row,
+// two 16-byte loads in flight per lane): measured on the H200 beside the fused path
+// (bench/cuda_kernel_bench keeps a copy), they are what 2-4 tokens run now.
+// 16 bytes of weights widened to f32.
+template <typename T>
+struct PairChunk;
+template <>
+struct PairChunk<float> {
+  static constexpr int kN = 4;
+  __device__ __forceinline__ static void load(const float* p, float (&f)[kN]) {
+    const float4 v = __ldg(reinterpret_cast<const float4*>(p));
+    f[0] = v.x;
+    f[1] = v.y;
+    f[2] = v.z;
+    f[3] = v.w;
+  }
+};
+template <>
+struct PairChunk<bf16_bits> {
+  static constexpr int kN = 8;
+  __device__ __forceinline__ static void load(const bf16_bits* p, float (&f)[kN]) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+    const unsigned u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      f[2 * i] = __uint_as_float(u[i] << 16);
+      f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+  }
+};
+
+// acc[s] += this lane's share of row · x[s] (x rows `x_stride` floats apart); not yet reduced
+// over the warp. kVec: row and x are 16-byte aligned and `in` is a multiple of the chunk.
+template <typename T, int kS, bool kVec>
+__device__ __forceinline__ void lane_dot(const T* row, const float* x, std::int64_t x_stride,
+                                         std::int64_t in, float (&acc)[kS]) {
+  const int lane = threadIdx.x % kWarp;
+  if constexpr (kVec) {
+    constexpr int kN = PairChunk<T>::kN;
+#pragma unroll 2
+    for (std::int64_t k = lane * kN; k < in; k += kWarp * kN) {
+      float w[kN];
+      PairChunk<T>::load(row + k, w);
+#pragma unroll
+      for (int s = 0; s < kS; ++s) {
+        const float* xs = x + s * x_stride + k;
+#pragma unroll
+        for (int q = 0; q < kN; q += 4) {
+          const float4 xv = *reinterpret_cast<const float4*>(xs + q);
+          acc[s] += w[q] * xv.x;
+          acc[s] += w[q + 1] * xv.y;
+          acc[s] += w[q + 2] * xv.z;
+          acc[s] += w[q + 3] * xv.w;
+        }
+      }
+    }
+  } else {
+    for (std::int64_t k = lane; k < in; k += kWarp) {
+      const float w = widen(row[k]);
+#pragma unroll
+      for (int s = 0; s < kS; ++s) acc[s] += w * x[s * x_stride + k];
+    }
+  }
+}
+
+// act[p, r] = silu(gate_up[e] row r · x[s]) * (gate_up[e] row I + r · x[s]), p = (s, j),
+// e = experts[p]; a warp per r. Pairs run along grid.x, row tiles along grid.y.
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(kGateUpThreads)
+    moe_gate_up_kernel(const float* x, const T* gate_up, const std::int32_t* experts,
+                       std::int64_t k, std::int64_t E, std::int64_t H, std::int64_t I, float* act) {
+  const std::int64_t p = blockIdx.x;
+  const std::int64_t r = (blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kWarp;
+  if (r >= I) return;
+  const std::int64_t e = experts[p];
+  float* o = act + p * I + r;
+  if (e < 0 || e >= E) {
+    if (threadIdx.x % kWarp == 0) *o = 0.0f;
+    return;
+  }
+  const T* w = gate_up + e * (2 * I * H);
+  const float* xs = x + (p / k) * H;
+  float g[1] = {}, u[1] = {};
+  lane_dot<T, 1, kVec>(w + r * H, xs, H, H, g);
+  lane_dot<T, 1, kVec>(w + (I + r) * H, xs, H, H, u);
+  const float gv = warp_sum(g[0]), uv = warp_sum(u[0]);
+  if (threadIdx.x % kWarp == 0) *o = apply_act(gv, Activation::kSilu) * uv;
+}
+
+// out[p, c] = down[e] row c · act[p]; a warp per c.
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(kGateUpThreads)
+    moe_down_kernel(const float* act, const T* down, const std::int32_t* experts, std::int64_t E,
+                    std::int64_t H, std::int64_t I, float* out) {
+  const std::int64_t p = blockIdx.x;
+  const std::int64_t c = (blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kWarp;
+  if (c >= H) return;
+  const std::int64_t e = experts[p];
+  float* o = out + p * H + c;
+  if (e < 0 || e >= E) {
+    if (threadIdx.x % kWarp == 0) *o = 0.0f;
+    return;
+  }
+  float acc[1] = {};
+  lane_dot<T, 1, kVec>(down + e * (H * I) + c * I, act + p * I, I, I, acc);
+  const float v = warp_sum(acc[0]);
+  if (threadIdx.x % kWarp == 0) *o = v;
+}
+
+// y[s, c] = sum of weights[s, j] * out[s*k + j, c] over the token's valid pairs, added in the
+// CPU reference's order (its per-expert loop: expert id ascending, then j), without fused
+// multiply-adds. A block per (token, 256 columns).
+__global__ void moe_combine_kernel(const float* out, const float* weights,
+                                   const std::int32_t* experts, std::int64_t E, std::int64_t k,
+                                   std::int64_t H, float* y) {
+  __shared__ int order[kMaxTopK];
+  __shared__ int count;
+  const std::int64_t s = blockIdx.x;
+  const std::int32_t* ids = experts + s * k;
+  if (threadIdx.x == 0) {
+    int n = 0;
+    for (int j = 0; j < k; ++j) {
+      const std::int32_t e = ids[j];
+      if (e < 0 || e >= E) continue;
+      int at = n;
+      for (; at > 0 && ids[order[at - 1]] > e; --at) order[at] = order[at - 1];
+      order[at] = j;
+      ++n;
+    }
+    count = n;
+  }
+  __syncthreads();
+  const std::int64_t c = blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= H) return;
+  float acc = 0.0f;
+  for (int i = 0; i < count; ++i) {
+    const std::int64_t p = s * k + order[i];
+    acc = mul_add(weights[p], out[p * H + c], acc);
+  }
+  y[s * H + c] = acc;
+}
+
+template <typename T>
+bool pair_vec_ok(const void* a, const void* b, std::int64_t in) {
+  return in % PairChunk<T>::kN == 0 && reinterpret_cast<std::uintptr_t>(a) % 16 == 0 &&
+         reinterpret_cast<std::uintptr_t>(b) % 16 == 0;
+}
+
+template <typename T>
+void launch_gate_up(const float* x, const T* w, const std::int32_t* experts, std::int64_t P,
+                    std::int64_t k, std::int64_t E, std::int64_t H, std::int64_t I, float* act,
+                    cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(P), grid_for(I * kWarp, kGateUpThreads));
+  if (pair_vec_ok<T>(x, w, H)) {
+    moe_gate_up_kernel<T, true>
+        <<<grid, kGateUpThreads, 0, stream>>>(x, w, experts, k, E, H, I, act);
+  } else {
+    moe_gate_up_kernel<T, false>
+        <<<grid, kGateUpThreads, 0, stream>>>(x, w, experts, k, E, H, I, act);
+  }
+}
+
+template <typename T>
+void launch_down(const float* act, const T* w, const std::int32_t* experts, std::int64_t P,
+                 std::int64_t E, std::int64_t H, std::int64_t I, float* out, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(P), grid_for(H * kWarp, kGateUpThreads));
+  if (pair_vec_ok<T>(act, w, I)) {
+    moe_down_kernel<T, true><<<grid, kGateUpThreads, 0, stream>>>(act, w, experts, E, H, I, out);
+  } else {
+    moe_down_kernel<T, false><<<grid, kGateUpThreads, 0, stream>>>(act, w, experts, E, H, I, out);
+  }
+}
+
+template <typename T>
+bool vec_ok(const void* a, const void* b, std::int64_t in) {
+  return in % WeightChunk<T, true>::kN == 0 && reinterpret_cast<std::uintptr_t>(a) % 16 == 0 &&
+         reinterpret_cast<std::uintptr_t>(b) % 16 == 0;
+}
+
+template <typename T>
+const T* as(const Weight& w) {
+  return reinterpret_cast<const T*>(w.data);
+}
+
+// Calls f(T{}) with T the element type of w (f32 or bf16).
+template <typename F>
+void with_dtype(const Weight& w, F&& f) {
+  if (w.dtype == DType::kBF16)
+    f(bf16_bits{});
+  else
+    f(float{});
+}
+
+}  // namespace
+
+void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
+                              const Tensor& experts, const Tensor& weights, Tensor& y) {
+  constexpr const char* kOp = "moe_experts";
+  if (failed() || !on_device(kOp, gate_up) || !on_device(kOp, down) ||
+      !on_device(kOp, {&x, &experts, &weights}))
+    return;
+  if (!check(gate_up.shape.size() == 3 && down.shape.size() == 3, kOp,
+             "expert weights must be [E, out, in]"))
+    return;
+  const auto E = gate_up.shape[0], I = gate_up.shape[1] / 2, H = x.cols(), S = x.rows();
+  if (!check(gate_up.shape[2] == H && down.shape[0] == E && down.shape[1] == H &&
+                 down.shape[2] == I && gate_up.shape[1] == 2 * I,
+             kOp, "gate_up [E, 2I, H] and down [E, H, I] do not match x [S, H]"))
+    return;
+  if (!check((gate_up.dtype == DType::kF32 || gate_up.dtype == DType::kBF16) &&
+                 (down.dtype == DType::kF32 || down.dtype == DType::kBF16),
+             kOp, "expert weights must be F32 or BF16"))
+    return;
+  const auto k = experts.cols();
+  if (!check(experts.dtype() == DType::kI32 && experts.rows() == S &&
+                 weights.dtype() == DType::kF32 && weights.rows() == S && weights.cols() == k,
+             kOp, "experts must be int32 [S, k] and weights f32 [S, k]"))
+    return;
+  if (!check(k <= kMaxTopK, kOp, "more than 64 experts per token")) return;
+  if (!ensure(y, {S, H})) return;
+  if (S == 0 || H == 0) return;
+  const auto P = S * k;
+  if (P == 0 || I == 0) {
+    memory_->zero(y.raw(), y.bytes());
+    return;
+  }
+  const auto* ids = experts.data_as<std::int32_t>();
+  if (S <= kFusedTokens) {
+    // act [distinct expert slot, token, I]; at most P distinct experts.
+    if (!ensure(moe_act_, {P * S, I})) return;
+    const int pairs = static_cast<int>(P);
+    with_count<kFusedTokens>(S, [&](auto tokens) {
+      constexpr int kS = decltype(tokens)::value;
+      with_dtype(gate_up, [&](auto t) {
+        using T = decltype(t);
+        const dim3 grid(grid_for(I * kWarp, kGateUpThreads), static_cast<unsigned>(P));
+        if (vec_ok<T>(x.data(), gate_up.data, H))
+          moe_gate_up_fused_kernel<T, true, kS><<<grid, kGateUpThreads, 0, stream()>>>(
+              x.data(), as<T>(gate_up), ids, pairs, E, H, I, moe_act_.data());
+        else
+          moe_gate_up_fused_kernel<T, false, kS><<<grid, kGateUpThreads, 0, stream()>>>(
+              x.data(), as<T>(gate_up), ids, pairs, E, H, I, moe_act_.data());
+      });
+      if (!launched(kOp)) return;
+      with_dtype(down, [&](auto t) {
+        using T = decltype(t);
+        const unsigned grid = grid_for(H * kDownLanes, kDownThreads);
+        if (vec_ok<T>(moe_act_.data(), down.data, I))
+          moe_down_fused_kernel<T, true, kS><<<grid, kDownThreads, 0, stream()>>>(
+              moe_act_.data(), as<T>(down), ids, weights.data(), pairs, static_cast<int>(k), E, H,
+              I, y.data());
+        else
+          moe_down_fused_kernel<T, false, kS><<<grid, kDownThreads, 0, stream()>>>(
+              moe_act_.data(), as<T>(down), ids, weights.data(), pairs, static_cast<int>(k), E, H,
+              I, y.data());
+      });
+      launched(kOp);
+    });
+    return;
+  }
+  if (!ensure(moe_act_, {P, I}) || !ensure(moe_out_, {P, H})) return;
+  if (gate_up.dtype == DType::kBF16)
+    launch_gate_up(x.data(), as<bf16_bits>(gate_up), ids, P, k, E, H, I, moe_act_.data(), stream());
+  else
+    launch_gate_up(x.data(), as<float>(gate_up), ids, P, k, E, H, I, moe_act_.data(), stream());
+  if (!launched(kOp)) return;
+  if (down.dtype == DType::kBF16)
+    launch_down(moe_act_.data(), as<bf16_bits>(down), ids, P, E, H, I, moe_out_.data(), stream());
+  else
+    launch_down(moe_act_.data(), as<float>(down), ids, P, E, H, I, moe_out_.data(), stream());
+  if (!launched(kOp)) return;
+  moe_combine_kernel<<<dim3(static_cast<unsigned>(S), grid_for(H, 256)), 256, 0, stream()>>>(
+      moe_out_.data(), weights.data(), ids, E, k, H, y.data());
+  launched(kOp);
+}
+
+}  // namespace fs::cuda
