@@ -38,6 +38,8 @@ std::vector<float> DecodeState::host_logits() const {
 
 void DecodeState::materialize_logits() {
   if (next_logits.empty()) next_logits = host_logits();
+  next_logits_device = Tensor{};
+  next_logits_row = 0;
 }
 
 DecodeState DecodeState::clone() const {

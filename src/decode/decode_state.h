@@ -37,7 +37,8 @@ struct DecodeState {
   bool has_logits() const { return !next_logits.empty() || next_logits_device.numel() > 0; }
   // The next-token logits on the host (copied back when they stayed on the backend).
   std::vector<float> host_logits() const;
-  // Makes next_logits hold the values (one copy back, the first time after a backend forward).
+  // Makes next_logits hold the values (one copy back, the first time after a backend forward)
+  // and lets the device row go.
   void materialize_logits();
 };
 

@@ -305,6 +305,9 @@ class Turn {
         return;
       }
     }
+    // Inside the turn the logits stayed on the backend; the state handed back holds them on the
+    // host, as every caller of generate reads them (one row copied per turn, not per token).
+    state_.materialize_logits();
     const bool key_matches =
         state_.tokens.size() == prompt_length_ + result_.tokens.size() &&
         std::equal(result_.tokens.begin(), result_.tokens.end(),

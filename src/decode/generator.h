@@ -125,7 +125,7 @@ struct GenerateResult {
 };
 
 // Generates from `state` (a prefilled prompt: next_logits present). Leaves in `state` the turn's
-// committed state; see GenerateResult::state_complete.
+// committed state, its next_logits on the host; see GenerateResult::state_complete.
 GenerateResult generate(Model& model, DecodeState& state, const GenerateOptions& options);
 
 }  // namespace fs

@@ -196,17 +196,27 @@ TEST_F(EmbeddedModel, GreedyPicksOnTheBackendEqualTheHostPicks) {
     opt.greedy_pick = GreedyPick::kBackend;
     ASSERT_TRUE(greedy_pick_on_backend(*model_, opt));
     DecodeState device_state = prefill(prompt);
+    // Inside the turn no logits row comes back: every committed state holds only the argmax.
+    int commits = 0, rows_on_host = 0;
+    opt.on_commit = [&](const DecodeState& s) {
+      ++commits;
+      if (!s.next_logits.empty() || !s.next_argmax) ++rows_on_host;
+    };
     const auto device = generate(*model_, device_state, opt);
+    opt.on_commit = nullptr;
+    EXPECT_GT(commits, 0);
+    EXPECT_EQ(rows_on_host, 0) << "depth " << depth;
     ASSERT_TRUE(device.error.ok()) << device.error.to_string();
     EXPECT_EQ(device.tokens, host.tokens) << "depth " << depth;
     EXPECT_EQ(device.stats.accepted, host.stats.accepted) << "depth " << depth;
     EXPECT_EQ(device.stats.rollbacks, host.stats.rollbacks) << "depth " << depth;
     EXPECT_TRUE(device.state_complete);
     EXPECT_EQ(device_state.tokens, host_state.tokens);
-    EXPECT_TRUE(device_state.next_logits.empty()) << "the logits came back to the host";
+    // The turn hands back its next logits on the host, read back once.
     ASSERT_TRUE(device_state.next_argmax.has_value());
     EXPECT_EQ(*device_state.next_argmax, argmax(host_state.next_logits));
-    EXPECT_EQ(device_state.host_logits(), host_state.next_logits);
+    EXPECT_EQ(device_state.next_logits, host_state.next_logits);
+    EXPECT_EQ(device_state.next_logits_device.numel(), 0);
     EXPECT_EQ(max_difference(compare_states(*device_state.trunk, *host_state.trunk)), 0.0);
     EXPECT_EQ(max_difference(compare_states(*device_state.mtp_history, *host_state.mtp_history)),
               0.0);
