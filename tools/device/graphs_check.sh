@@ -27,6 +27,8 @@ ln -sf "$lib/openblas-pthread/libopenblas.so.0" "$lib/libopenblas.so.0" 2>/dev/n
 ln -sf "$lib/openblas-pthread/libblas.so.3" "$lib/libblas.so.3" 2>/dev/null
 
 SECONDS=0
+exec > >(tee "$out/summary.txt") 2>&1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHSERVE_CUDA=ON \
   -DFLASHSERVE_FIXTURES="$PWD/.device/fixtures" >"$out/configure.log" 2>&1 ||
   { tail -30 "$out/configure.log"; exit 1; }
@@ -37,7 +39,7 @@ echo "build: ${SECONDS}s, $(grep -c 'warning:' "$out/build.log") warnings"
 
 fs=build-gpu/src/flashserve
 prompt=$(printf 'import os\nimport sys\n\ndef main():\n')
-for rep in 1 2; do
+for rep in 1; do
   for pick in 0 1; do
     for d in 0 1 2 3; do
       f="$out/gen-pick$pick-d$d-r$rep.json"
@@ -54,7 +56,7 @@ t=build-gpu/tests/unit
 timeout 60 $t/test_backend_ops --gtest_filter='Cuda/*argmax*:Cuda/*topk*:*ArgmaxRows*' >"$out/ops.log" 2>&1
 echo "ops rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/ops.log" | tr '\n' ' ')"
 timeout 100 $t/test_qwen_mtp_cuda >"$out/mtp.log" 2>&1 &
-timeout 100 $t/test_qwen_gpu >"$out/gpu.log" 2>&1
+timeout 100 $t/test_qwen_gpu --gtest_filter='-*SampledMtp*' >"$out/gpu.log" 2>&1
 echo "gpu rc=$? $(grep -E '^\[  (PASSED|FAILED)|FAILED  \]' "$out/gpu.log" | tr '\n' ' ')"
 wait $!
 echo "mtp rc=$? $(grep -E '^\[  (PASSED|FAILED)|FAILED  \]' "$out/mtp.log" | tr '\n' ' ')"
