@@ -136,6 +136,9 @@ void Backend::softmax(Tensor&) {
 void Backend::topk(const Tensor&, std::int64_t, Tensor&, Tensor&) {
   unimplemented("topk");
 }
+void Backend::argmax_rows(const Tensor&, Tensor&) {
+  unimplemented("argmax_rows");
+}
 void Backend::select_blocks(const Tensor&, std::int64_t, std::int64_t, std::int64_t, Tensor&) {
   unimplemented("select_blocks");
 }

@@ -184,6 +184,12 @@ class Backend {
   virtual void moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
                            const Tensor& experts, const Tensor& weights, Tensor& y);
 
+  // --- sampling ------------------------------------------------------------------------------
+  // ids[r, 0] = the index of the largest entry of row r of x, ties to the lower index (the CPU
+  // sampler's argmax), int32 [rows, 1]. Greedy decoding reads only these ids back, so the
+  // logits stay where they were computed. NaN entries never win.
+  virtual void argmax_rows(const Tensor& x, Tensor& ids);
+
  protected:
   // Records the first failure; ops check `failed()` and return early after one.
   void fail(Status s) {

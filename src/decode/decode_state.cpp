@@ -22,9 +22,24 @@ Status DecodeState::check_invariant() const {
                             std::to_string(n) + " tokens (want " + std::to_string(want) + ")");
     }
   }
-  if (n > 0 && next_logits.empty())
-    return internal_error("decode state covers tokens but has no logits");
+  if (n > 0 && !has_logits()) return internal_error("decode state covers tokens but has no logits");
   return {};
+}
+
+std::vector<float> DecodeState::host_logits() const {
+  if (!next_logits.empty() || next_logits_device.numel() == 0) return next_logits;
+  const auto vocab = static_cast<std::size_t>(next_logits_device.cols());
+  std::vector<float> row(vocab);
+  const auto* src = static_cast<const float*>(next_logits_device.raw()) +
+                    static_cast<std::size_t>(next_logits_row) * vocab;
+  next_logits_device.memory()->to_host(row.data(), src, vocab * sizeof(float));
+  return row;
+}
+
+void DecodeState::materialize_logits() {
+  if (next_logits.empty()) next_logits = host_logits();
+  next_logits_device = Tensor{};
+  next_logits_row = 0;
 }
 
 DecodeState DecodeState::clone() const {
@@ -33,6 +48,9 @@ DecodeState DecodeState::clone() const {
   c.trunk = trunk ? trunk->clone() : nullptr;
   c.mtp_history = mtp_history ? mtp_history->clone() : nullptr;
   c.next_logits = next_logits;
+  c.next_logits_device = next_logits_device;
+  c.next_logits_row = next_logits_row;
+  c.next_argmax = next_argmax;
   c.last_hidden = last_hidden;
   return c;
 }
@@ -45,11 +63,14 @@ DecodeState new_decode_state(Model& model) {
 }
 
 Status absorb(Model& model, DecodeState& state, std::span<const TokenId> tokens,
-              const ForwardOutput& out) {
+              ForwardOutput&& out) {
   if (tokens.empty()) return {};
   const auto n = static_cast<std::int64_t>(tokens.size());
   const auto vocab = model.info().vocab_size;
-  if (out.rows < 1 || static_cast<std::int64_t>(out.logits.size()) < vocab) {
+  const bool on_backend = out.logits.empty() && !out.argmax.empty();
+  if (out.rows < 1 ||
+      (on_backend ? out.device_logits.cols() != vocab || out.device_logits.rows() != out.rows
+                  : static_cast<std::int64_t>(out.logits.size()) < vocab)) {
     return internal_error("forward returned no logits row");
   }
   if (state.mtp_history) {
@@ -82,24 +103,34 @@ Status absorb(Model& model, DecodeState& state, std::span<const TokenId> tokens,
     }
   }
   state.tokens.insert(state.tokens.end(), tokens.begin(), tokens.end());
-  const auto last = out.logits.end() - vocab;
-  state.next_logits.assign(last, out.logits.end());
+  if (on_backend) {
+    state.next_logits.clear();
+    state.next_logits_device = std::move(out.device_logits);
+    state.next_logits_row = out.rows - 1;
+    state.next_argmax = out.argmax.back();
+  } else {
+    const auto last = out.logits.end() - vocab;
+    state.next_logits.assign(last, out.logits.end());
+    state.next_logits_device = Tensor{};
+    state.next_logits_row = 0;
+    state.next_argmax.reset();
+  }
   if (out.hidden_width > 0 && static_cast<std::int64_t>(out.hidden.size()) >= out.hidden_width) {
     state.last_hidden.assign(out.hidden.end() - out.hidden_width, out.hidden.end());
   }
   return {};
 }
 
-Status extend(Model& model, DecodeState& state, std::span<const TokenId> tokens,
-              std::int64_t chunk) {
+Status extend(Model& model, DecodeState& state, std::span<const TokenId> tokens, std::int64_t chunk,
+              LogitsRows last) {
   const auto n = static_cast<std::int64_t>(tokens.size());
   const std::int64_t step = chunk > 0 ? chunk : std::max<std::int64_t>(n, 1);
   for (std::int64_t at = 0; at < n; at += step) {
     const auto part = tokens.subspan(static_cast<std::size_t>(at),
                                      static_cast<std::size_t>(std::min(step, n - at)));
     ForwardOutput out;
-    if (auto s = model.forward(*state.trunk, part, LogitsRows::kLast, out); !s.ok()) return s;
-    if (auto s = absorb(model, state, part, out); !s.ok()) return s;
+    if (auto s = model.forward(*state.trunk, part, last, out); !s.ok()) return s;
+    if (auto s = absorb(model, state, part, std::move(out)); !s.ok()) return s;
   }
   return {};
 }

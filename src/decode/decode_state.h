@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -21,25 +22,39 @@ struct DecodeState {
   std::unique_ptr<ModelState> trunk;
   // One row per token t >= 1: head(h_{t-1}, x_t). Null when the model has no MTP head.
   std::unique_ptr<ModelState> mtp_history;
-  std::vector<float> next_logits;  // the distribution of the token after `tokens`
+  // The distribution of the token after `tokens`: on the host, or, after a forward that kept
+  // its logits on the backend (greedy decoding), as row `next_logits_row` of
+  // `next_logits_device` with its argmax in `next_argmax` (next_logits then empty).
+  std::vector<float> next_logits;
+  Tensor next_logits_device;
+  std::int64_t next_logits_row = 0;
+  std::optional<TokenId> next_argmax;
   std::vector<float> last_hidden;  // trunk hidden at the last position (MTP input)
 
   // trunk and history coverage agree with the key; logits present once a token is covered.
   Status check_invariant() const;
   DecodeState clone() const;
+  bool has_logits() const { return !next_logits.empty() || next_logits_device.numel() > 0; }
+  // The next-token logits on the host (copied back when they stayed on the backend).
+  std::vector<float> host_logits() const;
+  // Makes next_logits hold the values (one copy back, the first time after a backend forward)
+  // and lets the device row go.
+  void materialize_logits();
 };
 
 DecodeState new_decode_state(Model& model);
 
 // Forwards `tokens` through the trunk in calls of at most `chunk` tokens (0: one call) and
-// absorbs them.
+// absorbs them. `last` is kLast (logits to the host) or kLastArgmax (greedy: only the argmax
+// id comes back, the logits stay on the backend).
 Status extend(Model& model, DecodeState& state, std::span<const TokenId> tokens,
-              std::int64_t chunk = 0);
+              std::int64_t chunk = 0, LogitsRows last = LogitsRows::kLast);
 
 // Records `tokens`, which the trunk has just absorbed with output `out` (logits of at least the
-// last row, hidden of every row), in the key, the MTP history, next_logits and last_hidden.
+// last row, or their argmax and device rows; hidden of every row), in the key, the MTP history,
+// the next logits and last_hidden. Device logits are moved from `out`, not copied.
 Status absorb(Model& model, DecodeState& state, std::span<const TokenId> tokens,
-              const ForwardOutput& out);
+              ForwardOutput&& out);
 
 // What speculative rollback needs: clones of the caches that cannot truncate, and the length.
 class RollbackPoint {

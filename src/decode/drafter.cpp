@@ -11,13 +11,18 @@ Status MtpDrafter::propose(DecodeState& state, TokenId primary, int depth,
     return failed_precondition("MTP drafting needs a trunk hidden state");
   std::vector<float> hidden = state.last_hidden;
   TokenId next = primary;
+  const bool on_backend = pick_on_backend_ && sampler.greedy();
   for (int d = 0; d < depth; ++d) {
     ForwardOutput o;
     const TokenId in[1] = {next};
-    if (auto s = head->forward(*state.mtp_history, hidden, in, LogitsRows::kLast, o); !s.ok())
-      return s;
+    const auto rows = on_backend ? LogitsRows::kLastArgmax : LogitsRows::kLast;
+    if (auto s = head->forward(*state.mtp_history, hidden, in, rows, o); !s.ok()) return s;
     DraftToken draft;
-    draft.q = target_distribution(o.logits, sampler);
+    if (on_backend) {
+      draft.q = TokenDistribution::point(o.argmax.at(0));
+    } else {
+      draft.q = target_distribution(o.logits, sampler);
+    }
     draft.token = sampler.greedy() ? draft.q.ids.front() : sample(draft.q, rng);
     out.push_back(draft);
     hidden = std::move(o.hidden);

@@ -33,12 +33,16 @@ class Drafter {
 // differs from p lowers acceptance but never exactness).
 class MtpDrafter : public Drafter {
  public:
-  explicit MtpDrafter(Model& model) : model_(model) {}
+  // `pick_on_backend`: greedy drafts take the head's argmax computed on the backend (only the id
+  // comes back), the same token fs::argmax picks from the host copy.
+  explicit MtpDrafter(Model& model, bool pick_on_backend = false)
+      : model_(model), pick_on_backend_(pick_on_backend) {}
   Status propose(DecodeState& state, TokenId primary, int depth, const SamplerConfig& sampler,
                  Rng& rng, std::vector<DraftToken>& out) override;
 
  private:
   Model& model_;
+  bool pick_on_backend_;
 };
 
 // Test drafter: the script sees the committed tokens and the primary and names the drafts.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 
 namespace fs {
@@ -79,7 +80,9 @@ class Turn {
         state_(state),
         opt_(options),
         rng_(options.seed),
-        prompt_length_(state.tokens.size()) {}
+        prompt_length_(state.tokens.size()),
+        on_backend_(greedy_pick_on_backend(model, options)),
+        last_rows_(on_backend_ ? LogitsRows::kLastArgmax : LogitsRows::kLast) {}
 
   GenerateResult run() {
     if (auto s = validate(); !s.ok()) {
@@ -87,7 +90,7 @@ class Turn {
       result_.finish_reason = FinishReason::kError;
       return std::move(result_);
     }
-    MtpDrafter mtp_drafter(model_);
+    MtpDrafter mtp_drafter(model_, on_backend_);
     Drafter* drafter = opt_.drafter ? opt_.drafter : &mtp_drafter;
     std::optional<TokenId> pending;
     Status failure;
@@ -105,7 +108,11 @@ class Turn {
       if (pending) {
         primary = *pending;
         pending.reset();
+      } else if (on_backend_ && state_.next_argmax && state_.next_logits.empty()) {
+        primary = *state_.next_argmax;  // the logits never left the backend
+        emit(primary, {});
       } else {
+        state_.materialize_logits();
         const auto penalised = apply_penalties(state_.next_logits, counts_, opt_.sampler);
         primary = pick(penalised);
         emit(primary, penalised);
@@ -168,7 +175,7 @@ class Turn {
       return invalid_argument("mtp depth must be in [0, " + std::to_string(kMaxMtpDepth) + "]");
     }
     if (auto s = opt_.sampler.validate(); !s.ok()) return s;
-    if (state_.next_logits.empty())
+    if (!state_.has_logits())
       return failed_precondition("generate needs a prefilled prompt (no logits yet)");
     if (opt_.mtp_depth > 0 && !opt_.drafter && !model_.mtp()) {
       return failed_precondition(
@@ -205,7 +212,7 @@ class Turn {
 
   Status autoregressive_step(TokenId primary) {
     const TokenId in[1] = {primary};
-    return extend(model_, state_, in);
+    return extend(model_, state_, in, 0, last_rows_);
   }
 
   Status speculative_round(Drafter& drafter, TokenId primary, int depth, RoundOutcome& outcome) {
@@ -224,17 +231,29 @@ class Turn {
     for (const auto& d : drafts) verify_in.push_back(d.token);
     const auto rollback = RollbackPoint::take(*state_.trunk);
     ForwardOutput verify;
-    if (auto s = model_.forward(*state_.trunk, verify_in, LogitsRows::kAll, verify); !s.ok())
-      return s;
+    const auto verify_rows = on_backend_ ? LogitsRows::kAllArgmax : LogitsRows::kAll;
+    if (auto s = model_.forward(*state_.trunk, verify_in, verify_rows, verify); !s.ok()) return s;
     const auto vocab = static_cast<std::size_t>(model_.info().vocab_size);
 
     std::size_t accepted = 0;
     TokenCounts row_counts = counts_;
     for (std::size_t j = 0; j < drafts.size(); ++j) ++result_.stats.drafted[j];
     for (std::size_t j = 0; j < drafts.size(); ++j) {
+      const TokenId x = drafts[j].token;
+      if (on_backend_) {  // greedy on the backend: verify row j's argmax, nothing else
+        if (verify.argmax.at(j) != x) break;
+        ++result_.stats.accepted[j];
+        ++accepted;
+        ++row_counts[x];
+        emit(x, {});
+        if (stops_at(x)) {
+          outcome.stopped = true;
+          break;
+        }
+        continue;
+      }
       const std::span<const float> row(verify.logits.data() + j * vocab, vocab);
       const auto penalised = apply_penalties(row, row_counts, opt_.sampler);
-      const TokenId x = drafts[j].token;
       bool accept;
       if (opt_.sampler.greedy()) {
         accept = argmax(penalised) == x;
@@ -262,10 +281,10 @@ class Turn {
     outcome.full_accept = accepted == drafts.size();
     const std::size_t keep = 1 + accepted;
     const std::span<const TokenId> kept(verify_in.data(), keep);
-    if (keep == verify_in.size()) return absorb(model_, state_, kept, verify);
+    if (keep == verify_in.size()) return absorb(model_, state_, kept, std::move(verify));
     ++result_.stats.rollbacks;
     if (auto s = rollback.restore(*state_.trunk); !s.ok()) return s;
-    return extend(model_, state_, kept);
+    return extend(model_, state_, kept, 0, last_rows_);
   }
 
   // The one commit path: every exit comes here exactly once.
@@ -279,13 +298,16 @@ class Turn {
     }
     if (pending) {
       const TokenId in[1] = {*pending};
-      if (auto s = extend(model_, state_, in); !s.ok()) {
+      if (auto s = extend(model_, state_, in, 0, last_rows_); !s.ok()) {
         result_.error = s;
         result_.finish_reason = FinishReason::kError;
         result_.state_complete = false;
         return;
       }
     }
+    // Inside the turn the logits stayed on the backend; the state handed back holds them on the
+    // host, as every caller of generate reads them (one row copied per turn, not per token).
+    state_.materialize_logits();
     const bool key_matches =
         state_.tokens.size() == prompt_length_ + result_.tokens.size() &&
         std::equal(result_.tokens.begin(), result_.tokens.end(),
@@ -298,11 +320,29 @@ class Turn {
   const GenerateOptions& opt_;
   Rng rng_;
   std::size_t prompt_length_;
+  bool on_backend_;       // greedy picks on the backend (greedy_pick_on_backend)
+  LogitsRows last_rows_;  // what a one-position forward returns: kLast or kLastArgmax
   TokenCounts counts_;
   GenerateResult result_;
 };
 
 }  // namespace
+
+bool greedy_pick_on_backend(const Model& model, const GenerateOptions& options) {
+  const bool eligible =
+      options.sampler.greedy() && !options.sampler.has_penalties() && !options.on_logprobs;
+  switch (options.greedy_pick) {
+    case GreedyPick::kHost:
+      return false;
+    case GreedyPick::kBackend:
+      return eligible;
+    case GreedyPick::kAuto:
+      break;
+  }
+  if (!eligible || model.info().backend == "cpu") return false;
+  const char* env = std::getenv("FLASHSERVE_DEVICE_SAMPLING");
+  return env == nullptr || std::string(env) != "0";
+}
 
 GenerateResult generate(Model& model, DecodeState& state, const GenerateOptions& options) {
   return Turn(model, state, options).run();

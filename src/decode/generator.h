@@ -67,6 +67,16 @@ struct TokenLogprobs {
   std::vector<std::pair<TokenId, double>> top;  // most likely first, ties by lower id
 };
 
+// Where greedy decoding picks its tokens. On the backend, each forward returns only the argmax
+// ids and the logits stay on the device (DESIGN "On the GPU", rule 3); on the host, the logits
+// rows come back and fs::argmax picks. Both pick the same token (same ties). The backend is used
+// only when the pick needs nothing else from the row: greedy, no penalties, no logprobs.
+enum class GreedyPick {
+  kAuto,     // on the backend for device backends, unless FLASHSERVE_DEVICE_SAMPLING=0
+  kBackend,  // on the backend whenever eligible (also the CPU backend: how tests reach it)
+  kHost,     // always on the host (the original path)
+};
+
 struct GenerateOptions {
   std::int64_t max_tokens = 16;
   int mtp_depth = 0;  // 0: autoregressive
@@ -87,7 +97,11 @@ struct GenerateOptions {
   // token is not part of it). Sessions persist long generations from here.
   std::function<void(const DecodeState&)> on_commit;
   Drafter* drafter = nullptr;  // depth > 0 without one: the model's MTP head
+  GreedyPick greedy_pick = GreedyPick::kAuto;
 };
+
+// Whether a turn with these options picks its greedy tokens on the backend.
+bool greedy_pick_on_backend(const Model& model, const GenerateOptions& options);
 
 struct GenerateStats {
   std::int64_t rounds = 0;
@@ -111,7 +125,7 @@ struct GenerateResult {
 };
 
 // Generates from `state` (a prefilled prompt: next_logits present). Leaves in `state` the turn's
-// committed state; see GenerateResult::state_complete.
+// committed state, its next_logits on the host; see GenerateResult::state_complete.
 GenerateResult generate(Model& model, DecodeState& state, const GenerateOptions& options);
 
 }  // namespace fs

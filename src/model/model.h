@@ -108,12 +108,25 @@ struct TensorDifference {
 std::vector<TensorDifference> compare_states(const ModelState& a, const ModelState& b);
 double max_difference(const std::vector<TensorDifference>& diffs);
 
-// Which rows of logits a forward call returns.
-enum class LogitsRows { kAll, kLast, kNone };
+// Which rows of logits a forward call returns. The *Argmax forms are greedy decoding's: the
+// rows stay on the backend (ForwardOutput::device_logits) and only their argmax ids (ties to
+// the lower id, as fs::argmax) cross to the host.
+enum class LogitsRows { kAll, kLast, kNone, kAllArgmax, kLastArgmax };
+
+inline bool logits_of_all_rows(LogitsRows r) {
+  return r == LogitsRows::kAll || r == LogitsRows::kAllArgmax;
+}
+inline bool logits_stay_on_backend(LogitsRows r) {
+  return r == LogitsRows::kAllArgmax || r == LogitsRows::kLastArgmax;
+}
 
 struct ForwardOutput {
   std::int64_t rows = 0;      // rows of logits returned
-  std::vector<float> logits;  // [rows x vocab]
+  std::vector<float> logits;  // [rows x vocab]; empty for the *Argmax forms
+  // The *Argmax forms: the id of each row's largest logit, and the rows [rows, vocab] in the
+  // backend's memory (read back only if a caller later needs the values).
+  std::vector<TokenId> argmax;
+  Tensor device_logits;
   std::int64_t hidden_width = 0;
   std::vector<float> hidden;  // [tokens x hidden_width]: the trunk's final stream (MTP input)
 };

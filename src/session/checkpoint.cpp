@@ -144,7 +144,8 @@ Expected<EncodedCheckpoint> encode_checkpoint(const DecodeState& state,
   };
   add_state("trunk", *state.trunk);
   if (state.mtp_history) add_state("mtp", *state.mtp_history);
-  add("next_logits", {static_cast<std::int64_t>(state.next_logits.size())}, state.next_logits);
+  const auto next_logits = state.host_logits();  // greedy decoding may have left them on the GPU
+  add("next_logits", {static_cast<std::int64_t>(next_logits.size())}, next_logits);
   add("last_hidden", {static_cast<std::int64_t>(state.last_hidden.size())}, state.last_hidden);
   h.payload_bytes = e.payload.size();
   e.head = encode_checkpoint_head(h);

@@ -4,7 +4,8 @@ namespace fs {
 
 std::size_t decode_state_bytes(const DecodeState& s) {
   std::size_t b = s.tokens.size() * sizeof(TokenId) +
-                  (s.next_logits.size() + s.last_hidden.size()) * sizeof(float);
+                  (s.next_logits.size() + s.last_hidden.size()) * sizeof(float) +
+                  s.next_logits_device.bytes();
   if (s.trunk) b += s.trunk->bytes();
   if (s.mtp_history) b += s.mtp_history->bytes();
   return b;

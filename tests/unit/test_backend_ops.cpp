@@ -684,6 +684,32 @@ std::vector<Case> make_cases() {
       return std::vector<Tensor>{idx, val};
     };
   });
+  // Greedy sampling's pick: distinct values, ties at the maximum (the lower index wins), and a
+  // row as wide as the released vocabulary.
+  for (const auto& [S, V] :
+       std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 7}, {4, 1000}, {1, 248320}}) {
+    add("argmax_rows_" + n(S) + "x" + n(V), kExact, [=](Rng& rng) -> OpRun {
+      auto x = random_tensor({S, V}, rng);
+      return [=](const Feed& f) {
+        Tensor ids;
+        f.be.argmax_rows(f.in(x), ids);
+        return std::vector<Tensor>{ids};
+      };
+    });
+  }
+  add("argmax_rows_ties", kExact, [=](Rng&) -> OpRun {
+    std::vector<float> v(3 * 5000, 0.25f);
+    v[4321] = v[1234] = v[4999] = 2.0f;                   // row 0: three equal maxima
+    v[5000 + 17] = -1.0f;                                 // row 1: all equal but one
+    for (int c = 0; c < 5000; ++c) v[10000 + c] = -3.0f;  // row 2: all equal
+    v[10000 + 4000] = v[10000 + 2500] = -2.0f;
+    const Tensor x({3, 5000}, std::move(v));
+    return [=](const Feed& f) {
+      Tensor ids;
+      f.be.argmax_rows(f.in(x), ids);
+      return std::vector<Tensor>{ids};
+    };
+  });
   for (const auto& [S, B, first, top] :
        std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>>{
            {5, 3, 8, 2},
@@ -1247,6 +1273,29 @@ TEST_F(CpuOps, BlockSparseAttentionEqualsNaiveSoftmax) {
     double o = 0;
     for (std::int64_t t = 0; t < 3; ++t) o += p[static_cast<std::size_t>(t)] / z * v.row(t)[x];
     EXPECT_NEAR(o1.row(0)[x], o, 1e-5);
+  }
+}
+
+// The backend's greedy pick is the sampler's: the first (lowest id) of equal maxima; NaN skipped.
+TEST_F(CpuOps, ArgmaxRowsIsTheSamplersArgmax) {
+  const float nan = std::nanf("");
+  const Tensor x({4, 5}, {0.1f,  0.9f,  0.5f,  0.9f,  0.3f,     // tie: 1
+                          -1.0f, -1.0f, -1.0f, -1.0f, -1.0f,    // all equal: 0
+                          nan,   2.0f,  nan,   7.0f,  7.0f,     // NaN skipped: 3
+                          -5.0f, -4.0f, -3.0f, -2.0f, -1.0f});  // last: 4
+  Tensor ids;
+  be->argmax_rows(x, ids);
+  ASSERT_TRUE(be->status().ok());
+  ASSERT_EQ(ids.dtype(), DType::kI32);
+  ASSERT_EQ(ids.shape(), (Shape{4, 1}));
+  EXPECT_EQ(i32_values(ids), (std::vector<std::int32_t>{1, 0, 3, 4}));
+  Rng rng(7);
+  const auto r = random_tensor({6, 333}, rng);
+  be->argmax_rows(r, ids);
+  const auto got = i32_values(ids);
+  for (std::int64_t row = 0; row < 6; ++row) {
+    const float* p = r.row(row);
+    EXPECT_EQ(got[static_cast<std::size_t>(row)], std::max_element(p, p + 333) - p);
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 
 #include "backend/backend.h"
@@ -122,6 +123,33 @@ TEST_F(Gpu, SteadyStateDecodeAllocatesNoDeviceMemory) {
   EXPECT_GT(warm.system_allocations, 0);
   EXPECT_EQ(after.system_allocations, warm.system_allocations);
   EXPECT_EQ(after.bytes_reserved, warm.bytes_reserved);
+}
+
+// On the GPU greedy decoding picks on the device by default (only token ids come back), and
+// over a long decode (QSA blocks completed, caches regrown) it emits the host picks' tokens at
+// every MTP depth; FLASHSERVE_DEVICE_SAMPLING=0 turns it off.
+TEST_F(Gpu, GreedyDecodePicksOnTheDeviceAndEmitsTheHostPicksTokens) {
+  auto gpu = load("cuda", "bf16");
+  ASSERT_TRUE(gpu);
+  const auto all = parity_tokens();
+  for (const int depth : {0, 1, 3}) {
+    GenerateOptions opt;
+    opt.max_tokens = 256;
+    opt.mtp_depth = depth;
+    ASSERT_TRUE(greedy_pick_on_backend(*gpu, opt) ||
+                std::getenv("FLASHSERVE_DEVICE_SAMPLING") != nullptr);
+    DecodeState device_state = prefill(*gpu, std::span(all).first(31));
+    const auto device = generate(*gpu, device_state, opt);
+    ASSERT_TRUE(device.error.ok()) << device.error.to_string();
+    opt.greedy_pick = GreedyPick::kHost;
+    DecodeState host_state = prefill(*gpu, std::span(all).first(31));
+    const auto host = generate(*gpu, host_state, opt);
+    ASSERT_TRUE(host.error.ok()) << host.error.to_string();
+    EXPECT_EQ(device.tokens, host.tokens) << "depth " << depth;
+    EXPECT_EQ(device.stats.accepted, host.stats.accepted) << "depth " << depth;
+    EXPECT_EQ(device_state.next_logits, host_state.next_logits) << "depth " << depth;
+    EXPECT_EQ(max_difference(compare_states(*device_state.trunk, *host_state.trunk)), 0.0);
+  }
 }
 
 // Two-sample chi-square of the token at each of the first three positions, sampled MTP at each

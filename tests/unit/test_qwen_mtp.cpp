@@ -148,6 +148,101 @@ TEST_F(EmbeddedModel, GreedyMtpEmitsTheAutoregressiveTokens) {
   }
 }
 
+// The *Argmax forward forms pick on the backend what fs::argmax picks from the host rows, and
+// leave exactly those rows on the backend.
+TEST_F(EmbeddedModel, ArgmaxForwardPicksWhatTheHostPicks) {
+  const auto all = parity_tokens();
+  const std::span<const TokenId> prompt(all.data(), 29);
+  for (const bool every_row : {false, true}) {
+    auto host_state = model_->new_state(), device_state = model_->new_state();
+    ForwardOutput host, device;
+    ASSERT_TRUE(
+        model_->forward(*host_state, prompt, every_row ? LogitsRows::kAll : LogitsRows::kLast, host)
+            .ok());
+    ASSERT_TRUE(model_
+                    ->forward(*device_state, prompt,
+                              every_row ? LogitsRows::kAllArgmax : LogitsRows::kLastArgmax, device)
+                    .ok());
+    const auto vocab = static_cast<std::size_t>(model_->info().vocab_size);
+    ASSERT_EQ(device.rows, host.rows);
+    EXPECT_TRUE(device.logits.empty());
+    ASSERT_EQ(device.argmax.size(), static_cast<std::size_t>(host.rows));
+    for (std::int64_t r = 0; r < host.rows; ++r) {
+      const std::span<const float> row(host.logits.data() + static_cast<std::size_t>(r) * vocab,
+                                       vocab);
+      EXPECT_EQ(device.argmax[static_cast<std::size_t>(r)], argmax(row)) << "row " << r;
+    }
+    EXPECT_EQ(device.device_logits.to_host_vector(), host.logits);
+    EXPECT_EQ(device.hidden, host.hidden);
+    EXPECT_EQ(max_difference(compare_states(*device_state, *host_state)), 0.0);
+  }
+}
+
+// Greedy decoding with the picks on the backend (only token ids come back) emits the tokens of
+// the host picks at every MTP depth, with the same acceptance, and leaves the same state: the
+// same caches, and next-token logits that read back to the host path's.
+TEST_F(EmbeddedModel, GreedyPicksOnTheBackendEqualTheHostPicks) {
+  const auto all = parity_tokens();
+  const std::span<const TokenId> prompt(all.data(), 23);
+  for (int depth = 0; depth <= kMaxMtpDepth; ++depth) {
+    GenerateOptions opt;
+    opt.max_tokens = 48;
+    opt.mtp_depth = depth;
+    opt.greedy_pick = GreedyPick::kHost;
+    ASSERT_FALSE(greedy_pick_on_backend(*model_, opt));
+    DecodeState host_state = prefill(prompt);
+    const auto host = generate(*model_, host_state, opt);
+    ASSERT_TRUE(host.error.ok()) << host.error.to_string();
+    opt.greedy_pick = GreedyPick::kBackend;
+    ASSERT_TRUE(greedy_pick_on_backend(*model_, opt));
+    DecodeState device_state = prefill(prompt);
+    // Inside the turn no logits row comes back: every committed state holds only the argmax.
+    int commits = 0, rows_on_host = 0;
+    opt.on_commit = [&](const DecodeState& s) {
+      ++commits;
+      if (!s.next_logits.empty() || !s.next_argmax) ++rows_on_host;
+    };
+    const auto device = generate(*model_, device_state, opt);
+    opt.on_commit = nullptr;
+    EXPECT_GT(commits, 0);
+    EXPECT_EQ(rows_on_host, 0) << "depth " << depth;
+    ASSERT_TRUE(device.error.ok()) << device.error.to_string();
+    EXPECT_EQ(device.tokens, host.tokens) << "depth " << depth;
+    EXPECT_EQ(device.stats.accepted, host.stats.accepted) << "depth " << depth;
+    EXPECT_EQ(device.stats.rollbacks, host.stats.rollbacks) << "depth " << depth;
+    EXPECT_TRUE(device.state_complete);
+    EXPECT_EQ(device_state.tokens, host_state.tokens);
+    // The turn hands back its next logits on the host, read back once.
+    ASSERT_TRUE(device_state.next_argmax.has_value());
+    EXPECT_EQ(*device_state.next_argmax, argmax(host_state.next_logits));
+    EXPECT_EQ(device_state.next_logits, host_state.next_logits);
+    EXPECT_EQ(device_state.next_logits_device.numel(), 0);
+    EXPECT_EQ(max_difference(compare_states(*device_state.trunk, *host_state.trunk)), 0.0);
+    EXPECT_EQ(max_difference(compare_states(*device_state.mtp_history, *host_state.mtp_history)),
+              0.0);
+    EXPECT_EQ(device_state.last_hidden, host_state.last_hidden);
+
+    // A sampled turn after it reads the logits back (and a clone keeps them): same draws.
+    GenerateOptions sampled;
+    sampled.max_tokens = 8;
+    sampled.sampler.temperature = 0.8;
+    sampled.seed = 11 + static_cast<std::uint64_t>(depth);
+    DecodeState cloned = device_state.clone();
+    const auto after_host = generate(*model_, host_state, sampled);
+    const auto after_device = generate(*model_, cloned, sampled);
+    ASSERT_TRUE(after_host.error.ok() && after_device.error.ok());
+    EXPECT_EQ(after_device.tokens, after_host.tokens) << "depth " << depth;
+  }
+  // Penalties or logprobs need the row: the pick stays on the host.
+  GenerateOptions opt;
+  opt.greedy_pick = GreedyPick::kBackend;
+  opt.sampler.presence_penalty = 0.5;
+  EXPECT_FALSE(greedy_pick_on_backend(*model_, opt));
+  opt.sampler.presence_penalty = 0;
+  opt.on_logprobs = [](const TokenLogprobs&) {};
+  EXPECT_FALSE(greedy_pick_on_backend(*model_, opt));
+}
+
 // Drafts from the model's own greedy continuation (accepted in greedy mode), optionally wrong at
 // one depth: reaches the exit paths on demand.
 ScriptedDrafter oracle(Model& model, int wrong_at) {

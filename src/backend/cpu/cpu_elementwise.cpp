@@ -375,6 +375,22 @@ void CpuBackend::topk(const Tensor& x, std::int64_t k, Tensor& idx, Tensor& val)
     cpu::topk_row(x.row(r), x.cols(), k, ip + r * k, vp + r * k);
 }
 
+void CpuBackend::argmax_rows(const Tensor& x, Tensor& ids) {
+  if (failed()) return;
+  const auto rows = x.rows(), cols = x.cols();
+  if (!ensure(ids, {rows, 1}, DType::kI32)) return;
+  auto* out = ids.data_as<std::int32_t>();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* p = x.row(r);
+    std::int64_t best = -1;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      if (std::isnan(p[c])) continue;
+      if (best < 0 || p[c] > p[best]) best = c;  // strict: the lowest index of equals wins
+    }
+    out[r] = static_cast<std::int32_t>(std::max<std::int64_t>(best, 0));
+  }
+}
+
 void CpuBackend::select_blocks(const Tensor& scores, std::int64_t first, std::int64_t block,
                                std::int64_t top, Tensor& picked) {
   if (failed()) return;

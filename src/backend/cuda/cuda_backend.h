@@ -32,6 +32,8 @@
 //   tokens (dk <= 256). The chunked WY kernel is a tuning step, not a correctness one.
 // - block_sparse_attention: a block per (query, head); its warps take keys in turn with an online
 //   fp32 softmax each and merge at the end.
+// - argmax_rows (greedy sampling): a block of 1024 threads per row, ties to the lower index; only
+//   the int32 ids are read back by the caller.
 // - topk / select_blocks: a block per row picks the k best by k block-wide arg-max passes, each
 //   over the entries ranked below the previous pick (value descending, index ascending on ties).
 // - Prefill-sized work (many tokens) is correct but not yet fast: the MoE runs a GEMV per
@@ -160,6 +162,7 @@ class CudaBackend final : public Backend {
                      Tensor& picked) override;
   void moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
                    const Tensor& experts, const Tensor& weights, Tensor& y) override;
+  void argmax_rows(const Tensor& x, Tensor& ids) override;
 
  private:
   explicit CudaBackend(std::shared_ptr<CudaMemory> memory) noexcept;

@@ -244,26 +244,44 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
   Tensor mixed;
   hyper_connection_read(be, weights_.final_mixer, h, mixed, nullptr);
   // The MTP head reads the widened stream (all hc streams), before the mixer.
-  Tensor last, logits;
-  if (rows != LogitsRows::kNone) {
-    const Tensor* src = &mixed;
-    if (rows == LogitsRows::kLast) {
-      be.slice_rows(mixed, S - 1, 1, last);
-      src = &last;
-    }
-    be.linear(*src, weights_.lm_head, logits);
-  }
+  Tensor logits, picked;
+  lm_head_rows(mixed, rows, logits, picked);
   // The one check of the step: any op that failed (out of memory, a launch error, an op the
   // backend lacks) makes the whole forward fail, and the state must not be used.
   if (Status s = take_backend_status(); !s.ok()) return s;
-  // The requested rows cross to the host: the logits, and the widened stream (all hc streams,
-  // before the mixer), which the MTP head reads.
+  // The requested rows cross to the host: the logits (or only their argmax ids), and the widened
+  // stream (all hc streams, before the mixer), which the MTP head reads.
   out.hidden_width = config_.stream_width();
   out.hidden = h.to_host_vector();
+  return logits_to_output(rows, std::move(logits), picked, out);
+}
+
+void QwenNextModel::lm_head_rows(const Tensor& mixed, LogitsRows rows, Tensor& logits,
+                                 Tensor& ids) {
+  auto& be = *backend_;
+  if (rows == LogitsRows::kNone) return;
+  Tensor last;
+  const Tensor* src = &mixed;
+  if (!logits_of_all_rows(rows)) {
+    be.slice_rows(mixed, mixed.rows() - 1, 1, last);
+    src = &last;
+  }
+  be.linear(*src, weights_.lm_head, logits);
+  if (logits_stay_on_backend(rows)) be.argmax_rows(logits, ids);
+}
+
+Status QwenNextModel::logits_to_output(LogitsRows rows, Tensor logits, const Tensor& ids,
+                                       ForwardOutput& out) {
   if (rows == LogitsRows::kNone) return {};
   out.rows = logits.rows();
-  out.logits = logits.to_host_vector();
-  return {};
+  if (!logits_stay_on_backend(rows)) {
+    out.logits = logits.to_host_vector();
+    return {};
+  }
+  out.argmax.resize(static_cast<std::size_t>(ids.numel()));
+  ids.memory()->to_host(out.argmax.data(), ids.raw(), ids.bytes());
+  out.device_logits = std::move(logits);
+  return take_backend_status();
 }
 
 Status QwenNextModel::take_backend_status() {

@@ -59,22 +59,16 @@ Status QwenNextMtpHead::forward(ModelState& history, std::span<const float> hidd
   caches.qsa = cache;
   model_.decoder_layer(w_.layer, caches, first, tokens, projected);
 
-  Tensor mixed, last, logits;
+  Tensor mixed, logits, picked;
   if (rows != LogitsRows::kNone) {
     hyper_connection_read(be, w_.mixer, projected, mixed, nullptr);
-    const Tensor* src = &mixed;
-    if (rows == LogitsRows::kLast) {
-      be.slice_rows(mixed, S - 1, 1, last);
-      src = &last;
-    }
-    be.linear(*src, model_.weights_.lm_head, logits);
+    model_.lm_head_rows(mixed, rows, logits, picked);
   }
   if (Status s = model_.take_backend_status(); !s.ok()) return s.with_context("MTP head");
   out.hidden_width = W;
   out.hidden = projected.to_host_vector();
-  if (rows == LogitsRows::kNone) return {};
-  out.rows = logits.rows();
-  out.logits = logits.to_host_vector();
+  if (Status s = model_.logits_to_output(rows, std::move(logits), picked, out); !s.ok())
+    return s.with_context("MTP head");
   return {};
 }
 

@@ -1,0 +1,77 @@
+// Sampling on the device: the greedy pick of each logits row, so that only token ids cross to
+// the host (DESIGN "On the GPU", rule 3).
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.h"
+
+namespace fs::cuda {
+namespace {
+
+constexpr int kArgmaxThreads = 1024;
+
+// (v, i) beats (bv, bi): a larger value, or an equal value at a lower index; bi < 0 is "none
+// yet". The CPU sampler's order, so device and host pick the same token.
+__device__ __forceinline__ bool beats(float v, std::int32_t i, float bv, std::int32_t bi) {
+  return i >= 0 && (bi < 0 || v > bv || (v == bv && i < bi));
+}
+
+// A block per row: each thread keeps the best of its strided entries (scanned in increasing
+// index, so a strict > keeps the lowest of equals), then warps and the block merge by `beats`.
+__global__ void argmax_rows_kernel(const float* x, std::int64_t cols, std::int32_t* ids) {
+  __shared__ float best_v[kArgmaxThreads / kWarp];
+  __shared__ std::int32_t best_i[kArgmaxThreads / kWarp];
+  const float* p = x + blockIdx.x * cols;
+  float bv = 0;
+  std::int32_t bi = -1;
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = p[c];
+    if (v == v && (bi < 0 || v > bv)) {  // v == v: NaN never wins
+      bv = v;
+      bi = static_cast<std::int32_t>(c);
+    }
+  }
+  const auto merge_warp = [](float& v, std::int32_t& i) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+      const std::int32_t oi = __shfl_xor_sync(0xffffffffu, i, o);
+      if (beats(ov, oi, v, i)) {
+        v = ov;
+        i = oi;
+      }
+    }
+  };
+  merge_warp(bv, bi);
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  if (lane == 0) {
+    best_v[warp] = bv;
+    best_i[warp] = bi;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const int warps = (blockDim.x + kWarp - 1) / kWarp;
+    bv = lane < warps ? best_v[lane] : 0.0f;
+    bi = lane < warps ? best_i[lane] : -1;
+    merge_warp(bv, bi);
+    if (lane == 0) ids[blockIdx.x] = bi < 0 ? 0 : bi;  // an all-NaN row: 0, as the CPU's
+  }
+}
+
+}  // namespace
+
+void CudaBackend::argmax_rows(const Tensor& x, Tensor& ids) {
+  constexpr const char* kOp = "argmax_rows";
+  if (failed() || !on_device(kOp, {&x})) return;
+  if (!check(&ids != &x, kOp, "ids must not alias x")) return;
+  const auto rows = x.shape().empty() ? 0 : x.rows();
+  if (!ensure(ids, {rows, 1}, DType::kI32)) return;
+  if (rows == 0) return;
+  if (x.cols() == 0) {
+    cuda_memory_->zero(ids.raw(), ids.bytes());
+    return;
+  }
+  argmax_rows_kernel<<<static_cast<unsigned>(rows), kArgmaxThreads, 0, stream()>>>(
+      x.data(), x.cols(), ids.data_as<std::int32_t>());
+  launched(kOp);
+}
+
+}  // namespace fs::cuda
