@@ -206,6 +206,9 @@ class Backend {
   // Ends the recording and launches it. It always ends a recording begun, also after a failed op
   // (then nothing recorded runs and the failure stands).
   virtual void launch_step_graph();
+  // Ends a recording begun without running any of it (a wrapper whose own ops failed); nothing
+  // when none is open.
+  virtual void discard_step_graph() {}
   struct StepGraphStats {
     std::int64_t launches = 0;        // steps run as a graph
     std::int64_t updates = 0;         // of those, launched by updating a kept executable graph

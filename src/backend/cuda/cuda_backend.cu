@@ -133,8 +133,6 @@ cudaError_t HostStaging::begin_capture() {
     }
     if (!reserve(s, kMinBytes)) return cudaErrorMemoryAllocation;
   }
-  for (void* p : retired_) cudaFreeHost(p);
-  retired_.clear();
   capturing_ = true;
   captured_ = 0;
   return cudaSuccess;
@@ -150,6 +148,9 @@ cudaError_t HostStaging::end_capture(cudaStream_t stream) {
   }
   capturing_ = false;
   captured_ = 0;
+  // A replaced buffer's last copy finished before begin_capture returned; the graph reads the new.
+  for (void* p : retired_) cudaFreeHost(p);
+  retired_.clear();
   return first;
 }
 
@@ -235,6 +236,14 @@ void CudaBackend::launch_step_graph() {
     if (!failed()) fail(internal_error("cuda: step graph: launch without a recording"));
     return;
   }
+  end_step_graph(true);
+}
+
+void CudaBackend::discard_step_graph() {
+  if (capturing_) end_step_graph(false);
+}
+
+void CudaBackend::end_step_graph(bool run) {
   capturing_ = false;
   cuda_memory_->set_capturing(false);
   cudaGraph_t graph = nullptr;
@@ -246,7 +255,7 @@ void CudaBackend::launch_step_graph() {
     s = internal_error(cuda_message("step graph: end capture", e));
   } else if (auto m = cuda_memory_->error(); !m.empty()) {
     s = internal_error(m);
-  } else if (!failed()) {
+  } else if (run && !failed()) {
     s = graphs_.launch(graph, stream());
   }
   if (graph != nullptr) cudaGraphDestroy(graph);

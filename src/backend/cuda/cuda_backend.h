@@ -189,6 +189,7 @@ class CudaBackend final : public Backend {
   void set_step_graphs(bool on) override { graphs_on_ = on; }
   void begin_step_graph() override;
   void launch_step_graph() override;
+  void discard_step_graph() override;
   StepGraphStats step_graph_stats() const override { return graphs_.stats(); }
 
  private:
@@ -201,6 +202,8 @@ class CudaBackend final : public Backend {
   // Records a failure unless every tensor lives in device memory / `w` was uploaded.
   bool on_device(const char* op, std::initializer_list<const Tensor*> tensors);
   bool on_device(const char* op, const Weight& w);
+  // Ends the open recording; launches it when `run` and nothing failed.
+  void end_step_graph(bool run);
   // Records a failure naming the op unless `ok`.
   bool check(bool ok, const char* op, const char* what);
   // y[:, col0 : col0 + n] (leading dimension ldy) = x[S, in] · w[n, in]^T, all f32.
