@@ -201,8 +201,10 @@ class Backend {
   // Turns recording on or off for later steps (tests compare both on one backend); a backend
   // without graphs records a failure when asked to turn them on.
   virtual void set_step_graphs(bool on);
-  // Starts recording instead of running; a failure is recorded (status()).
-  virtual void begin_step_graph();
+  // Starts recording instead of running; a failure is recorded (status()). Steps of one `shape`
+  // (the caller's name for what fixes the op sequence and the kernels: the token count) share
+  // executable graphs; steps of different shapes never update each other's.
+  virtual void begin_step_graph(std::int64_t shape);
   // Ends the recording and launches it. It always ends a recording begun, also after a failed op
   // (then nothing recorded runs and the failure stands).
   virtual void launch_step_graph();

@@ -207,7 +207,7 @@ void CudaBackend::synchronize() {
 
 // --- step graphs ---------------------------------------------------------------------------------
 
-void CudaBackend::begin_step_graph() {
+void CudaBackend::begin_step_graph(std::int64_t shape) {
   if (failed()) return;
   if (!check(graphs_on_, "step graph", "graphs are turned off")) return;
   if (!check(!capturing_, "step graph", "a recording is already open")) return;
@@ -228,6 +228,7 @@ void CudaBackend::begin_step_graph() {
   }
   cuda_memory_->set_capturing(true);
   capturing_ = true;
+  capture_shape_ = shape;
 }
 
 void CudaBackend::launch_step_graph() {
@@ -256,7 +257,7 @@ void CudaBackend::end_step_graph(bool run) {
   } else if (auto m = cuda_memory_->error(); !m.empty()) {
     s = internal_error(m);
   } else if (run && !failed()) {
-    s = graphs_.launch(graph, stream());
+    s = graphs_.launch(graph, capture_shape_, stream());
   }
   if (graph != nullptr) cudaGraphDestroy(graph);
   // Behind the launch (or nothing, when it failed): the staging slots this step used.

@@ -187,7 +187,7 @@ class CudaBackend final : public Backend {
 
   bool step_graphs() const override { return graphs_on_; }
   void set_step_graphs(bool on) override { graphs_on_ = on; }
-  void begin_step_graph() override;
+  void begin_step_graph(std::int64_t shape) override;
   void launch_step_graph() override;
   void discard_step_graph() override;
   StepGraphStats step_graph_stats() const override { return graphs_.stats(); }
@@ -226,6 +226,7 @@ class CudaBackend final : public Backend {
   // begin_step_graph and launch_step_graph.
   bool graphs_on_ = true;
   bool capturing_ = false;
+  std::int64_t capture_shape_ = 0;  // the shape begin_step_graph was given
   StepGraphs graphs_;
   // Pooled scratch, kept between calls so warm ops allocate nothing.
   Tensor widened_;   // bf16 weight tiles widened to f32 for cuBLAS

@@ -20,12 +20,12 @@ StepGraphs::~StepGraphs() {
   }
 }
 
-Status StepGraphs::launch(cudaGraph_t graph, cudaStream_t stream) {
+Status StepGraphs::launch(cudaGraph_t graph, std::int64_t shape, cudaStream_t stream) {
   std::size_t nodes = 0;
   if (const auto e = cudaGraphGetNodes(graph, nullptr, &nodes); e != cudaSuccess)
     return graph_error("count nodes", e);
-  auto it =
-      std::find_if(kept_.begin(), kept_.end(), [&](const Kept& k) { return k.nodes == nodes; });
+  auto it = std::find_if(kept_.begin(), kept_.end(),
+                         [&](const Kept& k) { return k.shape == shape && k.nodes == nodes; });
   bool updated = false;
   if (it != kept_.end()) {
     cudaGraphExecUpdateResultInfo info{};
@@ -47,6 +47,7 @@ Status StepGraphs::launch(cudaGraph_t graph, cudaStream_t stream) {
       cudaGraphExecDestroy(it->exec);
       it->exec = nullptr;
     }
+    it->shape = shape;
     it->nodes = nodes;
   }
   if (!updated) {

@@ -232,13 +232,15 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
   if (ci != state.cache_count()) return invalid_argument("state has more caches than this model");
   if (Status s = state.check_allocated(); !s.ok()) return s;
 
-  // The autoregressive decode step (one token, greedy pick on the device: only ids and the
-  // hidden row cross back) runs as one graph where the backend records them (DESIGN "On the
-  // GPU" rule 5): the ops below are recorded, then launched together. Nothing between begin and
-  // launch returns early or reads device memory; the host work in between (the PLE n-gram ids,
-  // the embedding descriptors) is done while recording, into staging the graph's copies read.
-  const bool graph = S == 1 && rows == LogitsRows::kLastArgmax && be.step_graphs();
-  if (graph) be.begin_step_graph();
+  // A decode step (the autoregressive step, or an MTP verify of up to 4 rows; greedy picks on the
+  // device, so only ids and hidden rows cross back) runs as one graph where the backend records
+  // them (DESIGN "On the GPU" rule 5): the ops below are recorded, then launched together, the
+  // same kernels with the same arguments. Nothing between begin and launch returns early or reads
+  // device memory; the host work in between (the PLE n-gram ids, the embedding descriptors) is
+  // done while recording, into staging the graph's copies read.
+  constexpr std::int64_t kMaxGraphTokens = 4;  // the verify of MTP depth 3
+  const bool graph = S <= kMaxGraphTokens && logits_stay_on_backend(rows) && be.step_graphs();
+  if (graph) be.begin_step_graph(S);
   std::vector<std::int64_t> ids(tokens.begin(), tokens.end());
   Tensor e, h;
   be.embedding({&weights_.embed_tokens, 1}, ids, e);
