@@ -1,7 +1,10 @@
 // Decode-kernel microbenchmark on the GPU: the device-to-device copy bandwidth, then the CUDA
 // backend's few-row GEMV (linear) and fused routed experts (moe_experts) at the released Qwen 3.8
 // Flash Next shapes for 1-4 tokens, each beside the kernel it replaced (kept below, verbatim in
-// behaviour, as `legacy`). Prints a table and writes JSON; it never passes or fails on time.
+// behaviour, as `legacy`), and the QSA context kernels (index_scores, select_blocks,
+// block_sparse_attention) at context 1k/16k/64k for 1, 2 and 4 rows, new beside "old" (the
+// backend's earlier kernels, chosen with FLASHSERVE_CUDA_OLD_CONTEXT=1). Prints a table and writes
+// JSON; it never passes or fails on time.
 //
 //   cuda_kernel_bench [--json PATH] [--quick]
 //
@@ -15,6 +18,7 @@
 #pragma nv_diag_suppress 2810
 
 #include <cuda_runtime.h>
+#include <stdlib.h>  // setenv, unsetenv
 
 #include <algorithm>
 #include <cmath>
@@ -465,6 +469,82 @@ void bench_moe(fs::Backend& be, cudaStream_t s, std::vector<Row>& rows, bool qui
   if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
 }
 
+// The QSA decode path at context T (block 4, indexer 4 heads of 128, budget 2048 = top 512
+// blocks; attention 24 query / 2 KV heads of 256) for 1-4 query rows: index_scores over the T/4
+// block keys, select_blocks over those scores, block_sparse_attention over the picks plus the
+// tail. "old" is the same op with FLASHSERVE_CUDA_OLD_CONTEXT=1 (the kernels before issue 14's
+// context work, still in the backend). Bytes: the keys and K/V rows each op reads once.
+void bench_context(fs::Backend& be, cudaStream_t s, std::int64_t T, std::vector<Row>& rows,
+                   bool quick) {
+  constexpr std::int64_t kBlock = 4, kTop = 512, kHeadsI = 4, kDimI = 128, Hq = 24, Hkv = 2,
+                         D = 256;
+  const std::int64_t B = T / kBlock;
+  fs::Tensor keys = be.new_tensor({B, kDimI});
+  fill(keys.raw(), static_cast<std::size_t>(B * kDimI), false, 1.0f, 31, s);
+  fs::Tensor k = be.new_tensor({T, Hkv * D}), v = be.new_tensor({T, Hkv * D});
+  fill(k.raw(), static_cast<std::size_t>(T * Hkv * D), false, 1.0f, 32, s);
+  fill(v.raw(), static_cast<std::size_t>(T * Hkv * D), false, 1.0f, 33, s);
+  const int calls = quick ? 8 : 32;
+  const std::string shape = "T" + std::to_string(T) + " B" + std::to_string(B) + " top512";
+  for (int S = 1; S <= 4; S *= 2) {
+    const std::int64_t first = T - S;
+    fs::Tensor qi = be.new_tensor({S, kHeadsI * kDimI}), q = be.new_tensor({S, Hq * D});
+    fill(qi.raw(), static_cast<std::size_t>(S * kHeadsI * kDimI), false, 1.0f, 40 + S, s);
+    fill(q.raw(), static_cast<std::size_t>(S * Hq * D), false, 1.0f, 50 + S, s);
+    const float scale_i = 1.0f / std::sqrt(static_cast<float>(kDimI));
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    struct Out {
+      fs::Tensor scores, picked, o;
+    };
+    Out outs[2];
+    for (int old = 0; old < 2; ++old) {
+      if (old)
+        setenv("FLASHSERVE_CUDA_OLD_CONTEXT", "1", 1);
+      else
+        unsetenv("FLASHSERVE_CUDA_OLD_CONTEXT");
+      Out& o = outs[old];
+      const char* impl = old ? "old" : "new";
+      const double t_idx =
+          time_calls(s, calls, [&](int) { be.index_scores(qi, keys, kHeadsI, scale_i, o.scores); });
+      const double t_sel = time_calls(
+          s, calls, [&](int) { be.select_blocks(o.scores, first, kBlock, kTop, o.picked); });
+      const double t_att = time_calls(s, old ? std::max(2, calls / 4) : calls, [&](int) {
+        be.block_sparse_attention(q, k, v, Hq, Hkv, o.picked, kBlock, first, scale, o.o);
+      });
+      const double key_bytes = static_cast<double>(B * kDimI) * 4;
+      const double kv_bytes = static_cast<double>(S) *
+                              static_cast<double>(std::min(T, kTop * kBlock + kBlock)) * Hkv * D *
+                              2 * 4;
+      rows.push_back({"index_scores", shape, impl, S, key_bytes, t_idx, 0});
+      rows.push_back({"select_blocks", shape, impl, S, static_cast<double>(S * B) * 4, t_sel, 0});
+      rows.push_back({"block_sparse_attn", shape, impl, S, kv_bytes, t_att, 0});
+    }
+    unsetenv("FLASHSERVE_CUDA_OLD_CONTEXT");
+    cudaStreamSynchronize(s);
+    // The new rows' diff against the old on the same inputs: index_scores relative; the new
+    // select_blocks and attention rerun on the old ops' inputs (old scores, old picks), picks as
+    // the fraction of entries that differ (0 expected), attention relative.
+    const auto n_scores = static_cast<std::size_t>(S * B);
+    const double d_scores = max_rel_diff(outs[0].scores, outs[1].scores.data(), n_scores);
+    fs::Tensor picked_new;
+    be.select_blocks(outs[1].scores, first, kBlock, kTop, picked_new);
+    fs::Tensor o_new;
+    be.block_sparse_attention(q, k, v, Hq, Hkv, outs[1].picked, kBlock, first, scale, o_new);
+    cudaStreamSynchronize(s);
+    const auto pa = picked_new.to(fs::host_memory()), pb = outs[1].picked.to(fs::host_memory());
+    std::size_t differ = 0;
+    for (std::int64_t i = 0; i < pa.numel(); ++i)
+      differ += pa.data_as<std::int32_t>()[i] != pb.data_as<std::int32_t>()[i];
+    const double d_att =
+        max_rel_diff(o_new, outs[1].o.data(), static_cast<std::size_t>(S * Hq * D));
+    const std::size_t at = rows.size() - 6;
+    rows[at].max_diff = d_scores;
+    rows[at + 1].max_diff = static_cast<double>(differ) / static_cast<double>(pa.numel());
+    rows[at + 2].max_diff = d_att;
+  }
+  if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -503,6 +583,8 @@ int main(int argc, char** argv) {
   for (const auto& g : gemvs) bench_gemv(be, s, g.in, g.out, true, g.name, rows);
   bench_gemv(be, s, 2560, 10240, false, "gdn_qkv", rows);
   bench_moe(be, s, rows, quick);
+  for (const std::int64_t T : {std::int64_t{1024}, std::int64_t{16384}, std::int64_t{65536}})
+    bench_context(be, s, T, rows, quick);
 
   std::printf("\n%-15s %-26s %-7s %2s %10s %9s %9s %7s %9s\n", "kernel", "shape", "impl", "S", "MB",
               "us", "GB/s", "%copy", "maxdiff");

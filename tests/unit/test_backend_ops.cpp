@@ -180,6 +180,18 @@ constexpr double kReduction = 1e-5;  // norms, softmax, means, dots over one row
 constexpr double kProduct = 1e-4;    // linear, attention, MoE
 constexpr double kDeltaRule = 2e-4;
 
+// Values on `levels` steps of 1/levels in [-1, 1) (ties everywhere), with every eighth zero
+// negated (-0 and +0 rank as equals), the same bits on every backend.
+Tensor tied_tensor(Shape shape, Rng& rng, int levels) {
+  Tensor t = random_tensor(std::move(shape), rng);
+  float* p = t.data();
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    p[i] = std::floor(p[i] * static_cast<float>(levels)) / static_cast<float>(levels);
+    if (p[i] == 0.0f && i % 8 == 0) p[i] = -0.0f;
+  }
+  return t;
+}
+
 // Random distinct visible blocks per query (in random order), -1 past min(top, visible).
 Tensor random_picks(std::int64_t S, std::int64_t first, std::int64_t block, std::int64_t top,
                     Rng& rng) {
@@ -606,7 +618,21 @@ std::vector<Case> make_cases() {
                                                    {1, 37, 8, 2, 32, 4, 16},
                                                    {1, 3001, 24, 2, 256, 4, 512},
                                                    {3, 2500, 24, 2, 256, 4, 512},
-                                                   {4, 1200, 24, 2, 256, 4, 512}}) {
+                                                   {4, 1200, 24, 2, 256, 4, 512},
+                                                   // Decode at 2k-64k keys (the split-K kernel),
+                                                   {1, 2051, 24, 2, 256, 4, 512},
+                                                   {2, 16384, 24, 2, 256, 4, 512},
+                                                   {4, 16387, 24, 2, 256, 4, 512},
+                                                   {1, 65536, 24, 2, 256, 4, 512},
+                                                   {3, 65538, 24, 2, 256, 4, 1024},
+                                                   // fewer visible blocks than top (-1 picks),
+                                                   {2, 700, 24, 2, 256, 4, 512},
+                                                   // many rows (one split), MHA, odd widths,
+                                                   {200, 3000, 8, 2, 64, 4, 128},
+                                                   {2, 500, 4, 4, 32, 4, 64},
+                                                   {3, 300, 6, 2, 36, 4, 32},
+                                                   // D % 4 != 0 (the earlier kernel).
+                                                   {2, 100, 4, 1, 30, 4, 8}}) {
     add("block_sparse_attention_S" + n(c.S) + "_T" + n(c.T) + "_Hq" + n(c.Hq) + "_Hkv" + n(c.Hkv) +
             "_D" + n(c.D) + "_top" + n(c.top),
         kProduct, [=](Rng& rng) -> OpRun {
@@ -641,7 +667,18 @@ std::vector<Case> make_cases() {
   }
   for (const auto& [S, B, heads, dim] :
        std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>>{
-           {5, 3, 16, 32}, {3, 750, 4, 128}, {1, 4096, 4, 128}}) {
+           {5, 3, 16, 32},
+           {3, 750, 4, 128},
+           {1, 4096, 4, 128},
+           // Decode and verify at 16k blocks, a partial query tile, dim 256 and dims that are not
+           // a multiple of 32 (or of 4: the earlier kernel), many rows.
+           {1, 16384, 4, 128},
+           {4, 16384, 4, 128},
+           {6, 1001, 4, 128},
+           {2, 300, 2, 256},
+           {3, 50, 3, 36},
+           {2, 40, 2, 30},
+           {64, 2000, 4, 128}}) {
     add("index_scores_S" + n(S) + "_B" + n(B) + "_h" + n(heads) + "_d" + n(dim), kReduction,
         [=](Rng& rng) -> OpRun {
           auto q = random_tensor({S, heads * dim}, rng), keys = random_tensor({B, dim}, rng);
@@ -666,7 +703,16 @@ std::vector<Case> make_cases() {
   // top-k of distinct values (no ties: a tie's order is exact on every backend only when the
   // values are bit-equal, which the tie case below pins down).
   for (const auto& [S, E, k] : std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>>{
-           {5, 8, 2}, {4, 512, 10}, {2, 5, 7}}) {
+           {5, 8, 2},
+           {4, 512, 10},
+           {2, 5, 7},
+           // Long rows (random 24-bit values: a few bit-equal ties per row), k up to the radix
+           // select's limit and past it (the earlier kernel).
+           {1, 16384, 512},
+           {4, 65536, 1024},
+           {2, 20000, 4096},
+           {1, 9000, 4097},
+           {100, 3000, 64}}) {
     add("topk_" + n(S) + "x" + n(E) + "_k" + n(k), kExact, [=](Rng& rng) -> OpRun {
       auto x = random_tensor({S, E}, rng);
       return [=](const Feed& f) {
@@ -675,6 +721,19 @@ std::vector<Case> make_cases() {
         return std::vector<Tensor>{idx, val};
       };
     });
+  }
+  for (const auto& [S, E, k, levels] :
+       std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, int>>{
+           {2, 30000, 1000, 8}, {1, 65536, 512, 1000}, {3, 4000, 700, 2}}) {
+    add("topk_tied_" + n(S) + "x" + n(E) + "_k" + n(k) + "_l" + n(levels), kExact,
+        [=](Rng& rng) -> OpRun {
+          auto x = tied_tensor({S, E}, rng, levels);
+          return [=](const Feed& f) {
+            Tensor idx, val;
+            f.be.topk(f.in(x), k, idx, val);
+            return std::vector<Tensor>{idx, val};
+          };
+        });
   }
   add("topk_ties", kExact, [=](Rng&) -> OpRun {
     const Tensor x({2, 6}, {0.5f, 0.9f, 0.5f, 0.9f, 0.1f, 0.9f, 1, 1, 1, 1, 1, 1});
@@ -716,10 +775,33 @@ std::vector<Case> make_cases() {
            {6, 20, 60, 16},
            {3, 750, 2997, 512},
            {2, 300, 1198, 512},
-           {4, 1, 0, 16}}) {
+           {4, 1, 0, 16},
+           // Decode at 64k and 256k context (16k and 64k blocks), 1-4 rows, top 512-1024;
+           {1, 16384, 65535, 512},
+           {4, 16384, 65532, 512},
+           {2, 65536, 262142, 1024},
+           // a score row wider than the visible blocks, and fewer visible than top (-1 padding);
+           {3, 16384, 40000, 512},
+           {3, 16384, 1000, 512},
+           // prefill: many rows.
+           {512, 4096, 15872, 512}}) {
     add("select_blocks_S" + n(S) + "_B" + n(B) + "_at" + n(first) + "_top" + n(top), kExact,
         [=](Rng& rng) -> OpRun {
           auto scores = random_tensor({S, B}, rng);
+          return [=](const Feed& f) {
+            Tensor picked;
+            f.be.select_blocks(f.in(scores), first, 4, top, picked);
+            return std::vector<Tensor>{picked};
+          };
+        });
+  }
+  for (const auto& [S, B, first, top, levels] :
+       std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int>>{
+           {2, 16384, 65534, 512, 16}, {4, 20000, 80000, 1024, 3}, {64, 3000, 11000, 512, 64}}) {
+    add("select_blocks_tied_S" + n(S) + "_B" + n(B) + "_at" + n(first) + "_top" + n(top) + "_l" +
+            n(levels),
+        kExact, [=](Rng& rng) -> OpRun {
+          auto scores = tied_tensor({S, B}, rng, levels);
           return [=](const Feed& f) {
             Tensor picked;
             f.be.select_blocks(f.in(scores), first, 4, top, picked);

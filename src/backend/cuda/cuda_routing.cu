@@ -3,6 +3,8 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_select.h"
+#include "backend/cuda/cuda_switches.h"
 
 namespace fs::cuda {
 namespace {
@@ -38,6 +40,64 @@ __global__ void index_scores_kernel(const float* q, const float* keys, std::int6
     total += d > 0 ? d : 0;
   }
   if (lane == 0) out[wi] = total * scale;
+}
+
+constexpr int kScoreLanes = 8;  // lanes per block key
+constexpr int kScoreThreads = 256;
+constexpr int kScoreKeysPerBlock = kScoreThreads / kScoreLanes;
+constexpr int kScoreQueries = 4;  // queries per block, held in shared memory
+constexpr std::size_t kScoreSmemMax = 48 * 1024;
+
+// out[s, b] = scale * sum_h relu(q[s, h] . keys[b]) for the decode shapes: 8 lanes per key, each
+// holding 16-byte chunks c = 4*sub + 32*m of it in registers (the 8 lanes read 128 contiguous
+// bytes per chunk, so a warp's loads are whole lines), the block's up to 4 queries in shared
+// memory. Grid (key tiles of 32, query tiles of 4). keys is 16-byte aligned, dim % 4 == 0 and
+// dim <= 32 * kChunks.
+template <int kChunks>
+__global__ void __launch_bounds__(kScoreThreads)
+    index_scores_tiled_kernel(const float* q, const float* keys, std::int64_t S, std::int64_t B,
+                              std::int64_t heads, std::int64_t dim, float scale, float* out) {
+  extern __shared__ float4 q_tile4[];  // [nq][heads * dim] floats
+  float* q_tile = reinterpret_cast<float*>(q_tile4);
+  const std::int64_t s0 = static_cast<std::int64_t>(blockIdx.y) * kScoreQueries;
+  const std::int64_t width = heads * dim;
+  const int nq = static_cast<int>(S - s0 < kScoreQueries ? S - s0 : kScoreQueries);
+  for (std::int64_t i = threadIdx.x; i < nq * width; i += blockDim.x) q_tile[i] = q[s0 * width + i];
+  __syncthreads();
+  const std::int64_t b =
+      static_cast<std::int64_t>(blockIdx.x) * kScoreKeysPerBlock + threadIdx.x / kScoreLanes;
+  const int sub = static_cast<int>(threadIdx.x % kScoreLanes);
+  // Lanes past the last key compute on the last one (every lane takes part in the shuffles) and
+  // write nothing.
+  const bool live = b < B;
+  const float* kp = keys + (live ? b : B - 1) * dim;
+  float4 kr[kChunks];
+#pragma unroll
+  for (int m = 0; m < kChunks; ++m) {
+    const std::int64_t c = 4 * sub + 32 * m;
+    kr[m] = c < dim ? *reinterpret_cast<const float4*>(kp + c) : make_float4(0, 0, 0, 0);
+  }
+  for (int s = 0; s < nq; ++s) {
+    float total = 0;
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const float* qh = q_tile + s * width + h * dim;
+      float d = 0;
+#pragma unroll
+      for (int m = 0; m < kChunks; ++m) {
+        const std::int64_t c = 4 * sub + 32 * m;
+        if (c < dim) {
+          const float4 qv = *reinterpret_cast<const float4*>(qh + c);
+          d += qv.x * kr[m].x + qv.y * kr[m].y + qv.z * kr[m].z + qv.w * kr[m].w;
+        }
+      }
+      // The 8 lanes of a key are an aligned group: xor offsets below 8 stay inside it.
+      d += __shfl_xor_sync(0xffffffffu, d, 4);
+      d += __shfl_xor_sync(0xffffffffu, d, 2);
+      d += __shfl_xor_sync(0xffffffffu, d, 1);
+      total += d > 0 ? d : 0;
+    }
+    if (live && sub == 0) out[(s0 + s) * B + b] = total * scale;
+  }
 }
 
 // Per row: e = exp(x - max) in fp32, their sum in double, x = e / sum.
@@ -152,8 +212,25 @@ void CudaBackend::index_scores(const Tensor& q, const Tensor& keys, std::int64_t
   if (!check(heads > 0 && q.cols() == heads * dim, kOp, "q must be [S, heads * dim]")) return;
   if (!ensure(out, {S, B})) return;
   if (S * B == 0) return;
-  index_scores_kernel<<<grid_for(S * B * kWarp, 256), 256, 0, stream()>>>(
-      q.data(), keys.data(), S, B, heads, dim, scale, out.data());
+  const auto smem = static_cast<std::size_t>(kScoreQueries * heads * dim) * sizeof(float);
+  const bool aligned = reinterpret_cast<std::uintptr_t>(keys.data()) % 16 == 0;
+  const std::int64_t query_tiles = (S + kScoreQueries - 1) / kScoreQueries;
+  const bool tiled = !old_kernel_requested("FLASHSERVE_CUDA_OLD_INDEX") && aligned &&
+                     dim % 4 == 0 && dim <= 256 && smem <= kScoreSmemMax && query_tiles <= 65535;
+  if (!tiled) {
+    index_scores_kernel<<<grid_for(S * B * kWarp, 256), 256, 0, stream()>>>(
+        q.data(), keys.data(), S, B, heads, dim, scale, out.data());
+    launched(kOp);
+    return;
+  }
+  const dim3 grid(grid_for(B, kScoreKeysPerBlock), static_cast<unsigned>(query_tiles));
+  if (dim <= 128) {
+    index_scores_tiled_kernel<4><<<grid, kScoreThreads, smem, stream()>>>(
+        q.data(), keys.data(), S, B, heads, dim, scale, out.data());
+  } else {
+    index_scores_tiled_kernel<8><<<grid, kScoreThreads, smem, stream()>>>(
+        q.data(), keys.data(), S, B, heads, dim, scale, out.data());
+  }
   launched(kOp);
 }
 
@@ -174,6 +251,13 @@ void CudaBackend::run_topk(const Tensor& x, std::int64_t k, std::int64_t first, 
   if (!ensure(idx, {rows, k}, DType::kI32)) return;
   if (val != nullptr && !ensure(*val, {rows, k})) return;
   if (rows == 0 || k == 0) return;
+  if (!check(x.dtype() == DType::kF32, op, "x must be f32")) return;
+  if (!old_kernel_requested("FLASHSERVE_CUDA_OLD_TOPK") && radix_select_fits(x.cols(), k)) {
+    launch_radix_topk(x.data(), rows, x.cols(), k, first, block, idx.data_as<std::int32_t>(),
+                      val == nullptr ? nullptr : val->data(), stream());
+    launched(op);
+    return;
+  }
   const int threads = static_cast<int>(
       std::clamp<std::int64_t>((x.cols() + kWarp - 1) / kWarp * kWarp, kWarp, 256));
   topk_kernel<<<static_cast<unsigned>(rows), threads, 0, stream()>>>(

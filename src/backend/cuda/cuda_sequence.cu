@@ -1,5 +1,5 @@
-// Ops that mix tokens: causal depthwise conv with its tail, the gated delta rule, block-sparse
-// softmax attention.
+// Ops that mix tokens: causal depthwise conv with its tail, the gated delta rule (block-sparse
+// softmax attention is in cuda_attention.cu).
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend.h"
@@ -106,86 +106,6 @@ __global__ void __launch_bounds__(kDeltaThreads)
   }
 }
 
-constexpr int kAttnWarps = 8;
-constexpr int kAttnThreads = kWarp * kAttnWarps;
-
-// Block-sparse attention for one (query s, head h) per block. Each warp takes every kAttnWarps-th
-// picked key, then every kAttnWarps-th tail key, with its own online softmax (fp32); the warps'
-// partial states merge at the end. Lane holds dims d = lane + 32m.
-template <int kPer>  // ceil(D / 32)
-__global__ void __launch_bounds__(kAttnThreads)
-    attention_kernel(const float* q, const float* k, const float* v, const std::int32_t* picked,
-                     std::int64_t top, std::int64_t Hq, std::int64_t rep, std::int64_t D,
-                     std::int64_t kv_stride, std::int64_t block, std::int64_t first, float scale,
-                     float* out) {
-  extern __shared__ float sm[];  // acc [warps][D], m [warps], l [warps]
-  const std::int64_t s = blockIdx.x / Hq, h = blockIdx.x % Hq, kvh = h / rep;
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const float* qs = q + s * Hq * D + h * D;
-  float qr[kPer], acc[kPer];
-#pragma unroll
-  for (int m = 0; m < kPer; ++m) {
-    const std::int64_t d = lane + kWarp * m;
-    qr[m] = d < D ? qs[d] : 0.0f;
-    acc[m] = 0.0f;
-  }
-  float mx = -INFINITY, l = 0.0f;
-  auto visit = [&](std::int64_t key) {
-    const float* kp = k + key * kv_stride + kvh * D;
-    const float* vp = v + key * kv_stride + kvh * D;
-    float dot = 0;
-#pragma unroll
-    for (int m = 0; m < kPer; ++m) {
-      const std::int64_t d = lane + kWarp * m;
-      if (d < D) dot += qr[m] * kp[d];
-    }
-    const float sc = warp_sum(dot) * scale;
-    const float m_new = fmaxf(mx, sc);
-    const float corr = expf(mx - m_new), p = expf(sc - m_new);
-    l = l * corr + p;
-#pragma unroll
-    for (int m = 0; m < kPer; ++m) {
-      const std::int64_t d = lane + kWarp * m;
-      acc[m] = acc[m] * corr + (d < D ? p * vp[d] : 0.0f);
-    }
-    mx = m_new;
-  };
-  // Picked keys by flat index (entry, offset in block), so small blocks still use every warp.
-  for (std::int64_t f = warp; f < top * block; f += kAttnWarps) {
-    const std::int64_t b = picked[s * top + f / block];
-    if (b >= 0) visit(b * block + f % block);
-  }
-  const std::int64_t pos = first + s;
-  for (std::int64_t key = (pos + 1) / block * block + warp; key <= pos; key += kAttnWarps)
-    visit(key);
-
-  float* sacc = sm;
-  float* sm_m = sm + kAttnWarps * D;
-  float* sm_l = sm_m + kAttnWarps;
-#pragma unroll
-  for (int m = 0; m < kPer; ++m) {
-    const std::int64_t d = lane + kWarp * m;
-    if (d < D) sacc[warp * D + d] = acc[m];
-  }
-  if (lane == 0) {
-    sm_m[warp] = mx;
-    sm_l[warp] = l;
-  }
-  __syncthreads();
-  float M = -INFINITY;
-  for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, sm_m[w]);
-  float L = 0;
-  for (int w = 0; w < kAttnWarps; ++w)
-    if (sm_m[w] != -INFINITY) L += sm_l[w] * expf(sm_m[w] - M);
-  float* os = out + s * Hq * D + h * D;
-  for (std::int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-    float o = 0;
-    for (int w = 0; w < kAttnWarps; ++w)
-      if (sm_m[w] != -INFINITY) o += sacc[w * D + d] * expf(sm_m[w] - M);
-    os[d] = L > 0 ? o / L : 0.0f;
-  }
-}
-
 }  // namespace
 
 void CudaBackend::causal_conv1d(const Tensor& x, const Weight& w, std::int64_t dilation,
@@ -275,51 +195,6 @@ void CudaBackend::gated_delta_rule_chunked(const Tensor& q, const Tensor& k, con
                                            const Tensor& g, const Tensor& beta,
                                            std::int64_t key_heads, Tensor& state, Tensor& out) {
   delta_rule(q, k, v, g, beta, key_heads, state, out, "gated_delta_rule_chunked");
-}
-
-void CudaBackend::block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                         std::int64_t heads, std::int64_t kv_heads,
-                                         const Tensor& picked, std::int64_t block,
-                                         std::int64_t first, float scale, Tensor& out) {
-  constexpr const char* kOp = "block_sparse_attention";
-  if (failed() || !on_device(kOp, {&q, &k, &v, &picked})) return;
-  const auto S = q.rows();
-  if (!check(
-          heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && q.cols() % heads == 0 && block > 0,
-          kOp, "heads must be a multiple of kv_heads and divide q's row; block positive"))
-    return;
-  const auto D = q.cols() / heads;
-  const auto top = picked.shape().empty() ? 0 : picked.cols();
-  if (!check(k.cols() == kv_heads * D && v.cols() == kv_heads * D && D <= 256, kOp,
-             "k, v must be [T, kv_heads * D] with D <= 256"))
-    return;
-  if (!check(top == 0 || (picked.rows() == S && picked.dtype() == DType::kI32), kOp,
-             "picked must be int32 [S, top]"))
-    return;
-  if (!check(k.rows() > first + S - 1 || S == 0, kOp, "the cache is shorter than the queries"))
-    return;
-  if (!check(&out != &q, kOp, "out may not be q")) return;
-  if (!ensure(out, q.shape())) return;
-  if (S == 0 || D == 0) return;
-  const auto blocks = static_cast<unsigned>(S * heads);
-  const auto smem = static_cast<std::size_t>(kAttnWarps * (D + 2)) * sizeof(float);
-  const auto* p = top == 0 ? nullptr : picked.data_as<std::int32_t>();
-  const auto per = (D + kWarp - 1) / kWarp;
-#define FS_ATTN_CASE(n)                                                                      \
-  attention_kernel<n><<<blocks, kAttnThreads, smem, stream()>>>(                             \
-      q.data(), k.data(), v.data(), p, top, heads, heads / kv_heads, D, kv_heads * D, block, \
-      first, scale, out.data())
-  if (per <= 1) {
-    FS_ATTN_CASE(1);
-  } else if (per <= 2) {
-    FS_ATTN_CASE(2);
-  } else if (per <= 4) {
-    FS_ATTN_CASE(4);
-  } else {
-    FS_ATTN_CASE(8);
-  }
-#undef FS_ATTN_CASE
-  launched(kOp);
 }
 
 }  // namespace fs::cuda

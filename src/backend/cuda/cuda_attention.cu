@@ -1,0 +1,327 @@
+// Block-sparse softmax attention over the QSA selection: a split-K kernel for decode-sized work
+// (few queries: the selected keys spread over many blocks, each kv head's rows loaded once for
+// its query heads, then a deterministic merge), and the earlier kernel (a block per (query,
+// head)), kept for shapes the split kernel does not take and behind FLASHSERVE_CUDA_OLD_ATTENTION.
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_switches.h"
+
+namespace fs::cuda {
+namespace {
+
+constexpr int kAttnWarps = 8;
+constexpr int kAttnThreads = kWarp * kAttnWarps;
+
+// Block-sparse attention for one (query s, head h) per block. Each warp takes every kAttnWarps-th
+// picked key, then every kAttnWarps-th tail key, with its own online softmax (fp32); the warps'
+// partial states merge at the end. Lane holds dims d = lane + 32m.
+template <int kPer>  // ceil(D / 32)
+__global__ void __launch_bounds__(kAttnThreads)
+    attention_kernel(const float* q, const float* k, const float* v, const std::int32_t* picked,
+                     std::int64_t top, std::int64_t Hq, std::int64_t rep, std::int64_t D,
+                     std::int64_t kv_stride, std::int64_t block, std::int64_t first, float scale,
+                     float* out) {
+  extern __shared__ float sm[];  // acc [warps][D], m [warps], l [warps]
+  const std::int64_t s = blockIdx.x / Hq, h = blockIdx.x % Hq, kvh = h / rep;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const float* qs = q + s * Hq * D + h * D;
+  float qr[kPer], acc[kPer];
+#pragma unroll
+  for (int m = 0; m < kPer; ++m) {
+    const std::int64_t d = lane + kWarp * m;
+    qr[m] = d < D ? qs[d] : 0.0f;
+    acc[m] = 0.0f;
+  }
+  float mx = -INFINITY, l = 0.0f;
+  auto visit = [&](std::int64_t key) {
+    const float* kp = k + key * kv_stride + kvh * D;
+    const float* vp = v + key * kv_stride + kvh * D;
+    float dot = 0;
+#pragma unroll
+    for (int m = 0; m < kPer; ++m) {
+      const std::int64_t d = lane + kWarp * m;
+      if (d < D) dot += qr[m] * kp[d];
+    }
+    const float sc = warp_sum(dot) * scale;
+    const float m_new = fmaxf(mx, sc);
+    const float corr = expf(mx - m_new), p = expf(sc - m_new);
+    l = l * corr + p;
+#pragma unroll
+    for (int m = 0; m < kPer; ++m) {
+      const std::int64_t d = lane + kWarp * m;
+      acc[m] = acc[m] * corr + (d < D ? p * vp[d] : 0.0f);
+    }
+    mx = m_new;
+  };
+  // Picked keys by flat index (entry, offset in block), so small blocks still use every warp.
+  for (std::int64_t f = warp; f < top * block; f += kAttnWarps) {
+    const std::int64_t b = picked[s * top + f / block];
+    if (b >= 0) visit(b * block + f % block);
+  }
+  const std::int64_t pos = first + s;
+  for (std::int64_t key = (pos + 1) / block * block + warp; key <= pos; key += kAttnWarps)
+    visit(key);
+
+  float* sacc = sm;
+  float* sm_m = sm + kAttnWarps * D;
+  float* sm_l = sm_m + kAttnWarps;
+#pragma unroll
+  for (int m = 0; m < kPer; ++m) {
+    const std::int64_t d = lane + kWarp * m;
+    if (d < D) sacc[warp * D + d] = acc[m];
+  }
+  if (lane == 0) {
+    sm_m[warp] = mx;
+    sm_l[warp] = l;
+  }
+  __syncthreads();
+  float M = -INFINITY;
+  for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, sm_m[w]);
+  float L = 0;
+  for (int w = 0; w < kAttnWarps; ++w)
+    if (sm_m[w] != -INFINITY) L += sm_l[w] * expf(sm_m[w] - M);
+  float* os = out + s * Hq * D + h * D;
+  for (std::int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    float o = 0;
+    for (int w = 0; w < kAttnWarps; ++w)
+      if (sm_m[w] != -INFINITY) o += sacc[w * D + d] * expf(sm_m[w] - M);
+    os[d] = L > 0 ? o / L : 0.0f;
+  }
+}
+
+// Split-K block-sparse attention for few queries (flash-decoding): the keys a query visits (its
+// picked blocks' keys in order, then its unfinished tail) are a flat list split into `splits`
+// chunks; block (query s, kv head g, chunk j) loads the chunk's K and V rows of head g into
+// shared memory a tile of kTileKeys at a time, once for all `rep` query heads that read them (a
+// warp each, lane holding dims d = lane + 32m), and keeps an online softmax per head. With one
+// split it writes the output; otherwise its partial (max, sum, unnormalised output) for the merge.
+constexpr int kTileKeys = 16;
+constexpr int kSplitMaxThreads = 1024;  // rep <= 32 query heads per kv head
+constexpr std::int64_t kMaxSplits = 128;
+constexpr std::int64_t kMinKeysPerSplit = 32;
+// Blocks to aim for when splitting: two per SM of an H200 (132 SMs); a constant, so the op
+// queries nothing from the device.
+constexpr std::int64_t kTargetBlocks = 264;
+
+template <int kPer>  // ceil(D / 32)
+__global__ void __launch_bounds__(kSplitMaxThreads)
+    attention_split_kernel(const float* q, const float* k, const float* v,
+                           const std::int32_t* picked, std::int64_t top, std::int64_t Hq,
+                           std::int64_t rep, std::int64_t D, std::int64_t kv_stride,
+                           std::int64_t block, std::int64_t first, float scale, std::int64_t splits,
+                           std::int64_t chunk, float* part_acc, float* part_ml, float* out) {
+  extern __shared__ float4 kv_tile4[];  // K [kTileKeys][D], then V [kTileKeys][D]
+  float* k_tile = reinterpret_cast<float*>(kv_tile4);
+  float* v_tile = k_tile + kTileKeys * D;
+  __shared__ std::int64_t slot_key[kTileKeys];
+  const std::int64_t s = blockIdx.x / splits, j = blockIdx.x % splits, g = blockIdx.y;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp, warp = tid / kWarp;
+  const std::int64_t h = g * rep + warp;
+  const float* qs = q + s * Hq * D + h * D;
+  float qr[kPer], acc[kPer];
+#pragma unroll
+  for (int m = 0; m < kPer; ++m) {
+    const std::int64_t d = lane + kWarp * m;
+    qr[m] = d < D ? qs[d] : 0.0f;
+    acc[m] = 0.0f;
+  }
+  float mx = -INFINITY, l = 0.0f;
+  const std::int64_t pos = first + s, tail0 = (pos + 1) / block * block;
+  const std::int64_t n_pick = top * block, n_all = n_pick + (pos + 1 - tail0);
+  const std::int64_t f_begin = j * chunk;
+  const std::int64_t f_end = f_begin + chunk < n_all ? f_begin + chunk : n_all;
+  const std::int64_t d4 = D / 4;
+  for (std::int64_t t0 = f_begin; t0 < f_end; t0 += kTileKeys) {
+    if (tid < kTileKeys) {
+      const std::int64_t f = t0 + tid;
+      std::int64_t key = -1;
+      if (f < f_end) {
+        if (f < n_pick) {
+          const std::int64_t b = picked[s * top + f / block];
+          if (b >= 0) key = b * block + f % block;
+        } else {
+          key = tail0 + (f - n_pick);
+        }
+      }
+      slot_key[tid] = key;
+    }
+    __syncthreads();
+    for (std::int64_t i = tid; i < kTileKeys * d4; i += blockDim.x) {
+      const std::int64_t slot = i / d4, c = (i % d4) * 4;
+      const std::int64_t key = slot_key[slot];
+      if (key < 0) continue;
+      const std::int64_t at = key * kv_stride + g * D + c;
+      *reinterpret_cast<float4*>(k_tile + slot * D + c) = *reinterpret_cast<const float4*>(k + at);
+      *reinterpret_cast<float4*>(v_tile + slot * D + c) = *reinterpret_cast<const float4*>(v + at);
+    }
+    __syncthreads();
+    const std::int64_t in_tile = f_end - t0 < kTileKeys ? f_end - t0 : kTileKeys;
+    for (std::int64_t slot = 0; slot < in_tile; ++slot) {
+      if (slot_key[slot] < 0) continue;
+      const float* kp = k_tile + slot * D;
+      const float* vp = v_tile + slot * D;
+      float dot = 0;
+#pragma unroll
+      for (int m = 0; m < kPer; ++m) {
+        const std::int64_t d = lane + kWarp * m;
+        if (d < D) dot += qr[m] * kp[d];
+      }
+      const float sc = warp_sum(dot) * scale;
+      const float m_new = fmaxf(mx, sc);
+      const float corr = expf(mx - m_new), p = expf(sc - m_new);
+      l = l * corr + p;
+#pragma unroll
+      for (int m = 0; m < kPer; ++m) {
+        const std::int64_t d = lane + kWarp * m;
+        acc[m] = acc[m] * corr + (d < D ? p * vp[d] : 0.0f);
+      }
+      mx = m_new;
+    }
+    __syncthreads();  // the next tile overwrites slot_key and the rows
+  }
+  if (splits == 1) {
+    float* os = out + s * Hq * D + h * D;
+#pragma unroll
+    for (int m = 0; m < kPer; ++m) {
+      const std::int64_t d = lane + kWarp * m;
+      if (d < D) os[d] = l > 0 ? acc[m] / l : 0.0f;
+    }
+    return;
+  }
+  const std::int64_t at = (s * Hq + h) * splits + j;
+#pragma unroll
+  for (int m = 0; m < kPer; ++m) {
+    const std::int64_t d = lane + kWarp * m;
+    if (d < D) part_acc[at * D + d] = acc[m];
+  }
+  if (lane == 0) {
+    part_ml[at * 2] = mx;
+    part_ml[at * 2 + 1] = l;
+  }
+}
+
+// out[s, h] = sum_j acc_j * exp(m_j - M) / sum_j l_j * exp(m_j - M), the splits in order (a
+// deterministic merge); a block per (query, head). Splits that saw no key (m_j = -inf) weigh 0.
+__global__ void attention_merge_kernel(const float* part_acc, const float* part_ml,
+                                       std::int64_t splits, std::int64_t D, float* out) {
+  __shared__ float weight[kMaxSplits];
+  const std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * splits;
+  float M = -INFINITY;
+  for (std::int64_t j = 0; j < splits; ++j) M = fmaxf(M, part_ml[(base + j) * 2]);
+  for (std::int64_t j = threadIdx.x; j < splits; j += blockDim.x) {
+    const float mj = part_ml[(base + j) * 2];
+    weight[j] = mj == -INFINITY ? 0.0f : expf(mj - M);
+  }
+  __syncthreads();
+  float L = 0;
+  for (std::int64_t j = 0; j < splits; ++j) L += part_ml[(base + j) * 2 + 1] * weight[j];
+  float* os = out + static_cast<std::int64_t>(blockIdx.x) * D;
+  for (std::int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    float o = 0;
+    for (std::int64_t j = 0; j < splits; ++j) o += part_acc[(base + j) * D + d] * weight[j];
+    os[d] = L > 0 ? o / L : 0.0f;
+  }
+}
+
+}  // namespace
+
+void CudaBackend::block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                         std::int64_t heads, std::int64_t kv_heads,
+                                         const Tensor& picked, std::int64_t block,
+                                         std::int64_t first, float scale, Tensor& out) {
+  constexpr const char* kOp = "block_sparse_attention";
+  if (failed() || !on_device(kOp, {&q, &k, &v, &picked})) return;
+  const auto S = q.rows();
+  if (!check(
+          heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && q.cols() % heads == 0 && block > 0,
+          kOp, "heads must be a multiple of kv_heads and divide q's row; block positive"))
+    return;
+  const auto D = q.cols() / heads;
+  const auto top = picked.shape().empty() ? 0 : picked.cols();
+  if (!check(k.cols() == kv_heads * D && v.cols() == kv_heads * D && D <= 256, kOp,
+             "k, v must be [T, kv_heads * D] with D <= 256"))
+    return;
+  if (!check(top == 0 || (picked.rows() == S && picked.dtype() == DType::kI32), kOp,
+             "picked must be int32 [S, top]"))
+    return;
+  if (!check(k.rows() > first + S - 1 || S == 0, kOp, "the cache is shorter than the queries"))
+    return;
+  if (!check(&out != &q, kOp, "out may not be q")) return;
+  if (!ensure(out, q.shape())) return;
+  if (S == 0 || D == 0) return;
+  const auto rep = heads / kv_heads;
+  const auto* p = top == 0 ? nullptr : picked.data_as<std::int32_t>();
+  const auto per = (D + kWarp - 1) / kWarp;
+  const bool aligned = reinterpret_cast<std::uintptr_t>(k.data()) % 16 == 0 &&
+                       reinterpret_cast<std::uintptr_t>(v.data()) % 16 == 0;
+  if (!old_kernel_requested("FLASHSERVE_CUDA_OLD_ATTENTION") && rep <= kSplitMaxThreads / kWarp &&
+      D % 4 == 0 && aligned && k.dtype() == DType::kF32 && v.dtype() == DType::kF32) {
+    // Every query visits at most top*block picked keys plus block-1 tail keys.
+    const std::int64_t most = top * block + block - 1;
+    const std::int64_t groups = S * kv_heads;
+    std::int64_t splits = 1;
+    if (groups * 2 < kTargetBlocks) {
+      splits = std::min({(most + kMinKeysPerSplit - 1) / kMinKeysPerSplit,
+                         (kTargetBlocks + groups - 1) / groups, kMaxSplits});
+      splits = std::max<std::int64_t>(splits, 1);
+    }
+    const std::int64_t chunk = std::max<std::int64_t>((most + splits - 1) / splits, 1);
+    splits = std::max<std::int64_t>((most + chunk - 1) / chunk, 1);  // no chunk wholly past the end
+    if (!check(splits <= kMaxSplits && S * splits < (std::int64_t{1} << 31) && kv_heads <= 65535,
+               kOp, "split grid out of range"))
+      return;
+    Tensor part_acc, part_ml;  // pooled scratch, released after the launch (stream order)
+    float* acc = nullptr;
+    float* ml = nullptr;
+    if (splits > 1) {
+      if (!ensure(part_acc, {S * heads * splits, D}) || !ensure(part_ml, {S * heads * splits, 2}))
+        return;
+      acc = part_acc.data();
+      ml = part_ml.data();
+    }
+    const dim3 grid(static_cast<unsigned>(S * splits), static_cast<unsigned>(kv_heads));
+    const auto threads = static_cast<unsigned>(rep * kWarp);
+    const auto smem = static_cast<std::size_t>(2 * kTileKeys * D) * sizeof(float);
+#define FS_SPLIT_CASE(n)                                                                      \
+  attention_split_kernel<n><<<grid, threads, smem, stream()>>>(                               \
+      q.data(), k.data(), v.data(), p, top, heads, rep, D, kv_heads * D, block, first, scale, \
+      splits, chunk, acc, ml, out.data())
+    if (per <= 1) {
+      FS_SPLIT_CASE(1);
+    } else if (per <= 2) {
+      FS_SPLIT_CASE(2);
+    } else if (per <= 4) {
+      FS_SPLIT_CASE(4);
+    } else {
+      FS_SPLIT_CASE(8);
+    }
+#undef FS_SPLIT_CASE
+    if (!launched(kOp) || splits == 1) return;
+    attention_merge_kernel<<<static_cast<unsigned>(S * heads), 256, 0, stream()>>>(acc, ml, splits,
+                                                                                   D, out.data());
+    launched(kOp);
+    return;
+  }
+  const auto blocks = static_cast<unsigned>(S * heads);
+  const auto smem = static_cast<std::size_t>(kAttnWarps * (D + 2)) * sizeof(float);
+#define FS_ATTN_CASE(n)                                                                      \
+  attention_kernel<n><<<blocks, kAttnThreads, smem, stream()>>>(                             \
+      q.data(), k.data(), v.data(), p, top, heads, heads / kv_heads, D, kv_heads * D, block, \
+      first, scale, out.data())
+  if (per <= 1) {
+    FS_ATTN_CASE(1);
+  } else if (per <= 2) {
+    FS_ATTN_CASE(2);
+  } else if (per <= 4) {
+    FS_ATTN_CASE(4);
+  } else {
+    FS_ATTN_CASE(8);
+  }
+#undef FS_ATTN_CASE
+  launched(kOp);
+}
+
+}  // namespace fs::cuda

@@ -1,0 +1,25 @@
+// Environment switches back to the kernels an op used before issue 14's context kernels (top-k /
+// select_blocks, index_scores, block_sparse_attention): a way out when a new kernel misbehaves on
+// a device, and what the kernel benchmark times as "old".
+//   FLASHSERVE_CUDA_OLD_TOPK=1, FLASHSERVE_CUDA_OLD_INDEX=1, FLASHSERVE_CUDA_OLD_ATTENTION=1,
+//   FLASHSERVE_CUDA_OLD_CONTEXT=1 (all three).
+// Read at every call (host side only, a getenv), so one process can time both; a graph captures
+// whichever was chosen when it was recorded.
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+namespace fs::cuda {
+
+inline bool env_flag(const char* var) {
+  const char* v = std::getenv(var);
+  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+}
+
+// `var` is one of the per-kernel names above.
+inline bool old_kernel_requested(const char* var) {
+  return env_flag(var) || env_flag("FLASHSERVE_CUDA_OLD_CONTEXT");
+}
+
+}  // namespace fs::cuda
