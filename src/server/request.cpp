@@ -266,6 +266,14 @@ std::optional<ApiError> settle_tool_choice(GenerationRequest& r, const char* par
     return ApiError::invalid(p, "'" + p + "' names the tool '" + r.tool_choice.name.substr(0, 128) +
                                     "', which is not in 'tools'");
   if (r.tool_choice.mode == ToolChoice::Mode::kNone) r.chat.tools = json::array();
+  // A required call with one tool to choose from is a call of that tool: forcing its name too
+  // keeps a model from calling a tool the request does not have.
+  if (r.tool_choice.mode == ToolChoice::Mode::kRequired && r.chat.tools.size() == 1 &&
+      r.chat.tools[0].contains("function") && r.chat.tools[0]["function"].contains("name") &&
+      r.chat.tools[0]["function"]["name"].is_string()) {
+    r.tool_choice.mode = ToolChoice::Mode::kFunction;
+    r.tool_choice.name = r.chat.tools[0]["function"]["name"].get<std::string>();
+  }
   return std::nullopt;
 }
 

@@ -411,15 +411,22 @@ async function collectChat(stream) {
 await test('openai: forced tool_choice (function and required); streamed tool_calls deltas give the body', async () => {
   for (const tool_choice of [{ type: 'function', function: { name: 'get_weather' } }, 'required']) {
     const body = {
-      model: 'x', max_tokens: 40, temperature: 0, tools: [openaiWeatherTool], tool_choice, parallel_tool_calls: false,
+      model: 'x', max_tokens: 80, temperature: 0, tools: [openaiWeatherTool], tool_choice, parallel_tool_calls: false,
       messages: [{ role: 'developer', content: 'Use tools.' }, ...userMsg(`Weather in Paris? ${nonce()}`)],
     };
     const r = await openai.chat.completions.create(body);
     const m = r.choices[0].message;
     if (m.tool_calls?.length) {
       assert.ok(['tool_calls', 'length'].includes(r.choices[0].finish_reason));
-      if (typeof tool_choice === 'object') assert.equal(m.tool_calls[0].function.name, 'get_weather');
-      assert.equal(typeof JSON.parse(m.tool_calls[0].function.arguments), 'object');
+      // Forced by name, and 'required' with one tool is that tool.
+      assert.equal(m.tool_calls[0].function.name, 'get_weather');
+      // The arguments are the model's text (as OpenAI's: not guaranteed to be valid JSON, and cut
+      // short by max_tokens on finish "length"); when they parse, they are an object.
+      const args = m.tool_calls[0].function.arguments;
+      assert.equal(typeof args, 'string');
+      let parsed;
+      try { parsed = JSON.parse(args); } catch { parsed = undefined; }
+      if (parsed !== undefined) assert.equal(typeof parsed, 'object');
     } else {
       assert.ok(m.content.startsWith('<tool_call>\n{"name": "'), JSON.stringify(m));
     }

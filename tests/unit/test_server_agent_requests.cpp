@@ -185,7 +185,10 @@ TEST(ServerAgentAnthropic, ToolChoice) {
         kLimits);
   };
   EXPECT_EQ(ok(choice(R"({"type": "auto"})")).tool_choice.mode, ToolChoice::Mode::kAuto);
-  EXPECT_EQ(ok(choice(R"({"type": "any"})")).tool_choice.mode, ToolChoice::Mode::kRequired);
+  // "any" with the one tool of the request is a call of that tool.
+  const auto any = ok(choice(R"({"type": "any"})"));
+  EXPECT_EQ(any.tool_choice.mode, ToolChoice::Mode::kFunction);
+  EXPECT_EQ(any.tool_choice.name, "get_weather");
   const auto tool =
       ok(choice(R"({"type": "tool", "name": "get_weather", "disable_parallel_tool_use": true})"));
   EXPECT_EQ(tool.tool_choice.mode, ToolChoice::Mode::kFunction);
@@ -303,7 +306,19 @@ TEST(ServerAgentOpenAi, FunctionCallingRequests) {
         R"({"messages": [{"role": "user", "content": "x"}], )" + tools + ", " + extra + "}",
         kLimits);
   };
-  EXPECT_EQ(ok(with(R"("tool_choice": "required")")).tool_choice.mode, ToolChoice::Mode::kRequired);
+  // "required" with one tool is a call of that tool (its name forced too); with two, the model
+  // picks the tool.
+  const auto required = ok(with(R"("tool_choice": "required")"));
+  EXPECT_EQ(required.tool_choice.mode, ToolChoice::Mode::kFunction);
+  EXPECT_EQ(required.tool_choice.name, "get_weather");
+  const std::string second = R"({"type": "function", "function": {"name": "get_time",
+      "parameters": {"type": "object", "properties": {}}}})";
+  const auto two = ok(parse_openai_chat(
+      R"({"messages": [{"role": "user", "content": "x"}], )" +
+          tools.substr(0, tools.size() - 1) + ", " + second + R"(], "tool_choice": "required"})",
+      kLimits));
+  EXPECT_EQ(two.chat.tools.size(), 2u);
+  EXPECT_EQ(two.tool_choice.mode, ToolChoice::Mode::kRequired);
   const auto named =
       ok(with(R"("tool_choice": {"type": "function", "function": {"name": "get_weather"}})"));
   EXPECT_EQ(named.tool_choice.mode, ToolChoice::Mode::kFunction);
@@ -403,12 +418,20 @@ TEST(ServerAgentToolChoice, ForcingWritesTheCallPrefixIntoThePrompt) {
                                                  R"([{"role": "user", "content": "x"}])"),
                                   kLimits));
   EXPECT_TRUE(plan_output(ChatFamily::kQwen, a, "").prompt_suffix.empty());
-  // any: the opening without a name.
+  // any with one tool: that tool's call is opened, name and all.
   const auto any =
       ok(parse_anthropic_messages(anthropic_body(R"(, "tool_choice": {"type": "any"})",
                                                  R"([{"role": "user", "content": "x"}])"),
                                   kLimits));
-  EXPECT_EQ(plan_output(ChatFamily::kQwen, any, "").prompt_suffix, "<tool_call>\n{\"name\": \"");
+  EXPECT_EQ(plan_output(ChatFamily::kQwen, any, "").prompt_suffix,
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ");
+  // any with several: the opening without a name.
+  const auto any2 = ok(parse_anthropic_messages(
+      std::string(R"({"model": "m", "max_tokens": 64, "tools": [)") + kAnthropicWeatherTool +
+          R"(, {"name": "get_time", "input_schema": {"type": "object", "properties": {}}}],
+          "tool_choice": {"type": "any"}, "messages": [{"role": "user", "content": "x"}]})",
+      kLimits));
+  EXPECT_EQ(plan_output(ChatFamily::kQwen, any2, "").prompt_suffix, "<tool_call>\n{\"name\": \"");
   // A template that opens the think block itself starts the output in reasoning.
   EXPECT_TRUE(plan_output(ChatFamily::kQwen, a, "...<|im_start|>assistant\n<think>\n")
                   .output.parser.starts_in_reasoning);

@@ -4,7 +4,7 @@
 # ../shared/fixtures (.device/fixtures) and the build's Debian packages unpacked and packed again
 # without docs and static libraries (.device/deps.tar.xz; tools/device/pack_deps.sh makes it).
 #
-#   tools/device/gpu_check.sh [build|gpu|all|CTEST-ARGS...]
+#   [TARGETS="t1 t2"] tools/device/gpu_check.sh [build|gpu|all|CTEST-ARGS...]
 # Logs go to $OUT (or /tmp/flashserve-out).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -43,7 +43,8 @@ configure_and_build() {
     -DFLASHSERVE_FIXTURES="$PWD/.device/fixtures" >"$out/configure.log" 2>&1 ||
     { tail -30 "$out/configure.log"; return 1; }
   grep -E "flashserve:" "$out/configure.log"
-  cmake --build build-gpu --parallel "$(nproc)" >"$out/build.log" 2>&1 ||
+  # TARGETS (space-separated) builds only those, e.g. the GPU tests and flashserve.
+  cmake --build build-gpu --parallel "$(nproc)" ${TARGETS:+--target $TARGETS} >"$out/build.log" 2>&1 ||
     { grep -E "error|FAILED" "$out/build.log" | head -40; return 1; }
   echo "build: $(grep -c 'warning:' "$out/build.log") warnings"
 }
