@@ -22,6 +22,18 @@ void Backend::unimplemented(const char* op) {
   fail(unsupported("the " + name() + " backend does not implement the op '" + op + "'"));
 }
 
+void Backend::set_step_graphs(bool on) {
+  if (on) fail(unsupported("the " + name() + " backend records no step graphs"));
+}
+
+void Backend::begin_step_graph(std::int64_t) {
+  fail(unsupported("the " + name() + " backend records no step graphs"));
+}
+
+void Backend::launch_step_graph() {
+  fail(unsupported("the " + name() + " backend records no step graphs"));
+}
+
 // Every op defaults to a named failure, so a backend that lacks one says which (DESIGN "On the
 // GPU", rule 7) instead of computing something else.
 void Backend::linear(const Tensor&, const Weight&, Tensor&) {

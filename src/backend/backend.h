@@ -190,6 +190,34 @@ class Backend {
   // logits stay where they were computed. NaN entries never win.
   virtual void argmax_rows(const Tensor& x, Tensor& ids);
 
+  // --- step graphs (DESIGN "On the GPU" rule 5) ------------------------------------------------
+  // A device backend may record the ops of one decode step and launch them as one graph: the
+  // same kernels with the same arguments, so the result is bit-identical to running them eagerly.
+  // Between begin_step_graph() and launch_step_graph() nothing may synchronise or read device
+  // memory on the host; an op that would is recorded as a failure naming it.
+  // Whether this backend records decode steps (the CUDA backend unless FLASHSERVE_CUDA_GRAPHS=0;
+  // never the CPU).
+  virtual bool step_graphs() const { return false; }
+  // Turns recording on or off for later steps (tests compare both on one backend); a backend
+  // without graphs records a failure when asked to turn them on.
+  virtual void set_step_graphs(bool on);
+  // Starts recording instead of running; a failure is recorded (status()). Steps of one `shape`
+  // (the caller's name for what fixes the op sequence and the kernels: the token count) share
+  // executable graphs; steps of different shapes never update each other's.
+  virtual void begin_step_graph(std::int64_t shape);
+  // Ends the recording and launches it. It always ends a recording begun, also after a failed op
+  // (then nothing recorded runs and the failure stands).
+  virtual void launch_step_graph();
+  // Ends a recording begun without running any of it (a wrapper whose own ops failed); nothing
+  // when none is open.
+  virtual void discard_step_graph() {}
+  struct StepGraphStats {
+    std::int64_t launches = 0;        // steps run as a graph
+    std::int64_t updates = 0;         // of those, launched by updating a kept executable graph
+    std::int64_t instantiations = 0;  // of those, launched from a newly built executable graph
+  };
+  virtual StepGraphStats step_graph_stats() const { return {}; }
+
  protected:
   // Records the first failure; ops check `failed()` and return early after one.
   void fail(Status s) {

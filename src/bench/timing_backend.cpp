@@ -139,4 +139,30 @@ void TimingBackend::moe_experts(const Tensor& x, const Weight& gate_up, const We
       [&](Backend& be) { be.moe_experts(x, gate_up, down, experts, weights, y); });
 }
 
+void TimingBackend::argmax_rows(const Tensor& x, Tensor& ids) {
+  run(OpGroup::kLmHead, [&](Backend& be) { be.argmax_rows(x, ids); });
+}
+
+void TimingBackend::set_step_graphs(bool on) {
+  inner_->set_step_graphs(on);
+  take_inner_status();
+}
+
+void TimingBackend::begin_step_graph(std::int64_t shape) {
+  if (failed()) return;
+  inner_->begin_step_graph(shape);
+  take_inner_status();
+}
+
+void TimingBackend::launch_step_graph() {
+  // The inner backend's failures were moved here by each op; after one, the recording holds a
+  // partial step, which must not run.
+  if (failed()) {
+    inner_->discard_step_graph();
+    return;
+  }
+  inner_->launch_step_graph();
+  take_inner_status();
+}
+
 }  // namespace fs::bench

@@ -88,8 +88,25 @@ class TimingBackend final : public Backend {
                      Tensor& picked) override;
   void moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
                    const Tensor& experts, const Tensor& weights, Tensor& y) override;
+  // The greedy pick on the device (counted with the lm_head it reads).
+  void argmax_rows(const Tensor& x, Tensor& ids) override;
+
+  // Step graphs: the inner backend's, except while ops are timed (each op's clock events would
+  // be recorded into the graph instead of timing it).
+  bool step_graphs() const override { return !enabled_ && inner_->step_graphs(); }
+  void set_step_graphs(bool on) override;
+  void begin_step_graph(std::int64_t shape) override;
+  void launch_step_graph() override;
+  void discard_step_graph() override { inner_->discard_step_graph(); }
+  StepGraphStats step_graph_stats() const override { return inner_->step_graph_stats(); }
 
  private:
+  void take_inner_status() {
+    if (!inner_->status().ok()) {
+      fail(inner_->status());
+      inner_->clear_status();
+    }
+  }
   template <typename F>
   void run(OpGroup g, F&& fn) {
     if (failed()) return;

@@ -1,5 +1,6 @@
 // The CUDA backend's construction, weight upload, embeddings and shared helpers.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -70,33 +71,87 @@ HostStaging::~HostStaging() {
     }
     if (s.data != nullptr) cudaFreeHost(s.data);
   }
+  for (void* p : retired_) cudaFreeHost(p);
+}
+
+bool HostStaging::reserve(Slot& s, std::size_t bytes) {
+  if (s.capacity >= bytes) return true;
+  const auto want = std::max<std::size_t>({bytes, kMinBytes, s.capacity * 2});
+  if (s.data != nullptr) {
+    // cudaFreeHost may synchronise the device, which the recording forbids: free it later.
+    if (capturing_) {
+      retired_.push_back(s.data);
+    } else {
+      cudaFreeHost(s.data);
+    }
+  }
+  s.data = nullptr;
+  s.capacity = 0;
+  if (cudaHostAlloc(&s.data, want, cudaHostAllocDefault) != cudaSuccess) {
+    cudaGetLastError();
+    s.data = nullptr;
+    return false;
+  }
+  s.capacity = want;
+  return true;
 }
 
 void* HostStaging::acquire(std::size_t bytes) {
   Slot& s = slots_[next_];
-  if (s.done == nullptr) {
+  if (capturing_) {
+    // begin_capture waited for every slot; each is used at most once per recorded step.
+    if (captured_ == kSlots) return nullptr;
+  } else if (s.done == nullptr) {
     if (cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming) != cudaSuccess) return nullptr;
   } else if (cudaEventSynchronize(s.done) != cudaSuccess) {
     return nullptr;
   }
-  if (s.capacity < bytes) {
-    const auto want = std::max<std::size_t>({bytes, std::size_t{64} << 10, s.capacity * 2});
-    if (s.data != nullptr) cudaFreeHost(s.data);
-    s.data = nullptr;
-    s.capacity = 0;
-    if (cudaHostAlloc(&s.data, want, cudaHostAllocDefault) != cudaSuccess) {
-      s.data = nullptr;
-      return nullptr;
-    }
-    s.capacity = want;
-  }
+  if (!reserve(s, bytes)) return nullptr;
   return s.data;
 }
 
 cudaError_t HostStaging::submitted(cudaStream_t stream) {
+  if (capturing_) {
+    // The event is recorded behind the launched graph, in end_capture.
+    ++captured_;
+    next_ = (next_ + 1) % kSlots;
+    return cudaSuccess;
+  }
   const auto e = cudaEventRecord(slots_[next_].done, stream);
-  next_ = (next_ + 1) % slots_.size();
+  next_ = (next_ + 1) % kSlots;
   return e;
+}
+
+cudaError_t HostStaging::begin_capture() {
+  for (auto& s : slots_) {
+    if (s.done == nullptr) {
+      if (const auto e = cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming);
+          e != cudaSuccess)
+        return e;
+    } else if (const auto e = cudaEventSynchronize(s.done); e != cudaSuccess) {
+      return e;
+    }
+    if (!reserve(s, kMinBytes)) return cudaErrorMemoryAllocation;
+  }
+  capturing_ = true;
+  captured_ = 0;
+  return cudaSuccess;
+}
+
+cudaError_t HostStaging::end_capture(cudaStream_t stream) {
+  cudaError_t first = cudaSuccess;
+  // The slots this step took are the `captured_` ones before next_.
+  for (std::size_t i = 0; i < captured_; ++i) {
+    auto& s = slots_[(next_ + kSlots - 1 - i) % kSlots];
+    if (const auto e = cudaEventRecord(s.done, stream); e != cudaSuccess && first == cudaSuccess)
+      first = e;
+  }
+  capturing_ = false;
+  captured_ = 0;
+  // A replaced buffer's last copy finished before begin_capture returned; the graph reads the new.
+  for (void* p : retired_) cudaFreeHost(p);
+  retired_.clear();
+  return first;
 }
 
 // --- construction --------------------------------------------------------------------------------
@@ -123,6 +178,8 @@ Expected<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   if (const auto e = cudaMalloc(&ws, kCublasWorkspace); e != cudaSuccess)
     return internal_error(cuda_message("cuBLAS workspace", e));
   b->cublas_workspace_.reset(ws);
+  if (const char* env = std::getenv("FLASHSERVE_CUDA_GRAPHS"); env != nullptr)
+    b->graphs_on_ = std::string(env) != "0";
   for (const auto s : {cublasSetStream(b->cublas_, b->stream()),
                        // fp32 products stay fp32: no TF32, no reduced-precision reductions.
                        cublasSetMathMode(b->cublas_, CUBLAS_PEDANTIC_MATH),
@@ -139,9 +196,74 @@ CudaBackend::~CudaBackend() {
 }
 
 void CudaBackend::synchronize() {
+  if (capturing_) {
+    fail(internal_error("cuda: synchronize inside a step graph"));
+    return;
+  }
   if (const auto e = cudaStreamSynchronize(stream()); e != cudaSuccess)
     fail(internal_error(cuda_message("synchronize", e)));
   if (auto m = cuda_memory_->error(); !m.empty()) fail(internal_error(m));
+}
+
+// --- step graphs ---------------------------------------------------------------------------------
+
+void CudaBackend::begin_step_graph(std::int64_t shape) {
+  if (failed()) return;
+  if (!check(graphs_on_, "step graph", "graphs are turned off")) return;
+  if (!check(!capturing_, "step graph", "a recording is already open")) return;
+  // Outside the recording: wait until no queued copy reads a staging slot.
+  if (const auto e = staging_.begin_capture(); e != cudaSuccess) {
+    staging_.end_capture(stream());
+    fail(internal_error(cuda_message("step graph: staging", e)));
+    return;
+  }
+  // Relaxed: the pool may still cudaMalloc a new block inside the recording (a first step, a
+  // regrown cache); that allocation is not part of the graph, the block outlives it in the pool.
+  if (const auto e = cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed);
+      e != cudaSuccess) {
+    cudaGetLastError();
+    staging_.end_capture(stream());
+    fail(internal_error(cuda_message("step graph: begin capture", e)));
+    return;
+  }
+  cuda_memory_->set_capturing(true);
+  capturing_ = true;
+  capture_shape_ = shape;
+}
+
+void CudaBackend::launch_step_graph() {
+  if (!capturing_) {
+    // begin_step_graph failed (recorded) or was never called.
+    if (!failed()) fail(internal_error("cuda: step graph: launch without a recording"));
+    return;
+  }
+  end_step_graph(true);
+}
+
+void CudaBackend::discard_step_graph() {
+  if (capturing_) end_step_graph(false);
+}
+
+void CudaBackend::end_step_graph(bool run) {
+  capturing_ = false;
+  cuda_memory_->set_capturing(false);
+  cudaGraph_t graph = nullptr;
+  const auto e = cudaStreamEndCapture(stream(), &graph);
+  Status s;
+  if (e != cudaSuccess || graph == nullptr) {
+    cudaGetLastError();
+    // Invalidated: something inside the step synchronised or used another stream.
+    s = internal_error(cuda_message("step graph: end capture", e));
+  } else if (auto m = cuda_memory_->error(); !m.empty()) {
+    s = internal_error(m);
+  } else if (run && !failed()) {
+    s = graphs_.launch(graph, capture_shape_, stream());
+  }
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  // Behind the launch (or nothing, when it failed): the staging slots this step used.
+  if (const auto e2 = staging_.end_capture(stream()); e2 != cudaSuccess && s.ok())
+    s = internal_error(cuda_message("step graph: staging", e2));
+  if (!s.ok()) fail(std::move(s));
 }
 
 bool CudaBackend::launched(const char* op) {
@@ -299,6 +421,10 @@ void CudaBackend::embedding(std::span<const Weight> shards, std::span<const std:
   }
   const auto total = desc_bytes + host_bytes;
   if (!ensure(embed_in_, {static_cast<std::int64_t>(total)}, DType::kU8)) return;
+  if (staging_.capture_full()) {
+    fail(internal_error("cuda: embedding: more embeddings in one step graph than staging slots"));
+    return;
+  }
   auto* staging = static_cast<std::uint8_t*>(staging_.acquire(total));
   if (staging == nullptr) {
     fail(internal_error("cuda: embedding: cannot allocate pinned staging memory"));

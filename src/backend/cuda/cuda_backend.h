@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/cuda_memory.h"
 
 namespace fs::cuda {
@@ -72,6 +73,13 @@ using DeviceBuffer = std::unique_ptr<void, DeviceFree>;
 
 // Pinned host buffers for host-to-device copies queued on the stream without a wait: a ring of
 // slots, each reused once the event recorded after its last copy has fired.
+//
+// While a step graph records, the host may not wait on an event, and an event recorded into the
+// recording is no event the host can wait on. So `begin_capture` (before the recording starts)
+// waits until no queued copy reads any slot; inside the recording each acquire takes the next
+// slot without waiting (at most one use per slot per step: the recorded copies read the slots
+// when the graph runs); `end_capture` (after the launch) records the slots' events behind the
+// launched graph. A slot that must grow inside the recording keeps its old buffer until then.
 class HostStaging {
  public:
   HostStaging() = default;
@@ -83,14 +91,27 @@ class HostStaging {
   // Records that the buffer from the last acquire() is read by work queued so far on `stream`.
   cudaError_t submitted(cudaStream_t stream);
 
+  // See above. begin_capture waits (host) for the slots and gives each a small buffer.
+  cudaError_t begin_capture();
+  cudaError_t end_capture(cudaStream_t stream);
+  // True while recording when every slot is taken by this step already.
+  bool capture_full() const { return capturing_ && captured_ == kSlots; }
+
  private:
+  static constexpr std::size_t kSlots = 4;
+  static constexpr std::size_t kMinBytes = std::size_t{64} << 10;
   struct Slot {
     void* data = nullptr;
     std::size_t capacity = 0;
     cudaEvent_t done = nullptr;
   };
-  std::array<Slot, 4> slots_{};
+  // Makes slot `s` hold at least `bytes` (contents dropped); false on failure.
+  bool reserve(Slot& s, std::size_t bytes);
+  std::array<Slot, kSlots> slots_{};
   std::size_t next_ = 0;
+  bool capturing_ = false;
+  std::size_t captured_ = 0;    // slots taken by the step being recorded
+  std::vector<void*> retired_;  // buffers replaced inside the recording, freed after it
 };
 
 class CudaBackend final : public Backend {
@@ -164,6 +185,13 @@ class CudaBackend final : public Backend {
                    const Tensor& experts, const Tensor& weights, Tensor& y) override;
   void argmax_rows(const Tensor& x, Tensor& ids) override;
 
+  bool step_graphs() const override { return graphs_on_; }
+  void set_step_graphs(bool on) override { graphs_on_ = on; }
+  void begin_step_graph(std::int64_t shape) override;
+  void launch_step_graph() override;
+  void discard_step_graph() override;
+  StepGraphStats step_graph_stats() const override { return graphs_.stats(); }
+
  private:
   explicit CudaBackend(std::shared_ptr<CudaMemory> memory) noexcept;
 
@@ -174,6 +202,8 @@ class CudaBackend final : public Backend {
   // Records a failure unless every tensor lives in device memory / `w` was uploaded.
   bool on_device(const char* op, std::initializer_list<const Tensor*> tensors);
   bool on_device(const char* op, const Weight& w);
+  // Ends the open recording; launches it when `run` and nothing failed.
+  void end_step_graph(bool run);
   // Records a failure naming the op unless `ok`.
   bool check(bool ok, const char* op, const char* what);
   // y[:, col0 : col0 + n] (leading dimension ldy) = x[S, in] · w[n, in]^T, all f32.
@@ -192,6 +222,12 @@ class CudaBackend final : public Backend {
   std::mutex weights_mutex_;
   std::vector<DeviceBuffer> weights_;  // uploaded weights, alive as long as the backend
   HostStaging staging_;
+  // Step graphs: on unless FLASHSERVE_CUDA_GRAPHS=0 at construction; `capturing_` between
+  // begin_step_graph and launch_step_graph.
+  bool graphs_on_ = true;
+  bool capturing_ = false;
+  std::int64_t capture_shape_ = 0;  // the shape begin_step_graph was given
+  StepGraphs graphs_;
   // Pooled scratch, kept between calls so warm ops allocate nothing.
   Tensor widened_;   // bf16 weight tiles widened to f32 for cuBLAS
   Tensor embed_in_;  // embedding row descriptors and host-gathered rows

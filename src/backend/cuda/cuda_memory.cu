@@ -50,7 +50,8 @@ void* CudaMemory::allocate(std::size_t bytes) {
   }
   void* p = nullptr;
   if (cudaMalloc(&p, size) != cudaSuccess) {
-    cudaGetLastError();  // clear the (non-sticky) allocation error
+    cudaGetLastError();              // clear the (non-sticky) allocation error
+    if (capturing_) return nullptr;  // trimming would cudaFree inside the recording
     trim_locked();
     if (cudaMalloc(&p, size) != cudaSuccess) {
       cudaGetLastError();
@@ -77,6 +78,7 @@ void CudaMemory::release(void* p, std::size_t) {
 
 void CudaMemory::trim() {
   std::lock_guard lock(mu_);
+  if (capturing_) return;
   trim_locked();
 }
 
@@ -99,14 +101,28 @@ void CudaMemory::note(cudaError_t e, const char* what) {
   if (error_.empty()) error_ = std::string("cuda: ") + what + ": " + cudaGetErrorString(e);
 }
 
+void CudaMemory::set_capturing(bool on) {
+  std::lock_guard lock(mu_);
+  capturing_ = on;
+}
+
+bool CudaMemory::may_synchronize(const char* what) {
+  std::lock_guard lock(mu_);
+  if (!capturing_) return true;
+  if (error_.empty())
+    error_ = std::string("cuda: ") + what +
+             " inside a step graph (the host would wait on work not yet launched)";
+  return false;
+}
+
 void CudaMemory::to_host(void* dst, const void* src, std::size_t bytes) {
-  if (bytes == 0) return;
+  if (bytes == 0 || !may_synchronize("copy to host")) return;
   note(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "copy to host");
   note(cudaStreamSynchronize(stream_), "copy to host");
 }
 
 void CudaMemory::from_host(void* dst, const void* src, std::size_t bytes) {
-  if (bytes == 0) return;
+  if (bytes == 0 || !may_synchronize("copy from host")) return;
   note(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "copy from host");
   note(cudaStreamSynchronize(stream_), "copy from host");
 }

@@ -7,6 +7,12 @@
 // the next is only touched after the earlier work in stream order, so no event is needed. Cached
 // blocks go back to the system when an allocation fails (then the allocation is retried once), on
 // `trim()`, and on destruction.
+//
+// While the backend records a step graph (`set_capturing(true)`), the memory keeps working in
+// stream order (a block freed and handed out again is reused by later recorded nodes, which run
+// in the same order), but it never returns blocks to the system (cudaFree is illegal while the
+// stream records) and refuses the synchronous copies to and from the host, recording an error
+// that names the step graph instead of invalidating the recording.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -47,6 +53,8 @@ class CudaMemory final : public Memory {
   void trim();
   // The first CUDA error a copy or fill met (they return nothing); empty when none.
   std::string error() const;
+  // Whether the stream is recording a step graph (see above).
+  void set_capturing(bool on);
 
   // The size a request of `bytes` is served with.
   static std::size_t size_class(std::size_t bytes);
@@ -54,6 +62,8 @@ class CudaMemory final : public Memory {
  private:
   CudaMemory(int device, cudaStream_t stream) : device_(device), stream_(stream) {}
   void note(cudaError_t e, const char* what);
+  // False (and an error recorded) when the stream is recording: `what` would synchronise.
+  bool may_synchronize(const char* what);
   void trim_locked();
 
   int device_;
@@ -63,6 +73,7 @@ class CudaMemory final : public Memory {
   std::unordered_map<void*, std::size_t> live_;     // block handed out -> its size class
   MemoryStats stats_;
   std::string error_;
+  bool capturing_ = false;
 };
 
 }  // namespace fs::cuda

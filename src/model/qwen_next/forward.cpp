@@ -209,11 +209,6 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
 
   out = ForwardOutput{};
   if (S == 0) return {};
-  std::vector<std::int64_t> ids(tokens.begin(), tokens.end());
-  Tensor e, h;
-  be.embedding({&weights_.embed_tokens, 1}, ids, e);
-  be.repeat_cols(e, config_.hc_count, h);  // every stream starts as the embedding (Q4M 1480)
-
   // Bind every layer to its caches before touching any, so a foreign state changes nothing.
   std::vector<LayerCaches> bound(weights_.layers.size());
   std::size_t ci = 0;
@@ -237,6 +232,19 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
   if (ci != state.cache_count()) return invalid_argument("state has more caches than this model");
   if (Status s = state.check_allocated(); !s.ok()) return s;
 
+  // A decode step (the autoregressive step, or an MTP verify of up to 4 rows; greedy picks on the
+  // device, so only ids and hidden rows cross back) runs as one graph where the backend records
+  // them (DESIGN "On the GPU" rule 5): the ops below are recorded, then launched together, the
+  // same kernels with the same arguments. Nothing between begin and launch returns early or reads
+  // device memory; the host work in between (the PLE n-gram ids, the embedding descriptors) is
+  // done while recording, into staging the graph's copies read.
+  constexpr std::int64_t kMaxGraphTokens = 4;  // the verify of MTP depth 3
+  const bool graph = S <= kMaxGraphTokens && logits_stay_on_backend(rows) && be.step_graphs();
+  if (graph) be.begin_step_graph(S);
+  std::vector<std::int64_t> ids(tokens.begin(), tokens.end());
+  Tensor e, h;
+  be.embedding({&weights_.embed_tokens, 1}, ids, e);
+  be.repeat_cols(e, config_.hc_count, h);  // every stream starts as the embedding (Q4M 1480)
   for (std::size_t i = 0; i < weights_.layers.size(); ++i) {
     decoder_layer(weights_.layers[i], bound[i], first, tokens, h);
   }
@@ -246,6 +254,7 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
   // The MTP head reads the widened stream (all hc streams), before the mixer.
   Tensor logits, picked;
   lm_head_rows(mixed, rows, logits, picked);
+  if (graph) be.launch_step_graph();
   // The one check of the step: any op that failed (out of memory, a launch error, an op the
   // backend lacks) makes the whole forward fail, and the state must not be used.
   if (Status s = take_backend_status(); !s.ok()) return s;

@@ -31,6 +31,8 @@ class QwenNextModel final : public Model {
 
   const QwenNextConfig& config() const { return config_; }
   const Backend& backend() const { return *backend_; }
+  // Mutable access for tests and tools that switch backend modes (step graphs on or off).
+  Backend& mutable_backend() { return *backend_; }
   MtpHead* mtp() override { return mtp_.get(); }
 
  private:
