@@ -83,7 +83,7 @@ class GpuGraphs : public ::testing::Test {
   // step's pick, logits row and hidden row, and both states at the end, are bit-identical.
   static void expect_identical_steps(Model& m, std::span<const TokenId> prompt, int steps) {
     Backend& be = backend_of(m);
-    ASSERT_TRUE(be.step_graphs()) << "graphs are off (FLASHSERVE_CUDA_GRAPHS=0?)";
+    be.set_step_graphs(true);  // off by default (docs/GPU.md: slower than eager for now)
     DecodeState eager = prefill(m, prompt), recorded = prefill(m, prompt);
     const auto before = be.step_graph_stats();
     TokenId next = static_cast<TokenId>(prompt.back());
