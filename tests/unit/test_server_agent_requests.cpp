@@ -313,10 +313,10 @@ TEST(ServerAgentOpenAi, FunctionCallingRequests) {
   EXPECT_EQ(required.tool_choice.name, "get_weather");
   const std::string second = R"({"type": "function", "function": {"name": "get_time",
       "parameters": {"type": "object", "properties": {}}}})";
-  const auto two = ok(parse_openai_chat(
-      R"({"messages": [{"role": "user", "content": "x"}], )" +
-          tools.substr(0, tools.size() - 1) + ", " + second + R"(], "tool_choice": "required"})",
-      kLimits));
+  const auto two = ok(parse_openai_chat(R"({"messages": [{"role": "user", "content": "x"}], )" +
+                                            tools.substr(0, tools.size() - 1) + ", " + second +
+                                            R"(], "tool_choice": "required"})",
+                                        kLimits));
   EXPECT_EQ(two.chat.tools.size(), 2u);
   EXPECT_EQ(two.tool_choice.mode, ToolChoice::Mode::kRequired);
   const auto named =

@@ -21,24 +21,32 @@
 //   fixed sequence (rope, conv, stream ops, block_mean, the MoE combine) use the same operation
 //   order without fused multiply-adds, so they match the CPU bit for bit where the math library
 //   agrees.
-// - linear: up to 8 rows, a GEMV kernel (a warp per output row, 16-byte loads of W, f32 or bf16,
-//   fp32 accumulation) reads W once; more rows go to cublasSgemm in pedantic math mode (no TF32).
-//   A bf16 W is first widened (exactly) to f32 in pooled tiles of at most 64 MiB.
-// - moe_experts: grouped GEMVs over (token, routed expert) pairs, expert ids read on the device;
-//   gate/up products are fused with swiglu; the weighted sum over the k experts is a separate
-//   deterministic pass (no atomics). Only routed experts' rows are read.
+// - linear: up to 8 rows, a GEMV kernel (cuda_gemv.cuh: 8 or 32 lanes per output row, 1-4 rows
+//   per thread group, 16-byte loads of W issued before use, f32 or bf16, fp32 accumulation) reads
+//   W once for all rows; more rows go to cublasSgemm in pedantic math mode (no TF32). A bf16 W is
+//   first widened (exactly) to f32 in pooled tiles of at most 64 MiB.
+// - moe_experts (cuda_moe.cu): at one token a fused path (gate/up + swiglu, then down and the
+//   weighted sum over the k experts in a fixed order); at 2+ tokens grouped GEMVs over (token,
+//   routed expert) pairs and a separate deterministic combine. Expert ids are read on the device,
+//   only routed experts' rows are read, no atomics.
 // - gated_delta_rule_chunked runs the token-sequential recurrence, the same function: a block per
 //   (value head, 32 state columns) keeps that slice of the [dk, dv] state in registers across all
 //   tokens (dk <= 256). The chunked WY kernel is a tuning step, not a correctness one.
-// - block_sparse_attention: a block per (query, head); its warps take keys in turn with an online
-//   fp32 softmax each and merge at the end.
+// - block_sparse_attention (cuda_attention.cu): split-K over the selected keys, a block per
+//   (query, KV head, chunk) loading each K/V tile once for the query heads that share it, then a
+//   merge of the partials in a fixed order; FLASHSERVE_CUDA_OLD_ATTENTION=1 keeps the older kernel
+//   (a block per (query, head)).
 // - argmax_rows (greedy sampling): a block of 1024 threads per row, ties to the lower index; only
 //   the int32 ids are read back by the caller.
-// - topk / select_blocks: a block per row picks the k best by k block-wide arg-max passes, each
-//   over the entries ranked below the previous pick (value descending, index ascending on ties).
+// - topk / select_blocks (cuda_select.cu): a block per row finds the k-th largest by four 8-bit
+//   radix passes over the float bits, keeps what ranks above it (ties to the lower index) and
+//   sorts those k (value descending, index ascending); FLASHSERVE_CUDA_OLD_TOPK=1 keeps the k
+//   arg-max passes; FLASHSERVE_CUDA_OLD_CONTEXT=1 selects all the older QSA kernels.
+// - Step graphs (cuda_graph.*): with FLASHSERVE_CUDA_GRAPHS=1 a decode forward is recorded and
+//   launched as one CUDA graph (docs/GPU.md); off by default.
 // - Prefill-sized work (many tokens) is correct but not yet fast: the MoE runs a GEMV per
 //   (token, expert) pair instead of grouping tokens by expert, the delta rule is sequential over
-//   tokens, and select_blocks costs top passes over each row.
+//   tokens.
 // - `upload` waits for its copy (load time); it may be called from several threads.
 //
 // The current device is set once, at construction; a process driving this backend from several
