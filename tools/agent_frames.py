@@ -27,6 +27,9 @@ import tempfile
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import agent_chats as AC  # noqa: E402
+
 MARKER = "flashserve-tool-ok"
 COMMAND = "echo " + MARKER
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -112,23 +115,9 @@ def capture(binary, model, out):
 # ---------------------------------------------------------------------------------------------
 # Filling a frame (used by train_tiny.py).
 
-WORDS = ("alpha bravo cobalt delta ember falcon granite harbor iris juniper kepler lumen mango "
-         "nectar onyx pixel quartz raven sable tundra umber violet willow xenon yonder zephyr").split()
-SYLLABLES = "ka lo mi ne ru ta vo zi pe da fu go hi ja ko lu ma no pi qu re si tu ve wo xa yu ze".split()
-
-
 def marker(rng):
-    r = rng.random()
-    if r < 0.3:
-        parts = rng.sample(WORDS, rng.randint(1, 3))
-    elif r < 0.75:
-        parts = ["".join(rng.choice(SYLLABLES) for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(1, 3))]
-    else:
-        alphabet = rng.choice(["0123456789abcdef", "abcdefghijklmnopqrstuvwxyz0123456789"])
-        parts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(3, 10)))]
-    if rng.random() < 0.4:
-        parts.append(str(rng.randint(0, 9999)))
-    m = rng.choice(["-", "_", "-", "."]).join(parts)
+    """agent_chats.py's made-up words and random strings, never the test's marker."""
+    m = AC.marker(rng)
     return m if MARKER not in m else "x" + m
 
 
