@@ -307,13 +307,19 @@ std::string bench_table(const json& r) {
     for (const auto& m : d["modes"]) {
       const int depth = m["depth"].get<int>();
       const double tps = m["tokens_per_s"].get<double>();
+      // Bandwidth is the autoregressive row's: an MTP round reads the trunk once for several
+      // tokens plus the draft head per draft, so one bytes-per-token figure does not describe it.
+      char gbps[16] = "-", frac[16] = "-";
+      if (depth == 0) {
+        std::snprintf(gbps, sizeof gbps, "%.0f", mb * tps / 1e3);
+        if (copy > 0) std::snprintf(frac, sizeof frac, "%.1f%%", 100 * mb * 1e6 * tps / copy);
+      }
       std::snprintf(line, sizeof line,
-                    "%8lld  %5d  %7.2f  %9.2f  %6.2f  %7.2f  %5s  %9.1f  %5.0f  %6.1f%%\n",
+                    "%8lld  %5d  %7.2f  %9.2f  %6.2f  %7.2f  %5s  %9.1f  %5s  %7s\n",
                     d["context"].get<long long>(), depth, tps, m.value("tokens_per_round", 1.0),
                     m.value("measured_accept", 0.0), m.value("speedup_vs_autoregressive", 1.0),
                     depth == 0 ? "-" : (m.value("equals_autoregressive", false) ? "yes" : "NO"), mb,
-                    depth == 0 ? mb * tps / 1e3 : 0.0,
-                    depth == 0 && copy > 0 ? 100 * mb * 1e6 * tps / copy : 0.0);
+                    gbps, frac);
       t << line;
     }
   }
