@@ -79,7 +79,7 @@ void fill(void* p, std::size_t n, bool bf16, float scale, std::uint64_t seed, cu
   fill_kernel<<<4096, 256, 0, s>>>(p, n, bf16, scale, seed);
 }
 
-// --- legacy kernels: the GEMV and routed experts this round replaced ---------------------------
+// --- legacy kernels: the GEMV this round replaced (the old MoE path is the op's own switch) --
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -173,87 +173,6 @@ void gemv(int S, const float* x, const T* w, float* y, std::int64_t in, std::int
       gemv_kernel<T, 4><<<grid, 256, 0, s>>>(x, w, y, in, out);
       break;
   }
-}
-
-__global__ void __launch_bounds__(256)
-    moe_gate_up_kernel(const float* x, const bf16_bits* gate_up, const std::int32_t* experts,
-                       std::int64_t k, std::int64_t E, std::int64_t H, std::int64_t I, float* act) {
-  const std::int64_t p = blockIdx.x;
-  const std::int64_t r = (blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kWarp;
-  if (r >= I) return;
-  const std::int64_t e = experts[p];
-  float* o = act + p * I + r;
-  if (e < 0 || e >= E) {
-    if (threadIdx.x % kWarp == 0) *o = 0.0f;
-    return;
-  }
-  const bf16_bits* w = gate_up + e * (2 * I * H);
-  const float* xs = x + (p / k) * H;
-  float g[1] = {}, u[1] = {};
-  lane_dot<bf16_bits, 1>(w + r * H, xs, H, H, g);
-  lane_dot<bf16_bits, 1>(w + (I + r) * H, xs, H, H, u);
-  const float gv = warp_sum(g[0]), uv = warp_sum(u[0]);
-  if (threadIdx.x % kWarp == 0) *o = gv / (1.0f + expf(-gv)) * uv;
-}
-
-__global__ void __launch_bounds__(256)
-    moe_down_kernel(const float* act, const bf16_bits* down, const std::int32_t* experts,
-                    std::int64_t E, std::int64_t H, std::int64_t I, float* out) {
-  const std::int64_t p = blockIdx.x;
-  const std::int64_t c = (blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kWarp;
-  if (c >= H) return;
-  const std::int64_t e = experts[p];
-  float* o = out + p * H + c;
-  if (e < 0 || e >= E) {
-    if (threadIdx.x % kWarp == 0) *o = 0.0f;
-    return;
-  }
-  float acc[1] = {};
-  lane_dot<bf16_bits, 1>(down + e * (H * I) + c * I, act + p * I, I, I, acc);
-  const float v = warp_sum(acc[0]);
-  if (threadIdx.x % kWarp == 0) *o = v;
-}
-
-__global__ void moe_combine_kernel(const float* out, const float* weights,
-                                   const std::int32_t* experts, std::int64_t E, std::int64_t k,
-                                   std::int64_t H, float* y) {
-  __shared__ int order[64];
-  __shared__ int count;
-  const std::int64_t s = blockIdx.x;
-  const std::int32_t* ids = experts + s * k;
-  if (threadIdx.x == 0) {
-    int n = 0;
-    for (int j = 0; j < k; ++j) {
-      const std::int32_t e = ids[j];
-      if (e < 0 || e >= E) continue;
-      int at = n;
-      for (; at > 0 && ids[order[at - 1]] > e; --at) order[at] = order[at - 1];
-      order[at] = j;
-      ++n;
-    }
-    count = n;
-  }
-  __syncthreads();
-  const std::int64_t c = blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-  if (c >= H) return;
-  float acc = 0.0f;
-  for (int i = 0; i < count; ++i) {
-    const std::int64_t p = s * k + order[i];
-    acc = __fadd_rn(__fmul_rn(weights[p], out[p * H + c]), acc);
-  }
-  y[s * H + c] = acc;
-}
-
-void moe(int S, const float* x, const bf16_bits* gate_up, const bf16_bits* down,
-         const std::int32_t* ids, const float* weights, std::int64_t k, std::int64_t E,
-         std::int64_t H, std::int64_t I, float* act, float* out, float* y, cudaStream_t s) {
-  const auto P = static_cast<unsigned>(S * k);
-  moe_gate_up_kernel<<<dim3(P, static_cast<unsigned>((I * kWarp + 255) / 256)), 256, 0, s>>>(
-      x, gate_up, ids, k, E, H, I, act);
-  moe_down_kernel<<<dim3(P, static_cast<unsigned>((H * kWarp + 255) / 256)), 256, 0, s>>>(
-      act, down, ids, E, H, I, out);
-  moe_combine_kernel<<<dim3(static_cast<unsigned>(S), static_cast<unsigned>((H + 255) / 256)), 256,
-                       0, s>>>(out, weights, ids, E, k, H, y);
 }
 
 }  // namespace legacy
@@ -447,20 +366,16 @@ void bench_moe(fs::Backend& be, cudaStream_t s, std::vector<Row>& rows, bool qui
       be.moe_experts(x, gu, dn, ids[static_cast<std::size_t>(i)], wts[static_cast<std::size_t>(i)],
                      y);
     });
-    auto act = device_alloc(static_cast<std::size_t>(S * K * I) * 4);
-    auto out = device_alloc(static_cast<std::size_t>(S * K * H) * 4);
-    auto yo = device_alloc(static_cast<std::size_t>(S * H) * 4);
+    // The pair kernels (what the op ran before the fused path), through the op's own switch.
+    fs::Tensor yo;
+    setenv("FLASHSERVE_CUDA_MOE_PAIRS", "1", 1);
     const double t_old = time_calls(s, calls, [&](int i) {
-      legacy::moe(S, x.data(), static_cast<const bf16_bits*>(gate_up.get()),
-                  static_cast<const bf16_bits*>(down.get()),
-                  ids[static_cast<std::size_t>(i)].data_as<std::int32_t>(),
-                  wts[static_cast<std::size_t>(i)].data(), K, E, H, I,
-                  static_cast<float*>(act.get()), static_cast<float*>(out.get()),
-                  static_cast<float*>(yo.get()), s);
+      be.moe_experts(x, gu, dn, ids[static_cast<std::size_t>(i)], wts[static_cast<std::size_t>(i)],
+                     yo);
     });
+    unsetenv("FLASHSERVE_CUDA_MOE_PAIRS");
     cudaStreamSynchronize(s);
-    const double diff =
-        max_rel_diff(y, static_cast<const float*>(yo.get()), static_cast<std::size_t>(S * H));
+    const double diff = max_rel_diff(y, yo.data(), static_cast<std::size_t>(S * H));
     const double bytes = distinct_total / calls * per_expert;
     const std::string shape = "E512 k10 H2560 I640 bf16";
     rows.push_back({"moe_experts", shape, "new", S, bytes, t_new, diff});

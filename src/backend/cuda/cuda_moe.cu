@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_gemv.cuh"
+#include "backend/cuda/cuda_switches.h"
 
 namespace fs::cuda {
 namespace {
@@ -146,7 +147,8 @@ __global__ void __launch_bounds__(kDownThreads)
 // --- the pair path (more than kFusedTokens tokens) ---------------------------------------------
 // The pair path's kernels are the ones this op had before the fused path (a warp per output row,
 // two 16-byte loads in flight per lane): measured on the H200 beside the fused path
-// (bench/cuda_kernel_bench keeps a copy), they are what 2-4 tokens run now.
+// (bench/cuda_kernel_bench times them through FLASHSERVE_CUDA_MOE_PAIRS), they are what 2-4
+// tokens run now.
 // 16 bytes of weights widened to f32.
 template <typename T>
 struct PairChunk;
@@ -371,7 +373,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
     return;
   }
   const auto* ids = experts.data_as<std::int32_t>();
-  if (S <= kFusedTokens) {
+  if (S <= kFusedTokens && !env_flag("FLASHSERVE_CUDA_MOE_PAIRS")) {
     // act [distinct expert slot, token, I]; at most P distinct experts.
     if (!ensure(moe_act_, {P * S, I})) return;
     const int pairs = static_cast<int>(P);

@@ -2,7 +2,8 @@
 // select_blocks, index_scores, block_sparse_attention): a way out when a new kernel misbehaves on
 // a device, and what the kernel benchmark times as "old".
 //   FLASHSERVE_CUDA_OLD_TOPK=1, FLASHSERVE_CUDA_OLD_INDEX=1, FLASHSERVE_CUDA_OLD_ATTENTION=1,
-//   FLASHSERVE_CUDA_OLD_CONTEXT=1 (all three).
+//   FLASHSERVE_CUDA_OLD_CONTEXT=1 (all three); FLASHSERVE_CUDA_MOE_PAIRS=1 runs moe_experts on its
+//   (token, expert) pair kernels at every token count (the one-token fused path off).
 // Read at every call (host side only, a getenv), so one process can time both; a graph captures
 // whichever was chosen when it was recorded.
 #pragma once
