@@ -195,8 +195,8 @@ class Backend {
   // same kernels with the same arguments, so the result is bit-identical to running them eagerly.
   // Between begin_step_graph() and launch_step_graph() nothing may synchronise or read device
   // memory on the host; an op that would is recorded as a failure naming it.
-  // Whether this backend records decode steps (the CUDA backend unless FLASHSERVE_CUDA_GRAPHS=0;
-  // never the CPU).
+  // Whether this backend records decode steps (the CUDA backend with FLASHSERVE_CUDA_GRAPHS=1 or
+  // after set_step_graphs(true); never the CPU).
   virtual bool step_graphs() const { return false; }
   // Turns recording on or off for later steps (tests compare both on one backend); a backend
   // without graphs records a failure when asked to turn them on.

@@ -3,7 +3,7 @@
 # Run on the H200 after building in build-gpu (tools/device/gpu_check.sh build): builds the few
 # targets this needs (a no-op when built), runs the step-graph GPU tests and the existing GPU
 # decode tests, then times greedy `generate` on the embedded model and `flashserve bench` at
-# context 1k with graphs on and off (FLASHSERVE_CUDA_GRAPHS=0). Under 150 s; logs to $OUT.
+# context 1k with graphs on and off (FLASHSERVE_CUDA_GRAPHS=1 / 0). Under 150 s; logs to $OUT.
 #   tools/device/graph_check.sh            (BENCH_LAYERS=24 by default; 8 is quicker)
 set -uo pipefail
 cd "$(dirname "$0")/../.."

@@ -230,10 +230,9 @@ class CudaBackend final : public Backend {
   std::mutex weights_mutex_;
   std::vector<DeviceBuffer> weights_;  // uploaded weights, alive as long as the backend
   HostStaging staging_;
-  // Step graphs: on unless FLASHSERVE_CUDA_GRAPHS=0 at construction; `capturing_` between
-  // begin_step_graph and launch_step_graph.
-  // Off by default: recording and updating the graph every step costs more host time than it
-  // saves on the GPU (bench/NOTES.md, 95 vs 113 tok/s at 24 layers); FLASHSERVE_CUDA_GRAPHS=1.
+  // Step graphs: off unless FLASHSERVE_CUDA_GRAPHS=1 at construction (recording and updating the
+  // graph every step costs more host time than it saves on the GPU: bench/NOTES.md, 95 vs 113
+  // tok/s at 24 layers); `capturing_` between begin_step_graph and launch_step_graph.
   bool graphs_on_ = false;
   bool capturing_ = false;
   std::int64_t capture_shape_ = 0;  // the shape begin_step_graph was given
