@@ -7,6 +7,10 @@
 // recurrence for the delta rule (whichever form computes it), the keys each query really reads
 // in attention, the visible blocks in the indexer scores. Elementwise ops count 0 FLOPs (their
 // time is still reported).
+//
+// The fused decode ops (backend.h) are deliberately not overridden: their default bodies run here,
+// so each op of the sequence is forwarded, counted and timed on its own (with its product shapes),
+// and the inner host backend computes exactly what the fused op would.
 #pragma once
 
 #include <chrono>

@@ -1,5 +1,7 @@
 #include "backend/backend.h"
 
+#include <cmath>
+
 namespace fs {
 
 Tensor Backend::new_tensor(Shape shape, DType dtype) {
@@ -116,6 +118,70 @@ void Backend::stream_mix(const Tensor& xn, const Tensor& u, const Weight& up, st
   activate(m, Activation::kSigmoid);
   mul(m, xn);
   stream_mean(m, streams, out);
+}
+void Backend::hyper_connection_read(const Tensor& h, const Weight& norm, const Weight& mix_down,
+                                    const Weight& mix_up, const Weight& inject,
+                                    std::int64_t streams, std::int64_t width, float eps,
+                                    Tensor& mixed, Tensor* inject_out) {
+  const float inv_streams = 1.0f / static_cast<float>(streams);
+  Tensor xn, u;
+  rms_norm(h, norm, width, eps, /*unit_offset=*/true, xn);
+  linear(xn, mix_down, u);
+  scale(u, inv_streams);
+  activate(u, Activation::kSilu);
+  stream_mix(xn, u, mix_up, streams, mixed);
+  if (inject_out != nullptr) {
+    linear(xn, inject, *inject_out);
+    scale(*inject_out, inv_streams);
+    activate(*inject_out, Activation::kSigmoid);
+    scale(*inject_out, 2.0f);
+  }
+}
+void Backend::gated_delta_net_in_proj(const Tensor& x, const Weight& w_qkv, const Weight& w_z,
+                                      const Weight& w_b, const Weight& w_a, const Weight& dt_bias,
+                                      const Weight& decay_rate, Tensor& qkv, Tensor& z,
+                                      Tensor& beta, Tensor& g) {
+  linear(x, w_qkv, qkv);
+  linear(x, w_z, z);
+  linear(x, w_b, beta);
+  linear(x, w_a, g);
+  activate(beta, Activation::kSigmoid);
+  add_bias(g, dt_bias);
+  activate(g, Activation::kSoftplus);
+  mul_cols(g, decay_rate);
+}
+void Backend::gated_delta_net_conv(const Tensor& qkv, const Weight& conv, Tensor& tail,
+                                   std::int64_t key_dim, std::int64_t head_dim, Tensor& q,
+                                   Tensor& k, Tensor& v) {
+  Tensor mixed;
+  causal_conv1d(qkv, conv, 1, tail, mixed);
+  activate(mixed, Activation::kSilu);
+  slice_cols(mixed, 0, key_dim, q);
+  slice_cols(mixed, key_dim, key_dim, k);
+  slice_cols(mixed, 2 * key_dim, qkv.cols() - 2 * key_dim, v);
+  l2_norm(q, head_dim, 1e-6f);
+  l2_norm(k, head_dim, 1e-6f);
+  scale(q, 1.0f / std::sqrt(static_cast<float>(head_dim)));
+}
+void Backend::route_experts(const Tensor& x, const Weight& router, std::int64_t top_k,
+                            bool normalize, Tensor& experts, Tensor& weights) {
+  Tensor probs;
+  linear(x, router, probs);
+  softmax(probs);
+  topk(probs, top_k, experts, weights);
+  if (normalize) normalize_rows(weights);
+}
+void Backend::shared_expert(const Tensor& x, const Weight& gate, const Weight& up,
+                            const Weight& down, const Weight& expert_gate, Tensor& y) {
+  Tensor g, u, act, shared, scalar;
+  linear(x, gate, g);
+  linear(x, up, u);
+  swiglu(g, u, act);
+  linear(act, down, shared);
+  linear(x, expert_gate, scalar);
+  activate(scalar, Activation::kSigmoid);
+  mul_rows(shared, scalar);
+  add(y, shared);
 }
 void Backend::rope(Tensor&, std::int64_t, std::int64_t, std::int64_t, std::int64_t, double) {
   unimplemented("rope");

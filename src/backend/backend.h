@@ -184,6 +184,41 @@ class Backend {
   virtual void moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
                            const Tensor& experts, const Tensor& weights, Tensor& y);
 
+  // --- fused decode ops ---------------------------------------------------------------------
+  // Each is a short sequence of the ops above that a decode step runs once per layer. The default
+  // body is exactly that sequence (so a backend without its own computes what the sequence does,
+  // bit for bit); a device backend overrides it with fewer kernels, each reading its inputs once.
+
+  // The hyper-connection read (model/common/hyper_connection.h; Q4M 1003-1031):
+  //   xn = rms_norm(h) (groups of `width`, unit offset), u = silu((xn · mix_down^T) / streams),
+  //   mixed = stream_mix(xn, u, mix_up, streams),
+  //   inject_out = 2 * sigmoid((xn · inject^T) / streams) when inject_out is not null.
+  virtual void hyper_connection_read(const Tensor& h, const Weight& norm, const Weight& mix_down,
+                                     const Weight& mix_up, const Weight& inject,
+                                     std::int64_t streams, std::int64_t width, float eps,
+                                     Tensor& mixed, Tensor* inject_out);
+  // The GatedDeltaNet's input projections over the same x (Q4M 510-581):
+  //   qkv = x · w_qkv^T, z = x · w_z^T, beta = sigmoid(x · w_b^T),
+  //   g = decay_rate * softplus(x · w_a^T + dt_bias)   (the log decay, per value head).
+  virtual void gated_delta_net_in_proj(const Tensor& x, const Weight& w_qkv, const Weight& w_z,
+                                       const Weight& w_b, const Weight& w_a, const Weight& dt_bias,
+                                       const Weight& decay_rate, Tensor& qkv, Tensor& z,
+                                       Tensor& beta, Tensor& g);
+  // The GatedDeltaNet's short conv and q/k/v (Q4M 560-581, 300-310): mixed = silu(causal_conv1d(
+  // qkv, conv, dilation 1, tail)), split into q | k | v (key_dim, key_dim, the rest), q and k
+  // l2-normed per head of `head_dim` (eps 1e-6), q scaled by head_dim^-0.5. `tail` is updated.
+  virtual void gated_delta_net_conv(const Tensor& qkv, const Weight& conv, Tensor& tail,
+                                    std::int64_t key_dim, std::int64_t head_dim, Tensor& q,
+                                    Tensor& k, Tensor& v);
+  // The MoE router (Q4M 904-976): softmax over x · router^T in fp32, the top_k best experts
+  // (experts [S, top_k] int32, weights [S, top_k] f32), renormalised to sum 1 when `normalize`.
+  virtual void route_experts(const Tensor& x, const Weight& router, std::int64_t top_k,
+                             bool normalize, Tensor& experts, Tensor& weights);
+  // The gated shared expert added into y [S, H] (Q4M 990-1000):
+  //   y += sigmoid(x · expert_gate^T) * (down · (silu(x · gate^T) * (x · up^T))).
+  virtual void shared_expert(const Tensor& x, const Weight& gate, const Weight& up,
+                             const Weight& down, const Weight& expert_gate, Tensor& y);
+
   // --- sampling ------------------------------------------------------------------------------
   // ids[r, 0] = the index of the largest entry of row r of x, ties to the lower index (the CPU
   // sampler's argmax), int32 [rows, 1]. Greedy decoding reads only these ids back, so the

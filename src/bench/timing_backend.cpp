@@ -133,6 +133,39 @@ void TimingBackend::select_blocks(const Tensor& scores, std::int64_t first, std:
   run(OpGroup::kAttention,
       [&](Backend& be) { be.select_blocks(scores, first, block, top, picked); });
 }
+void TimingBackend::hyper_connection_read(const Tensor& h, const Weight& norm,
+                                          const Weight& mix_down, const Weight& mix_up,
+                                          const Weight& inject, std::int64_t streams,
+                                          std::int64_t width, float eps, Tensor& mixed,
+                                          Tensor* inject_out) {
+  run(OpGroup::kNormsHc, [&](Backend& be) {
+    be.hyper_connection_read(h, norm, mix_down, mix_up, inject, streams, width, eps, mixed,
+                             inject_out);
+  });
+}
+void TimingBackend::gated_delta_net_in_proj(const Tensor& x, const Weight& w_qkv, const Weight& w_z,
+                                            const Weight& w_b, const Weight& w_a,
+                                            const Weight& dt_bias, const Weight& decay_rate,
+                                            Tensor& qkv, Tensor& z, Tensor& beta, Tensor& g) {
+  run(OpGroup::kLinear, [&](Backend& be) {
+    be.gated_delta_net_in_proj(x, w_qkv, w_z, w_b, w_a, dt_bias, decay_rate, qkv, z, beta, g);
+  });
+}
+void TimingBackend::gated_delta_net_conv(const Tensor& qkv, const Weight& conv, Tensor& tail,
+                                         std::int64_t key_dim, std::int64_t head_dim, Tensor& q,
+                                         Tensor& k, Tensor& v) {
+  run(OpGroup::kGdn,
+      [&](Backend& be) { be.gated_delta_net_conv(qkv, conv, tail, key_dim, head_dim, q, k, v); });
+}
+void TimingBackend::route_experts(const Tensor& x, const Weight& router, std::int64_t top_k,
+                                  bool normalize, Tensor& experts, Tensor& weights) {
+  run(OpGroup::kExperts,
+      [&](Backend& be) { be.route_experts(x, router, top_k, normalize, experts, weights); });
+}
+void TimingBackend::shared_expert(const Tensor& x, const Weight& gate, const Weight& up,
+                                  const Weight& down, const Weight& expert_gate, Tensor& y) {
+  run(OpGroup::kLinear, [&](Backend& be) { be.shared_expert(x, gate, up, down, expert_gate, y); });
+}
 void TimingBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
                                 const Tensor& experts, const Tensor& weights, Tensor& y) {
   run(OpGroup::kExperts,

@@ -88,6 +88,22 @@ class TimingBackend final : public Backend {
                      Tensor& picked) override;
   void moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
                    const Tensor& experts, const Tensor& weights, Tensor& y) override;
+  // The fused decode ops: forwarded whole, so the inner backend's fused kernels are what is timed.
+  void hyper_connection_read(const Tensor& h, const Weight& norm, const Weight& mix_down,
+                             const Weight& mix_up, const Weight& inject, std::int64_t streams,
+                             std::int64_t width, float eps, Tensor& mixed,
+                             Tensor* inject_out) override;
+  void gated_delta_net_in_proj(const Tensor& x, const Weight& w_qkv, const Weight& w_z,
+                               const Weight& w_b, const Weight& w_a, const Weight& dt_bias,
+                               const Weight& decay_rate, Tensor& qkv, Tensor& z, Tensor& beta,
+                               Tensor& g) override;
+  void gated_delta_net_conv(const Tensor& qkv, const Weight& conv, Tensor& tail,
+                            std::int64_t key_dim, std::int64_t head_dim, Tensor& q, Tensor& k,
+                            Tensor& v) override;
+  void route_experts(const Tensor& x, const Weight& router, std::int64_t top_k, bool normalize,
+                     Tensor& experts, Tensor& weights) override;
+  void shared_expert(const Tensor& x, const Weight& gate, const Weight& up, const Weight& down,
+                     const Weight& expert_gate, Tensor& y) override;
   // The greedy pick on the device (counted with the lm_head it reads).
   void argmax_rows(const Tensor& x, Tensor& ids) override;
 

@@ -852,6 +852,153 @@ std::vector<Case> make_cases() {
           };
         });
   }
+
+  // --- fused decode ops ---
+  // Each against the CPU's default body (the unfused sequence). The released shapes at 1-4 rows
+  // (the fused kernels), odd widths (off the 16-byte chunks, or f32 chunks of 4), and a prefill
+  // size (the unfused path on the device).
+  struct HcShape {
+    std::int64_t S, W, rank;
+    bool inject;
+    DType dtype;
+  };
+  for (const auto& c : std::vector<HcShape>{{1, 2560, 320, true, BF16},
+                                            {2, 2560, 320, true, BF16},
+                                            {3, 2560, 320, false, BF16},
+                                            {4, 2560, 320, true, BF16},
+                                            {4, 40, 12, true, F32},
+                                            {3, 40, 10, true, BF16},
+                                            {2, 36, 8, true, BF16},
+                                            {40, 256, 16, true, BF16}}) {
+    add("hyper_connection_read_S" + n(c.S) + "_W" + n(c.W) + "_r" + n(c.rank) +
+            (c.inject ? "_inject_" : "_") + dt(c.dtype),
+        kProduct, [=](Rng& rng) -> OpRun {
+          const std::int64_t streams = 4, in = streams * c.W;
+          auto h = random_tensor({c.S, in}, rng, 2.0f);
+          auto norm = std::make_shared<HostWeight>(random_weight(F32, {in}, rng, 0.5f));
+          auto down = std::make_shared<HostWeight>(
+              random_weight(c.dtype, {c.rank, in}, rng, 4.0f / std::sqrt(static_cast<float>(in))));
+          auto up = std::make_shared<HostWeight>(random_weight(
+              c.dtype, {in, c.rank}, rng, 4.0f / std::sqrt(static_cast<float>(c.rank))));
+          auto inj = std::make_shared<HostWeight>(
+              random_weight(c.dtype, {streams, in}, rng, 4.0f / std::sqrt(static_cast<float>(in))));
+          return [=](const Feed& f) {
+            Tensor mixed, inject;
+            f.be.hyper_connection_read(f.in(h), f.w(*norm), f.w(*down), f.w(*up), f.w(*inj),
+                                       streams, c.W, 1e-6f, mixed, c.inject ? &inject : nullptr);
+            return c.inject ? std::vector<Tensor>{mixed, inject} : std::vector<Tensor>{mixed};
+          };
+        });
+  }
+  struct InProjShape {
+    std::int64_t S, in, key_dim, value_dim, heads;
+    DType dtype;
+  };
+  for (const auto& c : std::vector<InProjShape>{{1, 2560, 2048, 6144, 48, BF16},
+                                                {2, 2560, 2048, 6144, 48, BF16},
+                                                {4, 2560, 2048, 6144, 48, BF16},
+                                                {3, 256, 128, 256, 8, F32},
+                                                {2, 70, 64, 128, 8, BF16},
+                                                {20, 256, 128, 256, 8, BF16}}) {
+    add("gated_delta_net_in_proj_S" + n(c.S) + "_in" + n(c.in) + "_k" + n(c.key_dim) + "_v" +
+            n(c.value_dim) + "_" + dt(c.dtype),
+        kProduct, [=](Rng& rng) -> OpRun {
+          const float ws = 1.0f / std::sqrt(static_cast<float>(c.in));
+          auto x = random_tensor({c.S, c.in}, rng);
+          auto qkv = std::make_shared<HostWeight>(
+              random_weight(c.dtype, {2 * c.key_dim + c.value_dim, c.in}, rng, ws));
+          auto z =
+              std::make_shared<HostWeight>(random_weight(c.dtype, {c.value_dim, c.in}, rng, ws));
+          auto b =
+              std::make_shared<HostWeight>(random_weight(c.dtype, {c.heads, c.in}, rng, 8 * ws));
+          auto a =
+              std::make_shared<HostWeight>(random_weight(c.dtype, {c.heads, c.in}, rng, 8 * ws));
+          auto dt_bias = std::make_shared<HostWeight>(random_weight(F32, {c.heads}, rng));
+          auto decay = std::make_shared<HostWeight>(random_weight(F32, {c.heads}, rng));
+          return [=](const Feed& f) {
+            Tensor oqkv, oz, obeta, og;
+            f.be.gated_delta_net_in_proj(f.in(x), f.w(*qkv), f.w(*z), f.w(*b), f.w(*a),
+                                         f.w(*dt_bias), f.w(*decay), oqkv, oz, obeta, og);
+            return std::vector<Tensor>{oqkv, oz, obeta, og};
+          };
+        });
+  }
+  struct ConvShape {
+    std::int64_t S, key_dim, value_dim, head_dim;
+    DType dtype;
+  };
+  for (const auto& c : std::vector<ConvShape>{{1, 2048, 6144, 128, BF16},
+                                              {2, 2048, 6144, 128, BF16},
+                                              {4, 2048, 6144, 128, F32},
+                                              {9, 2048, 6144, 128, BF16},
+                                              {5, 128, 100, 32, F32},
+                                              {3, 96, 40, 48, BF16},
+                                              {70, 128, 256, 32, F32}}) {
+    add("gated_delta_net_conv_S" + n(c.S) + "_k" + n(c.key_dim) + "_v" + n(c.value_dim) + "_d" +
+            n(c.head_dim) + "_" + dt(c.dtype),
+        kReduction, [=](Rng& rng) -> OpRun {
+          const std::int64_t C = 2 * c.key_dim + c.value_dim, K = 4;
+          auto qkv = random_tensor({c.S, C}, rng, 2.0f),
+               tail = random_tensor({K - 1, C}, rng, 2.0f);
+          auto w = std::make_shared<HostWeight>(random_weight(c.dtype, {C, K}, rng, 0.5f));
+          return [=](const Feed& f) {
+            auto t = f.in(tail);
+            Tensor q, k, v;
+            f.be.gated_delta_net_conv(f.in(qkv), f.w(*w), t, c.key_dim, c.head_dim, q, k, v);
+            return std::vector<Tensor>{q, k, v, t};
+          };
+        });
+  }
+  struct RouteShape {
+    std::int64_t S, H, E, k;
+    bool normalize;
+    DType dtype;
+  };
+  for (const auto& c : std::vector<RouteShape>{{1, 2560, 512, 10, true, BF16},
+                                               {2, 2560, 512, 10, true, BF16},
+                                               {4, 2560, 512, 10, false, BF16},
+                                               {3, 72, 8, 2, true, F32},
+                                               {64, 256, 512, 10, true, BF16}}) {
+    add("route_experts_S" + n(c.S) + "_H" + n(c.H) + "_E" + n(c.E) + "_k" + n(c.k) +
+            (c.normalize ? "_norm_" : "_") + dt(c.dtype),
+        kReduction, [=](Rng& rng) -> OpRun {
+          auto x = random_tensor({c.S, c.H}, rng);
+          auto router = std::make_shared<HostWeight>(
+              random_weight(c.dtype, {c.E, c.H}, rng, 3.0f / std::sqrt(static_cast<float>(c.H))));
+          return [=](const Feed& f) {
+            Tensor experts, weights;
+            f.be.route_experts(f.in(x), f.w(*router), c.k, c.normalize, experts, weights);
+            return std::vector<Tensor>{experts, weights};
+          };
+        });
+  }
+  struct SharedShape {
+    std::int64_t S, H, I;
+    DType dtype;
+  };
+  for (const auto& c : std::vector<SharedShape>{{1, 2560, 640, BF16},
+                                                {2, 2560, 640, BF16},
+                                                {3, 2560, 640, F32},
+                                                {4, 2560, 640, BF16},
+                                                {2, 72, 36, F32},
+                                                {3, 70, 37, BF16},
+                                                {20, 256, 64, BF16}}) {
+    add("shared_expert_S" + n(c.S) + "_H" + n(c.H) + "_I" + n(c.I) + "_" + dt(c.dtype), kProduct,
+        [=](Rng& rng) -> OpRun {
+          const float hs = 1.0f / std::sqrt(static_cast<float>(c.H));
+          auto x = random_tensor({c.S, c.H}, rng), y = random_tensor({c.S, c.H}, rng);
+          auto gate = std::make_shared<HostWeight>(random_weight(c.dtype, {c.I, c.H}, rng, hs));
+          auto up = std::make_shared<HostWeight>(random_weight(c.dtype, {c.I, c.H}, rng, hs));
+          auto down = std::make_shared<HostWeight>(
+              random_weight(c.dtype, {c.H, c.I}, rng, 1.0f / std::sqrt(static_cast<float>(c.I))));
+          auto eg = std::make_shared<HostWeight>(random_weight(c.dtype, {1, c.H}, rng, 4 * hs));
+          return [=](const Feed& f) {
+            auto t = f.in(y);
+            f.be.shared_expert(f.in(x), f.w(*gate), f.w(*up), f.w(*down), f.w(*eg), t);
+            return std::vector<Tensor>{t};
+          };
+        });
+  }
   return cases;
 }
 
@@ -1488,6 +1635,98 @@ TEST_F(CpuOps, StreamMixEqualsTheUnfusedSequence) {
     be->stream_mean(m, streams, unfused);
     ASSERT_EQ(fused.shape(), (Shape{S, W}));
     EXPECT_LE(max_abs_diff(fused.span(), unfused.span()), 1e-5) << S << "x" << W;
+  }
+}
+
+// The fused decode ops' default bodies (what the CPU and any backend without its own run) are the
+// op sequences the model ran before they existed: bit for bit.
+TEST_F(CpuOps, FusedDecodeOpsEqualTheirSequences) {
+  auto bits_equal = [](const Tensor& a, const Tensor& b) {
+    return a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.bytes()) == 0;
+  };
+  const std::int64_t S = 3, W = 24, streams = 4, in = streams * W, rank = 8;
+  const float inv = 1.0f / static_cast<float>(streams);
+  {
+    const auto h = normal_tensor({S, in}, rng), nw = normal_tensor({in}, rng, 0.3f);
+    const auto down = normal_tensor({rank, in}, rng, 0.2f), up = normal_tensor({in, rank}, rng);
+    const auto inj = normal_tensor({streams, in}, rng, 0.2f);
+    Tensor mixed, inject, xn, u, m, injr;
+    be->hyper_connection_read(h, f32_weight(nw), f32_weight(down), f32_weight(up), f32_weight(inj),
+                              streams, W, 1e-6f, mixed, &inject);
+    be->rms_norm(h, f32_weight(nw), W, 1e-6f, true, xn);
+    be->linear(xn, f32_weight(down), u);
+    be->scale(u, inv);
+    be->activate(u, Activation::kSilu);
+    be->stream_mix(xn, u, f32_weight(up), streams, m);
+    be->linear(xn, f32_weight(inj), injr);
+    be->scale(injr, inv);
+    be->activate(injr, Activation::kSigmoid);
+    be->scale(injr, 2.0f);
+    EXPECT_TRUE(bits_equal(mixed, m));
+    EXPECT_TRUE(bits_equal(inject, injr));
+  }
+  {
+    const std::int64_t H = 32, key_dim = 16, value_dim = 24, heads = 3, dk = 8;
+    const auto x = normal_tensor({S, H}, rng);
+    const auto wqkv = normal_tensor({2 * key_dim + value_dim, H}, rng, 0.2f),
+               wz = normal_tensor({value_dim, H}, rng, 0.2f),
+               wb = normal_tensor({heads, H}, rng, 0.2f), wa = normal_tensor({heads, H}, rng, 0.2f);
+    const auto dtb = normal_tensor({heads}, rng), decay = normal_tensor({heads}, rng);
+    Tensor qkv, z, beta, g, qkv2, z2, beta2, g2;
+    be->gated_delta_net_in_proj(x, f32_weight(wqkv), f32_weight(wz), f32_weight(wb), f32_weight(wa),
+                                f32_weight(dtb), f32_weight(decay), qkv, z, beta, g);
+    be->linear(x, f32_weight(wqkv), qkv2);
+    be->linear(x, f32_weight(wz), z2);
+    be->linear(x, f32_weight(wb), beta2);
+    be->linear(x, f32_weight(wa), g2);
+    be->activate(beta2, Activation::kSigmoid);
+    be->add_bias(g2, f32_weight(dtb));
+    be->activate(g2, Activation::kSoftplus);
+    be->mul_cols(g2, f32_weight(decay));
+    for (const auto& [a, b] : {std::pair{&qkv, &qkv2}, {&z, &z2}, {&beta, &beta2}, {&g, &g2}})
+      EXPECT_TRUE(bits_equal(*a, *b));
+
+    const auto conv = normal_tensor({qkv.cols(), 4}, rng, 0.5f);
+    Tensor tail = normal_tensor({3, qkv.cols()}, rng), tail2 = tail.to(host_memory());
+    Tensor q, k, v, mixed, q2, k2, v2;
+    be->gated_delta_net_conv(qkv, f32_weight(conv), tail, key_dim, dk, q, k, v);
+    be->causal_conv1d(qkv, f32_weight(conv), 1, tail2, mixed);
+    be->activate(mixed, Activation::kSilu);
+    be->slice_cols(mixed, 0, key_dim, q2);
+    be->slice_cols(mixed, key_dim, key_dim, k2);
+    be->slice_cols(mixed, 2 * key_dim, value_dim, v2);
+    be->l2_norm(q2, dk, 1e-6f);
+    be->l2_norm(k2, dk, 1e-6f);
+    be->scale(q2, 1.0f / std::sqrt(static_cast<float>(dk)));
+    for (const auto& [a, b] : {std::pair{&q, &q2}, {&k, &k2}, {&v, &v2}, {&tail, &tail2}})
+      EXPECT_TRUE(bits_equal(*a, *b));
+  }
+  {
+    const std::int64_t H = 32, E = 16, top = 4, I = 12;
+    const auto x = normal_tensor({S, H}, rng), router = normal_tensor({E, H}, rng);
+    Tensor experts, weights, probs, experts2, weights2;
+    be->route_experts(x, f32_weight(router), top, true, experts, weights);
+    be->linear(x, f32_weight(router), probs);
+    be->softmax(probs);
+    be->topk(probs, top, experts2, weights2);
+    be->normalize_rows(weights2);
+    EXPECT_TRUE(bits_equal(experts, experts2));
+    EXPECT_TRUE(bits_equal(weights, weights2));
+
+    const auto gate = normal_tensor({I, H}, rng, 0.3f), up = normal_tensor({I, H}, rng, 0.3f),
+               down = normal_tensor({H, I}, rng, 0.3f), eg = normal_tensor({1, H}, rng, 0.3f);
+    Tensor y = normal_tensor({S, H}, rng), y2 = y.to(host_memory());
+    Tensor g, u, act, shared, scalar;
+    be->shared_expert(x, f32_weight(gate), f32_weight(up), f32_weight(down), f32_weight(eg), y);
+    be->linear(x, f32_weight(gate), g);
+    be->linear(x, f32_weight(up), u);
+    be->swiglu(g, u, act);
+    be->linear(act, f32_weight(down), shared);
+    be->linear(x, f32_weight(eg), scalar);
+    be->activate(scalar, Activation::kSigmoid);
+    be->mul_rows(shared, scalar);
+    be->add(y2, shared);
+    EXPECT_TRUE(bits_equal(y, y2));
   }
 }
 

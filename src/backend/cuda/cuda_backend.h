@@ -36,6 +36,11 @@
 //   (query, KV head, chunk) loading each K/V tile once for the query heads that share it, then a
 //   merge of the partials in a fixed order; FLASHSERVE_CUDA_OLD_ATTENTION=1 keeps the older kernel
 //   (a block per (query, head)).
+// - The fused decode ops (backend.h; cuda_fused.cu): the hyper-connection read in 3 kernels (was
+//   12), the GatedDeltaNet's four input projections with their gates in one, its conv, silu and
+//   q/k norms in one, the router's softmax/top-k/renormalise in one after its GEMV, the shared
+//   expert in two; each bit-identical to the unfused CUDA sequence, at 1-4 rows (more rows run
+//   that sequence).
 // - argmax_rows (greedy sampling): a block of 1024 threads per row, ties to the lower index; only
 //   the int32 ids are read back by the caller.
 // - topk / select_blocks (cuda_select.cu): a block per row finds the k-th largest by four 8-bit
@@ -192,6 +197,23 @@ class CudaBackend final : public Backend {
   void moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
                    const Tensor& experts, const Tensor& weights, Tensor& y) override;
   void argmax_rows(const Tensor& x, Tensor& ids) override;
+
+  // The fused decode ops (cuda_fused.cu; route_experts in cuda_routing.cu).
+  void hyper_connection_read(const Tensor& h, const Weight& norm, const Weight& mix_down,
+                             const Weight& mix_up, const Weight& inject, std::int64_t streams,
+                             std::int64_t width, float eps, Tensor& mixed,
+                             Tensor* inject_out) override;
+  void gated_delta_net_in_proj(const Tensor& x, const Weight& w_qkv, const Weight& w_z,
+                               const Weight& w_b, const Weight& w_a, const Weight& dt_bias,
+                               const Weight& decay_rate, Tensor& qkv, Tensor& z, Tensor& beta,
+                               Tensor& g) override;
+  void gated_delta_net_conv(const Tensor& qkv, const Weight& conv, Tensor& tail,
+                            std::int64_t key_dim, std::int64_t head_dim, Tensor& q, Tensor& k,
+                            Tensor& v) override;
+  void route_experts(const Tensor& x, const Weight& router, std::int64_t top_k, bool normalize,
+                     Tensor& experts, Tensor& weights) override;
+  void shared_expert(const Tensor& x, const Weight& gate, const Weight& up, const Weight& down,
+                     const Weight& expert_gate, Tensor& y) override;
 
   bool step_graphs() const override { return graphs_on_; }
   void set_step_graphs(bool on) override { graphs_on_ = on; }

@@ -138,6 +138,26 @@ __device__ __forceinline__ float group_sum(float v) {
   return v;
 }
 
+constexpr int kGemvThreads = 256;  // 8 warps a block
+// Output widths from which a thread takes several rows: at 4 rows a thread, 4096 rows still make
+// 1024 groups with 8 chunks of each of 4 rows in flight per thread (about 30 KB a multiprocessor).
+constexpr std::int64_t kManyRows = 4096;
+
+// Lanes per weight row for rows of `chunks` chunks: rows of at least 4 chunks per lane take a
+// warp each; shorter rows (the shared expert's down, 640 wide) take 8 lanes, so every thread still
+// has several loads to issue. A row's sum depends on this choice only (not on how many rows a
+// group takes), so kernels that follow it compute the bits `linear` computes.
+inline bool gemv_short_rows(std::int64_t chunks) {
+  return chunks < 4 * kWarp;
+}
+
+// Whether x and w (rows of `in` elements) take the 16-byte chunk path.
+template <typename T>
+bool vec_ok(const void* x, const void* w, std::int64_t in) {
+  return in % WeightChunk<T, true>::kN == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0 &&
+         reinterpret_cast<std::uintptr_t>(w) % 16 == 0;
+}
+
 // Calls f(std::integral_constant<int, n>{}) for the run-time n in [1, kMax] (kernel dispatch on
 // the token count).
 template <int kMax, typename F>

@@ -9,11 +9,7 @@
 namespace fs::cuda {
 namespace {
 
-constexpr int kGemvRows = 8;       // x rows up to which linear takes the GEMV path
-constexpr int kGemvThreads = 256;  // 8 warps
-// Output widths from which a thread takes several rows: at 4 rows a thread, 4096 rows still make
-// 1024 groups with 8 chunks of each of 4 rows in flight per thread (about 30 KB a multiprocessor).
-constexpr std::int64_t kManyRows = 4096;
+constexpr int kGemvRows = 8;  // x rows up to which linear takes the GEMV path
 constexpr std::size_t kWidenBytes = std::size_t{64} << 20;
 
 // y[s, r] = W[r] · x[s] for s < kS: a group of kG threads per kR consecutive output rows, so x
@@ -52,16 +48,15 @@ void launch_gemv(const float* x, const T* w, float* y, std::int64_t in, std::int
       <<<grid_for(groups * kG, kGemvThreads), kGemvThreads, 0, stream>>>(x, w, y, in, out);
 }
 
-// Rows of at least 4 chunks per lane take a warp each; shorter rows (the shared expert's down,
-// 640 wide) take 8 lanes, so every thread still has several loads to issue. Several tokens
-// share each thread's W chunks over up to 4 rows, unless that would leave the grid too small to
-// fill the SMs (narrow outputs: the router, the GDN gates).
+// Lanes per row as gemv_short_rows says. Several tokens share each thread's W chunks over up to 4
+// rows, unless that would leave the grid too small to fill the SMs (narrow outputs: the router, the
+// GDN gates).
 template <typename T, bool kVec, int kS>
 void gemv_rows(const float* x, const T* w, float* y, std::int64_t in, std::int64_t out,
                cudaStream_t stream) {
   constexpr int kWide = kS == 1 ? 1 : (kS == 2 ? 2 : 4);
   const auto chunks = in / WeightChunk<T, kVec>::kN;
-  const bool short_rows = chunks < 4 * kWarp;
+  const bool short_rows = gemv_short_rows(chunks);
   const bool many_rows = out >= kManyRows;
   if (short_rows) {
     if (many_rows)
@@ -74,12 +69,6 @@ void gemv_rows(const float* x, const T* w, float* y, std::int64_t in, std::int64
     else
       launch_gemv<T, kVec, kS, 1, kWarp>(x, w, y, in, out, stream);
   }
-}
-
-template <typename T>
-bool vec_ok(const void* a, const void* b, std::int64_t in) {
-  return in % WeightChunk<T, true>::kN == 0 && reinterpret_cast<std::uintptr_t>(a) % 16 == 0 &&
-         reinterpret_cast<std::uintptr_t>(b) % 16 == 0;
 }
 
 template <typename T>

@@ -320,12 +320,6 @@ void launch_down(const float* act, const T* w, const std::int32_t* experts, std:
 }
 
 template <typename T>
-bool vec_ok(const void* a, const void* b, std::int64_t in) {
-  return in % WeightChunk<T, true>::kN == 0 && reinterpret_cast<std::uintptr_t>(a) % 16 == 0 &&
-         reinterpret_cast<std::uintptr_t>(b) % 16 == 0;
-}
-
-template <typename T>
 const T* as(const Weight& w) {
   return reinterpret_cast<const T*>(w.data);
 }

@@ -100,11 +100,11 @@ __global__ void __launch_bounds__(kScoreThreads)
   }
 }
 
-// Per row: e = exp(x - max) in fp32, their sum in double, x = e / sum.
-__global__ void softmax_kernel(float* x, std::int64_t cols) {
+// Row p of `cols` in place: e = exp(x - max) in fp32, their sum in double, x = e / sum. The whole
+// block calls it.
+__device__ void softmax_row(float* p, std::int64_t cols) {
   __shared__ float red_f[32];
   __shared__ double red_d[32];
-  float* p = x + blockIdx.x * cols;
   float m = -INFINITY;
   for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, p[c]);
   m = block_max(m, red_f);
@@ -118,23 +118,23 @@ __global__ void softmax_kernel(float* x, std::int64_t cols) {
   for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) p[c] = static_cast<float>(p[c] / s);
 }
 
+__global__ void softmax_kernel(float* x, std::int64_t cols) {
+  softmax_row(x + blockIdx.x * cols, cols);
+}
+
 // Whether (v, i) ranks above (bv, bi): larger value, or equal value and lower index; bi < 0 is
 // "nothing yet".
 __device__ __forceinline__ bool ranks_above(float v, std::int32_t i, float bv, std::int32_t bi) {
   return bi < 0 || v > bv || (v == bv && i < bi);
 }
 
-// The k best of each row (of its first n entries: n = cols, or (first+row+1)/block when block >
-// 0), descending, ties to the lower index; -1 (and 0) past the available entries. Round r keeps
-// the best entry ranked below round r-1's pick.
-__global__ void topk_kernel(const float* x, std::int64_t cols, std::int64_t k, std::int64_t first,
-                            std::int64_t block, std::int32_t* idx, float* val) {
+// The k best of the first n entries of row p, descending, ties to the lower index, into idx[0, k)
+// and val[0, k) (when not null); -1 (and 0) past n. Round r keeps the best entry ranked below
+// round r-1's pick. The whole block calls it; thread 0 writes.
+__device__ void topk_row(const float* p, std::int64_t n, std::int64_t k, std::int32_t* idx,
+                         float* val) {
   __shared__ float sv[32];
   __shared__ std::int32_t si[32];
-  const std::int64_t row = blockIdx.x;
-  const float* p = x + row * cols;
-  std::int64_t n = cols;
-  if (block > 0 && (first + row + 1) / block < cols) n = (first + row + 1) / block;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int warps = (blockDim.x + kWarp - 1) / kWarp;
   float pv = INFINITY;
@@ -180,9 +180,37 @@ __global__ void topk_kernel(const float* x, std::int64_t cols, std::int64_t k, s
       pi = bi;
     }
     if (threadIdx.x == 0) {
-      idx[row * k + r] = done ? -1 : bi;
-      if (val != nullptr) val[row * k + r] = done ? 0.0f : bv;
+      idx[r] = done ? -1 : bi;
+      if (val != nullptr) val[r] = done ? 0.0f : bv;
     }
+  }
+}
+
+// The k best of each row (of its first n entries: n = cols, or (first+row+1)/block when block >
+// 0), as topk_row.
+__global__ void topk_kernel(const float* x, std::int64_t cols, std::int64_t k, std::int64_t first,
+                            std::int64_t block, std::int32_t* idx, float* val) {
+  const std::int64_t row = blockIdx.x;
+  std::int64_t n = cols;
+  if (block > 0 && (first + row + 1) / block < cols) n = (first + row + 1) / block;
+  topk_row(x + row * cols, n, k, idx + row * k, val == nullptr ? nullptr : val + row * k);
+}
+
+// The MoE router after its product, a block per token: softmax of the logits row (in place),
+// its top k, and (when `normalize`) the k weights divided by their fp32 sum in order, as
+// softmax, topk and normalize_rows compute them one after the other.
+__global__ void route_kernel(float* logits, std::int64_t E, std::int64_t k, bool normalize,
+                             std::int32_t* idx, float* val) {
+  float* p = logits + blockIdx.x * E;
+  softmax_row(p, E);
+  __syncthreads();  // every thread's probabilities are written before the selection reads them
+  std::int32_t* ri = idx + blockIdx.x * k;
+  float* rv = val + blockIdx.x * k;
+  topk_row(p, E, k, ri, rv);
+  if (normalize && threadIdx.x == 0) {
+    float sum = 0;
+    for (std::int64_t c = 0; c < k; ++c) sum += rv[c];
+    for (std::int64_t c = 0; c < k; ++c) rv[c] /= sum;
   }
 }
 
@@ -274,6 +302,27 @@ void CudaBackend::select_blocks(const Tensor& scores, std::int64_t first, std::i
                                 std::int64_t top, Tensor& picked) {
   if (!check(block > 0, "select_blocks", "block must be positive")) return;
   run_topk(scores, top, first, block, picked, nullptr, "select_blocks");
+}
+
+void CudaBackend::route_experts(const Tensor& x, const Weight& router, std::int64_t top_k,
+                                bool normalize, Tensor& experts, Tensor& weights) {
+  constexpr const char* kOp = "route_experts";
+  if (failed() || !on_device(kOp, {&x})) return;
+  const auto S = x.shape().empty() ? 0 : x.rows(), E = router.rows();
+  // A block per token walks the k picks one by one: meant for the router's k of ~10.
+  constexpr std::int64_t kMaxFusedK = 64;
+  if (S == 0 || E == 0 || top_k < 1 || top_k > kMaxFusedK || &experts == &weights) {
+    Backend::route_experts(x, router, top_k, normalize, experts, weights);
+    return;
+  }
+  Tensor logits;
+  linear(x, router, logits);
+  if (failed() || !ensure(experts, {S, top_k}, DType::kI32) || !ensure(weights, {S, top_k})) return;
+  const int threads =
+      static_cast<int>(std::clamp<std::int64_t>((E + kWarp - 1) / kWarp * kWarp, kWarp, 256));
+  route_kernel<<<static_cast<unsigned>(S), threads, 0, stream()>>>(
+      logits.data(), E, top_k, normalize, experts.data_as<std::int32_t>(), weights.data());
+  launched(kOp);
 }
 
 }  // namespace fs::cuda

@@ -98,25 +98,13 @@ void QwenNextModel::gated_delta_net(const GatedDeltaNetWeights& w, GatedDeltaNet
   const auto S = x.rows(), Hk = config_.linear_num_key_heads, Hv = config_.linear_num_value_heads;
   const auto dk = config_.linear_key_head_dim, dv = config_.linear_value_head_dim;
   const auto key_dim = config_.gdn_key_dim(), value_dim = config_.gdn_value_dim();
-  Tensor qkv, mixed, z, b, a, q, k, v;
-  be.linear(x, w.in_proj_qkv, qkv);
-  be.linear(x, w.in_proj_z, z);
-  be.linear(x, w.in_proj_b, b);
-  be.linear(x, w.in_proj_a, a);
-  be.causal_conv1d(qkv, w.conv1d, 1, cache.conv_tail, mixed);
-  be.activate(mixed, Activation::kSilu);
-  be.slice_cols(mixed, 0, key_dim, q);
-  be.slice_cols(mixed, key_dim, key_dim, k);
-  be.slice_cols(mixed, 2 * key_dim, value_dim, v);
+  Tensor qkv, z, b, a, q, k, v;
   // beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias), the log decay (Q4M 579-581).
-  be.activate(b, Activation::kSigmoid);
-  be.add_bias(a, w.dt_bias);
-  be.activate(a, Activation::kSoftplus);
-  be.mul_cols(a, w.decay_rate);
-  // l2norm of q and k (eps 1e-6, FLA's convention), then q * dk^-0.5 (Q4M 300-310).
-  be.l2_norm(q, dk, 1e-6f);
-  be.l2_norm(k, dk, 1e-6f);
-  be.scale(q, 1.0f / std::sqrt(static_cast<float>(dk)));
+  be.gated_delta_net_in_proj(x, w.in_proj_qkv, w.in_proj_z, w.in_proj_b, w.in_proj_a, w.dt_bias,
+                             w.decay_rate, qkv, z, b, a);
+  // silu(conv(qkv)) split into q, k, v; l2norm of q and k (eps 1e-6, FLA's convention), then
+  // q * dk^-0.5 (Q4M 300-310).
+  be.gated_delta_net_conv(qkv, w.conv1d, cache.conv_tail, key_dim, dk, q, k, v);
   Tensor core;
   // The reference's kernel choice (Q4M 586-612): recurrent only for one token on a warm state.
   if (S == 1 && cache.covered > 0) {

@@ -1,0 +1,519 @@
+// The fused decode ops (backend.h "fused decode ops"): a decode step's per-layer op sequences in
+// fewer kernels. Each computes what its unfused CUDA sequence computes, bit for bit: the products
+// go through the GEMV core (cuda_gemv.cuh) with the lanes per row `linear` picks (a row's sum
+// depends on nothing else), and the epilogues apply the same fp32 operations in the same order,
+// with no fused multiply-adds between what were separate ops. Shapes the fused kernels do not
+// take (more than kFusedRows rows: prefill; widths that are not whole 16-byte chunks; mixed weight
+// dtypes) run the unfused sequence (Backend's default body).
+//
+//  - multi_gemv: several weights over one x in one grid (a row index space over up to four
+//    segments), each segment with its own epilogue: scale, bias, activation, a per-column factor,
+//    a per-token sigmoid gate, accumulation into y.
+//  - hyper_connection_read: rms_norm, then one multi_gemv (mix_down and inject with their
+//    epilogues), then the stream mix as a GEMV over mix_up whose thread group takes the four
+//    rows of one output column (one per stream) and finishes the sigmoid, product and mean.
+//  - gated_delta_net_in_proj: one multi_gemv over qkv, z, b and a with the gate epilogues.
+//  - gated_delta_net_conv: one kernel, a block per q/k head (or per chunk of v channels) looping
+//    over the tokens: conv, silu, the head's l2 norm and the q scale, then the tail update.
+//  - shared_expert: gate and up rows of each intermediate unit in one thread group (swiglu in its
+//    epilogue, the scalar gate as one more unit), then the down GEMV adding gate * out into y.
+//
+// Nothing here synchronises or allocates outside the pool: scratch is pooled Tensors local to the
+// op, so every kernel can be recorded into a step graph.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_gemv.cuh"
+
+namespace fs::cuda {
+namespace {
+
+constexpr int kFusedRows = 4;  // token rows the fused kernels take (decode and MTP verify)
+constexpr int kMaxSegments = 4;
+
+// What a multi_gemv segment does to a row's dot product v (token s, output row r), in this order:
+// v *= scale; v += bias[r]; v = act(v); v *= post; v *= col_scale[r];
+// v *= sigmoid(token_gate[s]); v = y + v (accumulate). Null pointers skip their step.
+struct Epilogue {
+  float scale = 1.0f;
+  const float* bias = nullptr;
+  Activation act = Activation::kIdentity;
+  float post = 1.0f;
+  const float* col_scale = nullptr;
+  const float* token_gate = nullptr;
+  bool accumulate = false;
+};
+
+struct Segment {
+  const void* w = nullptr;  // [rows, in]
+  float* y = nullptr;       // [S, rows]
+  std::int64_t rows = 0;
+  Epilogue ep;
+};
+
+struct Segments {
+  Segment s[kMaxSegments];
+  int count = 0;
+  std::int64_t total = 0;  // rows over all segments
+};
+
+__device__ __forceinline__ float finish(const Epilogue& e, float v, std::int64_t r, int s,
+                                        float y) {
+  v = __fmul_rn(v, e.scale);
+  if (e.bias != nullptr) v = __fadd_rn(v, e.bias[r]);
+  v = apply_act(v, e.act);
+  v = __fmul_rn(v, e.post);
+  if (e.col_scale != nullptr) v = __fmul_rn(v, e.col_scale[r]);
+  if (e.token_gate != nullptr) v = __fmul_rn(v, apply_act(e.token_gate[s], Activation::kSigmoid));
+  if (e.accumulate) v = __fadd_rn(y, v);
+  return v;
+}
+
+// y_seg[s, r] = finish(W_seg[r] · x[s]) over the rows of every segment: a group of kG lanes per
+// kR consecutive rows of the joint index space (a group's rows may lie in different segments).
+template <typename T, int kS, int kR, int kG>
+__global__ void __launch_bounds__(kGemvThreads)
+    multi_gemv_kernel(const float* x, const Segments segs, std::int64_t in) {
+  constexpr int kU = kR == 1 ? 8 : (kR == 2 ? 4 : 2);
+  const std::int64_t group =
+      (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kG;
+  const int lane = static_cast<int>(threadIdx.x % kG);
+  const T* rows[kR];
+  const float* xs[kR];
+  int seg[kR];
+  std::int64_t local[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    const std::int64_t g = group * kR + r;
+    int i = 0;
+    std::int64_t base = 0;
+    while (i < segs.count && g >= base + segs.s[i].rows) base += segs.s[i++].rows;
+    seg[r] = i;
+    local[r] = g - base;
+    rows[r] = i < segs.count ? static_cast<const T*>(segs.s[i].w) + local[r] * in : nullptr;
+    xs[r] = x;
+  }
+  float acc[kR][kS] = {};
+  rows_dot<T, true, kS, kR, kG, kU, true>(rows, xs, in, in / WeightChunk<T, true>::kN, lane, acc);
+#pragma unroll
+  for (int r = 0; r < kR; ++r)
+#pragma unroll
+    for (int s = 0; s < kS; ++s) {
+      const float v = group_sum<kG>(acc[r][s]);
+      if (lane == 0 && rows[r] != nullptr) {
+        const Segment& sg = segs.s[seg[r]];
+        float* y = sg.y + s * sg.rows + local[r];
+        *y = finish(sg.ep, v, local[r], s, sg.ep.accumulate ? *y : 0.0f);
+      }
+    }
+}
+
+template <typename T, int kS, int kR, int kG>
+void launch_multi_gemv(const float* x, const Segments& segs, std::int64_t in, cudaStream_t stream) {
+  const auto groups = (segs.total + kR - 1) / kR;
+  multi_gemv_kernel<T, kS, kR, kG>
+      <<<grid_for(groups * kG, kGemvThreads), kGemvThreads, 0, stream>>>(x, segs, in);
+}
+
+template <typename T, int kS>
+void multi_gemv_rows(const float* x, const Segments& segs, std::int64_t in, cudaStream_t stream) {
+  constexpr int kWide = kS == 1 ? 1 : (kS == 2 ? 2 : 4);
+  const bool short_rows = gemv_short_rows(in / WeightChunk<T, true>::kN);
+  const bool many_rows = segs.total >= kManyRows;
+  if (short_rows) {
+    if (many_rows)
+      launch_multi_gemv<T, kS, kWide, 8>(x, segs, in, stream);
+    else
+      launch_multi_gemv<T, kS, 1, 8>(x, segs, in, stream);
+  } else {
+    if (many_rows)
+      launch_multi_gemv<T, kS, kWide, kWarp>(x, segs, in, stream);
+    else
+      launch_multi_gemv<T, kS, 1, kWarp>(x, segs, in, stream);
+  }
+}
+
+// The stream mix over mix_up [streams * W, rank] (streams = 4): the group of column c takes rows
+// c, W + c, 2W + c, 3W + c and writes out[s, c] = (sum over k of sigmoid(m_k) * xn[s, kW + c]) / 4,
+// m_k = up row kW + c · u[s]; the sum in stream order, as mul then stream_mean.
+constexpr int kMixStreams = 4;
+
+template <typename T, int kS, int kG>
+__global__ void __launch_bounds__(kGemvThreads)
+    stream_mix_kernel(const float* xn, const float* u, const T* up, std::int64_t rank,
+                      std::int64_t W, float* out) {
+  const std::int64_t c = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kG;
+  const int lane = static_cast<int>(threadIdx.x % kG);
+  const T* rows[kMixStreams];
+  const float* xs[kMixStreams];
+#pragma unroll
+  for (int k = 0; k < kMixStreams; ++k) {
+    rows[k] = c < W ? up + (k * W + c) * rank : nullptr;
+    xs[k] = u;
+  }
+  float acc[kMixStreams][kS] = {};
+  // The group count is a quarter of a plain GEMV's over these rows, so each thread keeps more of
+  // its rows in flight: rank 320 in bf16 is 5 chunks a lane, all 4 rows' issued at once.
+  constexpr int kU = 5;
+  rows_dot<T, true, kS, kMixStreams, kG, kU, true>(rows, xs, rank, rank / WeightChunk<T, true>::kN,
+                                                   lane, acc);
+#pragma unroll
+  for (int s = 0; s < kS; ++s) {
+    float m[kMixStreams];
+#pragma unroll
+    for (int k = 0; k < kMixStreams; ++k) m[k] = group_sum<kG>(acc[k][s]);
+    if (lane == 0 && c < W) {
+      const float* row = xn + s * kMixStreams * W;
+      float sum = 0;
+#pragma unroll
+      for (int k = 0; k < kMixStreams; ++k)
+        sum = __fadd_rn(sum, __fmul_rn(apply_act(m[k], Activation::kSigmoid), row[k * W + c]));
+      out[s * W + c] = sum / static_cast<float>(kMixStreams);
+    }
+  }
+}
+
+template <typename T, int kS>
+void launch_stream_mix(const float* xn, const float* u, const T* up, std::int64_t rank,
+                       std::int64_t W, float* out, cudaStream_t stream) {
+  if (gemv_short_rows(rank / WeightChunk<T, true>::kN)) {
+    stream_mix_kernel<T, kS, 8>
+        <<<grid_for(W * 8, kGemvThreads), kGemvThreads, 0, stream>>>(xn, u, up, rank, W, out);
+  } else {
+    stream_mix_kernel<T, kS, kWarp>
+        <<<grid_for(W * kWarp, kGemvThreads), kGemvThreads, 0, stream>>>(xn, u, up, rank, W, out);
+  }
+}
+
+// The shared expert's gate and up: unit r < I takes gate row r and up row r (act[s, r] =
+// silu(g) * u), unit I the scalar gate's one row (logit[s]).
+template <typename T, int kS, int kG>
+__global__ void __launch_bounds__(kGemvThreads)
+    shared_gate_up_kernel(const float* x, const T* gate, const T* up, const T* expert_gate,
+                          std::int64_t H, std::int64_t I, float* act, float* logit) {
+  const std::int64_t r = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kG;
+  const int lane = static_cast<int>(threadIdx.x % kG);
+  const T* rows[2] = {r < I ? gate + r * H : (r == I ? expert_gate : nullptr),
+                      r < I ? up + r * H : nullptr};
+  const float* xs[2] = {x, x};
+  float acc[2][kS] = {};
+  rows_dot<T, true, kS, 2, kG, 4, true>(rows, xs, H, H / WeightChunk<T, true>::kN, lane, acc);
+#pragma unroll
+  for (int s = 0; s < kS; ++s) {
+    const float g = group_sum<kG>(acc[0][s]), u = group_sum<kG>(acc[1][s]);
+    if (lane != 0) continue;
+    if (r < I) {
+      act[s * I + r] = apply_act(g, Activation::kSilu) * u;
+    } else if (r == I) {
+      logit[s] = g;
+    }
+  }
+}
+
+template <typename T, int kS>
+void launch_shared_gate_up(const float* x, const T* gate, const T* up, const T* expert_gate,
+                           std::int64_t H, std::int64_t I, float* act, float* logit,
+                           cudaStream_t stream) {
+  const auto units = I + 1;
+  if (gemv_short_rows(H / WeightChunk<T, true>::kN)) {
+    shared_gate_up_kernel<T, kS, 8><<<grid_for(units * 8, kGemvThreads), kGemvThreads, 0, stream>>>(
+        x, gate, up, expert_gate, H, I, act, logit);
+  } else {
+    shared_gate_up_kernel<T, kS, kWarp>
+        <<<grid_for(units * kWarp, kGemvThreads), kGemvThreads, 0, stream>>>(
+            x, gate, up, expert_gate, H, I, act, logit);
+  }
+}
+
+// The GatedDeltaNet conv over qkv [S, C] with its tail [L = K-1, C], silu, and q/k/v: block b <
+// 2 * heads is q head b (then k head b - heads) of head_dim channels, a later block a chunk of
+// blockDim.x v channels. Thread t holds channels t, t + blockDim.x, ... of its block, so the l2
+// norm's sum of squares is the l2_norm kernel's (same threads, same double block sum).
+template <typename T>
+__global__ void gdn_conv_kernel(const float* qkv, const T* w, float* tail, std::int64_t S,
+                                std::int64_t C, std::int64_t K, std::int64_t key_dim,
+                                std::int64_t head_dim, float q_scale, float* q, float* k,
+                                float* v) {
+  __shared__ double red[32];
+  const std::int64_t heads = key_dim / head_dim, L = K - 1, value_dim = C - 2 * key_dim;
+  const std::int64_t b = blockIdx.x;
+  const bool normed = b < 2 * heads;
+  const std::int64_t width = normed ? head_dim : blockDim.x;
+  const std::int64_t c0 = normed ? b * head_dim : 2 * key_dim + (b - 2 * heads) * width;
+  const std::int64_t n = normed ? head_dim : (C - c0 < width ? C - c0 : width);
+  for (std::int64_t t = 0; t < S; ++t) {
+    double ss = 0;
+    for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const std::int64_t c = c0 + i;
+      float acc = 0;
+      for (std::int64_t j = 0; j < K; ++j) {
+        const std::int64_t r = t + j;
+        const float x = r < L ? tail[r * C + c] : qkv[(r - L) * C + c];
+        acc = mul_add(widen(w[c * K + j]), x, acc);
+      }
+      const float y = apply_act(acc, Activation::kSilu);
+      if (normed) {
+        // Written now, scaled below (by this thread) once the head's norm is known.
+        ss += static_cast<double>(y) * y;
+        *(c < key_dim ? q + t * key_dim + c : k + t * key_dim + (c - key_dim)) = y;
+      } else {
+        v[t * value_dim + (c - 2 * key_dim)] = y;
+      }
+    }
+    if (!normed) continue;
+    ss = block_sum(ss, red);
+    const float inv = static_cast<float>(1.0 / sqrt(ss + 1e-6f));
+    for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const std::int64_t c = c0 + i;
+      if (c < key_dim) {
+        float* p = q + t * key_dim + c;
+        *p = __fmul_rn(__fmul_rn(*p, inv), q_scale);
+      } else {
+        float* p = k + t * key_dim + (c - key_dim);
+        *p = __fmul_rn(*p, inv);
+      }
+    }
+  }
+  // The tail becomes the last L rows of tail ++ qkv; each thread moves only its own channels,
+  // which only it read above.
+  for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const std::int64_t c = c0 + i;
+    for (std::int64_t j = 0; j < L; ++j) {
+      const std::int64_t r = S + j;
+      tail[j * C + c] = r < L ? tail[r * C + c] : qkv[(r - L) * C + c];
+    }
+  }
+}
+
+int fused_threads(std::int64_t n) {
+  return static_cast<int>(std::clamp<std::int64_t>((n + kWarp - 1) / kWarp * kWarp, kWarp, 256));
+}
+
+template <typename T>
+const T* as(const Weight& w) {
+  return reinterpret_cast<const T*>(w.data);
+}
+
+bool matrix_dtype(const Weight& w) {
+  return w.dtype == DType::kF32 || w.dtype == DType::kBF16;
+}
+
+// Whether x and every weight take the 16-byte path for rows of `in` elements.
+bool chunked(DType dtype, const void* x, std::initializer_list<const Weight*> ws, std::int64_t in) {
+  for (const Weight* w : ws) {
+    if (w->dtype != dtype) return false;
+    if (dtype == DType::kBF16 ? !vec_ok<bf16_bits>(x, w->data, in) : !vec_ok<float>(x, w->data, in))
+      return false;
+  }
+  return true;
+}
+
+// Adds a segment to segs.
+void add_segment(Segments& segs, const void* w, float* y, std::int64_t rows, const Epilogue& ep) {
+  segs.s[segs.count++] = Segment{w, y, rows, ep};
+  segs.total += rows;
+}
+
+// Queues the multi_gemv of segs over x [S, in] (1 <= S <= kFusedRows, 16-byte rows).
+void run_multi_gemv(const Tensor& x, DType dtype, const Segments& segs, cudaStream_t stream) {
+  if (segs.total == 0) return;
+  with_count<kFusedRows>(x.rows(), [&](auto tokens) {
+    constexpr int kS = decltype(tokens)::value;
+    if (dtype == DType::kBF16)
+      multi_gemv_rows<bf16_bits, kS>(x.data(), segs, x.cols(), stream);
+    else
+      multi_gemv_rows<float, kS>(x.data(), segs, x.cols(), stream);
+  });
+}
+
+}  // namespace
+
+// --- hyper-connection read -------------------------------------------------------------------
+
+void CudaBackend::hyper_connection_read(const Tensor& h, const Weight& norm, const Weight& mix_down,
+                                        const Weight& mix_up, const Weight& inject,
+                                        std::int64_t streams, std::int64_t width, float eps,
+                                        Tensor& mixed, Tensor* inject_out) {
+  constexpr const char* kOp = "hyper_connection_read";
+  if (failed() || !on_device(kOp, {&h})) return;
+  const auto S = h.shape().empty() ? 0 : h.rows();
+  const auto rank = mix_down.rows(), in = h.cols();
+  const auto dtype = mix_down.dtype;
+  const bool shapes = S >= 1 && S <= kFusedRows && streams == kMixStreams &&
+                      in == streams * width && mix_down.cols() == in && matrix_dtype(mix_down) &&
+                      mix_up.rows() == in && mix_up.cols() == rank && mix_up.dtype == dtype &&
+                      (inject_out == nullptr || (inject.rows() == streams && inject.cols() == in &&
+                                                 inject.dtype == dtype)) &&
+                      &mixed != &h && inject_out != &h && inject_out != &mixed;
+  if (!shapes) {
+    Backend::hyper_connection_read(h, norm, mix_down, mix_up, inject, streams, width, eps, mixed,
+                                   inject_out);
+    return;
+  }
+  if (!on_device(kOp, mix_down) || !on_device(kOp, mix_up) ||
+      (inject_out != nullptr && !on_device(kOp, inject)))
+    return;
+  Tensor xn, u;
+  rms_norm(h, norm, width, eps, /*unit_offset=*/true, xn);
+  if (failed() || !ensure(u, {S, rank})) return;
+  // Pooled tensors start 16-byte aligned, so this holds whenever the widths are whole chunks.
+  const bool vec = chunked(dtype, xn.data(), {&mix_down, &mix_up}, in) &&
+                   chunked(dtype, u.data(), {&mix_up}, rank) &&
+                   (inject_out == nullptr || chunked(dtype, xn.data(), {&inject}, in));
+  if (!vec) {
+    Backend::hyper_connection_read(h, norm, mix_down, mix_up, inject, streams, width, eps, mixed,
+                                   inject_out);
+    return;
+  }
+  if (!ensure(mixed, {S, width})) return;
+  if (inject_out != nullptr && !ensure(*inject_out, {S, streams})) return;
+  const float inv_streams = 1.0f / static_cast<float>(streams);
+  Segments segs;
+  Epilogue down_ep;
+  down_ep.scale = inv_streams;
+  down_ep.act = Activation::kSilu;
+  add_segment(segs, mix_down.data, u.data(), rank, down_ep);
+  if (inject_out != nullptr) {
+    Epilogue inject_ep;
+    inject_ep.scale = inv_streams;
+    inject_ep.act = Activation::kSigmoid;
+    inject_ep.post = 2.0f;
+    add_segment(segs, inject.data, inject_out->data(), streams, inject_ep);
+  }
+  run_multi_gemv(xn, dtype, segs, stream());
+  if (!launched(kOp)) return;
+  with_count<kFusedRows>(S, [&](auto tokens) {
+    constexpr int kS = decltype(tokens)::value;
+    if (dtype == DType::kBF16)
+      launch_stream_mix<bf16_bits, kS>(xn.data(), u.data(), as<bf16_bits>(mix_up), rank, width,
+                                       mixed.data(), stream());
+    else
+      launch_stream_mix<float, kS>(xn.data(), u.data(), as<float>(mix_up), rank, width,
+                                   mixed.data(), stream());
+  });
+  launched(kOp);
+}
+
+// --- GatedDeltaNet -------------------------------------------------------------------------------
+
+void CudaBackend::gated_delta_net_in_proj(const Tensor& x, const Weight& w_qkv, const Weight& w_z,
+                                          const Weight& w_b, const Weight& w_a,
+                                          const Weight& dt_bias, const Weight& decay_rate,
+                                          Tensor& qkv, Tensor& z, Tensor& beta, Tensor& g) {
+  constexpr const char* kOp = "gated_delta_net_in_proj";
+  if (failed() || !on_device(kOp, {&x})) return;
+  const auto S = x.shape().empty() ? 0 : x.rows(), in = x.cols(), heads = w_a.rows();
+  const auto dtype = w_qkv.dtype;
+  const bool fused = S >= 1 && S <= kFusedRows && matrix_dtype(w_qkv) &&
+                     chunked(dtype, x.data(), {&w_qkv, &w_z, &w_b, &w_a}, in) &&
+                     w_qkv.cols() == in && w_z.cols() == in && w_b.cols() == in &&
+                     w_a.cols() == in && w_b.rows() == heads && dt_bias.dtype == DType::kF32 &&
+                     dt_bias.numel() == heads && decay_rate.dtype == DType::kF32 &&
+                     decay_rate.numel() == heads;
+  if (!fused) {
+    Backend::gated_delta_net_in_proj(x, w_qkv, w_z, w_b, w_a, dt_bias, decay_rate, qkv, z, beta, g);
+    return;
+  }
+  for (const Weight* w : {&w_qkv, &w_z, &w_b, &w_a, &dt_bias, &decay_rate})
+    if (!on_device(kOp, *w)) return;
+  for (Tensor* t : {&qkv, &z, &beta, &g})
+    if (!check(t != &x, kOp, "an output may not be x")) return;
+  if (!ensure(qkv, {S, w_qkv.rows()}) || !ensure(z, {S, w_z.rows()}) || !ensure(beta, {S, heads}) ||
+      !ensure(g, {S, heads}))
+    return;
+  Epilogue beta_ep, g_ep;
+  beta_ep.act = Activation::kSigmoid;
+  g_ep.bias = dt_bias.f32();
+  g_ep.act = Activation::kSoftplus;
+  g_ep.col_scale = decay_rate.f32();
+  Segments segs;
+  add_segment(segs, w_qkv.data, qkv.data(), w_qkv.rows(), Epilogue{});
+  add_segment(segs, w_z.data, z.data(), w_z.rows(), Epilogue{});
+  add_segment(segs, w_b.data, beta.data(), heads, beta_ep);
+  add_segment(segs, w_a.data, g.data(), heads, g_ep);
+  run_multi_gemv(x, dtype, segs, stream());
+  launched(kOp);
+}
+
+void CudaBackend::gated_delta_net_conv(const Tensor& qkv, const Weight& conv, Tensor& tail,
+                                       std::int64_t key_dim, std::int64_t head_dim, Tensor& q,
+                                       Tensor& k, Tensor& v) {
+  constexpr const char* kOp = "gated_delta_net_conv";
+  if (failed() || !on_device(kOp, {&qkv, &tail})) return;
+  constexpr std::int64_t kMaxFusedTokens = 64;  // a block walks the tokens one by one
+  const auto S = qkv.shape().empty() ? 0 : qkv.rows(), C = qkv.cols(), K = conv.cols();
+  const bool fused = S >= 1 && S <= kMaxFusedTokens && head_dim > 0 && key_dim > 0 &&
+                     key_dim % head_dim == 0 && 2 * key_dim < C && conv.rows() == C && K >= 1 &&
+                     matrix_dtype(conv) && tail.rows() == K - 1 && tail.cols() == C && &q != &qkv &&
+                     &k != &qkv && &v != &qkv;
+  if (!fused) {
+    Backend::gated_delta_net_conv(qkv, conv, tail, key_dim, head_dim, q, k, v);
+    return;
+  }
+  if (!on_device(kOp, conv)) return;
+  const auto value_dim = C - 2 * key_dim;
+  if (!ensure(q, {S, key_dim}) || !ensure(k, {S, key_dim}) || !ensure(v, {S, value_dim})) return;
+  const int threads = fused_threads(head_dim);
+  const auto blocks = 2 * (key_dim / head_dim) + (value_dim + threads - 1) / threads;
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  if (conv.dtype == DType::kBF16) {
+    gdn_conv_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream()>>>(
+        qkv.data(), as<bf16_bits>(conv), tail.data(), S, C, K, key_dim, head_dim, q_scale, q.data(),
+        k.data(), v.data());
+  } else {
+    gdn_conv_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream()>>>(
+        qkv.data(), as<float>(conv), tail.data(), S, C, K, key_dim, head_dim, q_scale, q.data(),
+        k.data(), v.data());
+  }
+  launched(kOp);
+}
+
+// --- MoE -----------------------------------------------------------------------------------------
+
+void CudaBackend::shared_expert(const Tensor& x, const Weight& gate, const Weight& up,
+                                const Weight& down, const Weight& expert_gate, Tensor& y) {
+  constexpr const char* kOp = "shared_expert";
+  if (failed() || !on_device(kOp, {&x, &y})) return;
+  const auto S = x.shape().empty() ? 0 : x.rows(), H = x.cols(), I = gate.rows();
+  const auto dtype = gate.dtype;
+  const bool fused = S >= 1 && S <= kFusedRows && matrix_dtype(gate) && gate.cols() == H &&
+                     up.rows() == I && up.cols() == H && expert_gate.rows() == 1 &&
+                     expert_gate.cols() == H && down.rows() == y.cols() && down.cols() == I &&
+                     y.rows() == S && &y != &x &&
+                     chunked(dtype, x.data(), {&gate, &up, &expert_gate}, H) && down.dtype == dtype;
+  if (!fused) {
+    Backend::shared_expert(x, gate, up, down, expert_gate, y);
+    return;
+  }
+  for (const Weight* w : {&gate, &up, &down, &expert_gate})
+    if (!on_device(kOp, *w)) return;
+  Tensor act, logit;
+  if (!ensure(act, {S, I}) || !ensure(logit, {S, 1})) return;
+  if (!chunked(dtype, act.data(), {&down}, I)) {
+    Backend::shared_expert(x, gate, up, down, expert_gate, y);
+    return;
+  }
+  with_count<kFusedRows>(S, [&](auto tokens) {
+    constexpr int kS = decltype(tokens)::value;
+    if (dtype == DType::kBF16)
+      launch_shared_gate_up<bf16_bits, kS>(x.data(), as<bf16_bits>(gate), as<bf16_bits>(up),
+                                           as<bf16_bits>(expert_gate), H, I, act.data(),
+                                           logit.data(), stream());
+    else
+      launch_shared_gate_up<float, kS>(x.data(), as<float>(gate), as<float>(up),
+                                       as<float>(expert_gate), H, I, act.data(), logit.data(),
+                                       stream());
+  });
+  if (!launched(kOp)) return;
+  Epilogue down_ep;
+  down_ep.token_gate = logit.data();
+  down_ep.accumulate = true;
+  Segments segs;
+  add_segment(segs, down.data, y.data(), down.rows(), down_ep);
+  run_multi_gemv(act, dtype, segs, stream());
+  launched(kOp);
+}
+
+}  // namespace fs::cuda
