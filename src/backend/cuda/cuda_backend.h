@@ -39,8 +39,8 @@
 // - The fused decode ops (backend.h; cuda_fused.cu): the hyper-connection read in 3 kernels (was
 //   12), the GatedDeltaNet's four input projections with their gates in one, its conv, silu and
 //   q/k norms in one, the router's softmax/top-k/renormalise in one after its GEMV, the shared
-//   expert in two; each bit-identical to the unfused CUDA sequence, at 1-4 rows (more rows run
-//   that sequence).
+//   expert in two, at 1-4 rows (more rows run the unfused sequence). Each computes the unfused
+//   CUDA sequence's bits, except the hyper-connection read's first product (a block per row).
 // - argmax_rows (greedy sampling): a block of 1024 threads per row, ties to the lower index; only
 //   the int32 ids are read back by the caller.
 // - topk / select_blocks (cuda_select.cu): a block per row finds the k-th largest by four 8-bit

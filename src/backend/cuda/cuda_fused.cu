@@ -1,8 +1,10 @@
 // The fused decode ops (backend.h "fused decode ops"): a decode step's per-layer op sequences in
-// fewer kernels. Each computes what its unfused CUDA sequence computes, bit for bit: the products
-// go through the GEMV core (cuda_gemv.cuh) with the lanes per row `linear` picks (a row's sum
-// depends on nothing else), and the epilogues apply the same fp32 operations in the same order,
-// with no fused multiply-adds between what were separate ops. Shapes the fused kernels do not
+// fewer kernels. The products go through the GEMV core (cuda_gemv.cuh), and the epilogues apply
+// the fp32 operations of the unfused sequence in its order, with no fused multiply-adds between
+// what were separate ops. With the lanes per row `linear` picks (a row's sum depends on nothing
+// else) that is the unfused CUDA sequence bit for bit; the exception is a product of few long
+// rows (the hyper-connection's mix_down and inject), which takes a block per row and sums in
+// another order. Shapes the fused kernels do not
 // take (more than kFusedRows rows: prefill; widths that are not whole 16-byte chunks; mixed weight
 // dtypes) run the unfused sequence (Backend's default body).
 //
@@ -71,6 +73,27 @@ __device__ __forceinline__ float finish(const Epilogue& e, float v, std::int64_t
   return v;
 }
 
+// The sum of v over the kG lanes of this thread's group, in lane 0 of the group (kG <= 32: every
+// lane). kG = kGemvThreads is the whole block: warp sums, then the warps in order. Every thread
+// of the block calls it.
+template <int kG>
+__device__ __forceinline__ float lanes_sum(float v) {
+  if constexpr (kG <= kWarp) {
+    return group_sum<kG>(v);
+  } else {
+    static_assert(kG == kGemvThreads, "a group is at most a warp, or the whole block");
+    __shared__ float part[kG / kWarp];
+    v = group_sum<kWarp>(v);
+    if (threadIdx.x % kWarp == 0) part[threadIdx.x / kWarp] = v;
+    __syncthreads();
+    float total = 0;
+    if (threadIdx.x == 0)
+      for (int i = 0; i < kG / kWarp; ++i) total += part[i];
+    __syncthreads();  // part is reused by the next call
+    return total;
+  }
+}
+
 // y_seg[s, r] = finish(W_seg[r] · x[s]) over the rows of every segment: a group of kG lanes per
 // kR consecutive rows of the joint index space (a group's rows may lie in different segments).
 template <typename T, int kS, int kR, int kG>
@@ -101,7 +124,7 @@ __global__ void __launch_bounds__(kGemvThreads)
   for (int r = 0; r < kR; ++r)
 #pragma unroll
     for (int s = 0; s < kS; ++s) {
-      const float v = group_sum<kG>(acc[r][s]);
+      const float v = lanes_sum<kG>(acc[r][s]);
       if (lane == 0 && rows[r] != nullptr) {
         const Segment& sg = segs.s[seg[r]];
         float* y = sg.y + s * sg.rows + local[r];
@@ -120,8 +143,17 @@ void launch_multi_gemv(const float* x, const Segments& segs, std::int64_t in, cu
 template <typename T, int kS>
 void multi_gemv_rows(const float* x, const Segments& segs, std::int64_t in, cudaStream_t stream) {
   constexpr int kWide = kS == 1 ? 1 : (kS == 2 ? 2 : 4);
-  const bool short_rows = gemv_short_rows(in / WeightChunk<T, true>::kN);
+  const auto chunks = in / WeightChunk<T, true>::kN;
+  const bool short_rows = gemv_short_rows(chunks);
   const bool many_rows = segs.total >= kManyRows;
+  // Few long rows (the hyper-connection's 324 rows of 10240): a warp per row leaves most of the
+  // GPU idle with too few loads in flight, so a block takes each row (its sum in another order
+  // than linear's: these products are not bit-identical to the unfused sequence).
+  constexpr std::int64_t kFewRows = 1024;
+  if (segs.total < kFewRows && chunks >= 4 * kGemvThreads) {
+    launch_multi_gemv<T, kS, 1, kGemvThreads>(x, segs, in, stream);
+    return;
+  }
   if (short_rows) {
     if (many_rows)
       launch_multi_gemv<T, kS, kWide, 8>(x, segs, in, stream);
