@@ -869,6 +869,8 @@ std::vector<Case> make_cases() {
                                             {4, 40, 12, true, F32},
                                             {3, 40, 10, true, BF16},
                                             {2, 36, 8, true, BF16},
+                                            {2, 64, 16, true, BF16},
+                                            {1, 64, 16, false, F32},
                                             {40, 256, 16, true, BF16}}) {
     add("hyper_connection_read_S" + n(c.S) + "_W" + n(c.W) + "_r" + n(c.rank) +
             (c.inject ? "_inject_" : "_") + dt(c.dtype),
@@ -899,6 +901,9 @@ std::vector<Case> make_cases() {
                                                 {4, 2560, 2048, 6144, 48, BF16},
                                                 {3, 256, 128, 256, 8, F32},
                                                 {2, 70, 64, 128, 8, BF16},
+                                                // few long rows: a block per row
+                                                {2, 10240, 128, 256, 8, BF16},
+                                                {3, 4096, 64, 128, 4, F32},
                                                 {20, 256, 128, 256, 8, BF16}}) {
     add("gated_delta_net_in_proj_S" + n(c.S) + "_in" + n(c.in) + "_k" + n(c.key_dim) + "_v" +
             n(c.value_dim) + "_" + dt(c.dtype),

@@ -36,11 +36,12 @@
 //   (query, KV head, chunk) loading each K/V tile once for the query heads that share it, then a
 //   merge of the partials in a fixed order; FLASHSERVE_CUDA_OLD_ATTENTION=1 keeps the older kernel
 //   (a block per (query, head)).
-// - The fused decode ops (backend.h; cuda_fused.cu): the hyper-connection read in 3 kernels (was
+// - The fused decode ops (backend.h; cuda_fused.cu): the hyper-connection read in 2 kernels (was
 //   12), the GatedDeltaNet's four input projections with their gates in one, its conv, silu and
 //   q/k norms in one, the router's softmax/top-k/renormalise in one after its GEMV, the shared
 //   expert in two, at 1-4 rows (more rows run the unfused sequence). Each computes the unfused
-//   CUDA sequence's bits, except the hyper-connection read's first product (a block per row).
+//   CUDA sequence's bits, except the hyper-connection read (its norm folded into its first
+//   product, within rounding).
 // - argmax_rows (greedy sampling): a block of 1024 threads per row, ties to the lower index; only
 //   the int32 ids are read back by the caller.
 // - topk / select_blocks (cuda_select.cu): a block per row finds the k-th largest by four 8-bit

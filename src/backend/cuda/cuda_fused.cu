@@ -2,18 +2,19 @@
 // fewer kernels. The products go through the GEMV core (cuda_gemv.cuh), and the epilogues apply
 // the fp32 operations of the unfused sequence in its order, with no fused multiply-adds between
 // what were separate ops. With the lanes per row `linear` picks (a row's sum depends on nothing
-// else) that is the unfused CUDA sequence bit for bit; the exception is a product of few long
-// rows (the hyper-connection's mix_down and inject), which takes a block per row and sums in
-// another order. Shapes the fused kernels do not
-// take (more than kFusedRows rows: prefill; widths that are not whole 16-byte chunks; mixed weight
-// dtypes) run the unfused sequence (Backend's default body).
+// else) that is the unfused CUDA sequence bit for bit; the exceptions are a product of few long
+// rows, which takes a block per row and sums in another order, and the hyper-connection read,
+// whose first product folds the norm in (within rounding of the unfused sequence). Shapes the fused
+// kernels do not take (more than kFusedRows rows: prefill; widths that are not whole 16-byte
+// chunks; mixed weight dtypes) run the unfused sequence (Backend's default body).
 //
 //  - multi_gemv: several weights over one x in one grid (a row index space over up to four
 //    segments), each segment with its own epilogue: scale, bias, activation, a per-column factor,
 //    a per-token sigmoid gate, accumulation into y.
-//  - hyper_connection_read: rms_norm, then one multi_gemv (mix_down and inject with their
-//    epilogues), then the stream mix as a GEMV over mix_up whose thread group takes the four
-//    rows of one output column (one per stream) and finishes the sigmoid, product and mean.
+//  - hyper_connection_read: two kernels. A block per row of mix_down and inject computes the
+//    row's products with the normalised streams, the norm folded in (hc_down_kernel), with their
+//    epilogues; then the stream mix as a GEMV over mix_up whose thread group takes the four rows
+//    of one output column (one per stream) and finishes the norm, sigmoid, product and mean.
 //  - gated_delta_net_in_proj: one multi_gemv over qkv, z, b and a with the gate epilogues.
 //  - gated_delta_net_conv: one kernel, a block per q/k head (or per chunk of v channels) looping
 //    over the tokens: conv, silu, the head's l2 norm and the q scale, then the tail update.
@@ -167,15 +168,113 @@ void multi_gemv_rows(const float* x, const Segments& segs, std::int64_t in, cuda
   }
 }
 
-// The stream mix over mix_up [streams * W, rank] (streams = 4): the group of column c takes rows
-// c, W + c, 2W + c, 3W + c and writes out[s, c] = (sum over k of sigmoid(m_k) * xn[s, kW + c]) / 4,
-// m_k = up row kW + c · u[s]; the sum in stream order, as mul then stream_mean.
 constexpr int kMixStreams = 4;
 
+// The hyper-connection read's first product with its norm folded in, a block per row of the joint
+// (mix_down, inject) index space: for token s and stream group k (W columns each) the block sums
+// a_k = W_row[kW:(k+1)W] · (h[s] * (1 + nw)) and ss_k = sum of h[s]^2 (in double) over the chunks
+// it reads anyway, then row · xn = sum over k of inv_k * a_k with inv_k = 1/sqrt(ss_k/W + eps), the
+// rms_norm's scale (every block computes the same inv; block 0 writes it for the stream mix).
+// Reassociated against product-after-norm: within rounding of it, not the same bits.
+template <typename T, int kS>
+__global__ void __launch_bounds__(kGemvThreads)
+    hc_down_kernel(const float* h, const float* nw, const Segments segs, std::int64_t in,
+                   std::int64_t W, float eps, float* inv_out) {
+  using C = WeightChunk<T, true>;
+  constexpr int kN = C::kN;
+  constexpr int kU = 5;  // 10240 bf16 columns are 5 chunks a thread: all in flight at once
+  constexpr int kWarps = kGemvThreads / kWarp;
+  const std::int64_t row = blockIdx.x;
+  int i = 0;
+  std::int64_t base = 0;
+  while (i + 1 < segs.count && row >= base + segs.s[i].rows) base += segs.s[i++].rows;
+  const Segment& sg = segs.s[i];
+  const std::int64_t local = row - base;
+  const T* w = static_cast<const T*>(sg.w) + local * in;
+  const std::int64_t chunks = in / kN, per_group = W / kN;
+  float acc[kMixStreams][kS] = {};
+  double ss[kMixStreams][kS] = {};
+  for (std::int64_t c0 = threadIdx.x; c0 < chunks;
+       c0 += static_cast<std::int64_t>(kGemvThreads) * kU) {
+    typename C::Raw raw[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kGemvThreads;
+      raw[u] = c < chunks ? C::load(w + c * kN) : typename C::Raw{};
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kGemvThreads;
+      if (c >= chunks) break;
+      const int g = static_cast<int>(c / per_group);
+      float wv[kN], scale[kN];
+      C::widen(raw[u], wv);
+      load_x<kN>(nw + c * kN, scale);
+#pragma unroll
+      for (int q = 0; q < kN; ++q) scale[q] = 1.0f + scale[q];
+#pragma unroll
+      for (int s = 0; s < kS; ++s) {
+        float xv[kN];
+        load_x<kN>(h + s * in + c * kN, xv);
+        float d = 0;
+        double q2 = 0;
+#pragma unroll
+        for (int q = 0; q < kN; ++q) {
+          d = fmaf(wv[q], xv[q] * scale[q], d);
+          q2 += static_cast<double>(xv[q]) * xv[q];
+        }
+#pragma unroll
+        for (int k = 0; k < kMixStreams; ++k) {
+          if (k == g) {
+            acc[k][s] += d;
+            ss[k][s] += q2;
+          }
+        }
+      }
+    }
+  }
+  __shared__ float part_a[kWarps][kMixStreams * kS];
+  __shared__ double part_ss[kWarps][kMixStreams * kS];
+  const int lane = static_cast<int>(threadIdx.x % kWarp),
+            warp = static_cast<int>(threadIdx.x / kWarp);
+#pragma unroll
+  for (int k = 0; k < kMixStreams; ++k)
+#pragma unroll
+    for (int s = 0; s < kS; ++s) {
+      const float a = warp_sum(acc[k][s]);
+      const double b = warp_sum(ss[k][s]);
+      if (lane == 0) {
+        part_a[warp][k * kS + s] = a;
+        part_ss[warp][k * kS + s] = b;
+      }
+    }
+  __syncthreads();
+  if (threadIdx.x >= kS) return;
+  const int s = static_cast<int>(threadIdx.x);  // thread s finishes token s, warps in order
+  float v = 0;
+  for (int k = 0; k < kMixStreams; ++k) {
+    float a = 0;
+    double b = 0;
+    for (int wi = 0; wi < kWarps; ++wi) {
+      a += part_a[wi][k * kS + s];
+      b += part_ss[wi][k * kS + s];
+    }
+    const float inv = static_cast<float>(1.0 / sqrt(b / static_cast<double>(W) + eps));
+    if (row == 0) inv_out[s * kMixStreams + k] = inv;
+    v = __fadd_rn(v, __fmul_rn(inv, a));
+  }
+  float* y = sg.y + s * sg.rows + local;
+  *y = finish(sg.ep, v, local, s, sg.ep.accumulate ? *y : 0.0f);
+}
+
+// The stream mix over mix_up [streams * W, rank] (streams = 4): the group of column c takes rows
+// c, W + c, 2W + c, 3W + c and writes out[s, c] = (sum over k of sigmoid(m_k) * xn[s, kW + c]) / 4,
+// m_k = up row kW + c · u[s]; the sum in stream order, as mul then stream_mean. xn = h * inv_k *
+// (1 + nw) as rms_norm computes it, from hc_down_kernel's inv.
 template <typename T, int kS, int kG>
 __global__ void __launch_bounds__(kGemvThreads)
-    stream_mix_kernel(const float* xn, const float* u, const T* up, std::int64_t rank,
-                      std::int64_t W, float* out) {
+    stream_mix_kernel(const float* h, const float* inv, const float* nw, const float* u,
+                      const T* up, std::int64_t rank, std::int64_t W, float* out) {
   const std::int64_t c = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kG;
   const int lane = static_cast<int>(threadIdx.x % kG);
   const T* rows[kMixStreams];
@@ -197,25 +296,33 @@ __global__ void __launch_bounds__(kGemvThreads)
 #pragma unroll
     for (int k = 0; k < kMixStreams; ++k) m[k] = group_sum<kG>(acc[k][s]);
     if (lane == 0 && c < W) {
-      const float* row = xn + s * kMixStreams * W;
+      const float* row = h + s * kMixStreams * W;
       float sum = 0;
 #pragma unroll
-      for (int k = 0; k < kMixStreams; ++k)
-        sum = __fadd_rn(sum, __fmul_rn(apply_act(m[k], Activation::kSigmoid), row[k * W + c]));
+      for (int k = 0; k < kMixStreams; ++k) {
+        const float xn =
+            __fmul_rn(__fmul_rn(row[k * W + c], inv[s * kMixStreams + k]), 1.0f + nw[k * W + c]);
+        sum = __fadd_rn(sum, __fmul_rn(apply_act(m[k], Activation::kSigmoid), xn));
+      }
       out[s * W + c] = sum / static_cast<float>(kMixStreams);
     }
   }
 }
 
+// The read's two kernels: hc_down_kernel over segs (mix_down, then inject), then the stream mix.
 template <typename T, int kS>
-void launch_stream_mix(const float* xn, const float* u, const T* up, std::int64_t rank,
-                       std::int64_t W, float* out, cudaStream_t stream) {
+void launch_hc_read(const float* h, const float* nw, const Segments& segs, const float* u,
+                    const T* up, std::int64_t rank, std::int64_t W, float eps, float* inv,
+                    float* out, cudaStream_t stream) {
+  const auto in = kMixStreams * W;
+  hc_down_kernel<T, kS><<<static_cast<unsigned>(segs.total), kGemvThreads, 0, stream>>>(
+      h, nw, segs, in, W, eps, inv);
   if (gemv_short_rows(rank / WeightChunk<T, true>::kN)) {
-    stream_mix_kernel<T, kS, 8>
-        <<<grid_for(W * 8, kGemvThreads), kGemvThreads, 0, stream>>>(xn, u, up, rank, W, out);
+    stream_mix_kernel<T, kS, 8><<<grid_for(W * 8, kGemvThreads), kGemvThreads, 0, stream>>>(
+        h, inv, nw, u, up, rank, W, out);
   } else {
-    stream_mix_kernel<T, kS, kWarp>
-        <<<grid_for(W * kWarp, kGemvThreads), kGemvThreads, 0, stream>>>(xn, u, up, rank, W, out);
+    stream_mix_kernel<T, kS, kWarp><<<grid_for(W * kWarp, kGemvThreads), kGemvThreads, 0, stream>>>(
+        h, inv, nw, u, up, rank, W, out);
   }
 }
 
@@ -387,19 +494,21 @@ void CudaBackend::hyper_connection_read(const Tensor& h, const Weight& norm, con
   if (!on_device(kOp, mix_down) || !on_device(kOp, mix_up) ||
       (inject_out != nullptr && !on_device(kOp, inject)))
     return;
-  Tensor xn, u;
-  rms_norm(h, norm, width, eps, /*unit_offset=*/true, xn);
-  if (failed() || !ensure(u, {S, rank})) return;
-  // Pooled tensors start 16-byte aligned, so this holds whenever the widths are whole chunks.
-  const bool vec = chunked(dtype, xn.data(), {&mix_down, &mix_up}, in) &&
-                   chunked(dtype, u.data(), {&mix_up}, rank) &&
-                   (inject_out == nullptr || chunked(dtype, xn.data(), {&inject}, in));
+  // The 16-byte rows: h, mix_down and inject over `in`, u and mix_up over `rank`; chunks never
+  // straddle two streams. Pooled tensors and uploaded weights start 16-byte aligned.
+  const auto kN = dtype == DType::kBF16 ? 8 : 4;
+  const bool vec = width % kN == 0 && norm.dtype == DType::kF32 && norm.numel() == in &&
+                   reinterpret_cast<std::uintptr_t>(norm.data) % 16 == 0 &&
+                   chunked(dtype, h.data(), {&mix_down, &mix_up}, in) && rank % kN == 0 &&
+                   (inject_out == nullptr || chunked(dtype, h.data(), {&inject}, in));
   if (!vec) {
     Backend::hyper_connection_read(h, norm, mix_down, mix_up, inject, streams, width, eps, mixed,
                                    inject_out);
     return;
   }
-  if (!ensure(mixed, {S, width})) return;
+  if (!on_device(kOp, norm)) return;
+  Tensor u, inv;
+  if (!ensure(u, {S, rank}) || !ensure(inv, {S, streams}) || !ensure(mixed, {S, width})) return;
   if (inject_out != nullptr && !ensure(*inject_out, {S, streams})) return;
   const float inv_streams = 1.0f / static_cast<float>(streams);
   Segments segs;
@@ -414,16 +523,14 @@ void CudaBackend::hyper_connection_read(const Tensor& h, const Weight& norm, con
     inject_ep.post = 2.0f;
     add_segment(segs, inject.data, inject_out->data(), streams, inject_ep);
   }
-  run_multi_gemv(xn, dtype, segs, stream());
-  if (!launched(kOp)) return;
   with_count<kFusedRows>(S, [&](auto tokens) {
     constexpr int kS = decltype(tokens)::value;
     if (dtype == DType::kBF16)
-      launch_stream_mix<bf16_bits, kS>(xn.data(), u.data(), as<bf16_bits>(mix_up), rank, width,
-                                       mixed.data(), stream());
+      launch_hc_read<bf16_bits, kS>(h.data(), norm.f32(), segs, u.data(), as<bf16_bits>(mix_up),
+                                    rank, width, eps, inv.data(), mixed.data(), stream());
     else
-      launch_stream_mix<float, kS>(xn.data(), u.data(), as<float>(mix_up), rank, width,
-                                   mixed.data(), stream());
+      launch_hc_read<float, kS>(h.data(), norm.f32(), segs, u.data(), as<float>(mix_up), rank,
+                                width, eps, inv.data(), mixed.data(), stream());
   });
   launched(kOp);
 }
