@@ -67,6 +67,11 @@ void QwenNextModel::ple_inject(const PleWeights& w, PleCache& cache,
   const auto eps = static_cast<float>(config_.rms_norm_eps);
   std::vector<std::int64_t> ids;
   auto context = cache.context_ids();
+  const bool keep = cache.window.open(cache.covered, S);
+  if (keep) {  // the context, then this call's tokens: the context after each of them
+    cache.window.ids = context;
+    cache.window.ids.insert(cache.window.ids.end(), tokens.begin(), tokens.end());
+  }
   ngram_ids(w.hash, context, tokens, ids);
   cache.set_context_ids(context);
   Tensor emb, key, value, query, gate, gated, normed, conv;
@@ -84,11 +89,21 @@ void QwenNextModel::ple_inject(const PleWeights& w, PleCache& cache,
   gated = be.new_tensor({S, config_.stream_width()});
   be.add_scaled_streams(gated, value, gate);
   be.rms_norm(gated, w.norm_conv, H, eps, true, normed);
+  if (keep) keep_conv_inputs(cache.conv_tail, normed, cache.window);
   be.causal_conv1d(normed, w.conv1d, config_.ngram_size, cache.conv_tail, conv);
   be.activate(conv, Activation::kSilu);
   be.add(gated, conv);
   be.add(h, gated);
   cache.covered += S;
+}
+
+// A verify's window keeps the conv tail before the call followed by the call's conv inputs, so
+// the tail after any of its tokens is a slice (speculation_window.h). Buffers were reserved by
+// keep_positions, so nothing here allocates.
+void QwenNextModel::keep_conv_inputs(const Tensor& tail, const Tensor& inputs,
+                                     SpeculationWindow& window) {
+  backend_->slice_rows(tail, 0, tail.rows(), window.history);
+  backend_->append_rows(window.history, inputs);
 }
 
 // GatedDeltaNet (Q4M 510-625).
@@ -102,12 +117,17 @@ void QwenNextModel::gated_delta_net(const GatedDeltaNetWeights& w, GatedDeltaNet
   // beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias), the log decay (Q4M 579-581).
   be.gated_delta_net_in_proj(x, w.in_proj_qkv, w.in_proj_z, w.in_proj_b, w.in_proj_a, w.dt_bias,
                              w.decay_rate, qkv, z, b, a);
+  const bool keep = cache.window.open(cache.covered, S);
+  if (keep) keep_conv_inputs(cache.conv_tail, qkv, cache.window);
   // silu(conv(qkv)) split into q, k, v; l2norm of q and k (eps 1e-6, FLA's convention), then
   // q * dk^-0.5 (Q4M 300-310).
   be.gated_delta_net_conv(qkv, w.conv1d, cache.conv_tail, key_dim, dk, q, k, v);
   Tensor core;
   // The reference's kernel choice (Q4M 586-612): recurrent only for one token on a warm state.
-  if (S == 1 && cache.covered > 0) {
+  // An MTP verify keeps the state after each token (rollback by a copy, no second forward).
+  if (keep) {
+    be.gated_delta_rule_positions(q, k, v, a, b, Hk, cache.recurrent, core, cache.window.states);
+  } else if (S == 1 && cache.covered > 0) {
     be.gated_delta_rule_recurrent(q, k, v, a, b, Hk, cache.recurrent, core);
   } else {
     be.gated_delta_rule_chunked(q, k, v, a, b, Hk, cache.recurrent, core);
