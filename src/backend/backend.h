@@ -225,9 +225,9 @@ class Backend {
   // none is open.
   virtual void discard_step_graph() {}
   struct StepGraphStats {
-    std::int64_t launches = 0;  // steps run as a graph
-    std::int64_t captures = 0;  // of those, recorded (first use of their key)
-    std::int64_t replays = 0;   // of those, a kept executable launched unchanged
+    std::int64_t launches = 0;           // steps run as a graph
+    std::int64_t captures = 0;           // of those, recorded (first use of their key)
+    std::int64_t replays = 0;            // of those, a kept executable launched unchanged
     std::int64_t evictions = 0;          // executables dropped to keep at most the bound
     std::int64_t walk_ns = 0;            // host time of the replays' walks (begin to launch)
     std::int64_t walk_leaked_nodes = 0;  // work an op queued during a walk (should be 0)

@@ -12,9 +12,9 @@
 
 #include <cstdio>
 #include <cstring>
-#include <tuple>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "backend/backend.h"
 #include "decode/generator.h"
@@ -85,15 +85,16 @@ class GpuGraphs : public ::testing::Test {
   static void print_stats(const char* what, const Backend::StepGraphStats& a,
                           const Backend::StepGraphStats& b) {
     const auto replays = b.replays - a.replays;
-    std::printf("%s: %lld graph launches, %lld captures, %lld replays (walk %.1f us each), %lld "
-                "evictions, %lld nodes leaked by walks\n",
-                what, static_cast<long long>(b.launches - a.launches),
-                static_cast<long long>(b.captures - a.captures), static_cast<long long>(replays),
-                replays > 0 ? static_cast<double>(b.walk_ns - a.walk_ns) / 1e3 /
-                                  static_cast<double>(replays)
-                            : 0.0,
-                static_cast<long long>(b.evictions - a.evictions),
-                static_cast<long long>(b.walk_leaked_nodes - a.walk_leaked_nodes));
+    std::printf(
+        "%s: %lld graph launches, %lld captures, %lld replays (walk %.1f us each), %lld "
+        "evictions, %lld nodes leaked by walks\n",
+        what, static_cast<long long>(b.launches - a.launches),
+        static_cast<long long>(b.captures - a.captures), static_cast<long long>(replays),
+        replays > 0
+            ? static_cast<double>(b.walk_ns - a.walk_ns) / 1e3 / static_cast<double>(replays)
+            : 0.0,
+        static_cast<long long>(b.evictions - a.evictions),
+        static_cast<long long>(b.walk_leaked_nodes - a.walk_leaked_nodes));
   }
 
   // `steps` greedy decode steps from `prompt` on three states of one model: one eager, two as
@@ -259,7 +260,6 @@ TEST_F(GpuGraphs, ASynchronisingCopyInsideTheRecordingFailsNamingIt) {
   EXPECT_EQ(be.step_graph_stats().launches, 0);
 }
 
-
 // Deterministic values in [-1, 1) (an LCG): inputs the eager and graphed runs share.
 std::vector<float> values(std::int64_t n, std::uint32_t seed) {
   std::vector<float> v(static_cast<std::size_t>(n));
@@ -325,8 +325,7 @@ TEST_F(GpuGraphs, OpsReplayedWithNewScalarsMatchEager) {
     be.block_sparse_attention(side.q, side.keys, side.values, heads, kv_heads, picked, block, first,
                               scale, out);
     be.block_mean(side.keys, ((first + 1) / block - 1) * block, 1, block, pooled);
-    return std::make_tuple(std::move(scores), std::move(picked), std::move(out),
-                           std::move(pooled));
+    return std::make_tuple(std::move(scores), std::move(picked), std::move(out), std::move(pooled));
   };
   const Backend::StepGraphKey key{{42}};
   const auto before = be.step_graph_stats();
@@ -350,7 +349,7 @@ TEST_F(GpuGraphs, OpsReplayedWithNewScalarsMatchEager) {
       if (g == 1) be.launch_step_graph();
       ASSERT_TRUE(be.status().ok()) << be.status().to_string();
       ASSERT_EQ(scores.cols(), (first + 1) / block);
-      r[g] = {side.q.to_host_vector(), scores.to_host_vector(), out.to_host_vector(),
+      r[g] = {side.q.to_host_vector(), scores.to_host_vector(),    out.to_host_vector(),
               pooled.to_host_vector(), side.keys.to_host_vector(), {}};
       std::vector<std::int32_t> ids(static_cast<std::size_t>(picked.numel()));
       picked.memory()->to_host(ids.data(), picked.raw(), picked.bytes());

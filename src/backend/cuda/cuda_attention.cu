@@ -288,10 +288,10 @@ void CudaBackend::block_sparse_attention(const Tensor& q, const Tensor& k, const
     const dim3 grid(static_cast<unsigned>(S * splits), static_cast<unsigned>(kv_heads));
     const auto threads = static_cast<unsigned>(rep * kWarp);
     const auto smem = static_cast<std::size_t>(2 * kTileKeys * D) * sizeof(float);
-#define FS_SPLIT_CASE(n)                                                                      \
-  attention_split_kernel<n><<<grid, threads, smem, stream()>>>(                               \
-      q.data(), k.data(), v.data(), p, top, heads, rep, D, kv_heads * D, block, at, scale, \
-      splits, chunk, acc, ml, out.data())
+#define FS_SPLIT_CASE(n)                                                                           \
+  attention_split_kernel<n><<<grid, threads, smem, stream()>>>(                                    \
+      q.data(), k.data(), v.data(), p, top, heads, rep, D, kv_heads * D, block, at, scale, splits, \
+      chunk, acc, ml, out.data())
     if (per <= 1) {
       FS_SPLIT_CASE(1);
     } else if (per <= 2) {
@@ -312,10 +312,10 @@ void CudaBackend::block_sparse_attention(const Tensor& q, const Tensor& k, const
   if (walking()) return;
   const auto blocks = static_cast<unsigned>(S * heads);
   const auto smem = static_cast<std::size_t>(kAttnWarps * (D + 2)) * sizeof(float);
-#define FS_ATTN_CASE(n)                                                                      \
-  attention_kernel<n><<<blocks, kAttnThreads, smem, stream()>>>(                             \
-      q.data(), k.data(), v.data(), p, top, heads, heads / kv_heads, D, kv_heads * D, block, \
-      at, scale, out.data())
+#define FS_ATTN_CASE(n)                                                                          \
+  attention_kernel<n><<<blocks, kAttnThreads, smem, stream()>>>(                                 \
+      q.data(), k.data(), v.data(), p, top, heads, heads / kv_heads, D, kv_heads * D, block, at, \
+      scale, out.data())
   if (per <= 1) {
     FS_ATTN_CASE(1);
   } else if (per <= 2) {

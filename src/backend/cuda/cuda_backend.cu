@@ -319,20 +319,27 @@ void* CudaBackend::host_staging(std::size_t bytes, const char* op) {
   StepGraph& g = *step_;
   if (mode_ == StepMode::kWalk) {
     if (g.staging_next < g.staging.size() && g.staging[g.staging_next].bytes >= bytes)
-      return g.staging[g.staging_next++].data.get();
+      return g.staging[g.staging_next++].data;
     fail(internal_error(std::string("cuda: ") + op + ": step graph: staging buffer " +
                         std::to_string(g.staging_next) +
                         " of the replay does not match the recording's"));
     return nullptr;
   }
-  // Recording: a buffer the graph owns (cudaHostAlloc is legal in a relaxed capture).
+  // Recording: bytes the graph owns, from its block while they fit (16-aligned), else a buffer
+  // of their own (cudaHostAlloc is legal in a relaxed capture).
+  const auto at = (g.staging_used + 15) / 16 * 16;
   void* p = nullptr;
-  if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+  if (at + bytes <= kStepStagingBytes) {
+    p = static_cast<std::uint8_t*>(g.staging_block.get()) + at;
+    g.staging_used = at + bytes;
+  } else if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) == cudaSuccess) {
+    g.staging_extra.emplace_back(p);
+  } else {
     cudaGetLastError();
     fail(internal_error(std::string("cuda: ") + op + ": cannot allocate pinned staging memory"));
     return nullptr;
   }
-  g.staging.push_back({PinnedBuffer(p), bytes});
+  g.staging.push_back({p, bytes});
   ++g.staging_next;
   return p;
 }

@@ -452,14 +452,13 @@ void CudaBackend::append_rows(Tensor& cache, const Tensor& x) {
   if (x.bytes() == 0 || walking()) return;
   const auto words = static_cast<std::int64_t>(x.bytes() / sizeof(std::uint32_t));
   if (x.bytes() % sizeof(std::uint32_t) == 0 && old_bytes % sizeof(std::uint32_t) == 0) {
-    append_kernel<std::uint32_t><<<std::min<unsigned>(grid_for(words, kThreads), 4096), kThreads,
-                                   0, stream()>>>(x.raw(), cache.raw(), at, words);
+    append_kernel<std::uint32_t>
+        <<<std::min<unsigned>(grid_for(words, kThreads), 4096), kThreads, 0, stream()>>>(
+            x.raw(), cache.raw(), at, words);
   } else {
-    append_kernel<std::uint8_t><<<std::min<unsigned>(grid_for(static_cast<std::int64_t>(x.bytes()),
-                                                              kThreads),
-                                                     4096),
-                                  kThreads, 0, stream()>>>(
-        x.raw(), cache.raw(), at, static_cast<std::int64_t>(x.bytes()));
+    append_kernel<std::uint8_t>
+        <<<std::min<unsigned>(grid_for(static_cast<std::int64_t>(x.bytes()), kThreads), 4096),
+           kThreads, 0, stream()>>>(x.raw(), cache.raw(), at, static_cast<std::int64_t>(x.bytes()));
   }
   launched(kOp);
 }

@@ -34,6 +34,8 @@ void StepGraphs::destroy(StepGraph& g) {
   if (g.params_host != nullptr) cudaFreeHost(g.params_host);
   g.params_host = nullptr;
   g.staging.clear();
+  g.staging_extra.clear();
+  g.staging_block.reset();
 }
 
 StepGraph* StepGraphs::find(const Backend::StepGraphKey& key) {
@@ -48,9 +50,9 @@ StepGraph* StepGraphs::find(const Backend::StepGraphKey& key) {
 
 Expected<StepGraph*> StepGraphs::create(const Backend::StepGraphKey& key) {
   if (kept_.size() >= kKept) {
-    const auto lru = std::min_element(
-        kept_.begin(), kept_.end(),
-        [](const auto& a, const auto& b) { return a->last_used < b->last_used; });
+    const auto lru = std::min_element(kept_.begin(), kept_.end(), [](const auto& a, const auto& b) {
+      return a->last_used < b->last_used;
+    });
     destroy(**lru);
     kept_.erase(lru);
     ++stats_.evictions;
@@ -68,6 +70,13 @@ Expected<StepGraph*> StepGraphs::create(const Backend::StepGraphKey& key) {
   }
   g->params_host = static_cast<std::int64_t*>(host);
   std::fill(g->params_host, g->params_host + kStepScalars, 0);
+  void* staging = nullptr;
+  if (const auto e = cudaHostAlloc(&staging, kStepStagingBytes, cudaHostAllocDefault);
+      e != cudaSuccess) {
+    destroy(*g);
+    return graph_error("staging", e);
+  }
+  g->staging_block.reset(staging);
   g->params_dev = static_cast<std::int64_t*>(memory_.allocate(bytes));
   if (g->params_dev == nullptr) {
     destroy(*g);

@@ -41,6 +41,8 @@ struct StepScalar {
 
 // Slots of one graph's parameter block: a QSA layer takes about a dozen per step.
 constexpr std::size_t kStepScalars = 2048;
+// Pinned staging made with each graph: a step stages its token descriptors and PLE rows.
+constexpr std::size_t kStepStagingBytes = std::size_t{64} << 10;
 
 struct PinnedFree {
   void operator()(void* p) const { cudaFreeHost(p); }
@@ -57,10 +59,15 @@ struct StepGraph {
   std::int64_t* params_dev = nullptr;   // a pool block, kStepScalars
   std::size_t params_used = 0;          // slots the recording took
   std::size_t params_next = 0;          // the walk's cursor
+  // Pinned staging, carved from `staging_block` (made with the graph, so a recording need not
+  // allocate pinned memory) or, past its end, from buffers of their own.
   struct Staging {
-    PinnedBuffer data;
+    void* data = nullptr;
     std::size_t bytes = 0;
   };
+  PinnedBuffer staging_block;
+  std::size_t staging_used = 0;  // bytes of the block taken
+  std::vector<PinnedBuffer> staging_extra;
   std::vector<Staging> staging;  // in the order the recording took them
   std::size_t staging_next = 0;  // the walk's cursor
 };

@@ -45,14 +45,13 @@ void* CudaMemory::allocate(std::size_t bytes) {
     auto& a = *arena_;
     if (a.next < a.blocks.size() && a.sizes[a.next] >= size) return a.blocks[a.next++];
     if (divergence_.empty())
-      divergence_ = "cuda: step graph: allocation " + std::to_string(a.next) + " of the replay (" +
-                    std::to_string(bytes) + " bytes) " +
-                    (a.next < a.blocks.size()
-                         ? "is larger than the recording's (" + std::to_string(a.sizes[a.next]) +
-                               " bytes)"
-                         : "has none in the recording (" + std::to_string(a.blocks.size()) +
-                               " blocks)") +
-                    ": the step's key does not fix its allocations";
+      divergence_ =
+          "cuda: step graph: allocation " + std::to_string(a.next) + " of the replay (" +
+          std::to_string(bytes) + " bytes) " +
+          (a.next < a.blocks.size()
+               ? "is larger than the recording's (" + std::to_string(a.sizes[a.next]) + " bytes)"
+               : "has none in the recording (" + std::to_string(a.blocks.size()) + " blocks)") +
+          ": the step's key does not fix its allocations";
     a.next = a.blocks.size() + 1;  // every later request diverges too
   }
   void* p = allocate_locked(size);
@@ -74,7 +73,7 @@ void* CudaMemory::allocate_locked(std::size_t size) {
   }
   void* p = nullptr;
   if (cudaMalloc(&p, size) != cudaSuccess) {
-    cudaGetLastError();                      // clear the (non-sticky) allocation error
+    cudaGetLastError();                            // clear the (non-sticky) allocation error
     if (mode_ != StepMode::kNone) return nullptr;  // trimming would cudaFree inside the recording
     trim_locked();
     if (cudaMalloc(&p, size) != cudaSuccess) {

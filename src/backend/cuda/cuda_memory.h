@@ -97,7 +97,7 @@ class CudaMemory final : public Memory {
   enum class StepMode { kNone, kRecord, kReplay };
   StepMode mode_ = StepMode::kNone;
   StepArena* arena_ = nullptr;
-  std::string divergence_;                     // the first of this replay
+  std::string divergence_;                        // the first of this replay
   std::unordered_map<void*, std::size_t> owned_;  // blocks some step graph owns
 };
 

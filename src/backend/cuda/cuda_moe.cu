@@ -398,13 +398,13 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
         using T = decltype(t);
         const unsigned grid = grid_for(H * kDownLanes, kDownThreads);
         if (vec_ok<T>(act.data(), down.data, I))
-          moe_down_fused_kernel<T, true, kS><<<grid, kDownThreads, 0, stream()>>>(
-              act.data(), as<T>(down), ids, weights.data(), pairs, static_cast<int>(k), E, H,
-              I, y.data());
+          moe_down_fused_kernel<T, true, kS>
+              <<<grid, kDownThreads, 0, stream()>>>(act.data(), as<T>(down), ids, weights.data(),
+                                                    pairs, static_cast<int>(k), E, H, I, y.data());
         else
-          moe_down_fused_kernel<T, false, kS><<<grid, kDownThreads, 0, stream()>>>(
-              act.data(), as<T>(down), ids, weights.data(), pairs, static_cast<int>(k), E, H,
-              I, y.data());
+          moe_down_fused_kernel<T, false, kS>
+              <<<grid, kDownThreads, 0, stream()>>>(act.data(), as<T>(down), ids, weights.data(),
+                                                    pairs, static_cast<int>(k), E, H, I, y.data());
       });
       launched(kOp);
     });

@@ -132,8 +132,9 @@ __device__ __forceinline__ bool ranks_above(float v, std::int32_t i, float bv, s
 // The k best of each row (of its first n entries: n = cols, or (first+row+1)/block when block >
 // 0), descending, ties to the lower index; -1 (and 0) past the available entries. Round r keeps
 // the best entry ranked below round r-1's pick.
-__global__ void topk_kernel(const float* x, StepScalar live_cols, std::int64_t k, StepScalar live_first,
-                            std::int64_t block, std::int32_t* idx, float* val) {
+__global__ void topk_kernel(const float* x, StepScalar live_cols, std::int64_t k,
+                            StepScalar live_first, std::int64_t block, std::int32_t* idx,
+                            float* val) {
   const std::int64_t cols = live_cols.get(), first = live_first.get();
   __shared__ float sv[32];
   __shared__ std::int32_t si[32];

@@ -195,8 +195,8 @@ void launch_radix_topk(const float* x, std::int64_t rows, std::int64_t max_cols,
   int sort_size = 2;
   while (sort_size < k) sort_size <<= 1;
   // Threads: the row's width (rounded to warps), at least 4 warps, at most 1024.
-  const int threads = static_cast<int>(
-      std::clamp<std::int64_t>((max_cols + kWarp - 1) / kWarp * kWarp, 4 * kWarp, kSelectMaxThreads));
+  const int threads = static_cast<int>(std::clamp<std::int64_t>(
+      (max_cols + kWarp - 1) / kWarp * kWarp, 4 * kWarp, kSelectMaxThreads));
   const auto smem = static_cast<std::size_t>(sort_size) * sizeof(std::uint64_t);
   radix_topk_kernel<<<static_cast<unsigned>(rows), threads, smem, stream>>>(
       x, cols, k, first, block, sort_size, idx, val);
