@@ -38,8 +38,13 @@ std::vector<std::int64_t> cache_identity(const std::vector<Bound>& bound) {
     if (b.gdn != nullptr) {
       add(b.gdn->recurrent);
       add(b.gdn->conv_tail);
+      add(b.gdn->window.states);
+      add(b.gdn->window.history);
     }
-    if (b.ple != nullptr) add(b.ple->conv_tail);
+    if (b.ple != nullptr) {
+      add(b.ple->conv_tail);
+      add(b.ple->window.history);
+    }
     if (b.qsa != nullptr) {
       add(b.qsa->keys);
       add(b.qsa->values);
@@ -68,14 +73,21 @@ bool reserve_step(const std::vector<Bound>& bound, std::int64_t S) {
 // The key of a step graph: what fixes its ops and their non-scalar arguments (backend.h). The
 // token count and rows fix the shapes; per GDN layer whether the state is warm (recurrent or
 // chunked kernel), per QSA layer how many indexer blocks the step completes (the block branch);
-// then the cache buffers. Positions and cache lengths are per-step scalars, not part of it.
+// per recurrent cache whether it keeps its positions (speculation_window.h); then the cache
+// buffers. Positions and cache lengths are per-step scalars, not part of it.
 template <typename Bound>
 Backend::StepGraphKey step_graph_key(const std::vector<Bound>& bound, std::int64_t S,
                                      LogitsRows rows) {
   Backend::StepGraphKey key;
   key.words = {S, static_cast<std::int64_t>(rows)};
   for (const auto& b : bound) {
-    if (b.gdn != nullptr) key.words.push_back(b.gdn->covered > 0 ? 1 : 0);
+    // Whether a recurrent cache keeps its positions (an MTP verify: other ops write its window).
+    const auto keeps = [&](const SpeculationWindow& w) { return w.requested >= S ? 1 : 0; };
+    if (b.gdn != nullptr) {
+      key.words.push_back(b.gdn->covered > 0 ? 1 : 0);
+      key.words.push_back(keeps(b.gdn->window));
+    }
+    if (b.ple != nullptr) key.words.push_back(keeps(b.ple->window));
     if (b.qsa != nullptr) {
       const QsaCache& c = *b.qsa;
       key.words.push_back((c.index_keys.rows() + S) / c.block - c.blocks.rows());
@@ -129,6 +141,11 @@ void QwenNextModel::ple_inject(const PleWeights& w, PleCache& cache,
   const auto eps = static_cast<float>(config_.rms_norm_eps);
   std::vector<std::int64_t> ids;
   auto context = cache.context_ids();
+  const bool keep = cache.window.open(cache.covered, S);
+  if (keep) {  // the context, then this call's tokens: the context after each of them
+    cache.window.ids = context;
+    cache.window.ids.insert(cache.window.ids.end(), tokens.begin(), tokens.end());
+  }
   ngram_ids(w.hash, context, tokens, ids);
   cache.set_context_ids(context);
   Tensor emb, key, value, query, gate, gated, normed, conv;
@@ -146,11 +163,21 @@ void QwenNextModel::ple_inject(const PleWeights& w, PleCache& cache,
   gated = be.new_tensor({S, config_.stream_width()});
   be.add_scaled_streams(gated, value, gate);
   be.rms_norm(gated, w.norm_conv, H, eps, true, normed);
+  if (keep) keep_conv_inputs(cache.conv_tail, normed, cache.window);
   be.causal_conv1d(normed, w.conv1d, config_.ngram_size, cache.conv_tail, conv);
   be.activate(conv, Activation::kSilu);
   be.add(gated, conv);
   be.add(h, gated);
   cache.covered += S;
+}
+
+// A verify's window keeps the conv tail before the call followed by the call's conv inputs, so
+// the tail after any of its tokens is a slice (speculation_window.h). Buffers were reserved by
+// keep_positions, so nothing here allocates.
+void QwenNextModel::keep_conv_inputs(const Tensor& tail, const Tensor& inputs,
+                                     SpeculationWindow& window) {
+  backend_->slice_rows(tail, 0, tail.rows(), window.history);
+  backend_->append_rows(window.history, inputs);
 }
 
 // GatedDeltaNet (Q4M 510-625).
@@ -165,6 +192,8 @@ void QwenNextModel::gated_delta_net(const GatedDeltaNetWeights& w, GatedDeltaNet
   be.linear(x, w.in_proj_z, z);
   be.linear(x, w.in_proj_b, b);
   be.linear(x, w.in_proj_a, a);
+  const bool keep = cache.window.open(cache.covered, S);
+  if (keep) keep_conv_inputs(cache.conv_tail, qkv, cache.window);
   be.causal_conv1d(qkv, w.conv1d, 1, cache.conv_tail, mixed);
   be.activate(mixed, Activation::kSilu);
   be.slice_cols(mixed, 0, key_dim, q);
@@ -181,7 +210,10 @@ void QwenNextModel::gated_delta_net(const GatedDeltaNetWeights& w, GatedDeltaNet
   be.scale(q, 1.0f / std::sqrt(static_cast<float>(dk)));
   Tensor core;
   // The reference's kernel choice (Q4M 586-612): recurrent only for one token on a warm state.
-  if (S == 1 && cache.covered > 0) {
+  // An MTP verify keeps the state after each token (rollback by a copy, no second forward).
+  if (keep) {
+    be.gated_delta_rule_positions(q, k, v, a, b, Hk, cache.recurrent, core, cache.window.states);
+  } else if (S == 1 && cache.covered > 0) {
     be.gated_delta_rule_recurrent(q, k, v, a, b, Hk, cache.recurrent, core);
   } else {
     be.gated_delta_rule_chunked(q, k, v, a, b, Hk, cache.recurrent, core);

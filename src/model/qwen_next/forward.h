@@ -49,6 +49,7 @@ class QwenNextModel final : public Model {
 
   // One function per block, named as the reference names them. `h` is [S, hc*H], `x` [S, H].
   void ple_inject(const PleWeights& w, PleCache& cache, std::span<const TokenId> tokens, Tensor& h);
+  void keep_conv_inputs(const Tensor& tail, const Tensor& inputs, SpeculationWindow& window);
   void gated_delta_net(const GatedDeltaNetWeights& w, GatedDeltaNetCache& cache, const Tensor& x,
                        Tensor& y);
   // Queries are at positions first, first + 1, ...
