@@ -355,7 +355,7 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
   hyper_connection_read(be, weights_.final_mixer, h, mixed, nullptr);
   // The MTP head reads the widened stream (all hc streams), before the mixer.
   Tensor logits, picked;
-  lm_head_rows(mixed, rows, logits, picked);
+  lm_head_rows(mixed, rows, logits, picked, weights_.lm_head);
   if (graph) be.launch_step_graph();
   // The one check of the step: any op that failed (out of memory, a launch error, an op the
   // backend lacks) makes the whole forward fail, and the state must not be used.
@@ -378,8 +378,8 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
   return logits_to_output(rows, std::move(logits), picked, out);
 }
 
-void QwenNextModel::lm_head_rows(const Tensor& mixed, LogitsRows rows, Tensor& logits,
-                                 Tensor& ids) {
+void QwenNextModel::lm_head_rows(const Tensor& mixed, LogitsRows rows, Tensor& logits, Tensor& ids,
+                                 const Weight& head) {
   auto& be = *backend_;
   if (rows == LogitsRows::kNone) return;
   Tensor last;
@@ -388,7 +388,7 @@ void QwenNextModel::lm_head_rows(const Tensor& mixed, LogitsRows rows, Tensor& l
     be.slice_rows(mixed, mixed.rows() - 1, 1, last);
     src = &last;
   }
-  be.linear(*src, weights_.lm_head, logits);
+  be.linear(*src, head, logits);
   if (logits_stay_on_backend(rows)) be.argmax_rows(logits, ids);
 }
 
