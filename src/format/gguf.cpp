@@ -408,6 +408,12 @@ Expected<GgufHeader> parse_gguf(std::span<const std::uint8_t> file) {
 
   const std::uint64_t end_of_infos = r.pos();
   h.data_start = (end_of_infos + h.alignment - 1) / h.alignment * h.alignment;
+  if (h.data_start > file.size() && !h.tensors.empty()) {
+    // Even an empty tensor's view starts at the data section, so the section must exist.
+    return corrupt("the data section would start at byte " + std::to_string(h.data_start) +
+                   ", past the end of the " + std::to_string(file.size()) +
+                   "-byte file (truncated?)");
+  }
   const std::uint64_t data_size = h.data_start <= file.size() ? file.size() - h.data_start : 0;
   for (const auto& t : h.tensors) {
     const std::string where = "tensor '" + t.name + "'";

@@ -97,7 +97,7 @@ class GgufBuilder {
       const auto& t = tensors_[i];
       const std::size_t at = data_start + offsets[i];
       if (out.size() < at + t.data.size()) out.resize(at + t.data.size(), 0);
-      std::memcpy(out.data() + at, t.data.data(), t.data.size());
+      if (!t.data.empty()) std::memcpy(out.data() + at, t.data.data(), t.data.size());
     }
     return out;
   }

@@ -210,6 +210,17 @@ TEST(Gguf, TensorInfoProblemsAreNamed) {
       std::string::npos)
       << refusal(overlap.build());
 
+  // An empty tensor still points into the data section: a file cut inside the padding before it
+  // (the infos complete) is refused rather than viewed past its end.
+  auto empty_file = GgufBuilder().tensor({"e", 0, {0}, {}, std::nullopt}).build();
+  ASSERT_TRUE(parse_gguf(empty_file).ok());
+  EXPECT_EQ(empty_file.size(), 64u);  // 57 bytes of header and info, padded to 32
+  empty_file.resize(60);
+  EXPECT_NE(refusal(empty_file)
+                .find("the data section would start at byte 64, past the end of the 60-byte file"),
+            std::string::npos)
+      << refusal(empty_file);
+
   auto twice = GgufBuilder();
   twice.f32_tensor("a", {2}).f32_tensor("a", {2});
   EXPECT_NE(refusal(twice.build()).find("tensor 'a' appears twice"), std::string::npos);
