@@ -73,13 +73,17 @@ nlohmann::json gguf_json(const GgufInspectReport& r) {
   j["by_type"] = by_type;
   auto tensors = nlohmann::json::array();
   for (const auto& t : r.tensors) {
-    tensors.push_back({{"name", t.name},
-                       {"type", t.type},
-                       {"shape", t.shape},
-                       {"bytes", t.bytes},
-                       {"decode_bytes", t.decode_bytes}});
+    nlohmann::json e = {{"name", t.name},
+                        {"type", t.type},
+                        {"shape", t.shape},
+                        {"bytes", t.bytes},
+                        {"decode_bytes", t.decode_bytes}};
+    if (!t.hf_name.empty()) e["hf_name"] = t.hf_name;
+    tensors.push_back(std::move(e));
   }
   j["tensors"] = tensors;
+  j["names_mapped"] = r.names_mapped;
+  j["unmapped_tensors"] = r.unmapped_tensors;
   auto per_layer = nlohmann::json::array();
   for (const auto& l : r.decode_per_layer) per_layer.push_back(decode_json(l));
   j["decode_bytes_per_token"] = {{"total", r.decode.total},
@@ -127,6 +131,7 @@ void print_gguf_text(const GgufInspectReport& r) {
     std::cout << "\n";
   }
   if (r.mtp.total) std::cout << "mtp reads per draft  " << r.mtp.total << " bytes\n";
+  for (const auto& n : r.unmapped_tensors) std::cout << "unmapped    " << n << "\n";
   for (const auto& t : r.tensors) {
     std::cout << "tensor  " << t.name << "  " << t.type << "  " << shape_to_string(t.shape) << "  "
               << t.bytes << "\n";

@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "format/gguf_names.h"
+
 namespace fs {
 namespace {
 
@@ -57,6 +59,7 @@ GgufInspectReport inspect_gguf(const GgufModel& model) {
   const std::string arch = r.architecture;
   r.expert_count = uint_key(model, arch + ".expert_count");
   r.expert_used_count = uint_key(model, arch + ".expert_used_count");
+  r.names_mapped = gguf_architecture_mapped(arch);
   r.tied_output =
       model.tensors().count("token_embd.weight") && !model.tensors().count("output.weight");
 
@@ -69,6 +72,13 @@ GgufInspectReport inspect_gguf(const GgufModel& model) {
     t.bytes = info.bytes;
     t.layer = layer_of(name);
     t.mtp = name.rfind("mtp.", 0) == 0;
+    if (r.names_mapped && !t.mtp) {
+      if (const auto hf = map_gguf_name(arch, name)) {
+        t.hf_name = hf->hf_name;
+      } else {
+        r.unmapped_tensors.push_back(name);
+      }
+    }
     const std::int64_t rows = info.shape.empty() ? 1 : info.shape.front();
     const bool one_row = (name == "token_embd.weight" && !r.tied_output) ||
                          ends_with(name, "tid2eid.weight") || ends_with(name, "tid2eid");

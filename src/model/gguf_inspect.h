@@ -7,7 +7,8 @@
 // when the output head is tied to it, i.e. there is no `output.weight`), one row of a hash-routing
 // table (`*tid2eid`), and of each routed-expert tensor the share expert_used_count /
 // expert_count. Tensors under `mtp.` (ds4's MTP file) are counted apart: plain decode does not
-// read them.
+// read them. Where the architecture has a name map (ds4's deepseek4), each tensor gets its HF
+// name and those the map lacks are listed.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +43,7 @@ struct GgufInspectReport {
     std::uint64_t bytes = 0;
     std::uint64_t decode_bytes = 0;  // read per decoded token
     int layer = -1;                  // N of blk.N., -1 otherwise
+    std::string hf_name;             // our schema's name, where the architecture's map has one
     bool mtp = false;
   };
   std::vector<Tensor> tensors;  // sorted by name
@@ -56,6 +58,9 @@ struct GgufInspectReport {
   std::uint64_t expert_count = 0;                 // <arch>.expert_count (0: not a MoE)
   std::uint64_t expert_used_count = 0;
   bool tied_output = false;
+  // For architectures with a name map (format/gguf_names.h): tensors outside the map, MTP apart.
+  bool names_mapped = false;
+  std::vector<std::string> unmapped_tensors;
 };
 
 GgufInspectReport inspect_gguf(const GgufModel& model);

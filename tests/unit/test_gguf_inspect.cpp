@@ -2,6 +2,7 @@
 // hand-built file shaped like ds4's DeepSeek V4 mixes; the command line prints it as JSON.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "gguf_test_writer.h"
@@ -66,6 +67,14 @@ TEST(GgufInspect, DecodeBytesPerTokenFromTheNames) {
   EXPECT_EQ(r->decode.by_type.at("Q2_K"), 2 * down_used);
   EXPECT_EQ(r->mtp.total, 256u * 8 * 34);
   EXPECT_EQ(r->metadata.at("deepseek4.expert_count"), "u32 4");
+  // ds4's names map onto the schema's; the MTP tensor is not asked to.
+  EXPECT_TRUE(r->names_mapped);
+  EXPECT_TRUE(r->unmapped_tensors.empty()) << r->unmapped_tensors.front();
+  const auto gate = std::find_if(r->tensors.begin(), r->tensors.end(), [](const auto& t) {
+    return t.name == "blk.1.ffn_gate_exps.weight";
+  });
+  ASSERT_NE(gate, r->tensors.end());
+  EXPECT_EQ(gate->hf_name, "layers.1.mlp.experts.gate_up_proj");
 }
 
 TEST(GgufInspect, TiedHeadReadsTheWholeEmbedding) {
@@ -92,6 +101,7 @@ TEST(GgufInspect, CommandLinePrintsJsonAndRefusesCorruptFiles) {
   EXPECT_EQ(j["tensors"].size(), 11u);
   EXPECT_EQ(j["by_type"]["Q2_K"]["tensors"], 2);
   EXPECT_EQ(j["decode_bytes_per_token"]["per_layer"].size(), 2u);
+  EXPECT_EQ(j["unmapped_tensors"].size(), 0u);
   EXPECT_GT(j["decode_bytes_per_token"]["total"].get<std::uint64_t>(), 0u);
 
   auto broken = ds4_like(true);
