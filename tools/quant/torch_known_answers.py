@@ -165,7 +165,8 @@ def answers_torch(inp):
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     u8 = lambda xs: torch.tensor(xs, dtype=torch.uint8)
-    source = {"e4m3": "torch %s float8_e4m3fn on %s" % (torch.__version__, dev)}
+    name = torch.cuda.get_device_name(0) if dev == "cuda" else "cpu"
+    source = {"e4m3": "torch %s float8_e4m3fn on %s (%s)" % (torch.__version__, dev, name)}
     ans, defs = {}, answers_definitions(inp)[0]
 
     e4m3 = u8(list(range(256))).view(torch.float8_e4m3fn)
@@ -177,12 +178,20 @@ def answers_torch(inp):
         raise SystemExit("torch's E4M3 rounding differs between %s and the CPU" % dev)
     ans["e4m3.encode"] = enc_dev.tolist()
 
+    e8_defs = lambda xs: torch.tensor([defs["e8m0.decode"][e] for e in xs], dtype=torch.float32)
+    e8 = None
     if hasattr(torch, "float8_e8m0fnu"):
-        e8 = lambda xs: u8(xs).view(torch.float8_e8m0fnu).to(dev).float().cpu()
-        source["e8m0"] = "torch float8_e8m0fnu on %s" % dev
-    else:
-        e8 = lambda xs: torch.tensor([defs["e8m0.decode"][e] for e in xs], dtype=torch.float32)
-        source["e8m0"] = "definitions (this torch has no float8_e8m0fnu)"
+        for where in (dev, "cpu"):  # some builds convert E8M0 on the CPU only
+            try:
+                u8([0, 127, 255]).view(torch.float8_e8m0fnu).to(where).float()
+            except Exception:  # noqa: BLE001 - this device cannot convert it
+                continue
+            e8 = lambda xs, w=where: u8(xs).view(torch.float8_e8m0fnu).to(w).float().cpu()
+            source["e8m0"] = "torch float8_e8m0fnu on %s" % where
+            break
+    if e8 is None:
+        e8 = e8_defs
+        source["e8m0"] = "definitions (this torch cannot convert float8_e8m0fnu)"
     ans["e8m0.decode"] = e8(list(range(256))).tolist()
 
     # float4_e2m1fn_x2 is a storage type in most torch builds: try a conversion, else definitions.
