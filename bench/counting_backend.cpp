@@ -146,6 +146,14 @@ void CountingBackend::gated_delta_rule_chunked(const Tensor& q, const Tensor& k,
   run("gated_delta_rule", delta_rule_flops(k, v, g, key_heads),
       [&](Backend& b) { b.gated_delta_rule_chunked(q, k, v, g, beta, key_heads, state, out); });
 }
+void CountingBackend::gated_delta_rule_positions(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                 const Tensor& g, const Tensor& beta,
+                                                 std::int64_t key_heads, Tensor& state, Tensor& out,
+                                                 Tensor& states) {
+  run("gated_delta_rule", delta_rule_flops(k, v, g, key_heads), [&](Backend& b) {
+    b.gated_delta_rule_positions(q, k, v, g, beta, key_heads, state, out, states);
+  });
+}
 void CountingBackend::gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& v,
                                                  const Tensor& g, const Tensor& beta,
                                                  std::int64_t key_heads, Tensor& state,

@@ -131,6 +131,29 @@ void Backend::gated_delta_rule_recurrent(const Tensor&, const Tensor&, const Ten
                                          const Tensor&, std::int64_t, Tensor&, Tensor&) {
   unimplemented("gated_delta_rule_recurrent");
 }
+void Backend::gated_delta_rule_positions(const Tensor& q, const Tensor& k, const Tensor& v,
+                                         const Tensor& g, const Tensor& beta,
+                                         std::int64_t key_heads, Tensor& state, Tensor& out,
+                                         Tensor& states) {
+  if (failed()) return;
+  const auto S = k.rows();
+  if (!ensure(out, v.shape()) || !ensure(states, {S, state.numel()})) return;
+  Tensor qt, kt, vt, gt, bt, ot;
+  for (std::int64_t t = 0; t < S; ++t) {
+    slice_rows(q, t, 1, qt);
+    slice_rows(k, t, 1, kt);
+    slice_rows(v, t, 1, vt);
+    slice_rows(g, t, 1, gt);
+    slice_rows(beta, t, 1, bt);
+    gated_delta_rule_recurrent(qt, kt, vt, gt, bt, key_heads, state, ot);
+    if (failed()) return;
+    auto& mem = *memory();
+    mem.copy(static_cast<char*>(out.raw()) + static_cast<std::size_t>(t) * ot.bytes(), ot.raw(),
+             ot.bytes());
+    mem.copy(static_cast<char*>(states.raw()) + static_cast<std::size_t>(t) * state.bytes(),
+             state.raw(), state.bytes());
+  }
+}
 void Backend::block_sparse_attention(const Tensor&, const Tensor&, const Tensor&, std::int64_t,
                                      std::int64_t, const Tensor&, std::int64_t, std::int64_t, float,
                                      Tensor&) {

@@ -150,6 +150,14 @@ class Backend {
   virtual void gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& v,
                                           const Tensor& g, const Tensor& beta,
                                           std::int64_t key_heads, Tensor& state, Tensor& out);
+  // The recurrent form that also keeps the state after every token: states [S, Hv*dk*dv], row t
+  // the state after token t (row S-1 equals `state` afterwards). An MTP verify runs it so that a
+  // partial acceptance goes back to any of its positions by a copy, without a second forward.
+  // The default body runs the recurrent form one token at a time and copies each state out.
+  virtual void gated_delta_rule_positions(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Tensor& g, const Tensor& beta,
+                                          std::int64_t key_heads, Tensor& state, Tensor& out,
+                                          Tensor& states);
   // Softmax attention of q [S, Hq*D] over a block selection of k, v [T, Hkv*D] (GQA: query head
   // h reads kv head h / (Hq/Hkv)), out [S, Hq*D], probabilities in fp32. Query s is at position
   // first + s; it reads every key of the blocks picked[s, :] (block b = keys b*block ..

@@ -31,6 +31,8 @@ struct Weight {
             data + static_cast<std::size_t>(e * per) * dtype_size(dtype),
             device};
   }
+  // The first `n` rows of a matrix [out, in] (rows are contiguous): a smaller output range.
+  Weight first_rows(std::int64_t n) const { return {dtype, {n, shape.back()}, data, device}; }
   // f32 host vectors (norms, biases) read through this.
   const float* f32() const { return reinterpret_cast<const float*>(data); }
   static Weight from_view(const TensorView& v) { return {v.dtype, v.shape, v.bytes.data()}; }

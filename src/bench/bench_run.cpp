@@ -139,6 +139,11 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
       << " GB of synthetic weights on " << timing->name() << ", " << store.host_bytes() / 1e9
       << " GB PLE table on the host\n";
   auto model = std::make_unique<QwenNextModel>(c, std::move(*weights), std::move(timing_owner));
+  if (o.draft_vocab > 0 && model->mtp()) {
+    if (auto s = model->mtp()->set_draft_vocabulary(o.draft_vocab); !s.ok()) return s;
+  }
+  const std::int64_t draft_vocab = model->mtp() ? model->mtp()->draft_vocabulary() : c.vocab_size;
+  out["draft_vocab"] = draft_vocab;
   Bench b{o, log, c, model.get(), timing};
 
   double copy = 0;
@@ -167,7 +172,7 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
     const auto bytes = trunk_decode_bytes(c, ctx, 2);
     json row = {{"context", ctx},
                 {"bytes_per_token", bytes_json(bytes)},
-                {"mtp_draft_bytes", bytes_json(mtp_draft_bytes(c, ctx, 2))}};
+                {"mtp_draft_bytes", bytes_json(mtp_draft_bytes(c, ctx, 2, draft_vocab))}};
     json modes = json::array();
     modes.push_back({{"depth", 0},
                      {"tokens", ref.size()},
@@ -300,7 +305,8 @@ std::string bench_table(const json& r) {
                   p["tokens_per_s"].get<double>());
     t << line;
   }
-  t << "\ndecode (batch 1, forced accept " << r.value("accept", 0.0) << ")\n";
+  t << "\ndecode (batch 1, forced accept " << r.value("accept", 0.0) << ", drafts over "
+    << r.value("draft_vocab", std::int64_t{0}) << " token ids)\n";
   t << " context  depth   tok/s  tok/round  accept  speedup  exact   MB/token   GB/s  of copy\n";
   for (const auto& d : r["decode"]) {
     const double mb = d["bytes_per_token"]["total"].get<double>() / 1e6;

@@ -25,7 +25,8 @@ struct BenchOptions {
   std::int64_t ple_head_rows = 100'000;  // rows per n-gram head of the PLE table (host)
   std::int64_t reserve_mib = 16 * 1024;  // device memory left for state and activations
   std::uint64_t seed = 1;
-  bool profile = true;  // the op-group pass
+  bool profile = true;           // the op-group pass
+  std::int64_t draft_vocab = 0;  // MTP drafts over ids [0, n) (0: the whole vocabulary)
 };
 
 // Runs every measurement; progress lines go to `log`.

@@ -98,11 +98,13 @@ DecodeBytes trunk_decode_bytes(const QwenNextConfig& c, std::int64_t context, do
   return b;
 }
 
-DecodeBytes mtp_draft_bytes(const QwenNextConfig& c, std::int64_t context, double mb) {
+DecodeBytes mtp_draft_bytes(const QwenNextConfig& c, std::int64_t context, double mb,
+                            std::int64_t draft_vocab) {
   const Shapes s{c, mb};
   DecodeBytes b;
-  b.weights = s.head() + 2 * s.H() * s.H() * mb + (s.W() + s.H()) * kF32 + 2 * s.hc(true) +
-              s.moe() + s.qsa_weights();
+  const double head_rows_saved = static_cast<double>(c.vocab_size - draft_vocab) * s.H() * mb;
+  b.weights = s.head() - head_rows_saved + 2 * s.H() * s.H() * mb + (s.W() + s.H()) * kF32 +
+              2 * s.hc(true) + s.moe() + s.qsa_weights();
   b.state = s.qsa_state(context);
   return b;
 }

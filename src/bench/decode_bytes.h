@@ -21,6 +21,8 @@ struct DecodeBytes {
 // One trunk token after `context` tokens; `matrix_bytes` per matrix element (2: bf16).
 DecodeBytes trunk_decode_bytes(const QwenNextConfig& c, std::int64_t context, double matrix_bytes);
 // One MTP-head draft whose history holds `context` rows.
-DecodeBytes mtp_draft_bytes(const QwenNextConfig& c, std::int64_t context, double matrix_bytes);
+// `draft_vocab`: the rows of the output head a draft reads (MtpHead::set_draft_vocabulary).
+DecodeBytes mtp_draft_bytes(const QwenNextConfig& c, std::int64_t context, double matrix_bytes,
+                            std::int64_t draft_vocab);
 
 }  // namespace fs::bench

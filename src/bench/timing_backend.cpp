@@ -100,6 +100,14 @@ void TimingBackend::gated_delta_rule_chunked(const Tensor& q, const Tensor& k, c
   run(OpGroup::kGdn,
       [&](Backend& be) { be.gated_delta_rule_chunked(q, k, v, g, beta, key_heads, state, out); });
 }
+void TimingBackend::gated_delta_rule_positions(const Tensor& q, const Tensor& k, const Tensor& v,
+                                               const Tensor& g, const Tensor& beta,
+                                               std::int64_t key_heads, Tensor& state, Tensor& out,
+                                               Tensor& states) {
+  run(OpGroup::kGdn, [&](Backend& be) {
+    be.gated_delta_rule_positions(q, k, v, g, beta, key_heads, state, out, states);
+  });
+}
 void TimingBackend::gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& v,
                                                const Tensor& g, const Tensor& beta,
                                                std::int64_t key_heads, Tensor& state, Tensor& out) {

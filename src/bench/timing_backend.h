@@ -72,6 +72,9 @@ class TimingBackend final : public Backend {
   void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                 const Tensor& beta, std::int64_t key_heads, Tensor& state,
                                 Tensor& out) override;
+  void gated_delta_rule_positions(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& g, const Tensor& beta, std::int64_t key_heads,
+                                  Tensor& state, Tensor& out, Tensor& states) override;
   void gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& g, const Tensor& beta, std::int64_t key_heads,
                                   Tensor& state, Tensor& out) override;

@@ -15,6 +15,10 @@ inline void add_backend_options(CLI::App* cmd, LoadOptions& o) {
                   "Weight matrices on the backend: f32, bf16, or auto (bf16 on cuda, as stored "
                   "on cpu)")
       ->capture_default_str();
+  cmd->add_option("--draft-vocab", o.draft_vocab,
+                  "MTP drafts over token ids [0, N) only: a cheaper draft head, the same output "
+                  "(0: the whole vocabulary)")
+      ->check(CLI::NonNegativeNumber);
 }
 
 }  // namespace fs::cli

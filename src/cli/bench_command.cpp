@@ -39,6 +39,10 @@ void add_bench_command(CLI::App& app, Action& action) {
   cmd->add_option("--accept", o->bench.accept, "Forced per-draft acceptance rate")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  cmd->add_option("--draft-vocab", o->bench.draft_vocab,
+                  "MTP drafts over token ids [0, N) only (0: the whole vocabulary)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--ple-head-rows", o->bench.ple_head_rows,
                   "Rows per PLE n-gram head (host table; only touched rows are read)")
       ->capture_default_str();

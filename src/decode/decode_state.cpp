@@ -135,17 +135,31 @@ Status extend(Model& model, DecodeState& state, std::span<const TokenId> tokens,
   return {};
 }
 
-RollbackPoint RollbackPoint::take(const ModelState& state) {
+RollbackPoint RollbackPoint::take(ModelState& state, std::int64_t tokens) {
   RollbackPoint p;
   p.length_ = state.cache_count() ? state.cache(0).covered_tokens() : 0;
+  // Attention-like caches keep their rows and truncate to any shorter length; recurrent caches
+  // are asked to keep their positions through the verify. (can_truncate(0) asks the former:
+  // a recurrent cache answers it only when empty, or from the window of its last forward, which
+  // the verify replaces.)
+  bool in_place = true;
   for (std::size_t i = 0; i < state.cache_count(); ++i) {
-    // A cache that can give back its last token can be truncated to this point later; the
-    // others (recurrent state) are cloned.
-    const LayerCache& c = state.cache(i);
-    const bool truncatable = c.covered_tokens() > 0 && c.can_truncate(c.covered_tokens() - 1);
-    p.clones_.push_back(truncatable ? nullptr : c.clone());
+    LayerCache& c = state.cache(i);
+    if (!c.keep_positions(tokens) && !c.can_truncate(0)) in_place = false;
+  }
+  if (in_place) return p;
+  p.clones_.resize(state.cache_count());
+  for (std::size_t i = 0; i < state.cache_count(); ++i) {
+    LayerCache& c = state.cache(i);
+    c.keep_positions(0);  // withdraws the request
+    if (!c.can_truncate(0)) p.clones_[i] = c.clone();
   }
   return p;
+}
+
+Status RollbackPoint::rewind(ModelState& state, std::int64_t kept) const {
+  if (!in_place()) return internal_error("rollback point holds clones: restore, not rewind");
+  return state.truncate(length_ + kept);
 }
 
 Status RollbackPoint::restore(ModelState& state) const {
@@ -159,6 +173,17 @@ Status RollbackPoint::restore(ModelState& state) const {
     }
   }
   return {};
+}
+
+ForwardOutput first_rows(ForwardOutput&& out, std::int64_t rows, std::int64_t vocab) {
+  ForwardOutput o = std::move(out);
+  if (rows >= o.rows) return o;
+  o.rows = rows;
+  if (!o.logits.empty()) o.logits.resize(static_cast<std::size_t>(rows * vocab));
+  if (!o.argmax.empty()) o.argmax.resize(static_cast<std::size_t>(rows));
+  if (o.device_logits.numel() > 0) o.device_logits.shrink_rows(rows);
+  if (o.hidden_width > 0) o.hidden.resize(static_cast<std::size_t>(rows * o.hidden_width));
+  return o;
 }
 
 }  // namespace fs

@@ -56,16 +56,28 @@ Status extend(Model& model, DecodeState& state, std::span<const TokenId> tokens,
 Status absorb(Model& model, DecodeState& state, std::span<const TokenId> tokens,
               ForwardOutput&& out);
 
-// What speculative rollback needs: clones of the caches that cannot truncate, and the length.
+// What speculative rollback needs. Before a verify of `tokens` tokens, caches that truncate need
+// nothing; recurrent caches are asked to keep the state after each of its tokens
+// (LayerCache::keep_positions), so a partial acceptance truncates the state in place to the
+// kept length, no second forward. When some recurrent cache cannot, every recurrent cache is
+// cloned instead, and a rollback restores the clones and forwards the kept tokens again.
 class RollbackPoint {
  public:
-  static RollbackPoint take(const ModelState& state);
-  // Returns `state` to the taken point. The point stays valid for another restore.
+  static RollbackPoint take(ModelState& state, std::int64_t tokens);
+  // Whether the verify kept its positions: rewind() applies, restore() does not.
+  bool in_place() const { return clones_.empty(); }
+  // In place: `state` (after the verify) back to `kept` of the verify's tokens.
+  Status rewind(ModelState& state, std::int64_t kept) const;
+  // Clones: `state` back to the taken point. The point stays valid for another restore.
   Status restore(ModelState& state) const;
 
  private:
   std::int64_t length_ = 0;
   std::vector<std::unique_ptr<LayerCache>> clones_;  // null for caches that truncate
 };
+
+// The first `rows` rows of a forward's output (logits, ids, device rows and hidden rows), for
+// absorbing the accepted prefix of a verify.
+ForwardOutput first_rows(ForwardOutput&& out, std::int64_t rows, std::int64_t vocab);
 
 }  // namespace fs

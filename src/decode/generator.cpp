@@ -229,7 +229,8 @@ class Turn {
 
     std::vector<TokenId> verify_in = {primary};
     for (const auto& d : drafts) verify_in.push_back(d.token);
-    const auto rollback = RollbackPoint::take(*state_.trunk);
+    const auto rollback =
+        RollbackPoint::take(*state_.trunk, static_cast<std::int64_t>(verify_in.size()));
     ForwardOutput verify;
     const auto verify_rows = on_backend_ ? LogitsRows::kAllArgmax : LogitsRows::kAll;
     if (auto s = model_.forward(*state_.trunk, verify_in, verify_rows, verify); !s.ok()) return s;
@@ -283,6 +284,14 @@ class Turn {
     const std::span<const TokenId> kept(verify_in.data(), keep);
     if (keep == verify_in.size()) return absorb(model_, state_, kept, std::move(verify));
     ++result_.stats.rollbacks;
+    if (rollback.in_place()) {
+      ++result_.stats.rewinds;
+      if (auto s = rollback.rewind(*state_.trunk, static_cast<std::int64_t>(keep)); !s.ok())
+        return s;
+      return absorb(model_, state_, kept,
+                    first_rows(std::move(verify), static_cast<std::int64_t>(keep),
+                               static_cast<std::int64_t>(vocab)));
+    }
     if (auto s = rollback.restore(*state_.trunk); !s.ok()) return s;
     return extend(model_, state_, kept, 0, last_rows_);
   }

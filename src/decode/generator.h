@@ -109,6 +109,8 @@ struct GenerateStats {
   std::array<std::int64_t, kMaxMtpDepth> accepted{};  // of those, accepted
   std::int64_t final_commits = 0;                     // exactly 1 per turn
   std::int64_t rollbacks = 0;                         // verifies that kept fewer tokens than fed
+  // Of those, rolled back in place (the verify kept every position: no second forward).
+  std::int64_t rewinds = 0;
 };
 
 struct GenerateResult {

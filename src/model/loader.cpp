@@ -2,6 +2,7 @@
 
 #include "backend/backend.h"
 #include "model/family.h"
+#include "model/mtp.h"
 #include "model/qwen_next/forward.h"
 
 namespace fs {
@@ -51,7 +52,14 @@ Expected<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOp
   const bool host = (*backend)->memory()->device() == Device::kHost;
   const DType dtype =
       options.dtype == "bf16" || (options.dtype == "auto" && !host) ? DType::kBF16 : DType::kF32;
-  return load(*desc, dir, std::move(backend).value(), dtype);
+  auto model = load(*desc, dir, std::move(backend).value(), dtype);
+  if (!model.ok() || options.draft_vocab == 0) return model;
+  MtpHead* head = (*model)->mtp();
+  if (head == nullptr)
+    return invalid_argument("--draft-vocab needs a checkpoint with an MTP head; " + dir +
+                            " has none");
+  if (auto s = head->set_draft_vocabulary(options.draft_vocab); !s.ok()) return s;
+  return model;
 }
 
 }  // namespace fs

@@ -15,6 +15,9 @@ struct LoadOptions {
   // The dtype of weight matrices on the backend: "f32", "bf16", or "auto" (bf16 on cuda, the
   // checkpoint's own dtype on cpu). Vectors (norms, biases) are f32 everywhere.
   std::string dtype = "auto";
+  // MTP drafts over token ids [0, n) only (MtpHead::set_draft_vocabulary); 0: the whole
+  // vocabulary. An error for a model without an MTP head or an n past the vocabulary.
+  std::int64_t draft_vocab = 0;
 };
 
 // Families without a forward pass yet (deepseek_v4, glm5_next) are `unsupported`.

@@ -49,6 +49,12 @@ class LayerCache {
   virtual Status truncate(std::int64_t length) = 0;
   // Whether truncate(length) would succeed; ModelState asks every cache before changing any.
   virtual bool can_truncate(std::int64_t length) const { return length == covered_tokens(); }
+  // Asks a cache that cannot truncate (a recurrent state) to keep, during the next forward of at
+  // most `tokens` tokens, what truncate() needs to go back to any length inside that forward (an
+  // MTP verify, whose partial acceptance then costs a copy instead of a second forward). Buffers
+  // are reserved here, before the forward. False when the cache has no such form (the caller
+  // clones it instead); caches that truncate anyway need not answer.
+  virtual bool keep_positions(std::int64_t /*tokens*/) { return false; }
   virtual std::size_t bytes() const = 0;
   // The contents as named float32 tensors, enough to rebuild the cache exactly.
   virtual std::vector<StateTensor> tensors() const = 0;

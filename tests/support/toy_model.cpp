@@ -115,15 +115,24 @@ class ToyHead : public MtpHead {
       if (want) {
         std::vector<float> l(static_cast<std::size_t>(v));
         model_.logits(h2, mean_rows(cache, w), l);
-        out.logits.insert(out.logits.end(), l.begin(), l.end());
+        out.logits.insert(out.logits.end(), l.begin(), l.begin() + draft_vocabulary());
         ++out.rows;
       }
     }
     return {};
   }
+  Status set_draft_vocabulary(std::int64_t n) override {
+    if (n < 0 || n > model_.config().vocab) return invalid_argument("draft vocabulary");
+    draft_vocab_ = n;
+    return {};
+  }
+  std::int64_t draft_vocabulary() const override {
+    return draft_vocab_ > 0 ? draft_vocab_ : model_.config().vocab;
+  }
 
  private:
   const ToyModel& model_;
+  std::int64_t draft_vocab_ = 0;
 };
 
 }  // namespace

@@ -569,15 +569,20 @@ std::vector<Case> make_cases() {
   struct DeltaShape {
     std::int64_t S, Hk, Hv, dk, dv;
     bool chunked;
+    bool positions = false;  // gated_delta_rule_positions: also the state after every token
   };
   for (const auto& c : std::vector<DeltaShape>{{70, 4, 8, 32, 32, true},
                                                {1, 4, 8, 32, 32, false},
                                                {5, 4, 8, 32, 32, false},
                                                {1, 16, 48, 128, 128, false},
                                                {3, 16, 48, 128, 128, true},
-                                               {130, 16, 48, 128, 128, true}}) {
-    add(std::string("gated_delta_rule_") + (c.chunked ? "chunked" : "recurrent") + "_S" + n(c.S) +
-            "_Hk" + n(c.Hk) + "_Hv" + n(c.Hv) + "_d" + n(c.dk),
+                                               {130, 16, 48, 128, 128, true},
+                                               {3, 4, 8, 32, 32, false, true},
+                                               {1, 16, 48, 128, 128, false, true},
+                                               {4, 16, 48, 128, 128, false, true}}) {
+    const char* form = c.positions ? "positions" : c.chunked ? "chunked" : "recurrent";
+    add(std::string("gated_delta_rule_") + form + "_S" + n(c.S) + "_Hk" + n(c.Hk) + "_Hv" +
+            n(c.Hv) + "_d" + n(c.dk),
         kDeltaRule, [=](Rng& rng) -> OpRun {
           auto q = random_tensor({c.S, c.Hk * c.dk}, rng),
                k = random_tensor({c.S, c.Hk * c.dk}, rng);
@@ -598,7 +603,12 @@ std::vector<Case> make_cases() {
           auto state = random_tensor({c.Hv, c.dk, c.dv}, rng, 0.1f);
           return [=](const Feed& f) {
             auto st = f.in(state);
-            Tensor out;
+            Tensor out, states;
+            if (c.positions) {
+              f.be.gated_delta_rule_positions(f.in(q), f.in(k), f.in(v), f.in(g), f.in(beta), c.Hk,
+                                              st, out, states);
+              return std::vector<Tensor>{out, st, states};
+            }
             if (c.chunked) {
               f.be.gated_delta_rule_chunked(f.in(q), f.in(k), f.in(v), f.in(g), f.in(beta), c.Hk,
                                             st, out);

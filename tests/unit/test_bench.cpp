@@ -133,6 +133,37 @@ TEST(BenchRun, ForcedAcceptanceZeroKeepsNoDraftAndStaysExact) {
   }
 }
 
+// Drafts over the first 128 of the tiny model's 512 ids: the draft reads fewer head rows, the
+// output is still the autoregressive one, partial acceptances included.
+TEST(BenchRun, DraftVocabularyCutsTheDraftBytesAndStaysExact) {
+  BenchOptions o;
+  o.backend = "cpu";
+  o.prefill = {8};
+  o.contexts = {20};
+  o.decode_tokens = 7;
+  o.accept = 0.5;
+  o.profile = false;
+  std::ostringstream log;
+  auto full = run_bench(o, log);
+  ASSERT_TRUE(full.ok()) << full.status().to_string();
+  o.draft_vocab = 128;
+  auto cut = run_bench(o, log);
+  ASSERT_TRUE(cut.ok()) << cut.status().to_string();
+  EXPECT_EQ((*full)["draft_vocab"], 512);
+  EXPECT_EQ((*cut)["draft_vocab"], 128);
+  const auto draft_weights = [](const nlohmann::json& r) {
+    return r["decode"][0]["mtp_draft_bytes"]["weights"].get<double>();
+  };
+  // 384 fewer rows of the 64-wide bf16 output head.
+  EXPECT_NEAR(draft_weights(*full) - draft_weights(*cut), 384.0 * 64 * 2, 1.0);
+  for (const auto& m : (*cut)["decode"][0]["modes"]) {
+    if (m["depth"] == 0) continue;
+    EXPECT_TRUE(m["equals_autoregressive"].get<bool>()) << "depth " << m["depth"];
+  }
+  o.draft_vocab = 513;
+  EXPECT_FALSE(run_bench(o, log).ok());
+}
+
 TEST(BenchCli, CpuCommandPrintsJsonAndCudaWithoutGpuSaysSo) {
   test::ScratchDir dir;
   std::string text;

@@ -478,7 +478,11 @@ double chi_square_critical(int df) {
 TEST(Generator, SampledMtpHasTheAutoregressiveDistribution) {
   ToyModel model(ToyConfig{.vocab = 8, .logit_scale = 1.5f});
   const auto prompt = make_prompt(11, 5, 8);
-  for (const bool with_penalties : {false, true}) {
+  // draft_vocab 5: the head drafts only ids 0-4 (MtpHead::set_draft_vocabulary); the emitted
+  // distribution must not change.
+  for (const auto& [with_penalties, draft_vocab] :
+       {std::pair{false, 0}, std::pair{true, 0}, std::pair{false, 5}}) {
+    ASSERT_TRUE(model.mtp()->set_draft_vocabulary(draft_vocab).ok());
     SamplerConfig c;
     c.temperature = 1.0;
     c.top_p = 0.98;
@@ -491,7 +495,7 @@ TEST(Generator, SampledMtpHasTheAutoregressiveDistribution) {
     for (int k = 0; k < positions; ++k) exact.push_back(exact_marginal(model, prompt, c, k));
     const auto joint = exact_joint_first_two(model, prompt, c);
     const std::int64_t draws = 20000;
-    for (int depth = 0; depth <= kMaxMtpDepth; ++depth) {
+    for (int depth = draft_vocab > 0 ? 1 : 0; depth <= kMaxMtpDepth; ++depth) {
       std::vector<std::vector<std::int64_t>> counts(positions, std::vector<std::int64_t>(8, 0));
       std::vector<std::int64_t> pairs(64, 0);
       DecodeState base = prefill(model, prompt);
@@ -515,8 +519,10 @@ TEST(Generator, SampledMtpHasTheAutoregressiveDistribution) {
         const auto [stat, df] = chi_square(counts[static_cast<std::size_t>(k)],
                                            exact[static_cast<std::size_t>(k)], draws);
         const double crit = chi_square_critical(df);
-        std::printf("penalties %d depth %d token %d: chi2 %.2f df %d (0.1%% critical %.2f)\n",
-                    with_penalties, depth, k + 1, stat, df, crit);
+        std::printf(
+            "penalties %d draft vocab %d depth %d token %d: chi2 %.2f df %d (0.1%% critical "
+            "%.2f)\n",
+            with_penalties, draft_vocab, depth, k + 1, stat, df, crit);
         EXPECT_LT(stat, crit) << "depth " << depth << " token " << k + 1;
       }
       // Jointly: the pair (token 1, token 2) against its exact distribution, so a dependence
@@ -528,6 +534,7 @@ TEST(Generator, SampledMtpHasTheAutoregressiveDistribution) {
       EXPECT_LT(jstat, jcrit) << "depth " << depth << " joint";
     }
   }
+  ASSERT_TRUE(model.mtp()->set_draft_vocabulary(0).ok());
 }
 
 }  // namespace

@@ -265,6 +265,37 @@ ScriptedDrafter oracle(Model& model, int wrong_at) {
       });
 }
 
+// A verify keeps every position of its recurrent caches, so each partial acceptance truncates the
+// state in place (no second forward) and still emits the autoregressive tokens, leaving the
+// cold-prefill state.
+TEST_F(EmbeddedModel, PartialAcceptanceRewindsInPlace) {
+  const auto all = parity_tokens();
+  const std::span<const TokenId> prompt(all.data(), 37);
+  GenerateOptions opt;
+  opt.max_tokens = 24;
+  DecodeState ar_state = prefill(prompt);
+  const auto ar = generate(*model_, ar_state, opt);
+  ASSERT_TRUE(ar.error.ok()) << ar.error.to_string();
+  for (int depth = 1; depth <= kMaxMtpDepth; ++depth) {
+    for (const int wrong_at : {0, 1, 2}) {
+      if (wrong_at >= depth) continue;
+      opt.mtp_depth = depth;
+      ScriptedDrafter scripted = oracle(*model_, wrong_at);
+      opt.drafter = &scripted;
+      DecodeState s = prefill(prompt);
+      const auto r = generate(*model_, s, opt);
+      ASSERT_TRUE(r.error.ok()) << r.error.to_string();
+      EXPECT_EQ(r.tokens, ar.tokens) << "depth " << depth << " wrong at " << wrong_at;
+      EXPECT_GT(r.stats.rollbacks, 0) << "depth " << depth;
+      EXPECT_EQ(r.stats.rewinds, r.stats.rollbacks) << "depth " << depth;
+      ASSERT_TRUE(r.state_complete);
+      DecodeState cold = prefill(s.tokens);
+      EXPECT_LE(max_difference(compare_states(*s.trunk, *cold.trunk)), 1e-4) << "depth " << depth;
+      EXPECT_LE(max_difference(compare_states(*s.mtp_history, *cold.mtp_history)), 1e-4);
+    }
+  }
+}
+
 TEST_F(EmbeddedModel, EveryExitLeavesTheColdPrefillState) {
   const auto all = parity_tokens();
   // Stop candidates come from the greedy continuation, and a stop three tokens in is reachable

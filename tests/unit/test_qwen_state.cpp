@@ -92,6 +92,66 @@ TEST_P(QwenSplits, SplitsGiveTheStateAndLogitsOfOneCall) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, QwenSplits, ::testing::Values("shared", "variant"));
 
+// keep_positions (an MTP verify): a forward whose recurrent caches kept their positions truncates
+// in place to any length inside it and gives the state, and the next logits, of a forward of only
+// that prefix; outside the window, after a later forward, or on a clone, the recurrent caches
+// refuse as before.
+class QwenWindows : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(QwenWindows, KeptPositionsTruncateToThePrefixState) {
+  const auto dir = GetParam() == "shared" ? hf_tiny("qwen4_exp") : test::qwen_variant_fixture();
+  auto model = load_model(dir, test::test_load_options());
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto& m = *model;
+  const auto tokens = test::qwen_cases(dir).back().tokens;
+  const auto span_of = [&](std::int64_t from, std::int64_t to) {
+    return std::vector<TokenId>(tokens.begin() + from, tokens.begin() + to);
+  };
+  const std::int64_t P = 21, S = 4;  // the verify crosses an indexer block boundary (block 4)
+  const auto keep_all = [](ModelState& s, std::int64_t n) {
+    int recurrent = 0;
+    for (std::size_t i = 0; i < s.cache_count(); ++i) recurrent += s.cache(i).keep_positions(n);
+    return recurrent;
+  };
+  const TokenId next[1] = {tokens[40]};
+  for (std::int64_t keep = 1; keep < S; ++keep) {
+    auto s = m->new_state();
+    run_splits(*m, *s, span_of(0, P), {P});
+    EXPECT_GT(keep_all(*s, S), 0);
+    run_splits(*m, *s, span_of(P, P + S), {S});
+    ASSERT_TRUE(s->truncate(P + keep).ok()) << "keep " << keep;
+    EXPECT_EQ(*s->covered_tokens(), P + keep);
+    auto ref = m->new_state();
+    run_splits(*m, *ref, span_of(0, P + keep), {P, keep});
+    for (const auto& t : compare_states(*s, *ref)) {
+      EXPECT_FALSE(t.shape_mismatch) << t.name;
+      EXPECT_LE(t.max_abs, tolerance_for(t.name)) << t.name << " keep " << keep;
+    }
+    ForwardOutput a, b;
+    ASSERT_TRUE(m->forward(*s, next, LogitsRows::kLast, a).ok());
+    ASSERT_TRUE(m->forward(*ref, next, LogitsRows::kLast, b).ok());
+    const auto d = diff_logits(a.logits, b.logits, m->info().vocab_size);
+    EXPECT_LE(d.max_abs, kLogitsTolerance) << "keep " << keep;
+    EXPECT_EQ(d.argmax_mismatches, 0);
+  }
+  auto s = m->new_state();
+  run_splits(*m, *s, span_of(0, P), {P});
+  keep_all(*s, S);
+  run_splits(*m, *s, span_of(P, P + S), {S});
+  auto copy = s->clone();
+  EXPECT_EQ(copy->truncate(P + 1).code(), ErrorCode::kFailedPrecondition);  // a clone keeps none
+  EXPECT_EQ(s->truncate(P).code(), ErrorCode::kFailedPrecondition);  // before the window's token 0
+  EXPECT_EQ(*s->covered_tokens(), P + S);
+  run_splits(*m, *s, span_of(P + S, P + S + 1), {1});  // a forward without a request
+  EXPECT_EQ(s->truncate(P + S - 1).code(), ErrorCode::kFailedPrecondition);
+  // A request larger than the forward keeps it; a smaller one does not.
+  keep_all(*s, 1);
+  run_splits(*m, *s, span_of(P + S + 1, P + S + 3), {2});
+  EXPECT_EQ(s->truncate(P + S + 2).code(), ErrorCode::kFailedPrecondition);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, QwenWindows, ::testing::Values("shared", "variant"));
+
 TEST(QwenState, TensorsLoadRoundTrip) {
   auto m = tiny_model();
   ASSERT_NE(m, nullptr);
@@ -214,8 +274,8 @@ TEST(QwenState, ForwardRefusesAStateWhoseAllocationFailed) {
   auto s = m->new_state();
   ASSERT_TRUE(s->check_allocated().ok());
   const auto& config = dynamic_cast<const QwenNextModel&>(*m).config();
-  s->replace_cache(0, std::make_unique<GatedDeltaNetCache>(config,
-                                                           std::make_shared<ExhaustedMemory>()));
+  s->replace_cache(
+      0, std::make_unique<GatedDeltaNetCache>(config, std::make_shared<ExhaustedMemory>()));
   const std::vector<TokenId> ok = {1, 2};
   ForwardOutput out;
   const Status st = m->forward(*s, ok, LogitsRows::kAll, out);

@@ -177,6 +177,9 @@ class CudaBackend final : public Backend {
   void gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& g, const Tensor& beta, std::int64_t key_heads,
                                   Tensor& state, Tensor& out) override;
+  void gated_delta_rule_positions(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& g, const Tensor& beta, std::int64_t key_heads,
+                                  Tensor& state, Tensor& out, Tensor& states) override;
   void block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t heads,
                               std::int64_t kv_heads, const Tensor& picked, std::int64_t block,
                               std::int64_t first, float scale, Tensor& out) override;
@@ -219,7 +222,7 @@ class CudaBackend final : public Backend {
              float* y, std::int64_t ldy);
   void delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                   const Tensor& beta, std::int64_t key_heads, Tensor& state, Tensor& out,
-                  const char* op);
+                  Tensor* states, const char* op);
   void run_topk(const Tensor& x, std::int64_t k, std::int64_t first, std::int64_t block,
                 Tensor& idx, Tensor* val, const char* op);
 

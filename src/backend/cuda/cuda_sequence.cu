@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kDeltaThreads)
     delta_rule_kernel(const float* q, const float* k, const float* v, const float* g,
                       const float* beta, std::int64_t S, std::int64_t Hv, std::int64_t dk,
                       std::int64_t dv, std::int64_t rep, std::int64_t qk_stride, float* state,
-                      float* out) {
+                      float* out, float* states) {
   __shared__ float part[2][kDeltaGroups][kWarp + 1];
   const int lane = threadIdx.x, grp = threadIdx.y;
   const std::int64_t h = blockIdx.x, j = blockIdx.y * static_cast<std::int64_t>(kWarp) + lane;
@@ -97,6 +97,15 @@ __global__ void __launch_bounds__(kDeltaThreads)
 #pragma unroll
       for (int gi = 0; gi < kDeltaGroups; ++gi) ot += part[1][gi][lane];
       out[t * v_stride + h * dv + j] = ot;
+    }
+    // gated_delta_rule_positions: the state after token t, for a rollback inside a verify.
+    if (states != nullptr && col) {
+      float* St = states + (t * Hv + h) * dk * dv;
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) {
+        const std::int64_t i = grp + kDeltaGroups * m;
+        if (i < dk) St[i * dv + j] = st[m];
+      }
     }
   }
 #pragma unroll
@@ -146,7 +155,7 @@ void CudaBackend::causal_conv1d(const Tensor& x, const Weight& w, std::int64_t d
 
 void CudaBackend::delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                              const Tensor& beta, std::int64_t key_heads, Tensor& state, Tensor& out,
-                             const char* op) {
+                             Tensor* states, const char* op) {
   if (failed() || !on_device(op, {&q, &k, &v, &g, &beta, &state})) return;
   const auto S = k.rows(), Hv = g.cols();
   if (!check(key_heads > 0 && Hv > 0 && Hv % key_heads == 0 && k.cols() % key_heads == 0 &&
@@ -159,14 +168,16 @@ void CudaBackend::delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, 
   if (!check(dk <= 32 * kDeltaGroups, op, "key head dim above 256")) return;
   if (!check(&out != &v, op, "out may not be v")) return;
   if (!ensure(out, v.shape())) return;
+  if (states != nullptr && !ensure(*states, {S, state.numel()})) return;
   if (S == 0 || dv == 0) return;
+  float* states_data = states != nullptr ? states->data() : nullptr;
   const dim3 grid(static_cast<unsigned>(Hv), grid_for(dv, kWarp));
   const dim3 threads(kWarp, kDeltaGroups);
   const auto rows = (dk + kDeltaGroups - 1) / kDeltaGroups;
 #define FS_DELTA_CASE(n)                                                                          \
   delta_rule_kernel<n><<<grid, threads, 0, stream()>>>(q.data(), k.data(), v.data(), g.data(),    \
                                                        beta.data(), S, Hv, dk, dv, rep, k.cols(), \
-                                                       state.data(), out.data())
+                                                       state.data(), out.data(), states_data)
   if (rows <= 1) {
     FS_DELTA_CASE(1);
   } else if (rows <= 2) {
@@ -187,14 +198,21 @@ void CudaBackend::delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, 
 void CudaBackend::gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& v,
                                              const Tensor& g, const Tensor& beta,
                                              std::int64_t key_heads, Tensor& state, Tensor& out) {
-  delta_rule(q, k, v, g, beta, key_heads, state, out, "gated_delta_rule_recurrent");
+  delta_rule(q, k, v, g, beta, key_heads, state, out, nullptr, "gated_delta_rule_recurrent");
 }
 
 // The same function as the chunked (WY) form, computed token by token (see cuda_backend.h).
 void CudaBackend::gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v,
                                            const Tensor& g, const Tensor& beta,
                                            std::int64_t key_heads, Tensor& state, Tensor& out) {
-  delta_rule(q, k, v, g, beta, key_heads, state, out, "gated_delta_rule_chunked");
+  delta_rule(q, k, v, g, beta, key_heads, state, out, nullptr, "gated_delta_rule_chunked");
+}
+
+void CudaBackend::gated_delta_rule_positions(const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const Tensor& g, const Tensor& beta,
+                                             std::int64_t key_heads, Tensor& state, Tensor& out,
+                                             Tensor& states) {
+  delta_rule(q, k, v, g, beta, key_heads, state, out, &states, "gated_delta_rule_positions");
 }
 
 }  // namespace fs::cuda

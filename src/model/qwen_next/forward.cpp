@@ -67,6 +67,11 @@ void QwenNextModel::ple_inject(const PleWeights& w, PleCache& cache,
   const auto eps = static_cast<float>(config_.rms_norm_eps);
   std::vector<std::int64_t> ids;
   auto context = cache.context_ids();
+  const bool keep = cache.window.open(cache.covered, S);
+  if (keep) {  // the context, then this call's tokens: the context after each of them
+    cache.window.ids = context;
+    cache.window.ids.insert(cache.window.ids.end(), tokens.begin(), tokens.end());
+  }
   ngram_ids(w.hash, context, tokens, ids);
   cache.set_context_ids(context);
   Tensor emb, key, value, query, gate, gated, normed, conv;
@@ -84,11 +89,21 @@ void QwenNextModel::ple_inject(const PleWeights& w, PleCache& cache,
   gated = be.new_tensor({S, config_.stream_width()});
   be.add_scaled_streams(gated, value, gate);
   be.rms_norm(gated, w.norm_conv, H, eps, true, normed);
+  if (keep) keep_conv_inputs(cache.conv_tail, normed, cache.window);
   be.causal_conv1d(normed, w.conv1d, config_.ngram_size, cache.conv_tail, conv);
   be.activate(conv, Activation::kSilu);
   be.add(gated, conv);
   be.add(h, gated);
   cache.covered += S;
+}
+
+// A verify's window keeps the conv tail before the call followed by the call's conv inputs, so
+// the tail after any of its tokens is a slice (speculation_window.h). Buffers were reserved by
+// keep_positions, so nothing here allocates.
+void QwenNextModel::keep_conv_inputs(const Tensor& tail, const Tensor& inputs,
+                                     SpeculationWindow& window) {
+  backend_->slice_rows(tail, 0, tail.rows(), window.history);
+  backend_->append_rows(window.history, inputs);
 }
 
 // GatedDeltaNet (Q4M 510-625).
@@ -103,6 +118,8 @@ void QwenNextModel::gated_delta_net(const GatedDeltaNetWeights& w, GatedDeltaNet
   be.linear(x, w.in_proj_z, z);
   be.linear(x, w.in_proj_b, b);
   be.linear(x, w.in_proj_a, a);
+  const bool keep = cache.window.open(cache.covered, S);
+  if (keep) keep_conv_inputs(cache.conv_tail, qkv, cache.window);
   be.causal_conv1d(qkv, w.conv1d, 1, cache.conv_tail, mixed);
   be.activate(mixed, Activation::kSilu);
   be.slice_cols(mixed, 0, key_dim, q);
@@ -119,7 +136,10 @@ void QwenNextModel::gated_delta_net(const GatedDeltaNetWeights& w, GatedDeltaNet
   be.scale(q, 1.0f / std::sqrt(static_cast<float>(dk)));
   Tensor core;
   // The reference's kernel choice (Q4M 586-612): recurrent only for one token on a warm state.
-  if (S == 1 && cache.covered > 0) {
+  // An MTP verify keeps the state after each token (rollback by a copy, no second forward).
+  if (keep) {
+    be.gated_delta_rule_positions(q, k, v, a, b, Hk, cache.recurrent, core, cache.window.states);
+  } else if (S == 1 && cache.covered > 0) {
     be.gated_delta_rule_recurrent(q, k, v, a, b, Hk, cache.recurrent, core);
   } else {
     be.gated_delta_rule_chunked(q, k, v, a, b, Hk, cache.recurrent, core);
@@ -253,7 +273,7 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
   hyper_connection_read(be, weights_.final_mixer, h, mixed, nullptr);
   // The MTP head reads the widened stream (all hc streams), before the mixer.
   Tensor logits, picked;
-  lm_head_rows(mixed, rows, logits, picked);
+  lm_head_rows(mixed, rows, logits, picked, weights_.lm_head);
   if (graph) be.launch_step_graph();
   // The one check of the step: any op that failed (out of memory, a launch error, an op the
   // backend lacks) makes the whole forward fail, and the state must not be used.
@@ -265,8 +285,8 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
   return logits_to_output(rows, std::move(logits), picked, out);
 }
 
-void QwenNextModel::lm_head_rows(const Tensor& mixed, LogitsRows rows, Tensor& logits,
-                                 Tensor& ids) {
+void QwenNextModel::lm_head_rows(const Tensor& mixed, LogitsRows rows, Tensor& logits, Tensor& ids,
+                                 const Weight& head) {
   auto& be = *backend_;
   if (rows == LogitsRows::kNone) return;
   Tensor last;
@@ -275,7 +295,7 @@ void QwenNextModel::lm_head_rows(const Tensor& mixed, LogitsRows rows, Tensor& l
     be.slice_rows(mixed, mixed.rows() - 1, 1, last);
     src = &last;
   }
-  be.linear(*src, weights_.lm_head, logits);
+  be.linear(*src, head, logits);
   if (logits_stay_on_backend(rows)) be.argmax_rows(logits, ids);
 }
 

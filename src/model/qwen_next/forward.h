@@ -49,6 +49,7 @@ class QwenNextModel final : public Model {
 
   // One function per block, named as the reference names them. `h` is [S, hc*H], `x` [S, H].
   void ple_inject(const PleWeights& w, PleCache& cache, std::span<const TokenId> tokens, Tensor& h);
+  void keep_conv_inputs(const Tensor& tail, const Tensor& inputs, SpeculationWindow& window);
   void gated_delta_net(const GatedDeltaNetWeights& w, GatedDeltaNetCache& cache, const Tensor& x,
                        Tensor& y);
   // Queries are at positions first, first + 1, ...
@@ -60,7 +61,8 @@ class QwenNextModel final : public Model {
                    Tensor& picked);
   // logits = lm_head of the requested rows of `mixed`; for the *Argmax forms also their argmax
   // ids [rows, 1] on the backend.
-  void lm_head_rows(const Tensor& mixed, LogitsRows rows, Tensor& logits, Tensor& ids);
+  void lm_head_rows(const Tensor& mixed, LogitsRows rows, Tensor& logits, Tensor& ids,
+                    const Weight& head);
   // Moves what `rows` asks for into `out`: the logits to the host, or the ids to the host and the
   // logits kept on the backend.
   Status logits_to_output(LogitsRows rows, Tensor logits, const Tensor& ids, ForwardOutput& out);

@@ -15,6 +15,19 @@ std::int64_t QwenNextMtpHead::hidden_width() const {
   return model_.config_.stream_width();
 }
 
+Status QwenNextMtpHead::set_draft_vocabulary(std::int64_t n) {
+  const auto vocab = model_.config_.vocab_size;
+  if (n < 0 || n > vocab)
+    return invalid_argument("MTP draft vocabulary " + std::to_string(n) + " is outside [0, " +
+                            std::to_string(vocab) + "]");
+  draft_vocab_ = n == vocab ? 0 : n;
+  return {};
+}
+
+std::int64_t QwenNextMtpHead::draft_vocabulary() const {
+  return draft_vocab_ > 0 ? draft_vocab_ : model_.config_.vocab_size;
+}
+
 Status QwenNextMtpHead::forward(ModelState& history, std::span<const float> hidden,
                                 std::span<const TokenId> tokens, LogitsRows rows,
                                 ForwardOutput& out) {
@@ -62,7 +75,9 @@ Status QwenNextMtpHead::forward(ModelState& history, std::span<const float> hidd
   Tensor mixed, logits, picked;
   if (rows != LogitsRows::kNone) {
     hyper_connection_read(be, w_.mixer, projected, mixed, nullptr);
-    model_.lm_head_rows(mixed, rows, logits, picked);
+    const Weight head = draft_vocab_ > 0 ? model_.weights_.lm_head.first_rows(draft_vocab_)
+                                         : model_.weights_.lm_head;
+    model_.lm_head_rows(mixed, rows, logits, picked, head);
   }
   if (Status s = model_.take_backend_status(); !s.ok()) return s.with_context("MTP head");
   out.hidden_width = W;

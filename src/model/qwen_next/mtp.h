@@ -24,10 +24,13 @@ class QwenNextMtpHead final : public MtpHead {
   std::int64_t hidden_width() const override;
   Status forward(ModelState& history, std::span<const float> hidden,
                  std::span<const TokenId> tokens, LogitsRows rows, ForwardOutput& out) override;
+  Status set_draft_vocabulary(std::int64_t n) override;
+  std::int64_t draft_vocabulary() const override;
 
  private:
   QwenNextModel& model_;
   const QwenMtpWeights& w_;
+  std::int64_t draft_vocab_ = 0;  // 0: the whole vocabulary
 };
 
 }  // namespace fs

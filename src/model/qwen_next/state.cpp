@@ -54,7 +54,30 @@ std::unique_ptr<LayerCache> GatedDeltaNetCache::clone() const {
   return std::make_unique<GatedDeltaNetCache>(*this);
 }
 Status GatedDeltaNetCache::truncate(std::int64_t length) {
-  return refuse_truncate("gdn", covered, length);
+  if (!window.holds(covered, length)) return refuse_truncate("gdn", covered, length);
+  // The state after the window's token j, and the conv tail cut from the inputs up to it.
+  const auto j = window.row_for(length);
+  auto& mem = *recurrent.memory();
+  mem.copy(recurrent.raw(),
+           static_cast<const char*>(window.states.raw()) +
+               static_cast<std::size_t>(j) * recurrent.bytes(),
+           recurrent.bytes());
+  const auto row_bytes = static_cast<std::size_t>(conv_tail.cols()) * sizeof(float);
+  mem.copy(
+      conv_tail.raw(),
+      static_cast<const char*>(window.history.raw()) + static_cast<std::size_t>(j + 1) * row_bytes,
+      conv_tail.bytes());
+  covered = length;
+  window.clear();
+  return {};
+}
+bool GatedDeltaNetCache::keep_positions(std::int64_t tokens) {
+  // Reserved now (outside any step graph); the forward writes them without allocating.
+  if (!window.states.allocate(recurrent.memory(), {tokens, recurrent.numel()}) ||
+      !window.history.allocate(conv_tail.memory(), {conv_tail.rows() + tokens, conv_tail.cols()}))
+    return false;
+  window.requested = tokens;
+  return true;
 }
 std::size_t GatedDeltaNetCache::bytes() const {
   return static_cast<std::size_t>(recurrent.numel() + conv_tail.numel()) * sizeof(float);
@@ -71,6 +94,7 @@ Status GatedDeltaNetCache::load(std::span<const StateTensorView> t, std::int64_t
   recurrent = std::move(r);
   conv_tail = std::move(c);
   covered = n;
+  window.clear();
   return {};
 }
 
@@ -88,7 +112,25 @@ std::unique_ptr<LayerCache> PleCache::clone() const {
   return std::make_unique<PleCache>(*this);
 }
 Status PleCache::truncate(std::int64_t length) {
-  return refuse_truncate("ple", covered, length);
+  if (!window.holds(covered, length)) return refuse_truncate("ple", covered, length);
+  const auto j = window.row_for(length);
+  const auto n = context.numel();  // N-1 ids: those ending at the window's token j
+  std::vector<std::int64_t> ids(window.ids.begin() + j + 1, window.ids.begin() + j + 1 + n);
+  set_context_ids(ids);
+  const auto row_bytes = static_cast<std::size_t>(conv_tail.cols()) * sizeof(float);
+  conv_tail.memory()->copy(
+      conv_tail.raw(),
+      static_cast<const char*>(window.history.raw()) + static_cast<std::size_t>(j + 1) * row_bytes,
+      conv_tail.bytes());
+  covered = length;
+  window.clear();
+  return {};
+}
+bool PleCache::keep_positions(std::int64_t tokens) {
+  if (!window.history.allocate(conv_tail.memory(), {conv_tail.rows() + tokens, conv_tail.cols()}))
+    return false;
+  window.requested = tokens;
+  return true;
 }
 std::size_t PleCache::bytes() const {
   return static_cast<std::size_t>(context.numel() + conv_tail.numel()) * sizeof(float);
@@ -114,6 +156,7 @@ Status PleCache::load(std::span<const StateTensorView> t, std::int64_t n) {
   context = std::move(ctx);
   conv_tail = std::move(tail);
   covered = n;
+  window.clear();
   return {};
 }
 

@@ -4,7 +4,8 @@
 //                  dilated conv tail [(Kp-1)*N, hc*H]).
 //   QSA layer:     QsaCache ("qsa": keys/values [T, Hkv*D] after norm+RoPE, the indexer's raw keys
 //                  [T, dI], and pooled block keys [T/c, dI] after k_layernorm + RoPE).
-// Recurrent caches (gdn, ple) hold no history: they truncate only to their own length.
+// Recurrent caches (gdn, ple) hold no history: they truncate only to their own length, or, after
+// keep_positions() before a forward (an MTP verify), to any length inside that forward.
 //
 // The family declares the shapes; the tensors are allocated in the memory of the backend the
 // model runs on (DESIGN "On the GPU", rule 2). The PLE n-gram context is token-id bookkeeping
@@ -15,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "model/common/speculation_window.h"
 #include "model/model.h"
 #include "model/qwen_next/config.h"
 #include "tensor/tensor.h"
@@ -28,6 +30,10 @@ class GatedDeltaNetCache final : public LayerCache {
   std::int64_t covered_tokens() const override { return covered; }
   std::unique_ptr<LayerCache> clone() const override;
   Status truncate(std::int64_t length) override;
+  bool can_truncate(std::int64_t length) const override {
+    return length == covered || window.holds(covered, length);
+  }
+  bool keep_positions(std::int64_t tokens) override;
   std::size_t bytes() const override;
   std::vector<StateTensor> tensors() const override;
   Status load(std::span<const StateTensorView> tensors, std::int64_t covered) override;
@@ -35,6 +41,7 @@ class GatedDeltaNetCache final : public LayerCache {
   Tensor recurrent;  // [Hv, dk, dv]
   Tensor conv_tail;  // [K-1, conv_dim], oldest row first
   std::int64_t covered = 0;
+  SpeculationWindow window;  // states [n, Hv*dk*dv], history [K-1 + n, conv_dim]
 };
 
 class PleCache final : public LayerCache {
@@ -44,6 +51,10 @@ class PleCache final : public LayerCache {
   std::int64_t covered_tokens() const override { return covered; }
   std::unique_ptr<LayerCache> clone() const override;
   Status truncate(std::int64_t length) override;
+  bool can_truncate(std::int64_t length) const override {
+    return length == covered || window.holds(covered, length);
+  }
+  bool keep_positions(std::int64_t tokens) override;
   std::size_t bytes() const override;
   std::vector<StateTensor> tensors() const override;
   Status load(std::span<const StateTensorView> tensors, std::int64_t covered) override;
@@ -53,6 +64,8 @@ class PleCache final : public LayerCache {
   Tensor context;    // [N-1], host memory
   Tensor conv_tail;  // [(Kp-1)*N, hc*H]
   std::int64_t covered = 0;
+  // history [(Kp-1)*N + n, hc*H] (the conv inputs), ids: the context then the forward's tokens
+  SpeculationWindow window;
 
   std::vector<std::int64_t> context_ids() const;
   void set_context_ids(const std::vector<std::int64_t>& ids);
