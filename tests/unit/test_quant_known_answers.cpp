@@ -16,11 +16,14 @@
 #include <string>
 #include <vector>
 
+#include "format/gguf.h"
 #include "format/safetensors.h"
+#include "gguf_test_writer.h"
 #include "tensor/quant/block_scaled.h"
 #include "tensor/quant/dequantize.h"
 #include "tensor/quant/minifloat.h"
 #include "tensor/quant/quant_type.h"
+#include "test_support.h"
 
 namespace fs::quant {
 namespace {
@@ -91,6 +94,33 @@ TEST_P(GgmlKnownAnswers, DequantisationEqualsGgmlBitwise) {
           row, std::vector<float>(all.begin() + r * cols, all.begin() + (r + 1) * cols)));
     }
   }
+}
+
+// The same blocks stored in a GGUF file: the reader's view of each tensor dequantises to ggml's
+// answer (the reader's shape and byte span agree with the type's geometry).
+TEST_P(GgmlKnownAnswers, ThroughAGgufFile) {
+  const std::string name = GetParam();
+  const auto type = quant_type_from_name(name);
+  ASSERT_TRUE(type.has_value());
+  const auto blocks = file_->view(name + ".random.blocks");
+  const auto want = file_->view(name + ".random.f32");
+  ASSERT_TRUE(blocks && want);
+  test::GgufBuilder b;
+  b.tensor({"blk.0.ffn_down_exps.weight",
+            static_cast<std::uint32_t>(quant_info(*type).ggml_id),
+            {static_cast<std::uint64_t>(want->dim(1)), static_cast<std::uint64_t>(want->dim(0))},
+            std::vector<std::uint8_t>(blocks->bytes.begin(), blocks->bytes.end()),
+            std::nullopt});
+  test::ScratchDir dir;
+  test::write_bytes(dir.file("t.gguf"), b.build());
+  auto m = GgufModel::open(dir.file("t.gguf"));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const auto v = m->view("blk.0.ffn_down_exps.weight");
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->type, *type);
+  auto got = dequantize_tensor(v->type, v->shape, v->bytes);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(same_floats(*got, floats(*want)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GgmlKnownAnswers,
