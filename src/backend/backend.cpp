@@ -28,7 +28,7 @@ void Backend::set_step_graphs(bool on) {
   if (on) fail(unsupported("the " + name() + " backend records no step graphs"));
 }
 
-void Backend::begin_step_graph(std::int64_t) {
+void Backend::begin_step_graph(const StepGraphKey&) {
   fail(unsupported("the " + name() + " backend records no step graphs"));
 }
 

@@ -233,31 +233,47 @@ class Backend {
   // logits stay where they were computed. NaN entries never win.
   virtual void argmax_rows(const Tensor& x, Tensor& ids);
 
-  // --- step graphs (DESIGN "On the GPU" rule 5) ------------------------------------------------
-  // A device backend may record the ops of one decode step and launch them as one graph: the
-  // same kernels with the same arguments, so the result is bit-identical to running them eagerly.
+  // --- step graphs (DESIGN "On the GPU" rule 5, docs/GPU.md) ----------------------------------
+  // A device backend may run the ops of one decode step as one graph. The first step of a key
+  // records them (the same kernels with the same arguments as eagerly); a later step of the same
+  // key is a replay: the ops between begin and launch do only their host work (shapes, pooled
+  // outputs served from the graph's own blocks, per-step scalars and staging bytes written where
+  // the recorded graph reads them) and launch nothing, then launch_step_graph() runs the kept
+  // executable. Either way the result is bit-identical to running the ops eagerly.
   // Between begin_step_graph() and launch_step_graph() nothing may synchronise or read device
   // memory on the host; an op that would is recorded as a failure naming it.
-  // Whether this backend records decode steps (the CUDA backend with FLASHSERVE_CUDA_GRAPHS=1 or
-  // after set_step_graphs(true); never the CPU).
+  //
+  // What a key must fix (the caller computes it): every op of the step, in order, with the same
+  // shapes, and every kernel argument that is not a per-step scalar (buffers: the state's cache
+  // tensors by address and capacity; the token count; which branches the step takes). Scalars
+  // that vary per step (positions, cache lengths) go through the ops' own arguments as usual:
+  // the backend routes them through device memory when recording.
+  struct StepGraphKey {
+    std::vector<std::int64_t> words;  // compared exactly
+    bool operator==(const StepGraphKey&) const = default;
+  };
+  // Whether this backend runs decode steps as graphs (the CUDA backend unless
+  // FLASHSERVE_CUDA_GRAPHS=0, or after set_step_graphs; never the CPU).
   virtual bool step_graphs() const { return false; }
-  // Turns recording on or off for later steps (tests compare both on one backend); a backend
+  // Turns graphs on or off for later steps (tests compare both on one backend); a backend
   // without graphs records a failure when asked to turn them on.
   virtual void set_step_graphs(bool on);
-  // Starts recording instead of running; a failure is recorded (status()). Steps of one `shape`
-  // (the caller's name for what fixes the op sequence and the kernels: the token count) share
-  // executable graphs; steps of different shapes never update each other's.
-  virtual void begin_step_graph(std::int64_t shape);
-  // Ends the recording and launches it. It always ends a recording begun, also after a failed op
-  // (then nothing recorded runs and the failure stands).
+  // Starts a step of `key`: recording it (first use) or replaying its kept graph; a failure is
+  // recorded (status()).
+  virtual void begin_step_graph(const StepGraphKey& key);
+  // Ends the step and launches its graph. It always ends a step begun, also after a failed op
+  // (then nothing runs and the failure stands).
   virtual void launch_step_graph();
-  // Ends a recording begun without running any of it (a wrapper whose own ops failed); nothing
-  // when none is open.
+  // Ends a step begun without running any of it (a wrapper whose own ops failed); nothing when
+  // none is open.
   virtual void discard_step_graph() {}
   struct StepGraphStats {
-    std::int64_t launches = 0;        // steps run as a graph
-    std::int64_t updates = 0;         // of those, launched by updating a kept executable graph
-    std::int64_t instantiations = 0;  // of those, launched from a newly built executable graph
+    std::int64_t launches = 0;           // steps run as a graph
+    std::int64_t captures = 0;           // of those, recorded (first use of their key)
+    std::int64_t replays = 0;            // of those, a kept executable launched unchanged
+    std::int64_t evictions = 0;          // executables dropped to keep at most the bound
+    std::int64_t walk_ns = 0;            // host time of the replays' walks (begin to launch)
+    std::int64_t walk_leaked_nodes = 0;  // work an op queued during a walk (should be 0)
   };
   virtual StepGraphStats step_graph_stats() const { return {}; }
 

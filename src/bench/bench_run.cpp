@@ -165,8 +165,10 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
         !s.ok())
       return s.with_context("context " + std::to_string(ctx));
     if (auto w = b.decode(base, 3, 0, nullptr); !w.ok()) return w.status();  // warm-up
+    const auto graphs_before = timing->step_graph_stats();
     auto ar = b.decode(base, n + o.max_depth + 1, 0, nullptr);
     if (!ar.ok()) return ar.status();
+    const auto graphs_after = timing->step_graph_stats();
     const auto& ref = ar->result.tokens;
     const double ar_tps = static_cast<double>(ref.size()) / ar->seconds;
     const auto bytes = trunk_decode_bytes(c, ctx, 2);
@@ -182,6 +184,23 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
     row["achieved_Bps"] = bytes.total() * ar_tps;
     if (copy > 0) row["fraction_of_copy"] = bytes.total() * ar_tps / copy;
     log << "bench: context " << ctx << " autoregressive " << ar_tps << " tok/s\n";
+    if (graphs_after.launches > graphs_before.launches) {
+      // Step graphs (docs/GPU.md): how many of the timed steps were recorded, how many replayed,
+      // and the host time of a replay's walk.
+      const auto replays = graphs_after.replays - graphs_before.replays;
+      const double walk_us =
+          replays > 0 ? static_cast<double>(graphs_after.walk_ns - graphs_before.walk_ns) / 1e3 /
+                            static_cast<double>(replays)
+                      : 0.0;
+      row["step_graphs"] = {
+          {"captures", graphs_after.captures - graphs_before.captures},
+          {"replays", replays},
+          {"walk_us_per_replay", walk_us},
+          {"walk_leaked_nodes", graphs_after.walk_leaked_nodes - graphs_before.walk_leaked_nodes}};
+      log << "bench: context " << ctx
+          << " step graphs: " << graphs_after.captures - graphs_before.captures << " captures, "
+          << replays << " replays, walk " << walk_us << " us per replay\n";
+    }
     for (int d = 1; d <= o.max_depth; ++d) {
       if (!model->mtp()) break;
       // A short untimed run first: a depth's first verify meets new shapes (d+1 rows), whose

@@ -189,9 +189,9 @@ void TimingBackend::set_step_graphs(bool on) {
   take_inner_status();
 }
 
-void TimingBackend::begin_step_graph(std::int64_t shape) {
+void TimingBackend::begin_step_graph(const StepGraphKey& key) {
   if (failed()) return;
-  inner_->begin_step_graph(shape);
+  inner_->begin_step_graph(key);
   take_inner_status();
 }
 

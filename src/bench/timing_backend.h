@@ -114,7 +114,7 @@ class TimingBackend final : public Backend {
   // be recorded into the graph instead of timing it).
   bool step_graphs() const override { return !enabled_ && inner_->step_graphs(); }
   void set_step_graphs(bool on) override;
-  void begin_step_graph(std::int64_t shape) override;
+  void begin_step_graph(const StepGraphKey& key) override;
   void launch_step_graph() override;
   void discard_step_graph() override { inner_->discard_step_graph(); }
   StepGraphStats step_graph_stats() const override { return inner_->step_graph_stats(); }

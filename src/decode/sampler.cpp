@@ -65,33 +65,68 @@ TokenDistribution target_distribution(std::span<const float> logits, const Sampl
   }
   for (auto& v : p) v /= total;
 
-  // Rank by probability, ties by lower id, and keep the shortest of the three prefixes.
-  std::vector<TokenId> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](TokenId a, TokenId b) {
+  TokenDistribution d;
+  if (c.top_k == 0 && c.top_p >= 1.0 && c.min_p <= 0.0) {
+    // No prefix rule: every token with any mass (the top one always has some), in id order.
+    double mass = 0;
+    for (std::size_t i = 0; i < n; ++i) mass += p[i] > 0.0 ? p[i] : 0.0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!(p[i] > 0.0)) continue;
+      d.ids.push_back(static_cast<TokenId>(i));
+      d.probs.push_back(p[i] / mass);
+    }
+    return d;
+  }
+  // Rank by probability, ties by lower id, and keep the shortest of the three prefixes. Only the
+  // top of the ranking is ever read, so it is found by selection instead of sorting the whole
+  // vocabulary (67 ms per row at 248,320 ids): the first `m` ranks (nth_element, then a sort of
+  // those m) are exactly the first m of the full sort, as the order is total. A prefix rule
+  // whose walk reaches m undecided asks for four times as many ranks.
+  const auto ranks_before = [&](TokenId a, TokenId b) {
     const double pa = p[static_cast<std::size_t>(a)], pb = p[static_cast<std::size_t>(b)];
     return pa != pb ? pa > pb : a < b;
-  });
+  };
+  std::vector<TokenId> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::size_t m = std::min<std::size_t>(n, c.top_k > 0 ? static_cast<std::size_t>(c.top_k) : 64);
   std::size_t keep = n;
-  if (c.top_k > 0) keep = std::min(keep, static_cast<std::size_t>(c.top_k));
-  if (c.top_p < 1.0) {
-    double before = 0;
-    std::size_t k = 0;
-    while (k < n && before < c.top_p) before += p[static_cast<std::size_t>(order[k++])];
-    keep = std::min(keep, std::max<std::size_t>(k, 1));
-  }
-  if (c.min_p > 0.0) {
-    const double floor = c.min_p * p[static_cast<std::size_t>(order[0])];
-    std::size_t k = 0;
-    while (k < n && p[static_cast<std::size_t>(order[k])] >= floor) ++k;
-    keep = std::min(keep, std::max<std::size_t>(k, 1));
+  for (;;) {
+    const auto mid = order.begin() + static_cast<std::ptrdiff_t>(m);
+    std::nth_element(order.begin(), mid, order.end(), ranks_before);
+    std::sort(order.begin(), mid, ranks_before);
+    // Each rule's prefix length; one whose walk reached m undecided is only known to be >= m.
+    keep = n;
+    bool undecided = false;
+    if (c.top_k > 0) keep = std::min(keep, static_cast<std::size_t>(c.top_k));
+    if (c.top_p < 1.0) {
+      double before = 0;
+      std::size_t k = 0;
+      while (k < m && before < c.top_p) before += p[static_cast<std::size_t>(order[k++])];
+      if (before < c.top_p && m < n) {
+        undecided = true;
+      } else {
+        keep = std::min(keep, std::max<std::size_t>(k, 1));
+      }
+    }
+    if (c.min_p > 0.0) {
+      const double floor = c.min_p * p[static_cast<std::size_t>(order[0])];
+      std::size_t k = 0;
+      while (k < m && p[static_cast<std::size_t>(order[k])] >= floor) ++k;
+      if (k == m && m < n) {
+        undecided = true;
+      } else {
+        keep = std::min(keep, std::max<std::size_t>(k, 1));
+      }
+    }
+    // The shortest prefix is known once the decided rules give at most m.
+    if (!undecided || keep <= m) break;
+    m = std::min(n, m * 4);
   }
   // Drop zero-probability tails (underflow at tiny temperatures) but always keep the top token.
   while (keep > 1 && p[static_cast<std::size_t>(order[keep - 1])] <= 0.0) --keep;
 
   std::vector<TokenId> kept(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep));
   std::sort(kept.begin(), kept.end());
-  TokenDistribution d;
   double mass = 0;
   for (TokenId id : kept) mass += p[static_cast<std::size_t>(id)];
   for (TokenId id : kept) {

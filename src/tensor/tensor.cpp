@@ -95,21 +95,22 @@ bool Tensor::reset(Shape shape) {
 
 bool Tensor::grow_rows(std::int64_t rows) {
   assert(!shape_.empty() && rows >= shape_[0]);
-  if (data_ == nullptr && bytes() != 0) return false;
-  const auto row_bytes = bytes() / static_cast<std::size_t>(std::max<std::int64_t>(shape_[0], 1));
-  Shape grown = shape_;
-  grown[0] = rows;
-  const auto want = static_cast<std::size_t>(shape_numel(grown)) * dtype_size(dtype_);
-  if (want > capacity_) {
-    // Double (at least 64 rows' worth) so a cache growing a row per step reallocates rarely.
-    const auto per_row = shape_[0] > 0
-                             ? row_bytes
-                             : want / static_cast<std::size_t>(std::max<std::int64_t>(rows, 1));
-    const auto target = std::max({want, capacity_ * 2, per_row * 64});
-    if (!reserve(target, true)) return false;
-  }
-  shape_ = std::move(grown);
+  if (!reserve_rows(rows)) return false;
+  shape_[0] = rows;
   return true;
+}
+
+bool Tensor::reserve_rows(std::int64_t rows) {
+  assert(!shape_.empty() && rows >= 0);
+  if (data_ == nullptr && bytes() != 0) return false;
+  Shape grown = shape_;
+  grown[0] = std::max(rows, shape_[0]);
+  const auto want = static_cast<std::size_t>(shape_numel(grown)) * dtype_size(dtype_);
+  if (want <= capacity_) return true;
+  // Double (at least 64 rows' worth) so a cache growing a row per step reallocates rarely.
+  const auto per_row = want / static_cast<std::size_t>(std::max<std::int64_t>(grown[0], 1));
+  const auto target = std::max({want, capacity_ * 2, per_row * 64});
+  return reserve(target, true);
 }
 
 void Tensor::shrink_rows(std::int64_t rows) {

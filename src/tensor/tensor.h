@@ -108,6 +108,12 @@ class Tensor {
   bool grow_rows(std::int64_t rows);
   // Drops rows past `rows` (capacity kept).
   void shrink_rows(std::int64_t rows);
+  // Makes room for `rows` rows without changing the shape or the contents, growing
+  // geometrically as grow_rows does, so a later grow_rows up to `rows` keeps the buffer (a step
+  // graph reserves its caches before recording: docs/GPU.md). False when the memory is exhausted.
+  bool reserve_rows(std::int64_t rows);
+  // Bytes held at raw(): at least bytes().
+  std::size_t capacity_bytes() const { return capacity_; }
 
   // Explicit copies across the host boundary (float32 tensors).
   std::vector<float> to_host_vector() const;

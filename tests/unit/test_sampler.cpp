@@ -1,7 +1,10 @@
 // Philox known answers, and the sampler's filters, penalties, residual and draw.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <random>
 
 #include "decode/philox.h"
 #include "decode/sampler.h"
@@ -102,6 +105,91 @@ TEST(Sampler, ResidualAndDraw) {
   EXPECT_EQ(sample_with(p, 0.49), 0);
   EXPECT_EQ(sample_with(p, 0.51), 1);
   EXPECT_EQ(sample_with(p, 0.999999), 2);
+}
+
+// target_distribution as it was written first: the whole vocabulary sorted by probability. The
+// sampler now selects only the top ranks; it must give the same ids and the same probabilities,
+// bit for bit.
+TokenDistribution full_sort_distribution(std::span<const float> logits, const SamplerConfig& c) {
+  const std::size_t n = logits.size();
+  double max_logit = -INFINITY;
+  for (float l : logits) max_logit = std::max(max_logit, static_cast<double>(l));
+  std::vector<double> p(n);
+  double total = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    p[i] = std::exp((static_cast<double>(logits[i]) - max_logit) / c.temperature);
+    total += p[i];
+  }
+  for (auto& v : p) v /= total;
+  std::vector<TokenId> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](TokenId a, TokenId b) {
+    const double pa = p[static_cast<std::size_t>(a)], pb = p[static_cast<std::size_t>(b)];
+    return pa != pb ? pa > pb : a < b;
+  });
+  std::size_t keep = n;
+  if (c.top_k > 0) keep = std::min(keep, static_cast<std::size_t>(c.top_k));
+  if (c.top_p < 1.0) {
+    double before = 0;
+    std::size_t k = 0;
+    while (k < n && before < c.top_p) before += p[static_cast<std::size_t>(order[k++])];
+    keep = std::min(keep, std::max<std::size_t>(k, 1));
+  }
+  if (c.min_p > 0.0) {
+    const double floor = c.min_p * p[static_cast<std::size_t>(order[0])];
+    std::size_t k = 0;
+    while (k < n && p[static_cast<std::size_t>(order[k])] >= floor) ++k;
+    keep = std::min(keep, std::max<std::size_t>(k, 1));
+  }
+  while (keep > 1 && p[static_cast<std::size_t>(order[keep - 1])] <= 0.0) --keep;
+  std::vector<TokenId> kept(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep));
+  std::sort(kept.begin(), kept.end());
+  TokenDistribution d;
+  double mass = 0;
+  for (TokenId id : kept) mass += p[static_cast<std::size_t>(id)];
+  for (TokenId id : kept) {
+    d.ids.push_back(id);
+    d.probs.push_back(p[static_cast<std::size_t>(id)] / mass);
+  }
+  return d;
+}
+
+TEST(Sampler, SelectingTheTopRanksEqualsSortingTheVocabulary) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  int cases = 0, wide = 0;
+  for (const std::size_t n : {1u, 7u, 300u, 5000u, 40000u}) {
+    for (int trial = 0; trial < 12; ++trial) {
+      std::vector<float> l(n);
+      const float spread = trial % 3 == 0 ? 0.2f : trial % 3 == 1 ? 3.0f : 12.0f;
+      for (auto& v : l) v = normal(rng) * spread;
+      // Ties: a row whose logits take few distinct values, ranked by id among equals.
+      if (trial % 4 == 3)
+        for (auto& v : l) v = std::round(v);
+      for (const double t : {0.05, 0.7, 1.0, 3.0}) {
+        for (const std::int64_t top_k : {0, 1, 40, 1000}) {
+          for (const double top_p : {1.0, 0.5, 0.95, 0.999}) {
+            for (const double min_p : {0.0, 0.05}) {
+              SamplerConfig c;
+              c.temperature = t;
+              c.top_k = top_k;
+              c.top_p = top_p;
+              c.min_p = min_p;
+              const auto want = full_sort_distribution(l, c);
+              const auto got = target_distribution(l, c);
+              ASSERT_EQ(got.ids, want.ids) << "n " << n << " T " << t << " k " << top_k << " p "
+                                           << top_p << " min_p " << min_p;
+              ASSERT_EQ(got.probs, want.probs);
+              ++cases;
+              wide += got.ids.size() > 256;  // kept sets past the first selection rounds
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(wide, 100);
+  std::printf("%d configurations, %d keeping more than 256 ids\n", cases, wide);
 }
 
 }  // namespace

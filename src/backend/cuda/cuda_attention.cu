@@ -22,7 +22,7 @@ template <int kPer>  // ceil(D / 32)
 __global__ void __launch_bounds__(kAttnThreads)
     attention_kernel(const float* q, const float* k, const float* v, const std::int32_t* picked,
                      std::int64_t top, std::int64_t Hq, std::int64_t rep, std::int64_t D,
-                     std::int64_t kv_stride, std::int64_t block, std::int64_t first, float scale,
+                     std::int64_t kv_stride, std::int64_t block, StepScalar first, float scale,
                      float* out) {
   extern __shared__ float sm[];  // acc [warps][D], m [warps], l [warps]
   const std::int64_t s = blockIdx.x / Hq, h = blockIdx.x % Hq, kvh = h / rep;
@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     const std::int64_t b = picked[s * top + f / block];
     if (b >= 0) visit(b * block + f % block);
   }
-  const std::int64_t pos = first + s;
+  const std::int64_t pos = first.get() + s;
   for (std::int64_t key = (pos + 1) / block * block + warp; key <= pos; key += kAttnWarps)
     visit(key);
 
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kSplitMaxThreads)
     attention_split_kernel(const float* q, const float* k, const float* v,
                            const std::int32_t* picked, std::int64_t top, std::int64_t Hq,
                            std::int64_t rep, std::int64_t D, std::int64_t kv_stride,
-                           std::int64_t block, std::int64_t first, float scale, std::int64_t splits,
+                           std::int64_t block, StepScalar first, float scale, std::int64_t splits,
                            std::int64_t chunk, float* part_acc, float* part_ml, float* out) {
   extern __shared__ float4 kv_tile4[];  // K [kTileKeys][D], then V [kTileKeys][D]
   float* k_tile = reinterpret_cast<float*>(kv_tile4);
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kSplitMaxThreads)
     acc[m] = 0.0f;
   }
   float mx = -INFINITY, l = 0.0f;
-  const std::int64_t pos = first + s, tail0 = (pos + 1) / block * block;
+  const std::int64_t pos = first.get() + s, tail0 = (pos + 1) / block * block;
   const std::int64_t n_pick = top * block, n_all = n_pick + (pos + 1 - tail0);
   const std::int64_t f_begin = j * chunk;
   const std::int64_t f_end = f_begin + chunk < n_all ? f_begin + chunk : n_all;
@@ -282,13 +282,16 @@ void CudaBackend::block_sparse_attention(const Tensor& q, const Tensor& k, const
       acc = part_acc.data();
       ml = part_ml.data();
     }
+    // `first` is a per-step scalar inside a step graph; nothing else here depends on it.
+    const StepScalar at = step_scalar(first);
+    if (walking()) return;
     const dim3 grid(static_cast<unsigned>(S * splits), static_cast<unsigned>(kv_heads));
     const auto threads = static_cast<unsigned>(rep * kWarp);
     const auto smem = static_cast<std::size_t>(2 * kTileKeys * D) * sizeof(float);
-#define FS_SPLIT_CASE(n)                                                                      \
-  attention_split_kernel<n><<<grid, threads, smem, stream()>>>(                               \
-      q.data(), k.data(), v.data(), p, top, heads, rep, D, kv_heads * D, block, first, scale, \
-      splits, chunk, acc, ml, out.data())
+#define FS_SPLIT_CASE(n)                                                                           \
+  attention_split_kernel<n><<<grid, threads, smem, stream()>>>(                                    \
+      q.data(), k.data(), v.data(), p, top, heads, rep, D, kv_heads * D, block, at, scale, splits, \
+      chunk, acc, ml, out.data())
     if (per <= 1) {
       FS_SPLIT_CASE(1);
     } else if (per <= 2) {
@@ -305,12 +308,14 @@ void CudaBackend::block_sparse_attention(const Tensor& q, const Tensor& k, const
     launched(kOp);
     return;
   }
+  const StepScalar at = step_scalar(first);
+  if (walking()) return;
   const auto blocks = static_cast<unsigned>(S * heads);
   const auto smem = static_cast<std::size_t>(kAttnWarps * (D + 2)) * sizeof(float);
-#define FS_ATTN_CASE(n)                                                                      \
-  attention_kernel<n><<<blocks, kAttnThreads, smem, stream()>>>(                             \
-      q.data(), k.data(), v.data(), p, top, heads, heads / kv_heads, D, kv_heads * D, block, \
-      first, scale, out.data())
+#define FS_ATTN_CASE(n)                                                                          \
+  attention_kernel<n><<<blocks, kAttnThreads, smem, stream()>>>(                                 \
+      q.data(), k.data(), v.data(), p, top, heads, heads / kv_heads, D, kv_heads * D, block, at, \
+      scale, out.data())
   if (per <= 1) {
     FS_ATTN_CASE(1);
   } else if (per <= 2) {

@@ -1,5 +1,6 @@
 // The CUDA backend's construction, weight upload, embeddings and shared helpers.
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -71,20 +72,12 @@ HostStaging::~HostStaging() {
     }
     if (s.data != nullptr) cudaFreeHost(s.data);
   }
-  for (void* p : retired_) cudaFreeHost(p);
 }
 
 bool HostStaging::reserve(Slot& s, std::size_t bytes) {
   if (s.capacity >= bytes) return true;
   const auto want = std::max<std::size_t>({bytes, kMinBytes, s.capacity * 2});
-  if (s.data != nullptr) {
-    // cudaFreeHost may synchronise the device, which the recording forbids: free it later.
-    if (capturing_) {
-      retired_.push_back(s.data);
-    } else {
-      cudaFreeHost(s.data);
-    }
-  }
+  if (s.data != nullptr) cudaFreeHost(s.data);
   s.data = nullptr;
   s.capacity = 0;
   if (cudaHostAlloc(&s.data, want, cudaHostAllocDefault) != cudaSuccess) {
@@ -98,10 +91,7 @@ bool HostStaging::reserve(Slot& s, std::size_t bytes) {
 
 void* HostStaging::acquire(std::size_t bytes) {
   Slot& s = slots_[next_];
-  if (capturing_) {
-    // begin_capture waited for every slot; each is used at most once per recorded step.
-    if (captured_ == kSlots) return nullptr;
-  } else if (s.done == nullptr) {
+  if (s.done == nullptr) {
     if (cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming) != cudaSuccess) return nullptr;
   } else if (cudaEventSynchronize(s.done) != cudaSuccess) {
     return nullptr;
@@ -111,53 +101,15 @@ void* HostStaging::acquire(std::size_t bytes) {
 }
 
 cudaError_t HostStaging::submitted(cudaStream_t stream) {
-  if (capturing_) {
-    // The event is recorded behind the launched graph, in end_capture.
-    ++captured_;
-    next_ = (next_ + 1) % kSlots;
-    return cudaSuccess;
-  }
   const auto e = cudaEventRecord(slots_[next_].done, stream);
   next_ = (next_ + 1) % kSlots;
   return e;
 }
 
-cudaError_t HostStaging::begin_capture() {
-  for (auto& s : slots_) {
-    if (s.done == nullptr) {
-      if (const auto e = cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming);
-          e != cudaSuccess)
-        return e;
-    } else if (const auto e = cudaEventSynchronize(s.done); e != cudaSuccess) {
-      return e;
-    }
-    if (!reserve(s, kMinBytes)) return cudaErrorMemoryAllocation;
-  }
-  capturing_ = true;
-  captured_ = 0;
-  return cudaSuccess;
-}
-
-cudaError_t HostStaging::end_capture(cudaStream_t stream) {
-  cudaError_t first = cudaSuccess;
-  // The slots this step took are the `captured_` ones before next_.
-  for (std::size_t i = 0; i < captured_; ++i) {
-    auto& s = slots_[(next_ + kSlots - 1 - i) % kSlots];
-    if (const auto e = cudaEventRecord(s.done, stream); e != cudaSuccess && first == cudaSuccess)
-      first = e;
-  }
-  capturing_ = false;
-  captured_ = 0;
-  // A replaced buffer's last copy finished before begin_capture returned; the graph reads the new.
-  for (void* p : retired_) cudaFreeHost(p);
-  retired_.clear();
-  return first;
-}
-
 // --- construction --------------------------------------------------------------------------------
 
 CudaBackend::CudaBackend(std::shared_ptr<CudaMemory> memory) noexcept
-    : memory_(memory), cuda_memory_(memory.get()) {}
+    : memory_(memory), cuda_memory_(memory.get()), graphs_(*memory) {}
 
 Expected<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   int count = 0;
@@ -178,7 +130,7 @@ Expected<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   if (const auto e = cudaMalloc(&ws, kCublasWorkspace); e != cudaSuccess)
     return internal_error(cuda_message("cuBLAS workspace", e));
   b->cublas_workspace_.reset(ws);
-  if (const char* env = std::getenv("FLASHSERVE_CUDA_GRAPHS"); env != nullptr)
+  if (const char* env = std::getenv("FLASHSERVE_CUDA_GRAPHS"); env != nullptr && *env != '\0')
     b->graphs_on_ = std::string(env) != "0";
   for (const auto s : {cublasSetStream(b->cublas_, b->stream()),
                        // fp32 products stay fp32: no TF32, no reduced-precision reductions.
@@ -196,7 +148,7 @@ CudaBackend::~CudaBackend() {
 }
 
 void CudaBackend::synchronize() {
-  if (capturing_) {
+  if (mode_ != StepMode::kEager) {
     fail(internal_error("cuda: synchronize inside a step graph"));
     return;
   }
@@ -207,32 +159,66 @@ void CudaBackend::synchronize() {
 
 // --- step graphs ---------------------------------------------------------------------------------
 
-void CudaBackend::begin_step_graph(std::int64_t shape) {
+namespace {
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+void CudaBackend::begin_step_graph(const StepGraphKey& key) {
   if (failed()) return;
   if (!check(graphs_on_, "step graph", "graphs are turned off")) return;
-  if (!check(!capturing_, "step graph", "a recording is already open")) return;
-  // Outside the recording: wait until no queued copy reads a staging slot.
-  if (const auto e = staging_.begin_capture(); e != cudaSuccess) {
-    staging_.end_capture(stream());
-    fail(internal_error(cuda_message("step graph: staging", e)));
-    return;
+  if (!check(mode_ == StepMode::kEager, "step graph", "a step is already open")) return;
+  const auto began = now_ns();
+  StepGraph* g = graphs_.find(key);
+  const bool replay = g != nullptr;
+  if (replay) {
+    // Its last launch has read the parameter mirror and the staging this walk rewrites.
+    if (const auto e = cudaEventSynchronize(g->done); e != cudaSuccess) {
+      fail(internal_error(cuda_message("step graph: wait for the last replay", e)));
+      return;
+    }
+  } else {
+    auto made = graphs_.create(key);
+    if (!made.ok()) {
+      fail(made.status());
+      return;
+    }
+    g = *made;
   }
-  // Relaxed: the pool may still cudaMalloc a new block inside the recording (a first step, a
-  // regrown cache); that allocation is not part of the graph, the block outlives it in the pool.
+  // Relaxed: a recording's pool may still cudaMalloc a new block (not part of the graph; the
+  // block is the graph's from then on). A walk captures too, into a graph that is thrown away:
+  // an op that queues work despite walking() lands there instead of running twice.
   if (const auto e = cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed);
       e != cudaSuccess) {
     cudaGetLastError();
-    staging_.end_capture(stream());
+    if (!replay) graphs_.drop(g);
     fail(internal_error(cuda_message("step graph: begin capture", e)));
     return;
   }
-  cuda_memory_->set_capturing(true);
-  capturing_ = true;
-  capture_shape_ = shape;
+  step_ = g;
+  if (replay) {
+    g->params_next = 0;
+    g->staging_next = 0;
+    cuda_memory_->begin_replay(g->arena);
+    mode_ = StepMode::kWalk;
+    walk_began_ns_ = began;
+    return;
+  }
+  // The graph's first node: the per-step scalars, from the mirror the walk writes.
+  const auto e = cudaMemcpyAsync(g->params_dev, g->params_host, kStepScalars * sizeof(std::int64_t),
+                                 cudaMemcpyHostToDevice, stream());
+  cuda_memory_->begin_record(g->arena);
+  mode_ = StepMode::kCapture;
+  if (e != cudaSuccess) fail(internal_error(cuda_message("step graph: parameter copy", e)));
 }
 
 void CudaBackend::launch_step_graph() {
-  if (!capturing_) {
+  if (mode_ == StepMode::kEager) {
     // begin_step_graph failed (recorded) or was never called.
     if (!failed()) fail(internal_error("cuda: step graph: launch without a recording"));
     return;
@@ -241,14 +227,19 @@ void CudaBackend::launch_step_graph() {
 }
 
 void CudaBackend::discard_step_graph() {
-  if (capturing_) end_step_graph(false);
+  if (mode_ != StepMode::kEager) end_step_graph(false);
 }
 
 void CudaBackend::end_step_graph(bool run) {
-  capturing_ = false;
-  cuda_memory_->set_capturing(false);
+  const bool replay = mode_ == StepMode::kWalk;
+  StepGraph* g = step_;
+  mode_ = StepMode::kEager;
+  step_ = nullptr;
+  const auto divergence = cuda_memory_->end_step();
+  step_scratch_.clear();  // arena blocks: they stay with the graph
   cudaGraph_t graph = nullptr;
   const auto e = cudaStreamEndCapture(stream(), &graph);
+  auto& stats = graphs_.stats();
   Status s;
   if (e != cudaSuccess || graph == nullptr) {
     cudaGetLastError();
@@ -256,17 +247,109 @@ void CudaBackend::end_step_graph(bool run) {
     s = internal_error(cuda_message("step graph: end capture", e));
   } else if (auto m = cuda_memory_->error(); !m.empty()) {
     s = internal_error(m);
-  } else if (run && !failed()) {
-    s = graphs_.launch(graph, capture_shape_, stream());
+  } else if (!divergence.empty()) {
+    s = internal_error(divergence);
+  } else if (replay && (g->params_next != g->params_used || g->staging_next != g->staging.size())) {
+    s = internal_error("cuda: step graph: the replay took " + std::to_string(g->params_next) +
+                       " scalars and " + std::to_string(g->staging_next) +
+                       " staging buffers, the recording " + std::to_string(g->params_used) +
+                       " and " + std::to_string(g->staging.size()) +
+                       ": the step's key does not fix its ops");
+  }
+  if (replay && graph != nullptr) {
+    std::size_t nodes = 0;
+    if (cudaGraphGetNodes(graph, nullptr, &nodes) == cudaSuccess)
+      stats.walk_leaked_nodes += static_cast<std::int64_t>(nodes);
+  }
+  if (s.ok() && !replay && !failed()) {
+    if (const auto ei = cudaGraphInstantiate(&g->exec, graph, 0); ei != cudaSuccess) {
+      cudaGetLastError();
+      g->exec = nullptr;
+      s = internal_error(cuda_message("step graph: instantiate", ei));
+    }
   }
   if (graph != nullptr) cudaGraphDestroy(graph);
-  // Behind the launch (or nothing, when it failed): the staging slots this step used.
-  if (const auto e2 = staging_.end_capture(stream()); e2 != cudaSuccess && s.ok())
-    s = internal_error(cuda_message("step graph: staging", e2));
+  if (s.ok() && run && !failed()) {
+    if (const auto el = cudaGraphLaunch(g->exec, stream()); el != cudaSuccess) {
+      cudaGetLastError();
+      s = internal_error(cuda_message("step graph: launch", el));
+    } else if (const auto er = cudaEventRecord(g->done, stream()); er != cudaSuccess) {
+      s = internal_error(cuda_message("step graph: record", er));
+    } else {
+      ++stats.launches;
+      if (replay) {
+        ++stats.replays;
+        stats.walk_ns += now_ns() - walk_began_ns_;
+      } else {
+        ++stats.captures;
+      }
+    }
+  }
+  // A recording that did not complete, or a walk that diverged, leaves no graph to reuse.
+  if (!s.ok() || (!replay && (failed() || !run))) graphs_.drop(g);
   if (!s.ok()) fail(std::move(s));
 }
 
+StepScalar CudaBackend::step_scalar(std::int64_t v) {
+  if (mode_ == StepMode::kEager) return {nullptr, v};
+  StepGraph& g = *step_;
+  if (g.params_next >= kStepScalars) {
+    fail(internal_error("cuda: step graph: more than " + std::to_string(kStepScalars) +
+                        " per-step scalars in one step"));
+    return {nullptr, v};
+  }
+  const auto i = g.params_next++;
+  g.params_host[i] = v;
+  if (mode_ == StepMode::kCapture) g.params_used = g.params_next;
+  return {g.params_dev + i, v};
+}
+
+Tensor& CudaBackend::scratch(Tensor& member) {
+  if (mode_ == StepMode::kEager) return member;
+  return step_scratch_.emplace_back();
+}
+
+void* CudaBackend::host_staging(std::size_t bytes, const char* op) {
+  if (mode_ == StepMode::kEager) {
+    void* p = staging_.acquire(bytes);
+    if (p == nullptr)
+      fail(internal_error(std::string("cuda: ") + op + ": cannot allocate pinned staging memory"));
+    return p;
+  }
+  StepGraph& g = *step_;
+  if (mode_ == StepMode::kWalk) {
+    if (g.staging_next < g.staging.size() && g.staging[g.staging_next].bytes >= bytes)
+      return g.staging[g.staging_next++].data;
+    fail(internal_error(std::string("cuda: ") + op + ": step graph: staging buffer " +
+                        std::to_string(g.staging_next) +
+                        " of the replay does not match the recording's"));
+    return nullptr;
+  }
+  // Recording: bytes the graph owns, from its block while they fit (16-aligned), else a buffer
+  // of their own (cudaHostAlloc is legal in a relaxed capture).
+  const auto at = (g.staging_used + 15) / 16 * 16;
+  void* p = nullptr;
+  if (at + bytes <= kStepStagingBytes) {
+    p = static_cast<std::uint8_t*>(g.staging_block.get()) + at;
+    g.staging_used = at + bytes;
+  } else if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) == cudaSuccess) {
+    g.staging_extra.emplace_back(p);
+  } else {
+    cudaGetLastError();
+    fail(internal_error(std::string("cuda: ") + op + ": cannot allocate pinned staging memory"));
+    return nullptr;
+  }
+  g.staging.push_back({p, bytes});
+  ++g.staging_next;
+  return p;
+}
+
+cudaError_t CudaBackend::staged() {
+  return mode_ == StepMode::kEager ? staging_.submitted(stream()) : cudaSuccess;
+}
+
 bool CudaBackend::launched(const char* op) {
+  if (walking()) return true;  // nothing was queued
   const auto e = cudaGetLastError();
   if (e == cudaSuccess) return true;
   fail(internal_error(cuda_message(op, e)));
@@ -420,17 +503,11 @@ void CudaBackend::embedding(std::span<const Weight> shards, std::span<const std:
     if (w.device == Device::kHost) host_bytes += staged_row_bytes(w.dtype, cols);
   }
   const auto total = desc_bytes + host_bytes;
-  if (!ensure(embed_in_, {static_cast<std::int64_t>(total)}, DType::kU8)) return;
-  if (staging_.capture_full()) {
-    fail(internal_error("cuda: embedding: more embeddings in one step graph than staging slots"));
-    return;
-  }
-  auto* staging = static_cast<std::uint8_t*>(staging_.acquire(total));
-  if (staging == nullptr) {
-    fail(internal_error("cuda: embedding: cannot allocate pinned staging memory"));
-    return;
-  }
-  auto* device_base = static_cast<std::uint8_t*>(embed_in_.raw());
+  Tensor& in = scratch(embed_in_);
+  if (!ensure(in, {static_cast<std::int64_t>(total)}, DType::kU8)) return;
+  auto* staging = static_cast<std::uint8_t*>(host_staging(total, kOp));
+  if (staging == nullptr) return;
+  auto* device_base = static_cast<std::uint8_t*>(in.raw());
   auto* desc = reinterpret_cast<EmbedRow*>(staging);
   std::size_t offset = desc_bytes;
   for (std::int64_t i = 0; i < n; ++i) {
@@ -457,8 +534,9 @@ void CudaBackend::embedding(std::span<const Weight> shards, std::span<const std:
     d.bf16 = w.dtype == DType::kBF16 ? 1 : 0;
     offset += staged_row_bytes(w.dtype, cols);
   }
+  if (walking()) return;  // the recorded copy reads the staging just written
   auto e = cudaMemcpyAsync(device_base, staging, total, cudaMemcpyHostToDevice, stream());
-  if (const auto e2 = staging_.submitted(stream()); e == cudaSuccess) e = e2;
+  if (const auto e2 = staged(); e == cudaSuccess) e = e2;
   if (e != cudaSuccess) {
     fail(internal_error(cuda_message(kOp, e)));
     return;

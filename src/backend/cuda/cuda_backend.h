@@ -48,8 +48,8 @@
 //   radix passes over the float bits, keeps what ranks above it (ties to the lower index) and
 //   sorts those k (value descending, index ascending); FLASHSERVE_CUDA_OLD_TOPK=1 keeps the k
 //   arg-max passes; FLASHSERVE_CUDA_OLD_CONTEXT=1 selects all the older QSA kernels.
-// - Step graphs (cuda_graph.*): with FLASHSERVE_CUDA_GRAPHS=1 a decode forward is recorded and
-//   launched as one CUDA graph (docs/GPU.md); off by default.
+// - Step graphs (cuda_graph.*): a decode forward is recorded once per key and replayed as one
+//   CUDA graph (docs/GPU.md); FLASHSERVE_CUDA_GRAPHS=0 runs every step eagerly.
 // - Prefill-sized work (many tokens) is correct but not yet fast: the MoE runs a GEMV per
 //   (token, expert) pair instead of grouping tokens by expert, the delta rule is sequential over
 //   tokens.
@@ -68,6 +68,7 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <deque>
 #include <initializer_list>
 #include <memory>
 #include <mutex>
@@ -86,14 +87,8 @@ struct DeviceFree {
 using DeviceBuffer = std::unique_ptr<void, DeviceFree>;
 
 // Pinned host buffers for host-to-device copies queued on the stream without a wait: a ring of
-// slots, each reused once the event recorded after its last copy has fired.
-//
-// While a step graph records, the host may not wait on an event, and an event recorded into the
-// recording is no event the host can wait on. So `begin_capture` (before the recording starts)
-// waits until no queued copy reads any slot; inside the recording each acquire takes the next
-// slot without waiting (at most one use per slot per step: the recorded copies read the slots
-// when the graph runs); `end_capture` (after the launch) records the slots' events behind the
-// launched graph. A slot that must grow inside the recording keeps its old buffer until then.
+// slots, each reused once the event recorded after its last copy has fired. Eager ops only: a
+// step graph stages through buffers it owns (cuda_graph.h).
 class HostStaging {
  public:
   HostStaging() = default;
@@ -104,12 +99,6 @@ class HostStaging {
   void* acquire(std::size_t bytes);
   // Records that the buffer from the last acquire() is read by work queued so far on `stream`.
   cudaError_t submitted(cudaStream_t stream);
-
-  // See above. begin_capture waits (host) for the slots and gives each a small buffer.
-  cudaError_t begin_capture();
-  cudaError_t end_capture(cudaStream_t stream);
-  // True while recording when every slot is taken by this step already.
-  bool capture_full() const { return capturing_ && captured_ == kSlots; }
 
  private:
   static constexpr std::size_t kSlots = 4;
@@ -123,9 +112,6 @@ class HostStaging {
   bool reserve(Slot& s, std::size_t bytes);
   std::array<Slot, kSlots> slots_{};
   std::size_t next_ = 0;
-  bool capturing_ = false;
-  std::size_t captured_ = 0;    // slots taken by the step being recorded
-  std::vector<void*> retired_;  // buffers replaced inside the recording, freed after it
 };
 
 class CudaBackend final : public Backend {
@@ -221,7 +207,7 @@ class CudaBackend final : public Backend {
 
   bool step_graphs() const override { return graphs_on_; }
   void set_step_graphs(bool on) override { graphs_on_ = on; }
-  void begin_step_graph(std::int64_t shape) override;
+  void begin_step_graph(const StepGraphKey& key) override;
   void launch_step_graph() override;
   void discard_step_graph() override;
   StepGraphStats step_graph_stats() const override { return graphs_.stats(); }
@@ -236,8 +222,23 @@ class CudaBackend final : public Backend {
   // Records a failure unless every tensor lives in device memory / `w` was uploaded.
   bool on_device(const char* op, std::initializer_list<const Tensor*> tensors);
   bool on_device(const char* op, const Weight& w);
-  // Ends the open recording; launches it when `run` and nothing failed.
+  // Ends the open step; launches its graph when `run` and nothing failed.
   void end_step_graph(bool run);
+  // Inside a replay's walk: an op does its host work (checks, outputs, step_scalar, staging) and
+  // then returns before queueing anything.
+  bool walking() const { return mode_ == StepMode::kWalk; }
+  // A per-step scalar argument (StepScalar): its value eagerly; inside a step graph the next slot
+  // of the graph's parameter block, written with `v` (the walk takes the slots in the order the
+  // recording did).
+  StepScalar step_scalar(std::int64_t v);
+  // `member` eagerly (scratch kept between ops); inside a step graph a tensor of this step, so
+  // the graph's nodes never point at scratch an eager op may regrow between replays.
+  Tensor& scratch(Tensor& member);
+  // Pinned bytes a host-to-device copy reads: eagerly a staging ring slot (then `staged()` after
+  // queueing the copy); inside a step graph the graph's own buffer, in order. nullptr on failure
+  // (recorded).
+  void* host_staging(std::size_t bytes, const char* op);
+  cudaError_t staged();
   // Records a failure naming the op unless `ok`.
   bool check(bool ok, const char* op, const char* what);
   // y[:, col0 : col0 + n] (leading dimension ldy) = x[S, in] · w[n, in]^T, all f32.
@@ -256,12 +257,15 @@ class CudaBackend final : public Backend {
   std::mutex weights_mutex_;
   std::vector<DeviceBuffer> weights_;  // uploaded weights, alive as long as the backend
   HostStaging staging_;
-  // Step graphs: off unless FLASHSERVE_CUDA_GRAPHS=1 at construction (recording and updating the
-  // graph every step costs more host time than it saves on the GPU: bench/NOTES.md, 95 vs 113
-  // tok/s at 24 layers); `capturing_` between begin_step_graph and launch_step_graph.
-  bool graphs_on_ = false;
-  bool capturing_ = false;
-  std::int64_t capture_shape_ = 0;  // the shape begin_step_graph was given
+  // Step graphs (docs/GPU.md): on unless FLASHSERVE_CUDA_GRAPHS=0 at construction. mode_ says
+  // whether the ops are run (eager), recorded (the first step of a key) or walked (a replay);
+  // step_ is the graph of the open step.
+  enum class StepMode { kEager, kCapture, kWalk };
+  bool graphs_on_ = true;
+  StepMode mode_ = StepMode::kEager;
+  StepGraph* step_ = nullptr;
+  std::int64_t walk_began_ns_ = 0;
+  std::deque<Tensor> step_scratch_;  // scratch() inside a step, released at its end
   StepGraphs graphs_;
   // Pooled scratch, kept between calls so warm ops allocate nothing.
   Tensor widened_;   // bf16 weight tiles widened to f32 for cuBLAS

@@ -215,11 +215,11 @@ struct RopeFreqs {
 // One row per block: cos/sin of the row's position (the angle and its cos/sin in double, as the
 // CPU), then every head rotated without fused multiply-adds.
 __global__ void rope_kernel(float* x, std::int64_t cols, std::int64_t head_dim,
-                            std::int64_t rotary_dim, std::int64_t first, std::int64_t stride,
+                            std::int64_t rotary_dim, StepScalar first, std::int64_t stride,
                             const RopeFreqs freqs) {
   extern __shared__ float cs[];  // cos[half], sin[half]
   const std::int64_t half = rotary_dim / 2, heads = cols / head_dim;
-  const std::int64_t pos = first + static_cast<std::int64_t>(blockIdx.x) * stride;
+  const std::int64_t pos = first.get() + static_cast<std::int64_t>(blockIdx.x) * stride;
   for (std::int64_t i = threadIdx.x; i < half; i += blockDim.x) {
     const double angle = static_cast<double>(pos) * freqs.v[i];
     double s, c;
@@ -238,6 +238,16 @@ __global__ void rope_kernel(float* x, std::int64_t cols, std::int64_t head_dim,
   }
 }
 
+// dst + at bytes <- src: n elements of T (the rows append_rows adds to a cache).
+template <typename T>
+__global__ void append_kernel(const void* src, void* dst, StepScalar at, std::int64_t n) {
+  const T* s = static_cast<const T*>(src);
+  T* d = reinterpret_cast<T*>(static_cast<std::uint8_t*>(dst) + at.get());
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    d[i] = s[i];
+}
+
 }  // namespace
 
 // --- normalisation -------------------------------------------------------------------------------
@@ -254,6 +264,7 @@ void CudaBackend::rms_norm(const Tensor& x, const Weight& w, std::int64_t group,
   if (&y != &x && !ensure(y, x.shape())) return;
   const auto blocks = x.rows() * (cols / group);
   if (blocks == 0) return;
+  if (walking()) return;
   rms_norm_kernel<<<static_cast<unsigned>(blocks), reduce_threads(group), 0, stream()>>>(
       x.data(), w.f32(), w.numel(), group, cols, eps, unit_offset, nullptr, Activation::kIdentity,
       y.data());
@@ -271,6 +282,7 @@ void CudaBackend::rms_norm_gated(const Tensor& x, const Weight& w, const Tensor&
   if (&y != &x && !ensure(y, x.shape())) return;
   const auto blocks = x.rows() * (cols / group);
   if (blocks == 0) return;
+  if (walking()) return;
   rms_norm_kernel<<<static_cast<unsigned>(blocks), reduce_threads(group), 0, stream()>>>(
       x.data(), w.f32(), w.numel(), group, cols, eps, false, gate.data(), act, y.data());
   launched(kOp);
@@ -282,6 +294,7 @@ void CudaBackend::l2_norm(Tensor& x, std::int64_t group, float eps) {
   if (!check(group > 0 && x.numel() % group == 0, kOp, "group must divide the tensor")) return;
   const auto blocks = x.numel() / group;
   if (blocks == 0) return;
+  if (walking()) return;
   l2_norm_kernel<<<static_cast<unsigned>(blocks), reduce_threads(group), 0, stream()>>>(x.data(),
                                                                                         group, eps);
   launched(kOp);
@@ -291,12 +304,14 @@ void CudaBackend::l2_norm(Tensor& x, std::int64_t group, float eps) {
 
 void CudaBackend::activate(Tensor& x, Activation act) {
   if (failed() || !on_device("activate", {&x})) return;
+  if (walking()) return;
   launch_map(x.numel(), ActivateOp{x.data(), act}, stream());
   launched("activate");
 }
 
 void CudaBackend::scale(Tensor& x, float s) {
   if (failed() || !on_device("scale", {&x})) return;
+  if (walking()) return;
   launch_map(x.numel(), ScaleOp{x.data(), s}, stream());
   launched("scale");
 }
@@ -304,6 +319,7 @@ void CudaBackend::scale(Tensor& x, float s) {
 void CudaBackend::add(Tensor& x, const Tensor& y) {
   if (failed() || !on_device("add", {&x, &y})) return;
   if (!check(x.numel() == y.numel(), "add", "sizes differ")) return;
+  if (walking()) return;
   launch_map(x.numel(), AddOp{x.data(), y.data()}, stream());
   launched("add");
 }
@@ -311,6 +327,7 @@ void CudaBackend::add(Tensor& x, const Tensor& y) {
 void CudaBackend::mul(Tensor& x, const Tensor& y) {
   if (failed() || !on_device("mul", {&x, &y})) return;
   if (!check(x.numel() == y.numel(), "mul", "sizes differ")) return;
+  if (walking()) return;
   launch_map(x.numel(), MulOp{x.data(), y.data()}, stream());
   launched("mul");
 }
@@ -320,6 +337,7 @@ void CudaBackend::mul_cols(Tensor& x, const Weight& v) {
   if (!check(v.dtype == DType::kF32 && v.numel() == x.cols(), "mul_cols",
              "v must be F32 with one value per column"))
     return;
+  if (walking()) return;
   launch_map(x.numel(), MulColsOp{x.data(), v.f32(), x.cols()}, stream());
   launched("mul_cols");
 }
@@ -327,6 +345,7 @@ void CudaBackend::mul_cols(Tensor& x, const Weight& v) {
 void CudaBackend::mul_rows(Tensor& x, const Tensor& s) {
   if (failed() || !on_device("mul_rows", {&x, &s})) return;
   if (!check(s.numel() == x.rows(), "mul_rows", "s must hold one value per row")) return;
+  if (walking()) return;
   launch_map(x.numel(), MulRowsOp{x.data(), s.data(), x.cols()}, stream());
   launched("mul_rows");
 }
@@ -335,6 +354,7 @@ void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
   if (failed() || !on_device("swiglu", {&gate, &up})) return;
   if (!check(gate.numel() == up.numel(), "swiglu", "sizes differ")) return;
   if (&out != &gate && &out != &up && !ensure(out, gate.shape())) return;
+  if (walking()) return;
   launch_map(gate.numel(), SwigluOp{gate.data(), up.data(), out.data()}, stream());
   launched("swiglu");
 }
@@ -344,12 +364,14 @@ void CudaBackend::swiglu_packed(const Tensor& gu, Tensor& out) {
   if (!check(&out != &gu, "swiglu_packed", "out may not be gu")) return;
   const auto half = gu.cols() / 2;
   if (!ensure(out, {gu.rows(), half})) return;
+  if (walking()) return;
   launch_map(gu.rows() * half, SwigluPackedOp{gu.data(), out.data(), half}, stream());
   launched("swiglu_packed");
 }
 
 void CudaBackend::signed_sqrt(Tensor& x, float floor) {
   if (failed() || !on_device("signed_sqrt", {&x})) return;
+  if (walking()) return;
   launch_map(x.numel(), SignedSqrtOp{x.data(), floor}, stream());
   launched("signed_sqrt");
 }
@@ -357,6 +379,7 @@ void CudaBackend::signed_sqrt(Tensor& x, float floor) {
 void CudaBackend::normalize_rows(Tensor& x) {
   if (failed() || !on_device("normalize_rows", {&x})) return;
   if (x.numel() == 0) return;
+  if (walking()) return;
   normalize_rows_kernel<<<static_cast<unsigned>(x.rows()), reduce_threads(x.cols()), 0, stream()>>>(
       x.data(), x.cols());
   launched("normalize_rows");
@@ -371,6 +394,7 @@ void CudaBackend::slice_cols(const Tensor& x, std::int64_t begin, std::int64_t w
              "columns out of range (or out is x)"))
     return;
   if (!ensure(out, {x.rows(), width})) return;
+  if (walking()) return;
   launch_map(x.rows() * width, SliceColsOp{x.data(), out.data(), x.cols(), begin, width}, stream());
   launched(kOp);
 }
@@ -391,6 +415,7 @@ void CudaBackend::split_interleaved(const Tensor& x, std::int64_t heads, std::in
   if (failed() || !on_device(kOp, {&x})) return;
   if (!check(x.cols() == 2 * heads * dim, kOp, "x is not [rows, heads * 2 * dim]")) return;
   if (!ensure(a, {x.rows(), heads * dim}) || !ensure(b, {x.rows(), heads * dim})) return;
+  if (walking()) return;
   launch_map(x.rows() * heads * dim, SplitOp{x.data(), a.data(), b.data(), heads, dim}, stream());
   launched(kOp);
 }
@@ -400,6 +425,7 @@ void CudaBackend::repeat_cols(const Tensor& x, std::int64_t times, Tensor& out) 
   if (failed() || !on_device(kOp, {&x})) return;
   if (!check(&out != &x, kOp, "out may not be x")) return;
   if (!ensure(out, {x.rows(), x.cols() * times})) return;
+  if (walking()) return;
   launch_map(out.numel(), RepeatColsOp{x.data(), out.data(), x.cols(), times}, stream());
   launched(kOp);
 }
@@ -420,8 +446,21 @@ void CudaBackend::append_rows(Tensor& cache, const Tensor& x) {
                       std::to_string(cache.dim(0) + x.rows()) + " rows"));
     return;
   }
-  // The new rows are unspecified until this stream-ordered copy fills them.
-  memory_->copy(static_cast<std::uint8_t*>(cache.raw()) + old_bytes, x.raw(), x.bytes());
+  // The new rows are unspecified until this stream-ordered copy fills them. A kernel, not a copy
+  // node: inside a step graph the row it writes at is a per-step scalar.
+  const StepScalar at = step_scalar(static_cast<std::int64_t>(old_bytes));
+  if (x.bytes() == 0 || walking()) return;
+  const auto words = static_cast<std::int64_t>(x.bytes() / sizeof(std::uint32_t));
+  if (x.bytes() % sizeof(std::uint32_t) == 0 && old_bytes % sizeof(std::uint32_t) == 0) {
+    append_kernel<std::uint32_t>
+        <<<std::min<unsigned>(grid_for(words, kThreads), 4096), kThreads, 0, stream()>>>(
+            x.raw(), cache.raw(), at, words);
+  } else {
+    append_kernel<std::uint8_t>
+        <<<std::min<unsigned>(grid_for(static_cast<std::int64_t>(x.bytes()), kThreads), 4096),
+           kThreads, 0, stream()>>>(x.raw(), cache.raw(), at, static_cast<std::int64_t>(x.bytes()));
+  }
+  launched(kOp);
 }
 
 // --- hyper-connections ---------------------------------------------------------------------------
@@ -434,6 +473,7 @@ void CudaBackend::stream_mean(const Tensor& x, std::int64_t streams, Tensor& out
     return;
   const auto W = x.cols() / streams;
   if (!ensure(out, {x.rows(), W})) return;
+  if (walking()) return;
   launch_map(x.rows() * W, StreamMeanOp{x.data(), out.data(), W, streams}, stream());
   launched(kOp);
 }
@@ -445,6 +485,7 @@ void CudaBackend::add_scaled_streams(Tensor& h, const Tensor& y, const Tensor& w
   if (!check(h.cols() == W * streams && h.rows() == y.rows() && w.rows() == h.rows(), kOp,
              "h [rows, streams*W], y [rows, W] and w [rows, streams] disagree"))
     return;
+  if (walking()) return;
   launch_map(h.numel(), AddScaledStreamsOp{h.data(), y.data(), w.data(), W, streams}, stream());
   launched(kOp);
 }
@@ -459,6 +500,7 @@ void CudaBackend::grouped_dot(const Tensor& a, const Tensor& b, std::int64_t gro
   if (!ensure(out, {a.rows(), groups})) return;
   const auto n = a.rows() * groups;
   if (n == 0) return;
+  if (walking()) return;
   grouped_dot_kernel<<<grid_for(n * kWarp, kThreads), kThreads, 0, stream()>>>(
       a.data(), b.data(), n, group, out.data());
   launched(kOp);
@@ -476,13 +518,15 @@ void CudaBackend::rope(Tensor& x, std::int64_t head_dim, std::int64_t rotary_dim
     return;
   if (!check(rotary_dim / 2 <= kMaxRopeHalf, kOp, "rotary_dim above 512")) return;
   if (x.rows() == 0 || rotary_dim == 0) return;
+  const StepScalar at = step_scalar(first);
+  if (walking()) return;
   RopeFreqs freqs{};
   for (std::int64_t i = 0; i < rotary_dim / 2; ++i)
     freqs.v[i] = static_cast<float>(
         1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(rotary_dim)));
   const auto smem = static_cast<std::size_t>(rotary_dim) * sizeof(float);
   rope_kernel<<<static_cast<unsigned>(x.rows()), 128, smem, stream()>>>(
-      x.data(), x.cols(), head_dim, rotary_dim, first, stride, freqs);
+      x.data(), x.cols(), head_dim, rotary_dim, at, stride, freqs);
   launched(kOp);
 }
 

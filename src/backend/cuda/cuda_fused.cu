@@ -22,7 +22,8 @@
 //    epilogue, the scalar gate as one more unit), then the down GEMV adding gate * out into y.
 //
 // Nothing here synchronises or allocates outside the pool: scratch is pooled Tensors local to the
-// op, so every kernel can be recorded into a step graph.
+// op (inside a step they come from the graph's arena), and each op returns before queueing when
+// a replay walks it (docs/GPU.md, rules for new CUDA ops), so every kernel records and replays.
 #include <algorithm>
 #include <cmath>
 
@@ -523,6 +524,7 @@ void CudaBackend::hyper_connection_read(const Tensor& h, const Weight& norm, con
     inject_ep.post = 2.0f;
     add_segment(segs, inject.data, inject_out->data(), streams, inject_ep);
   }
+  if (walking()) return;  // a replay: outputs ensured, nothing queued
   with_count<kFusedRows>(S, [&](auto tokens) {
     constexpr int kS = decltype(tokens)::value;
     if (dtype == DType::kBF16)
@@ -572,6 +574,7 @@ void CudaBackend::gated_delta_net_in_proj(const Tensor& x, const Weight& w_qkv, 
   add_segment(segs, w_z.data, z.data(), w_z.rows(), Epilogue{});
   add_segment(segs, w_b.data, beta.data(), heads, beta_ep);
   add_segment(segs, w_a.data, g.data(), heads, g_ep);
+  if (walking()) return;  // a replay: outputs ensured, nothing queued
   run_multi_gemv(x, dtype, segs, stream());
   launched(kOp);
 }
@@ -597,6 +600,7 @@ void CudaBackend::gated_delta_net_conv(const Tensor& qkv, const Weight& conv, Te
   const int threads = fused_threads(head_dim);
   const auto blocks = 2 * (key_dim / head_dim) + (value_dim + threads - 1) / threads;
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  if (walking()) return;  // a replay: outputs ensured, nothing queued
   if (conv.dtype == DType::kBF16) {
     gdn_conv_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream()>>>(
         qkv.data(), as<bf16_bits>(conv), tail.data(), S, C, K, key_dim, head_dim, q_scale, q.data(),
@@ -634,6 +638,7 @@ void CudaBackend::shared_expert(const Tensor& x, const Weight& gate, const Weigh
     Backend::shared_expert(x, gate, up, down, expert_gate, y);
     return;
   }
+  if (walking()) return;  // a replay: outputs ensured, nothing queued
   with_count<kFusedRows>(S, [&](auto tokens) {
     constexpr int kS = decltype(tokens)::value;
     if (dtype == DType::kBF16)

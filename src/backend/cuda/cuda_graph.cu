@@ -14,55 +14,84 @@ Status graph_error(const char* what, cudaError_t e) {
 }  // namespace
 
 StepGraphs::~StepGraphs() {
-  // An executable still running is freed when it completes (cudaGraphExecDestroy's contract).
-  for (auto& k : kept_) {
-    if (k.exec != nullptr) cudaGraphExecDestroy(k.exec);
-  }
+  for (auto& g : kept_) destroy(*g);
 }
 
-Status StepGraphs::launch(cudaGraph_t graph, std::int64_t shape, cudaStream_t stream) {
-  std::size_t nodes = 0;
-  if (const auto e = cudaGraphGetNodes(graph, nullptr, &nodes); e != cudaSuccess)
-    return graph_error("count nodes", e);
-  auto it = std::find_if(kept_.begin(), kept_.end(),
-                         [&](const Kept& k) { return k.shape == shape && k.nodes == nodes; });
-  bool updated = false;
-  if (it != kept_.end()) {
-    cudaGraphExecUpdateResultInfo info{};
-    if (cudaGraphExecUpdate(it->exec, graph, &info) == cudaSuccess) {
-      updated = true;
-    } else {
-      // Same node count, other topology or a parameter an update cannot change: rebuild it.
-      cudaGetLastError();
-      cudaGraphExecDestroy(it->exec);
-      it->exec = nullptr;
-    }
-  } else {
-    if (kept_.size() < kKept) {
-      kept_.push_back({});
-      it = kept_.end() - 1;
-    } else {
-      it = std::min_element(kept_.begin(), kept_.end(),
-                            [](const Kept& a, const Kept& b) { return a.last_used < b.last_used; });
-      cudaGraphExecDestroy(it->exec);
-      it->exec = nullptr;
-    }
-    it->shape = shape;
-    it->nodes = nodes;
+void StepGraphs::destroy(StepGraph& g) {
+  // Its last launch must finish before its pinned buffers go (cudaFreeHost of memory a queued
+  // copy still reads is undefined); the device blocks go back to the pool, whose later users are
+  // ordered after the launch on the one stream.
+  if (g.done != nullptr) {
+    cudaEventSynchronize(g.done);
+    cudaEventDestroy(g.done);
+    g.done = nullptr;
   }
-  if (!updated) {
-    if (const auto e = cudaGraphInstantiate(&it->exec, graph, 0); e != cudaSuccess) {
-      it->exec = nullptr;
-      kept_.erase(it);
-      return graph_error("instantiate", e);
+  if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
+  g.exec = nullptr;
+  memory_.free_arena(g.arena);
+  if (g.params_dev != nullptr) memory_.release(g.params_dev, kStepScalars * sizeof(std::int64_t));
+  g.params_dev = nullptr;
+  if (g.params_host != nullptr) cudaFreeHost(g.params_host);
+  g.params_host = nullptr;
+  g.staging.clear();
+  g.staging_extra.clear();
+  g.staging_block.reset();
+}
+
+StepGraph* StepGraphs::find(const Backend::StepGraphKey& key) {
+  for (auto& g : kept_) {
+    if (g->exec != nullptr && g->key == key) {
+      g->last_used = ++clock_;
+      return g.get();
     }
   }
-  it->last_used = ++clock_;
-  if (const auto e = cudaGraphLaunch(it->exec, stream); e != cudaSuccess)
-    return graph_error("launch", e);
-  ++stats_.launches;
-  ++(updated ? stats_.updates : stats_.instantiations);
-  return {};
+  return nullptr;
+}
+
+Expected<StepGraph*> StepGraphs::create(const Backend::StepGraphKey& key) {
+  if (kept_.size() >= kKept) {
+    const auto lru = std::min_element(kept_.begin(), kept_.end(), [](const auto& a, const auto& b) {
+      return a->last_used < b->last_used;
+    });
+    destroy(**lru);
+    kept_.erase(lru);
+    ++stats_.evictions;
+  }
+  auto g = std::make_unique<StepGraph>();
+  g->key = key;
+  g->last_used = ++clock_;
+  constexpr auto bytes = kStepScalars * sizeof(std::int64_t);
+  if (const auto e = cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming); e != cudaSuccess)
+    return graph_error("create event", e);
+  void* host = nullptr;
+  if (const auto e = cudaHostAlloc(&host, bytes, cudaHostAllocDefault); e != cudaSuccess) {
+    destroy(*g);
+    return graph_error("parameter block", e);
+  }
+  g->params_host = static_cast<std::int64_t*>(host);
+  std::fill(g->params_host, g->params_host + kStepScalars, 0);
+  void* staging = nullptr;
+  if (const auto e = cudaHostAlloc(&staging, kStepStagingBytes, cudaHostAllocDefault);
+      e != cudaSuccess) {
+    destroy(*g);
+    return graph_error("staging", e);
+  }
+  g->staging_block.reset(staging);
+  g->params_dev = static_cast<std::int64_t*>(memory_.allocate(bytes));
+  if (g->params_dev == nullptr) {
+    destroy(*g);
+    return out_of_range("cuda: step graph: out of device memory for the parameter block");
+  }
+  kept_.push_back(std::move(g));
+  return kept_.back().get();
+}
+
+void StepGraphs::drop(StepGraph* g) {
+  const auto it =
+      std::find_if(kept_.begin(), kept_.end(), [&](const auto& p) { return p.get() == g; });
+  if (it == kept_.end()) return;
+  destroy(**it);
+  kept_.erase(it);
 }
 
 }  // namespace fs::cuda

@@ -1,12 +1,18 @@
-// Executable graphs of the decode step (DESIGN "On the GPU" rule 5), kept across steps.
+// Executable graphs of the decode step (DESIGN "On the GPU" rule 5, docs/GPU.md), recorded once
+// per key and replayed unchanged.
 //
-// Every step is captured afresh (the token, the position and the cache lengths are kernel
-// arguments), so a captured graph differs from the last step's only in node parameters, except on
-// the steps whose op sequence differs (a QSA block completed, a cache regrown, the first warm
-// step). Building an executable graph costs far more than updating one, so a few executables are
-// kept, keyed by the step's shape (its token count: a one-token step and a 4-row verify run other
-// kernels) and the captured graph's node count; a step updates the one of its count in place
-// (cudaGraphExecUpdate) and instantiates only when none fits or the update is refused.
+// A step graph owns everything its recorded nodes point at that must not change or be shared
+// between replays:
+// - its blocks of pooled device memory (the arena: every block the pool handed out while the step
+//   was recorded, in order; a replay's walk is served the same blocks in the same order);
+// - a parameter block: the per-step scalars (positions, cache lengths) that kernels read from
+//   device memory, a pinned host mirror the walk writes and a device array the graph's first node
+//   copies the mirror into when the graph runs;
+// - pinned staging buffers that its host-to-device copies read (the embedding's row descriptors
+//   and the PLE rows gathered on the host);
+// - an event recorded after each of its launches, waited on before the next walk writes the
+//   mirror or the staging.
+// At most kKept graphs are kept, the least recently used evicted (its arena back to the pool).
 #pragma once
 
 // See cuda_backend.h: nvcc's warning 2810 on discarded [[nodiscard]] class values.
@@ -16,36 +22,84 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_memory.h"
 #include "util/status.h"
 
 namespace fs::cuda {
 
+// A per-step scalar kernel argument: eagerly its value; inside a step graph a slot of the graph's
+// parameter block, which each replay rewrites (the value is what the recording saw).
+struct StepScalar {
+  const std::int64_t* dev = nullptr;
+  std::int64_t value = 0;
+  __host__ __device__ std::int64_t get() const { return dev != nullptr ? *dev : value; }
+};
+
+// Slots of one graph's parameter block: a QSA layer takes about a dozen per step.
+constexpr std::size_t kStepScalars = 2048;
+// Pinned staging made with each graph: a step stages its token descriptors and PLE rows.
+constexpr std::size_t kStepStagingBytes = std::size_t{64} << 10;
+
+struct PinnedFree {
+  void operator()(void* p) const { cudaFreeHost(p); }
+};
+using PinnedBuffer = std::unique_ptr<void, PinnedFree>;
+
+struct StepGraph {
+  Backend::StepGraphKey key;
+  cudaGraphExec_t exec = nullptr;
+  cudaEvent_t done = nullptr;
+  std::uint64_t last_used = 0;
+  StepArena arena;
+  std::int64_t* params_host = nullptr;  // pinned, kStepScalars
+  std::int64_t* params_dev = nullptr;   // a pool block, kStepScalars
+  std::size_t params_used = 0;          // slots the recording took
+  std::size_t params_next = 0;          // the walk's cursor
+  // Pinned staging, carved from `staging_block` (made with the graph, so a recording need not
+  // allocate pinned memory) or, past its end, from buffers of their own.
+  struct Staging {
+    void* data = nullptr;
+    std::size_t bytes = 0;
+  };
+  PinnedBuffer staging_block;
+  std::size_t staging_used = 0;  // bytes of the block taken
+  std::vector<PinnedBuffer> staging_extra;
+  std::vector<Staging> staging;  // in the order the recording took them
+  std::size_t staging_next = 0;  // the walk's cursor
+};
+
 class StepGraphs {
  public:
-  StepGraphs() = default;
+  explicit StepGraphs(CudaMemory& memory) : memory_(memory) {}
   ~StepGraphs();
   StepGraphs(const StepGraphs&) = delete;
   StepGraphs& operator=(const StepGraphs&) = delete;
 
-  // Updates (or builds) an executable graph from `graph`, recorded for a step of `shape`, and
-  // launches it on `stream`; the caller still owns `graph`.
-  Status launch(cudaGraph_t graph, std::int64_t shape, cudaStream_t stream);
+  // The kept graph of `key` (marked used), or nullptr.
+  StepGraph* find(const Backend::StepGraphKey& key);
+  // A new, empty graph for `key` (its parameter block and event made), evicting the least
+  // recently used one when kKept are kept. Outside any recording: it may synchronise.
+  Expected<StepGraph*> create(const Backend::StepGraphKey& key);
+  // Forgets `g` (a failed recording or walk): its arena goes back to the pool.
+  void drop(StepGraph* g);
+
+  Backend::StepGraphStats& stats() { return stats_; }
   const Backend::StepGraphStats& stats() const { return stats_; }
+  std::size_t size() const { return kept_.size(); }
+
+  // Graphs kept: keys differ by position within a QSA block (4), the state's cache buffers (two
+  // states alternate in a session; a regrowth makes a new identity) and the token count.
+  static constexpr std::size_t kKept = 32;
 
  private:
-  struct Kept {
-    std::int64_t shape = 0;
-    std::size_t nodes = 0;
-    cudaGraphExec_t exec = nullptr;
-    std::uint64_t last_used = 0;
-  };
-  // Executables kept: a decode step alternates between a few op sequences (plain step, block
-  // completed; a regrowth is one step), and MTP adds the verify width: eight cover it.
-  static constexpr std::size_t kKept = 8;
-  std::vector<Kept> kept_;
+  void destroy(StepGraph& g);
+
+  CudaMemory& memory_;
+  std::vector<std::unique_ptr<StepGraph>> kept_;
   std::uint64_t clock_ = 0;
   Backend::StepGraphStats stats_;
 };

@@ -126,6 +126,7 @@ void CudaBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
     memory_->zero(y.raw(), y.bytes());
     return;
   }
+  if (walking()) return;
   if (S <= kGemvRows) {
     if (w.dtype == DType::kF32) {
       gemv(S, x.data(), reinterpret_cast<const float*>(w.data), y.data(), in, out, stream());
@@ -144,15 +145,16 @@ void CudaBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
   const auto tile = std::clamp<std::int64_t>(
       static_cast<std::int64_t>(kWidenBytes / (static_cast<std::size_t>(in) * sizeof(float))), 1,
       out);
-  if (!ensure(widened_, {tile, in})) return;
+  Tensor& widened = scratch(widened_);
+  if (!ensure(widened, {tile, in})) return;
   const auto* wb = reinterpret_cast<const bf16_bits*>(w.data);
   for (std::int64_t r0 = 0; r0 < out && !failed(); r0 += tile) {
     const auto n = std::min(tile, out - r0);
     const auto count = n * in;
     widen_kernel<<<std::min<unsigned>(grid_for(count, 256), 8192), 256, 0, stream()>>>(
-        wb + r0 * in, widened_.data(), count);
+        wb + r0 * in, widened.data(), count);
     if (!launched(kOp)) return;
-    sgemm(x.data(), S, in, widened_.data(), n, y.data() + r0, out);
+    sgemm(x.data(), S, in, widened.data(), n, y.data() + r0, out);
   }
 }
 
@@ -164,6 +166,7 @@ void CudaBackend::add_bias(Tensor& y, const Weight& bias) {
     return;
   const auto n = y.numel();
   if (n == 0) return;
+  if (walking()) return;
   add_bias_kernel<<<grid_for(n, 256), 256, 0, stream()>>>(y.data(), bias.f32(), n, y.cols());
   launched(kOp);
 }

@@ -41,6 +41,29 @@ std::size_t CudaMemory::size_class(std::size_t bytes) {
 void* CudaMemory::allocate(std::size_t bytes) {
   const auto size = size_class(bytes);
   std::lock_guard lock(mu_);
+  if (mode_ == StepMode::kReplay) {
+    auto& a = *arena_;
+    if (a.next < a.blocks.size() && a.sizes[a.next] >= size) return a.blocks[a.next++];
+    if (divergence_.empty())
+      divergence_ =
+          "cuda: step graph: allocation " + std::to_string(a.next) + " of the replay (" +
+          std::to_string(bytes) + " bytes) " +
+          (a.next < a.blocks.size()
+               ? "is larger than the recording's (" + std::to_string(a.sizes[a.next]) + " bytes)"
+               : "has none in the recording (" + std::to_string(a.blocks.size()) + " blocks)") +
+          ": the step's key does not fix its allocations";
+    a.next = a.blocks.size() + 1;  // every later request diverges too
+  }
+  void* p = allocate_locked(size);
+  if (p != nullptr && mode_ == StepMode::kRecord) {
+    arena_->blocks.push_back(p);
+    arena_->sizes.push_back(size);
+    owned_.emplace(p, size);
+  }
+  return p;
+}
+
+void* CudaMemory::allocate_locked(std::size_t size) {
   if (auto it = free_.find(size); it != free_.end() && !it->second.empty()) {
     void* p = it->second.back();
     it->second.pop_back();
@@ -50,8 +73,8 @@ void* CudaMemory::allocate(std::size_t bytes) {
   }
   void* p = nullptr;
   if (cudaMalloc(&p, size) != cudaSuccess) {
-    cudaGetLastError();              // clear the (non-sticky) allocation error
-    if (capturing_) return nullptr;  // trimming would cudaFree inside the recording
+    cudaGetLastError();                            // clear the (non-sticky) allocation error
+    if (mode_ != StepMode::kNone) return nullptr;  // trimming would cudaFree inside the recording
     trim_locked();
     if (cudaMalloc(&p, size) != cudaSuccess) {
       cudaGetLastError();
@@ -68,6 +91,7 @@ void* CudaMemory::allocate(std::size_t bytes) {
 void CudaMemory::release(void* p, std::size_t) {
   if (p == nullptr) return;
   std::lock_guard lock(mu_);
+  if (owned_.count(p) != 0) return;  // a step graph's block: it stays with the graph
   const auto it = live_.find(p);
   if (it == live_.end()) return;
   const auto size = it->second;
@@ -76,9 +100,54 @@ void CudaMemory::release(void* p, std::size_t) {
   free_[size].push_back(p);
 }
 
+void CudaMemory::begin_record(StepArena& arena) {
+  std::lock_guard lock(mu_);
+  mode_ = StepMode::kRecord;
+  arena_ = &arena;
+}
+
+void CudaMemory::begin_replay(StepArena& arena) {
+  std::lock_guard lock(mu_);
+  mode_ = StepMode::kReplay;
+  arena_ = &arena;
+  arena.next = 0;
+  divergence_.clear();
+}
+
+std::string CudaMemory::end_step() {
+  std::lock_guard lock(mu_);
+  std::string d;
+  if (mode_ == StepMode::kReplay) {
+    d = std::move(divergence_);
+    divergence_.clear();
+    if (d.empty() && arena_->next != arena_->blocks.size())
+      d = "cuda: step graph: the replay took " + std::to_string(arena_->next) + " of the " +
+          std::to_string(arena_->blocks.size()) +
+          " blocks the recording did: the step's key does not fix its allocations";
+  }
+  mode_ = StepMode::kNone;
+  arena_ = nullptr;
+  return d;
+}
+
+void CudaMemory::free_arena(StepArena& arena) {
+  std::lock_guard lock(mu_);
+  for (void* p : arena.blocks) {
+    const auto it = owned_.find(p);
+    if (it == owned_.end()) continue;
+    owned_.erase(it);
+    if (const auto l = live_.find(p); l != live_.end()) {
+      stats_.bytes_in_use -= static_cast<std::int64_t>(l->second);
+      free_[l->second].push_back(p);
+      live_.erase(l);
+    }
+  }
+  arena = StepArena{};
+}
+
 void CudaMemory::trim() {
   std::lock_guard lock(mu_);
-  if (capturing_) return;
+  if (mode_ != StepMode::kNone) return;
   trim_locked();
 }
 
@@ -101,14 +170,9 @@ void CudaMemory::note(cudaError_t e, const char* what) {
   if (error_.empty()) error_ = std::string("cuda: ") + what + ": " + cudaGetErrorString(e);
 }
 
-void CudaMemory::set_capturing(bool on) {
-  std::lock_guard lock(mu_);
-  capturing_ = on;
-}
-
 bool CudaMemory::may_synchronize(const char* what) {
   std::lock_guard lock(mu_);
-  if (!capturing_) return true;
+  if (mode_ == StepMode::kNone) return true;
   if (error_.empty())
     error_ = std::string("cuda: ") + what +
              " inside a step graph (the host would wait on work not yet launched)";
@@ -127,13 +191,18 @@ void CudaMemory::from_host(void* dst, const void* src, std::size_t bytes) {
   note(cudaStreamSynchronize(stream_), "copy from host");
 }
 
+bool CudaMemory::walking() const {
+  std::lock_guard lock(mu_);
+  return mode_ == StepMode::kReplay;
+}
+
 void CudaMemory::copy(void* dst, const void* src, std::size_t bytes) {
-  if (bytes == 0 || dst == src) return;
+  if (bytes == 0 || dst == src || walking()) return;
   note(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "device copy");
 }
 
 void CudaMemory::zero(void* p, std::size_t bytes) {
-  if (bytes == 0) return;
+  if (bytes == 0 || walking()) return;
   note(cudaMemsetAsync(p, 0, bytes, stream_), "device fill");
 }
 

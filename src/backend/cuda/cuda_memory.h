@@ -8,11 +8,17 @@
 // blocks go back to the system when an allocation fails (then the allocation is retried once), on
 // `trim()`, and on destruction.
 //
-// While the backend records a step graph (`set_capturing(true)`), the memory keeps working in
-// stream order (a block freed and handed out again is reused by later recorded nodes, which run
-// in the same order), but it never returns blocks to the system (cudaFree is illegal while the
-// stream records) and refuses the synchronous copies to and from the host, recording an error
-// that names the step graph instead of invalidating the recording.
+// While the backend records a step graph (`begin_record`), every block handed out is also noted
+// in that graph's arena, in order, and stays owned by the graph: releasing it (inside the step or
+// after) does not return it to the free lists, so no later step or eager op can take a block the
+// graph's nodes write. A replay's walk (`begin_replay`) is served the arena's blocks in the same
+// order instead of allocating; a request that does not fit the next block is a divergence (by the
+// key's construction it never happens): it is served from the pool as usual and reported by
+// `end_step`, so the step fails naming it instead of running the graph. `free_arena` gives a
+// dropped graph's blocks back. Inside a step the memory never returns blocks to the system
+// (cudaFree is illegal while the stream records) and refuses the synchronous copies to and from
+// the host, recording an error that names the step graph; during a walk it queues no copy or fill
+// (the recorded graph holds them).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,6 +35,13 @@
 #include "util/status.h"
 
 namespace fs::cuda {
+
+// The blocks one step graph owns, in the order its recording took them.
+struct StepArena {
+  std::vector<void*> blocks;
+  std::vector<std::size_t> sizes;  // size classes
+  std::size_t next = 0;            // the replay's cursor
+};
 
 class CudaMemory final : public Memory {
  public:
@@ -53,8 +66,14 @@ class CudaMemory final : public Memory {
   void trim();
   // The first CUDA error a copy or fill met (they return nothing); empty when none.
   std::string error() const;
-  // Whether the stream is recording a step graph (see above).
-  void set_capturing(bool on);
+  // Step graphs (see above). begin_record / begin_replay start a step on `arena`; end_step ends
+  // it and returns the replay's divergence, if any (empty when none).
+  void begin_record(StepArena& arena);
+  void begin_replay(StepArena& arena);
+  std::string end_step();
+  // Gives a dropped graph's blocks back to the free lists (their last use is queued before any
+  // later one on the stream).
+  void free_arena(StepArena& arena);
 
   // The size a request of `bytes` is served with.
   static std::size_t size_class(std::size_t bytes);
@@ -65,6 +84,8 @@ class CudaMemory final : public Memory {
   // False (and an error recorded) when the stream is recording: `what` would synchronise.
   bool may_synchronize(const char* what);
   void trim_locked();
+  void* allocate_locked(std::size_t size);
+  bool walking() const;  // a replay's walk: copies and fills are already in the graph
 
   int device_;
   cudaStream_t stream_;
@@ -73,7 +94,11 @@ class CudaMemory final : public Memory {
   std::unordered_map<void*, std::size_t> live_;     // block handed out -> its size class
   MemoryStats stats_;
   std::string error_;
-  bool capturing_ = false;
+  enum class StepMode { kNone, kRecord, kReplay };
+  StepMode mode_ = StepMode::kNone;
+  StepArena* arena_ = nullptr;
+  std::string divergence_;                        // the first of this replay
+  std::unordered_map<void*, std::size_t> owned_;  // blocks some step graph owns
 };
 
 }  // namespace fs::cuda

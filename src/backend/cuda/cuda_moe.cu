@@ -367,9 +367,13 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
     return;
   }
   const auto* ids = experts.data_as<std::int32_t>();
+  // Scratch: the members eagerly, this step's own inside a step graph.
+  Tensor& act = scratch(moe_act_);
+  Tensor& outp = scratch(moe_out_);
   if (S <= kFusedTokens && !env_flag("FLASHSERVE_CUDA_MOE_PAIRS")) {
     // act [distinct expert slot, token, I]; at most P distinct experts.
-    if (!ensure(moe_act_, {P * S, I})) return;
+    if (!ensure(act, {P * S, I})) return;
+    if (walking()) return;
     const int pairs = static_cast<int>(P);
     with_count<kFusedTokens>(S, [&](auto tokens) {
       constexpr int kS = decltype(tokens)::value;
@@ -378,41 +382,42 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
         const dim3 grid(grid_for(I * kWarp, kGateUpThreads), static_cast<unsigned>(P));
         if (vec_ok<T>(x.data(), gate_up.data, H))
           moe_gate_up_fused_kernel<T, true, kS><<<grid, kGateUpThreads, 0, stream()>>>(
-              x.data(), as<T>(gate_up), ids, pairs, E, H, I, moe_act_.data());
+              x.data(), as<T>(gate_up), ids, pairs, E, H, I, act.data());
         else
           moe_gate_up_fused_kernel<T, false, kS><<<grid, kGateUpThreads, 0, stream()>>>(
-              x.data(), as<T>(gate_up), ids, pairs, E, H, I, moe_act_.data());
+              x.data(), as<T>(gate_up), ids, pairs, E, H, I, act.data());
       });
       if (!launched(kOp)) return;
       with_dtype(down, [&](auto t) {
         using T = decltype(t);
         const unsigned grid = grid_for(H * kDownLanes, kDownThreads);
-        if (vec_ok<T>(moe_act_.data(), down.data, I))
-          moe_down_fused_kernel<T, true, kS><<<grid, kDownThreads, 0, stream()>>>(
-              moe_act_.data(), as<T>(down), ids, weights.data(), pairs, static_cast<int>(k), E, H,
-              I, y.data());
+        if (vec_ok<T>(act.data(), down.data, I))
+          moe_down_fused_kernel<T, true, kS>
+              <<<grid, kDownThreads, 0, stream()>>>(act.data(), as<T>(down), ids, weights.data(),
+                                                    pairs, static_cast<int>(k), E, H, I, y.data());
         else
-          moe_down_fused_kernel<T, false, kS><<<grid, kDownThreads, 0, stream()>>>(
-              moe_act_.data(), as<T>(down), ids, weights.data(), pairs, static_cast<int>(k), E, H,
-              I, y.data());
+          moe_down_fused_kernel<T, false, kS>
+              <<<grid, kDownThreads, 0, stream()>>>(act.data(), as<T>(down), ids, weights.data(),
+                                                    pairs, static_cast<int>(k), E, H, I, y.data());
       });
       launched(kOp);
     });
     return;
   }
-  if (!ensure(moe_act_, {P, I}) || !ensure(moe_out_, {P, H})) return;
+  if (!ensure(act, {P, I}) || !ensure(outp, {P, H})) return;
+  if (walking()) return;
   if (gate_up.dtype == DType::kBF16)
-    launch_gate_up(x.data(), as<bf16_bits>(gate_up), ids, P, k, E, H, I, moe_act_.data(), stream());
+    launch_gate_up(x.data(), as<bf16_bits>(gate_up), ids, P, k, E, H, I, act.data(), stream());
   else
-    launch_gate_up(x.data(), as<float>(gate_up), ids, P, k, E, H, I, moe_act_.data(), stream());
+    launch_gate_up(x.data(), as<float>(gate_up), ids, P, k, E, H, I, act.data(), stream());
   if (!launched(kOp)) return;
   if (down.dtype == DType::kBF16)
-    launch_down(moe_act_.data(), as<bf16_bits>(down), ids, P, E, H, I, moe_out_.data(), stream());
+    launch_down(act.data(), as<bf16_bits>(down), ids, P, E, H, I, outp.data(), stream());
   else
-    launch_down(moe_act_.data(), as<float>(down), ids, P, E, H, I, moe_out_.data(), stream());
+    launch_down(act.data(), as<float>(down), ids, P, E, H, I, outp.data(), stream());
   if (!launched(kOp)) return;
   moe_combine_kernel<<<dim3(static_cast<unsigned>(S), grid_for(H, 256)), 256, 0, stream()>>>(
-      moe_out_.data(), weights.data(), ids, E, k, H, y.data());
+      outp.data(), weights.data(), ids, E, k, H, y.data());
   launched(kOp);
 }
 

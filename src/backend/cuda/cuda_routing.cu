@@ -10,21 +10,24 @@ namespace fs::cuda {
 namespace {
 
 // out[b, c] = (sum_j x[first_row + b*group + j, c]) / group, summed in order as the CPU does.
-__global__ void block_mean_kernel(const float* x, std::int64_t cols, std::int64_t first_row,
+__global__ void block_mean_kernel(const float* x, std::int64_t cols, StepScalar first_row,
                                   std::int64_t blocks, std::int64_t group, float* out) {
   const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (i >= blocks * cols) return;
   const std::int64_t b = i / cols, c = i % cols;
-  const float* p = x + (first_row + b * group) * cols + c;
+  const float* p = x + (first_row.get() + b * group) * cols + c;
   float s = 0;
   for (std::int64_t j = 0; j < group; ++j) s += p[j * cols];
   out[i] = s / static_cast<float>(group);
 }
 
 // out[s, b] = scale * sum_h relu(q[s, h] . keys[b]); a warp per (s, b).
+// B (the live key count, also out's row stride) may be a per-step scalar: the grid covers the
+// cache's capacity and warps past B write nothing.
 __global__ void index_scores_kernel(const float* q, const float* keys, std::int64_t S,
-                                    std::int64_t B, std::int64_t heads, std::int64_t dim,
+                                    StepScalar live_keys, std::int64_t heads, std::int64_t dim,
                                     float scale, float* out) {
+  const std::int64_t B = live_keys.get();
   const std::int64_t wi =
       (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kWarp;
   if (wi >= S * B) return;
@@ -55,8 +58,10 @@ constexpr std::size_t kScoreSmemMax = 48 * 1024;
 // dim <= 32 * kChunks.
 template <int kChunks>
 __global__ void __launch_bounds__(kScoreThreads)
-    index_scores_tiled_kernel(const float* q, const float* keys, std::int64_t S, std::int64_t B,
-                              std::int64_t heads, std::int64_t dim, float scale, float* out) {
+    index_scores_tiled_kernel(const float* q, const float* keys, std::int64_t S,
+                              StepScalar live_keys, std::int64_t heads, std::int64_t dim,
+                              float scale, float* out) {
+  const std::int64_t B = live_keys.get();
   extern __shared__ float4 q_tile4[];  // [nq][heads * dim] floats
   float* q_tile = reinterpret_cast<float*>(q_tile4);
   const std::int64_t s0 = static_cast<std::int64_t>(blockIdx.y) * kScoreQueries;
@@ -67,10 +72,10 @@ __global__ void __launch_bounds__(kScoreThreads)
   const std::int64_t b =
       static_cast<std::int64_t>(blockIdx.x) * kScoreKeysPerBlock + threadIdx.x / kScoreLanes;
   const int sub = static_cast<int>(threadIdx.x % kScoreLanes);
-  // Lanes past the last key compute on the last one (every lane takes part in the shuffles) and
-  // write nothing.
+  // Lanes past the last key compute on a live one (or key 0 of the capacity when none is live:
+  // every lane takes part in the shuffles) and write nothing.
   const bool live = b < B;
-  const float* kp = keys + (live ? b : B - 1) * dim;
+  const float* kp = keys + (live ? b : (B > 0 ? B - 1 : 0)) * dim;
   float4 kr[kChunks];
 #pragma unroll
   for (int m = 0; m < kChunks; ++m) {
@@ -188,8 +193,10 @@ __device__ void topk_row(const float* p, std::int64_t n, std::int64_t k, std::in
 
 // The k best of each row (of its first n entries: n = cols, or (first+row+1)/block when block >
 // 0), as topk_row.
-__global__ void topk_kernel(const float* x, std::int64_t cols, std::int64_t k, std::int64_t first,
-                            std::int64_t block, std::int32_t* idx, float* val) {
+__global__ void topk_kernel(const float* x, StepScalar live_cols, std::int64_t k,
+                            StepScalar live_first, std::int64_t block, std::int32_t* idx,
+                            float* val) {
+  const std::int64_t cols = live_cols.get(), first = live_first.get();
   const std::int64_t row = blockIdx.x;
   std::int64_t n = cols;
   if (block > 0 && (first + row + 1) / block < cols) n = (first + row + 1) / block;
@@ -227,8 +234,10 @@ void CudaBackend::block_mean(const Tensor& x, std::int64_t first_row, std::int64
   if (!ensure(out, {blocks, x.cols()})) return;
   const auto n = blocks * x.cols();
   if (n == 0) return;
-  block_mean_kernel<<<grid_for(n, 256), 256, 0, stream()>>>(x.data(), x.cols(), first_row, blocks,
-                                                            group, out.data());
+  const StepScalar at = step_scalar(first_row);
+  if (walking()) return;
+  block_mean_kernel<<<grid_for(n, 256), 256, 0, stream()>>>(x.data(), x.cols(), at, blocks, group,
+                                                            out.data());
   launched(kOp);
 }
 
@@ -238,26 +247,36 @@ void CudaBackend::index_scores(const Tensor& q, const Tensor& keys, std::int64_t
   if (failed() || !on_device(kOp, {&q, &keys})) return;
   const auto dim = keys.cols(), B = keys.shape().empty() ? 0 : keys.rows(), S = q.rows();
   if (!check(heads > 0 && q.cols() == heads * dim, kOp, "q must be [S, heads * dim]")) return;
+  // Inside a step graph B is a per-step scalar: the grid covers the keys' capacity, and out is
+  // allocated for it (the same block on every replay), its row stride the live B.
+  const bool graphed = mode_ != StepMode::kEager;
+  const auto row_bytes = static_cast<std::size_t>(std::max<std::int64_t>(dim, 1)) * sizeof(float);
+  const auto cap = graphed ? std::max<std::int64_t>(
+                                 B, static_cast<std::int64_t>(keys.capacity_bytes() / row_bytes))
+                           : B;
+  if (graphed && !ensure(out, {S, cap})) return;
   if (!ensure(out, {S, B})) return;
-  if (S * B == 0) return;
+  if (S * cap == 0) return;
+  const StepScalar live = step_scalar(B);
+  if (walking()) return;
   const auto smem = static_cast<std::size_t>(kScoreQueries * heads * dim) * sizeof(float);
   const bool aligned = reinterpret_cast<std::uintptr_t>(keys.data()) % 16 == 0;
   const std::int64_t query_tiles = (S + kScoreQueries - 1) / kScoreQueries;
   const bool tiled = !old_kernel_requested("FLASHSERVE_CUDA_OLD_INDEX") && aligned &&
                      dim % 4 == 0 && dim <= 256 && smem <= kScoreSmemMax && query_tiles <= 65535;
   if (!tiled) {
-    index_scores_kernel<<<grid_for(S * B * kWarp, 256), 256, 0, stream()>>>(
-        q.data(), keys.data(), S, B, heads, dim, scale, out.data());
+    index_scores_kernel<<<grid_for(S * cap * kWarp, 256), 256, 0, stream()>>>(
+        q.data(), keys.data(), S, live, heads, dim, scale, out.data());
     launched(kOp);
     return;
   }
-  const dim3 grid(grid_for(B, kScoreKeysPerBlock), static_cast<unsigned>(query_tiles));
+  const dim3 grid(grid_for(cap, kScoreKeysPerBlock), static_cast<unsigned>(query_tiles));
   if (dim <= 128) {
     index_scores_tiled_kernel<4><<<grid, kScoreThreads, smem, stream()>>>(
-        q.data(), keys.data(), S, B, heads, dim, scale, out.data());
+        q.data(), keys.data(), S, live, heads, dim, scale, out.data());
   } else {
     index_scores_tiled_kernel<8><<<grid, kScoreThreads, smem, stream()>>>(
-        q.data(), keys.data(), S, B, heads, dim, scale, out.data());
+        q.data(), keys.data(), S, live, heads, dim, scale, out.data());
   }
   launched(kOp);
 }
@@ -267,6 +286,7 @@ void CudaBackend::softmax(Tensor& x) {
   if (x.numel() == 0) return;
   const int threads = static_cast<int>(
       std::clamp<std::int64_t>((x.cols() + kWarp - 1) / kWarp * kWarp, kWarp, 256));
+  if (walking()) return;
   softmax_kernel<<<static_cast<unsigned>(x.rows()), threads, 0, stream()>>>(x.data(), x.cols());
   launched("softmax");
 }
@@ -280,16 +300,29 @@ void CudaBackend::run_topk(const Tensor& x, std::int64_t k, std::int64_t first, 
   if (val != nullptr && !ensure(*val, {rows, k})) return;
   if (rows == 0 || k == 0) return;
   if (!check(x.dtype() == DType::kF32, op, "x must be f32")) return;
-  if (!old_kernel_requested("FLASHSERVE_CUDA_OLD_TOPK") && radix_select_fits(x.cols(), k)) {
-    launch_radix_topk(x.data(), rows, x.cols(), k, first, block, idx.data_as<std::int32_t>(),
-                      val == nullptr ? nullptr : val->data(), stream());
+  // Block selection inside a step graph: the row width (the live block count, also the row
+  // stride) and the position are per-step scalars; the launch is sized for the scores'
+  // capacity (index_scores allocates them for the keys' capacity), which changes no result.
+  auto cols = x.cols();
+  StepScalar live_cols{nullptr, cols}, live_first{nullptr, first};
+  if (block > 0 && mode_ != StepMode::kEager) {
+    cols = std::max<std::int64_t>(
+        cols, static_cast<std::int64_t>(x.capacity_bytes() / sizeof(float)) / rows);
+    live_cols = step_scalar(x.cols());
+    live_first = step_scalar(first);
+  }
+  if (walking()) return;
+  if (!old_kernel_requested("FLASHSERVE_CUDA_OLD_TOPK") && radix_select_fits(cols, k)) {
+    launch_radix_topk(x.data(), rows, cols, live_cols, k, live_first, block,
+                      idx.data_as<std::int32_t>(), val == nullptr ? nullptr : val->data(),
+                      stream());
     launched(op);
     return;
   }
-  const int threads = static_cast<int>(
-      std::clamp<std::int64_t>((x.cols() + kWarp - 1) / kWarp * kWarp, kWarp, 256));
+  const int threads =
+      static_cast<int>(std::clamp<std::int64_t>((cols + kWarp - 1) / kWarp * kWarp, kWarp, 256));
   topk_kernel<<<static_cast<unsigned>(rows), threads, 0, stream()>>>(
-      x.data(), x.cols(), k, first, block, idx.data_as<std::int32_t>(),
+      x.data(), live_cols, k, live_first, block, idx.data_as<std::int32_t>(),
       val == nullptr ? nullptr : val->data());
   launched(op);
 }
@@ -320,6 +353,7 @@ void CudaBackend::route_experts(const Tensor& x, const Weight& router, std::int6
   if (failed() || !ensure(experts, {S, top_k}, DType::kI32) || !ensure(weights, {S, top_k})) return;
   const int threads =
       static_cast<int>(std::clamp<std::int64_t>((E + kWarp - 1) / kWarp * kWarp, kWarp, 256));
+  if (walking()) return;
   route_kernel<<<static_cast<unsigned>(S), threads, 0, stream()>>>(
       logits.data(), E, top_k, normalize, experts.data_as<std::int32_t>(), weights.data());
   launched(kOp);

@@ -69,6 +69,7 @@ void CudaBackend::argmax_rows(const Tensor& x, Tensor& ids) {
     cuda_memory_->zero(ids.raw(), ids.bytes());
     return;
   }
+  if (walking()) return;
   argmax_rows_kernel<<<static_cast<unsigned>(rows), kArgmaxThreads, 0, stream()>>>(
       x.data(), x.cols(), ids.data_as<std::int32_t>());
   launched(kOp);

@@ -42,13 +42,13 @@ __device__ __forceinline__ std::int32_t unpack_index(std::uint64_t packed) {
 // blockDim.x is a multiple of 32 in [32, 1024]; sort_size a power of two >= k, with
 // sort_size * 8 bytes of dynamic shared memory.
 __global__ void __launch_bounds__(kSelectMaxThreads)
-    radix_topk_kernel(const float* x, std::int64_t cols, std::int64_t k, std::int64_t first,
+    radix_topk_kernel(const float* x, StepScalar live_cols, std::int64_t k, StepScalar live_first,
                       std::int64_t block, int sort_size, std::int32_t* idx, float* val) {
   extern __shared__ std::uint64_t kept[];  // [sort_size]
   __shared__ std::uint32_t hist[kBins];
   __shared__ std::uint32_t warp_gt[kSelectMaxWarps], warp_eq[kSelectMaxWarps];
   __shared__ std::uint32_t s_digit, s_remaining, s_gt_base, s_eq_base;
-  const std::int64_t row = blockIdx.x;
+  const std::int64_t row = blockIdx.x, cols = live_cols.get(), first = live_first.get();
   const float* p = x + row * cols;
   std::int64_t n = cols;
   if (block > 0 && (first + row + 1) / block < cols) n = (first + row + 1) / block;
@@ -189,14 +189,14 @@ __global__ void __launch_bounds__(kSelectMaxThreads)
 
 }  // namespace
 
-void launch_radix_topk(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t k,
-                       std::int64_t first, std::int64_t block, std::int32_t* idx, float* val,
-                       cudaStream_t stream) {
+void launch_radix_topk(const float* x, std::int64_t rows, std::int64_t max_cols, StepScalar cols,
+                       std::int64_t k, StepScalar first, std::int64_t block, std::int32_t* idx,
+                       float* val, cudaStream_t stream) {
   int sort_size = 2;
   while (sort_size < k) sort_size <<= 1;
   // Threads: the row's width (rounded to warps), at least 4 warps, at most 1024.
-  const int threads = static_cast<int>(
-      std::clamp<std::int64_t>((cols + kWarp - 1) / kWarp * kWarp, 4 * kWarp, kSelectMaxThreads));
+  const int threads = static_cast<int>(std::clamp<std::int64_t>(
+      (max_cols + kWarp - 1) / kWarp * kWarp, 4 * kWarp, kSelectMaxThreads));
   const auto smem = static_cast<std::size_t>(sort_size) * sizeof(std::uint64_t);
   radix_topk_kernel<<<static_cast<unsigned>(rows), threads, smem, stream>>>(
       x, cols, k, first, block, sort_size, idx, val);

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda/cuda_graph.h"
+
 namespace fs::cuda {
 
 // The largest k the radix select takes (its survivors are sorted in 32 KiB of shared memory).
@@ -18,10 +20,12 @@ inline bool radix_select_fits(std::int64_t cols, std::int64_t k) {
 
 // Per row r of x [rows, cols]: its first n entries (n = cols, or min(cols, (first + r + 1) /
 // block) when block > 0) ranked by value descending, ties to the lower index; idx[r, :k] the
-// best k, -1 past n; val (when not null) their values, 0 past n. Queued on `stream` (the caller
-// checks the launch). Requires radix_select_fits(cols, k) and rows >= 1.
-void launch_radix_topk(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t k,
-                       std::int64_t first, std::int64_t block, std::int32_t* idx, float* val,
-                       cudaStream_t stream);
+// best k, -1 past n; val (when not null) their values, 0 past n. `cols` and `first` are read
+// when the kernel runs (per-step scalars of a step graph); `max_cols` >= cols sizes the launch.
+// Queued on `stream` (the caller checks the launch). Requires radix_select_fits(max_cols, k) and
+// rows >= 1.
+void launch_radix_topk(const float* x, std::int64_t rows, std::int64_t max_cols, StepScalar cols,
+                       std::int64_t k, StepScalar first, std::int64_t block, std::int32_t* idx,
+                       float* val, cudaStream_t stream);
 
 }  // namespace fs::cuda

@@ -133,9 +133,9 @@ void CudaBackend::causal_conv1d(const Tensor& x, const Weight& w, std::int64_t d
   // The kernel reads x while writing y: when they alias, write a scratch and copy after the tail
   // has been updated from the unmodified x.
   const bool alias = &y == &x;
-  Tensor& target = alias ? conv_tmp_ : y;
+  Tensor& target = alias ? scratch(conv_tmp_) : y;
   if (!ensure(target, x.shape())) return;
-  if (S == 0 || C == 0) return;
+  if (S == 0 || C == 0 || walking()) return;
   if (w.dtype == DType::kF32) {
     conv1d_kernel<<<grid_for(S * C, 256), 256, 0, stream()>>>(
         x.data(), reinterpret_cast<const float*>(w.data), tail.data(), S, C, K, dilation, L,
@@ -150,7 +150,7 @@ void CudaBackend::causal_conv1d(const Tensor& x, const Weight& w, std::int64_t d
     conv_tail_kernel<<<grid_for(C, 256), 256, 0, stream()>>>(x.data(), tail.data(), S, C, L);
     if (!launched(kOp)) return;
   }
-  if (alias) memory_->copy(y.raw(), conv_tmp_.raw(), y.bytes());
+  if (alias) memory_->copy(y.raw(), target.raw(), y.bytes());
 }
 
 void CudaBackend::delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
@@ -169,7 +169,7 @@ void CudaBackend::delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, 
   if (!check(&out != &v, op, "out may not be v")) return;
   if (!ensure(out, v.shape())) return;
   if (states != nullptr && !ensure(*states, {S, state.numel()})) return;
-  if (S == 0 || dv == 0) return;
+  if (S == 0 || dv == 0 || walking()) return;
   float* states_data = states != nullptr ? states->data() : nullptr;
   const dim3 grid(static_cast<unsigned>(Hv), grid_for(dv, kWarp));
   const dim3 threads(kWarp, kDeltaGroups);

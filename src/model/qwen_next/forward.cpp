@@ -1,6 +1,7 @@
 #include "model/qwen_next/forward.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "model/common/hyper_connection.h"
 #include "model/common/moe.h"
@@ -22,6 +23,79 @@ Expected<T*> typed_cache(ModelState& state, std::size_t index) {
   if (c == nullptr)
     return invalid_argument("state cache " + std::to_string(index) + " has the wrong type");
   return c;
+}
+
+// A step graph's buffers in the state: every cache tensor a recorded kernel reads or writes, by
+// address and capacity (two states, or a regrown cache, are other buffers: another key).
+template <typename Bound>
+std::vector<std::int64_t> cache_identity(const std::vector<Bound>& bound) {
+  std::vector<std::int64_t> words;
+  auto add = [&](const Tensor& t) {
+    words.push_back(static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(t.raw())));
+    words.push_back(static_cast<std::int64_t>(t.capacity_bytes()));
+  };
+  for (const auto& b : bound) {
+    if (b.gdn != nullptr) {
+      add(b.gdn->recurrent);
+      add(b.gdn->conv_tail);
+      add(b.gdn->window.states);
+      add(b.gdn->window.history);
+    }
+    if (b.ple != nullptr) {
+      add(b.ple->conv_tail);
+      add(b.ple->window.history);
+    }
+    if (b.qsa != nullptr) {
+      add(b.qsa->keys);
+      add(b.qsa->values);
+      add(b.qsa->index_keys);
+      add(b.qsa->blocks);
+    }
+  }
+  return words;
+}
+
+// Room in every appendable cache for a step of S tokens, so nothing is reallocated inside its
+// graph (capacity grows geometrically: a regrowth, and so a new recording, is rare).
+template <typename Bound>
+bool reserve_step(const std::vector<Bound>& bound, std::int64_t S) {
+  for (const auto& b : bound) {
+    if (b.qsa == nullptr) continue;
+    QsaCache& c = *b.qsa;
+    const auto rows = c.index_keys.rows() + S;
+    if (!c.keys.reserve_rows(c.keys.rows() + S) || !c.values.reserve_rows(c.values.rows() + S) ||
+        !c.index_keys.reserve_rows(rows) || !c.blocks.reserve_rows(rows / c.block))
+      return false;
+  }
+  return true;
+}
+
+// The key of a step graph: what fixes its ops and their non-scalar arguments (backend.h). The
+// token count and rows fix the shapes; per GDN layer whether the state is warm (recurrent or
+// chunked kernel), per QSA layer how many indexer blocks the step completes (the block branch);
+// per recurrent cache whether it keeps its positions (speculation_window.h); then the cache
+// buffers. Positions and cache lengths are per-step scalars, not part of it.
+template <typename Bound>
+Backend::StepGraphKey step_graph_key(const std::vector<Bound>& bound, std::int64_t S,
+                                     LogitsRows rows) {
+  Backend::StepGraphKey key;
+  key.words = {S, static_cast<std::int64_t>(rows)};
+  for (const auto& b : bound) {
+    // Whether a recurrent cache keeps its positions (an MTP verify: other ops write its window).
+    const auto keeps = [&](const SpeculationWindow& w) { return w.requested >= S ? 1 : 0; };
+    if (b.gdn != nullptr) {
+      key.words.push_back(b.gdn->covered > 0 ? 1 : 0);
+      key.words.push_back(keeps(b.gdn->window));
+    }
+    if (b.ple != nullptr) key.words.push_back(keeps(b.ple->window));
+    if (b.qsa != nullptr) {
+      const QsaCache& c = *b.qsa;
+      key.words.push_back((c.index_keys.rows() + S) / c.block - c.blocks.rows());
+    }
+  }
+  const auto identity = cache_identity(bound);
+  key.words.insert(key.words.end(), identity.begin(), identity.end());
+  return key;
 }
 
 }  // namespace
@@ -241,14 +315,22 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
   if (Status s = state.check_allocated(); !s.ok()) return s;
 
   // A decode step (the autoregressive step, or an MTP verify of up to 4 rows; greedy picks on the
-  // device, so only ids and hidden rows cross back) runs as one graph where the backend records
-  // them (DESIGN "On the GPU" rule 5): the ops below are recorded, then launched together, the
-  // same kernels with the same arguments. Nothing between begin and launch returns early or reads
-  // device memory; the host work in between (the PLE n-gram ids, the embedding descriptors) is
-  // done while recording, into staging the graph's copies read.
+  // device, so only ids and hidden rows cross back) runs as one graph where the backend has them
+  // (DESIGN "On the GPU" rule 5, docs/GPU.md): the first step of a key is recorded, later ones
+  // replay it, the ops below doing only their host work (the PLE n-gram ids, the embedding
+  // descriptors, shapes, per-step positions) while the kept graph does the rest. Nothing between
+  // begin and launch returns early or reads device memory.
   constexpr std::int64_t kMaxGraphTokens = 4;  // the verify of MTP depth 3
   const bool graph = S <= kMaxGraphTokens && logits_stay_on_backend(rows) && be.step_graphs();
-  if (graph) be.begin_step_graph(S);
+  std::vector<std::int64_t> identity;
+  if (graph) {
+    if (!reserve_step(bound, S))
+      return out_of_range("out of " + device_name(be.memory()->device()) +
+                          " memory reserving the caches for a step");
+    const auto key = step_graph_key(bound, S, rows);
+    identity = cache_identity(bound);
+    be.begin_step_graph(key);
+  }
   std::vector<std::int64_t> ids(tokens.begin(), tokens.end());
   Tensor e, h;
   be.embedding({&weights_.embed_tokens, 1}, ids, e);
@@ -266,6 +348,17 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
   // The one check of the step: any op that failed (out of memory, a launch error, an op the
   // backend lacks) makes the whole forward fail, and the state must not be used.
   if (Status s = take_backend_status(); !s.ok()) return s;
+  if (graph) {
+    // The key named these buffers: one reallocated inside the step would be the graph's.
+    if (cache_identity(bound) != identity)
+      return internal_error("a state cache was reallocated inside a step graph");
+    // The step's tensors are the graph's blocks, which its next replay overwrites: the logits
+    // the caller keeps move to a pooled copy (one device copy; h and the ids are read below).
+    if (!logits.shape().empty()) {
+      Tensor kept = logits;
+      logits = std::move(kept);
+    }
+  }
   // The requested rows cross to the host: the logits (or only their argmax ids), and the widened
   // stream (all hc streams, before the mixer), which the MTP head reads.
   out.hidden_width = config_.stream_width();
