@@ -252,8 +252,8 @@ class Backend {
     std::vector<std::int64_t> words;  // compared exactly
     bool operator==(const StepGraphKey&) const = default;
   };
-  // Whether this backend runs decode steps as graphs (the CUDA backend unless
-  // FLASHSERVE_CUDA_GRAPHS=0, or after set_step_graphs; never the CPU).
+  // Whether this backend runs decode steps as graphs (the CUDA backend with
+  // FLASHSERVE_CUDA_GRAPHS=1, or after set_step_graphs(true); never the CPU).
   virtual bool step_graphs() const { return false; }
   // Turns graphs on or off for later steps (tests compare both on one backend); a backend
   // without graphs records a failure when asked to turn them on.

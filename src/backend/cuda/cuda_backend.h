@@ -49,7 +49,8 @@
 //   sorts those k (value descending, index ascending); FLASHSERVE_CUDA_OLD_TOPK=1 keeps the k
 //   arg-max passes; FLASHSERVE_CUDA_OLD_CONTEXT=1 selects all the older QSA kernels.
 // - Step graphs (cuda_graph.*): a decode forward is recorded once per key and replayed as one
-//   CUDA graph (docs/GPU.md); FLASHSERVE_CUDA_GRAPHS=0 runs every step eagerly.
+//   CUDA graph (docs/GPU.md) with FLASHSERVE_CUDA_GRAPHS=1; off by default (measured slower once
+//   the decode ops were fused: bench/NOTES.md).
 // - Prefill-sized work (many tokens) is correct but not yet fast: the MoE runs a GEMV per
 //   (token, expert) pair instead of grouping tokens by expert, the delta rule is sequential over
 //   tokens.
@@ -257,11 +258,12 @@ class CudaBackend final : public Backend {
   std::mutex weights_mutex_;
   std::vector<DeviceBuffer> weights_;  // uploaded weights, alive as long as the backend
   HostStaging staging_;
-  // Step graphs (docs/GPU.md): on unless FLASHSERVE_CUDA_GRAPHS=0 at construction. mode_ says
+  // Step graphs (docs/GPU.md): off unless FLASHSERVE_CUDA_GRAPHS=1 at construction (with the
+  // fused decode ops eager steps are as fast and MTP rounds faster: bench/NOTES.md). mode_ says
   // whether the ops are run (eager), recorded (the first step of a key) or walked (a replay);
   // step_ is the graph of the open step.
   enum class StepMode { kEager, kCapture, kWalk };
-  bool graphs_on_ = true;
+  bool graphs_on_ = false;
   StepMode mode_ = StepMode::kEager;
   StepGraph* step_ = nullptr;
   std::int64_t walk_began_ns_ = 0;
