@@ -1,7 +1,8 @@
 // libFuzzer target: an HTTP request body through the OpenAI chat, OpenAI completions, Anthropic
 // messages and OpenAI Responses parsers (the first byte picks which), and a parsed chat (a
-// Responses conversation folded into one too) through all three prompt renderers. Any body must give a request or an ApiError (400 for malformed input), never
-// a crash, a stack overflow or a leak.
+// Responses conversation folded into one too) through all three prompt renderers. Any body must
+// give a request or an ApiError (400 for malformed input), never a crash, a stack overflow or a
+// leak.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
