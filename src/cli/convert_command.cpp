@@ -1,4 +1,5 @@
-// flashserve convert --model DIR [--dtype bf16|f32] [--split-ngram-parts N] --out DIR2
+// flashserve convert --model DIR [--dtype bf16|f32] [--quantize fp8] [--split-ngram-parts N]
+//                    --out DIR2
 #include <iostream>
 
 #include "cli/commands.h"
@@ -8,13 +9,17 @@ namespace fs::cli {
 
 void add_convert_command(CLI::App& app, Action& action) {
   struct Options {
-    std::string model, dtype, out;
+    std::string model, dtype, quantize, out;
     std::int64_t parts = 0;
   };
   auto opt = std::make_shared<Options>();
-  auto* cmd = app.add_subcommand("convert", "Rewrite a checkpoint (dtype, PLE table sharding)");
+  auto* cmd =
+      app.add_subcommand("convert", "Rewrite a checkpoint (dtype, FP8, PLE table sharding)");
   cmd->add_option("--model", opt->model, "Model folder")->required();
   cmd->add_option("--dtype", opt->dtype, "bf16 or f32 for every float tensor");
+  cmd->add_option("--quantize", opt->quantize,
+                  "fp8: projections to FP8 E4M3 with 128x128 block scales (the official FP8 "
+                  "releases' layout)");
   cmd->add_option("--split-ngram-parts", opt->parts, "Split PLE n-gram tables into N row shards");
   cmd->add_option("--out", opt->out, "Output folder")->required();
   cmd->callback([opt, &action] {
@@ -30,6 +35,12 @@ void add_convert_command(CLI::App& app, Action& action) {
         return 1;
       }
       if (opt->parts > 0) o.split_ngram_parts = opt->parts;
+      if (opt->quantize == "fp8") {
+        o.quantize_fp8 = true;
+      } else if (!opt->quantize.empty()) {
+        std::cerr << "flashserve convert: --quantize must be fp8, not '" << opt->quantize << "'\n";
+        return 1;
+      }
       if (auto s = convert_checkpoint(opt->model, opt->out, o); !s.ok()) {
         std::cerr << "flashserve convert: " << s.to_string() << "\n";
         return 1;

@@ -1,5 +1,7 @@
 #include "model/convert.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +11,7 @@
 
 #include "format/safetensors.h"
 #include "format/safetensors_writer.h"
+#include "tensor/quant/minifloat.h"
 
 namespace fs {
 namespace {
@@ -41,7 +44,61 @@ std::vector<std::uint8_t> converted(const TensorView& v, DType to) {
   return out;
 }
 
+constexpr std::int64_t kFp8Block = 128;
+constexpr float kE4m3Max = 448.0f;
+
+struct Fp8Tensor {
+  std::vector<std::uint8_t> weights;  // [.., out, in] e4m3 codes
+  std::vector<std::uint8_t> scales;   // [.., ceil(out/128), ceil(in/128)] f32
+  Shape scale_shape;
+};
+
+// Per matrix of the (possibly stacked, [E, out, in]) tensor, per 128x128 block.
+Fp8Tensor quantize_fp8(const TensorView& v) {
+  std::vector<float> f(static_cast<std::size_t>(v.numel()));
+  convert_to_f32(v.dtype, v.bytes.data(), f.data(), f.size());
+  const auto rows = v.shape[v.shape.size() - 2], cols = v.shape.back();
+  const auto mats = v.numel() / (rows * cols);
+  const auto br = (rows + kFp8Block - 1) / kFp8Block, bc = (cols + kFp8Block - 1) / kFp8Block;
+  Fp8Tensor q;
+  q.weights.resize(f.size());
+  std::vector<float> scale(static_cast<std::size_t>(mats * br * bc));
+  for (std::int64_t m = 0; m < mats; ++m) {
+    const float* w = f.data() + m * rows * cols;
+    std::uint8_t* out = q.weights.data() + m * rows * cols;
+    for (std::int64_t bi = 0; bi < br; ++bi) {
+      for (std::int64_t bj = 0; bj < bc; ++bj) {
+        const auto r1 = std::min(rows, (bi + 1) * kFp8Block);
+        const auto c1 = std::min(cols, (bj + 1) * kFp8Block);
+        float amax = 0;
+        for (auto r = bi * kFp8Block; r < r1; ++r)
+          for (auto c = bj * kFp8Block; c < c1; ++c)
+            amax = std::max(amax, std::fabs(w[r * cols + c]));
+        // An all-zero block keeps scale 1 (any scale dequantises zeros to zero).
+        const float s = amax > 0 ? amax / kE4m3Max : 1.0f;
+        scale[static_cast<std::size_t>((m * br + bi) * bc + bj)] = s;
+        for (auto r = bi * kFp8Block; r < r1; ++r)
+          for (auto c = bj * kFp8Block; c < c1; ++c)
+            out[r * cols + c] = quant::f32_to_e4m3_saturate(w[r * cols + c] / s);
+      }
+    }
+  }
+  q.scales.resize(scale.size() * sizeof(float));
+  std::memcpy(q.scales.data(), scale.data(), q.scales.size());
+  q.scale_shape = v.shape;
+  q.scale_shape[q.scale_shape.size() - 2] = br;
+  q.scale_shape.back() = bc;
+  return q;
+}
+
 }  // namespace
+
+bool fp8_quantises(const std::string& name, std::size_t rank) {
+  if (rank == 2)
+    return ends_with(name, "_proj.weight") || ends_with(name, "mtp.fc_hidden.weight") ||
+           ends_with(name, "mtp.fc_embedding.weight");
+  return rank == 3 && ends_with(name, "_proj");  // stacked experts [E, out, in]
+}
 
 Status convert_checkpoint(const std::string& in_dir, const std::string& out_dir,
                           const ConvertOptions& options) {
@@ -62,9 +119,21 @@ Status convert_checkpoint(const std::string& in_dir, const std::string& out_dir,
 
   std::vector<std::vector<std::uint8_t>> buffers;  // keeps bytes alive until written
   std::vector<TensorToWrite> out;
-  buffers.reserve(ck->tensors().size() + static_cast<std::size_t>(parts));
+  buffers.reserve(2 * ck->tensors().size() + static_cast<std::size_t>(parts));
+  std::vector<std::string> quantised;
   for (const auto& [canonical, stored] : ck->tensors()) {
     const auto v = *ck->view(canonical);
+    if (options.quantize_fp8 && dtype_is_float(v.dtype) &&
+        fp8_quantises(stored.stored_name, v.shape.size())) {
+      auto q = quantize_fp8(v);
+      buffers.push_back(std::move(q.weights));
+      out.push_back({stored.stored_name, DType::kF8E4M3, v.shape, buffers.back()});
+      buffers.push_back(std::move(q.scales));
+      out.push_back(
+          {stored.stored_name + "_scale_inv", DType::kF32, q.scale_shape, buffers.back()});
+      quantised.push_back(stored.stored_name);
+      continue;
+    }
     const DType to = (options.dtype && dtype_is_float(v.dtype)) ? *options.dtype : v.dtype;
     buffers.push_back(converted(v, to));
     const auto& bytes = buffers.back();
@@ -91,6 +160,14 @@ Status convert_checkpoint(const std::string& in_dir, const std::string& out_dir,
   if (options.split_ngram_parts) {
     auto& text = config.contains("text_config") ? config["text_config"] : config;
     text["split_ngram_parts"] = parts;
+  }
+  if (options.quantize_fp8) {
+    if (quantised.empty()) return invalid_argument("convert: no projection to quantise to fp8");
+    // The fields the FP8 releases carry (transformers' fine-grained FP8 config).
+    config["quantization_config"] = {{"quant_method", "fp8"},
+                                     {"fmt", "e4m3"},
+                                     {"activation_scheme", "dynamic"},
+                                     {"weight_block_size", {kFp8Block, kFp8Block}}};
   }
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);

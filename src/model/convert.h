@@ -1,7 +1,15 @@
 // Rewrites a checkpoint folder: float weights to another dtype (bf16 for the bf16 parity test and
-// smaller CPU runs) and/or PLE n-gram tables split into row shards
-// (`...ngram_embedding.shard_{n}.weight`, the released checkpoints' layout). Tensors keep their
-// stored names; config.json is copied (split_ngram_parts updated when re-sharding).
+// smaller CPU runs), projections quantised to FP8 in the layout of the official FP8 releases,
+// and/or PLE n-gram tables split into row shards (`...ngram_embedding.shard_{n}.weight`, the
+// released checkpoints' layout). Tensors keep their stored names; config.json is copied
+// (split_ngram_parts updated when re-sharding, quantization_config added when quantising).
+//
+// FP8 (`quantize_fp8`): every linear projection (`*_proj.weight`, the 3-D expert tensors
+// `*_proj`, the MTP head's `fc_*.weight`) becomes F8_E4M3 with an F32 `<name>_scale_inv` of
+// [ceil(out/128), ceil(in/128)] blocks ([E, ...] for experts): per 128x128 block, scale = amax /
+// 448, e4m3 = round-to-nearest-even(w / scale) saturated, and w ~ e4m3 * scale_inv with
+// scale_inv = scale (quant/block_scaled.h reads it back). Embeddings, the output head, norms,
+// convolutions, routers, hyper-connection weights and the PLE tables stay as they are.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +24,11 @@ namespace fs {
 struct ConvertOptions {
   std::optional<DType> dtype;                     // F32 or BF16; unset keeps each tensor's dtype
   std::optional<std::int64_t> split_ngram_parts;  // re-shard the PLE tables into this many parts
+  bool quantize_fp8 = false;                      // projections to FP8 E4M3 with 128x128 scales
 };
+
+// Whether `convert` quantises the stored tensor `name` of rank `rank` to FP8.
+bool fp8_quantises(const std::string& name, std::size_t rank);
 
 Status convert_checkpoint(const std::string& in_dir, const std::string& out_dir,
                           const ConvertOptions& options);
