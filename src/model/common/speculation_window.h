@@ -54,6 +54,19 @@ struct SpeculationWindow {
   }
   // The index of the forward's token after which the cache covers `length`.
   std::int64_t row_for(std::int64_t length) const { return length - first - 1; }
+  // Reserves `history` for a forward of `n` tokens over a conv tail shaped like `tail` (before
+  // the forward, outside any step graph, so the forward's writes allocate nothing).
+  bool reserve_history(const Tensor& tail, std::int64_t n) {
+    return history.allocate(tail.memory(), {tail.rows() + n, tail.cols()});
+  }
+  // `tail` as it was after the forward's token j: rows [j+1, j+1+L) of `history`.
+  void restore_tail(Tensor& tail, std::int64_t j) const {
+    const auto row_bytes = static_cast<std::size_t>(tail.cols()) * sizeof(float);
+    tail.memory()->copy(
+        tail.raw(),
+        static_cast<const char*>(history.raw()) + static_cast<std::size_t>(j + 1) * row_bytes,
+        tail.bytes());
+  }
   void clear() {
     first = -1;
     tokens = 0;

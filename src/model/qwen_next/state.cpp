@@ -57,16 +57,11 @@ Status GatedDeltaNetCache::truncate(std::int64_t length) {
   if (!window.holds(covered, length)) return refuse_truncate("gdn", covered, length);
   // The state after the window's token j, and the conv tail cut from the inputs up to it.
   const auto j = window.row_for(length);
-  auto& mem = *recurrent.memory();
-  mem.copy(recurrent.raw(),
-           static_cast<const char*>(window.states.raw()) +
-               static_cast<std::size_t>(j) * recurrent.bytes(),
-           recurrent.bytes());
-  const auto row_bytes = static_cast<std::size_t>(conv_tail.cols()) * sizeof(float);
-  mem.copy(
-      conv_tail.raw(),
-      static_cast<const char*>(window.history.raw()) + static_cast<std::size_t>(j + 1) * row_bytes,
-      conv_tail.bytes());
+  recurrent.memory()->copy(recurrent.raw(),
+                           static_cast<const char*>(window.states.raw()) +
+                               static_cast<std::size_t>(j) * recurrent.bytes(),
+                           recurrent.bytes());
+  window.restore_tail(conv_tail, j);
   covered = length;
   window.clear();
   return {};
@@ -74,7 +69,7 @@ Status GatedDeltaNetCache::truncate(std::int64_t length) {
 bool GatedDeltaNetCache::keep_positions(std::int64_t tokens) {
   // Reserved now (outside any step graph); the forward writes them without allocating.
   if (!window.states.allocate(recurrent.memory(), {tokens, recurrent.numel()}) ||
-      !window.history.allocate(conv_tail.memory(), {conv_tail.rows() + tokens, conv_tail.cols()}))
+      !window.reserve_history(conv_tail, tokens))
     return false;
   window.requested = tokens;
   return true;
@@ -117,18 +112,13 @@ Status PleCache::truncate(std::int64_t length) {
   const auto n = context.numel();  // N-1 ids: those ending at the window's token j
   std::vector<std::int64_t> ids(window.ids.begin() + j + 1, window.ids.begin() + j + 1 + n);
   set_context_ids(ids);
-  const auto row_bytes = static_cast<std::size_t>(conv_tail.cols()) * sizeof(float);
-  conv_tail.memory()->copy(
-      conv_tail.raw(),
-      static_cast<const char*>(window.history.raw()) + static_cast<std::size_t>(j + 1) * row_bytes,
-      conv_tail.bytes());
+  window.restore_tail(conv_tail, j);
   covered = length;
   window.clear();
   return {};
 }
 bool PleCache::keep_positions(std::int64_t tokens) {
-  if (!window.history.allocate(conv_tail.memory(), {conv_tail.rows() + tokens, conv_tail.cols()}))
-    return false;
+  if (!window.reserve_history(conv_tail, tokens)) return false;
   window.requested = tokens;
   return true;
 }

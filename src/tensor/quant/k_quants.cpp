@@ -49,38 +49,18 @@ void dequantize_q2_k(const std::uint8_t* blocks, std::int64_t n_blocks, float* o
 
 // Q4_K, 144 bytes: d, dmin, the 12 scale/min bytes, qs[128]. Sub-blocks 2p and 2p+1 (32 weights
 // each) share qs bytes 32p..32p+31: 2p in the low nibbles, 2p+1 in the high ones.
-void dequantize_q4_k(const std::uint8_t* blocks, std::int64_t n_blocks, float* out) {
-  constexpr int kBytes = 144;
-  for (std::int64_t b = 0; b < n_blocks; ++b) {
-    const std::uint8_t* blk = blocks + b * kBytes;
-    const float d = load_f16(blk);
-    const float dmin = load_f16(blk + 2);
-    const std::uint8_t* packed = blk + 4;
-    const std::uint8_t* qs = blk + 16;
-    for (int k = 0; k < 8; ++k) {
-      int scale = 0;
-      int min = 0;
-      scale_min_6bit(packed, k, scale, min);
-      const float dk = d * static_cast<float>(scale);
-      const float mk = dmin * static_cast<float>(min);
-      const std::uint8_t* q = qs + 32 * (k / 2);
-      const int shift = 4 * (k % 2);
-      for (int l = 0; l < 32; ++l) *out++ = dk * static_cast<float>((q[l] >> shift) & 0x0f) - mk;
-    }
-  }
-}
-
 // Q5_K, 176 bytes: Q4_K's layout with qh[32] between the scales and qs: bit k of qh[l] is the
-// fifth bit (16) of weight l of sub-block k.
-void dequantize_q5_k(const std::uint8_t* blocks, std::int64_t n_blocks, float* out) {
-  constexpr int kBytes = 176;
+// fifth bit (16) of weight l of sub-block k. One body reads both; Q4_K has no qh.
+template <bool kFifthBit>
+void dequantize_q4_q5_k(const std::uint8_t* blocks, std::int64_t n_blocks, float* out) {
+  constexpr int kBytes = kFifthBit ? 176 : 144;
   for (std::int64_t b = 0; b < n_blocks; ++b) {
     const std::uint8_t* blk = blocks + b * kBytes;
     const float d = load_f16(blk);
     const float dmin = load_f16(blk + 2);
     const std::uint8_t* packed = blk + 4;
     const std::uint8_t* qh = blk + 16;
-    const std::uint8_t* qs = blk + 48;
+    const std::uint8_t* qs = blk + (kFifthBit ? 48 : 16);
     for (int k = 0; k < 8; ++k) {
       int scale = 0;
       int min = 0;
@@ -90,11 +70,20 @@ void dequantize_q5_k(const std::uint8_t* blocks, std::int64_t n_blocks, float* o
       const std::uint8_t* q = qs + 32 * (k / 2);
       const int shift = 4 * (k % 2);
       for (int l = 0; l < 32; ++l) {
-        const int v = ((q[l] >> shift) & 0x0f) | (((qh[l] >> k) & 1) << 4);
+        int v = (q[l] >> shift) & 0x0f;
+        if constexpr (kFifthBit) v |= ((qh[l] >> k) & 1) << 4;
         *out++ = dk * static_cast<float>(v) - mk;
       }
     }
   }
+}
+
+void dequantize_q4_k(const std::uint8_t* blocks, std::int64_t n_blocks, float* out) {
+  dequantize_q4_q5_k<false>(blocks, n_blocks, out);
+}
+
+void dequantize_q5_k(const std::uint8_t* blocks, std::int64_t n_blocks, float* out) {
+  dequantize_q4_q5_k<true>(blocks, n_blocks, out);
 }
 
 // Q6_K, 210 bytes: ql[128] (low four bits), qh[64] (top two bits), scales[16] (signed, one per
