@@ -253,6 +253,9 @@ void Backend::topk(const Tensor&, std::int64_t, Tensor&, Tensor&) {
 void Backend::argmax_rows(const Tensor&, Tensor&) {
   unimplemented("argmax_rows");
 }
+void Backend::softmax_denominators(const Tensor&, double, Tensor&) {
+  unimplemented("softmax_denominators");
+}
 void Backend::select_blocks(const Tensor&, std::int64_t, std::int64_t, std::int64_t, Tensor&) {
   unimplemented("select_blocks");
 }

@@ -276,6 +276,12 @@ class Backend {
   // sampler's argmax), int32 [rows, 1]. Greedy decoding reads only these ids back, so the
   // logits stay where they were computed. NaN entries never win.
   virtual void argmax_rows(const Tensor& x, Tensor& ids);
+  // totals[r] = sum over c of exp((x[r, c] - max_c x[r, c]) / temperature), in double: the
+  // softmax denominator the sampler needs beside a row's top (decode/sampler.h RankedTop), so
+  // that only the top and this cross to the host. Carried as the bits of a double in an int64
+  // tensor [rows, 1] (read them with std::bit_cast<double>). The CPU sums in column order, as
+  // the host sampler does, so its totals equal the sampler's bit for bit.
+  virtual void softmax_denominators(const Tensor& x, double temperature, Tensor& totals);
 
   // --- step graphs (DESIGN "On the GPU" rule 5, docs/GPU.md) ----------------------------------
   // A device backend may run the ops of one decode step as one graph. The first step of a key

@@ -210,6 +210,9 @@ void TimingBackend::mhc_expand(Tensor& h, const Tensor& y, const Tensor& post, c
 void TimingBackend::argmax_rows(const Tensor& x, Tensor& ids) {
   run(OpGroup::kLmHead, [&](Backend& be) { be.argmax_rows(x, ids); });
 }
+void TimingBackend::softmax_denominators(const Tensor& x, double temperature, Tensor& totals) {
+  run(OpGroup::kLmHead, [&](Backend& be) { be.softmax_denominators(x, temperature, totals); });
+}
 
 void TimingBackend::set_step_graphs(bool on) {
   inner_->set_step_graphs(on);

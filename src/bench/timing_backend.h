@@ -120,6 +120,7 @@ class TimingBackend final : public Backend {
                      const Weight& expert_gate, Tensor& y) override;
   // The greedy pick on the device (counted with the lm_head it reads).
   void argmax_rows(const Tensor& x, Tensor& ids) override;
+  void softmax_denominators(const Tensor& x, double temperature, Tensor& totals) override;
 
   // Step graphs: the inner backend's, except while ops are timed (each op's clock events would
   // be recorded into the graph instead of timing it).

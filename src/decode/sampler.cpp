@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <string>
 
 namespace fs {
@@ -52,6 +53,66 @@ TokenId argmax(std::span<const float> logits) {
   return static_cast<TokenId>(best);
 }
 
+namespace {
+
+// How many of the ranks the three prefix rules keep, from the probabilities of the first m ranks
+// (descending) of a vocabulary of n: the shortest prefix, or `undecided` when a rule walked all m
+// ranks without deciding and m < n (its prefix is only known to be >= m).
+struct PrefixKeep {
+  std::size_t keep = 0;
+  bool undecided = false;
+};
+PrefixKeep prefix_keep(std::span<const double> ranked, std::size_t n, const SamplerConfig& c) {
+  const std::size_t m = ranked.size();
+  PrefixKeep r{n, false};
+  if (c.top_k > 0) r.keep = std::min(r.keep, static_cast<std::size_t>(c.top_k));
+  if (c.top_p < 1.0) {
+    double before = 0;
+    std::size_t k = 0;
+    while (k < m && before < c.top_p) before += ranked[k++];
+    if (before < c.top_p && m < n) {
+      r.undecided = true;
+    } else {
+      r.keep = std::min(r.keep, std::max<std::size_t>(k, 1));
+    }
+  }
+  if (c.min_p > 0.0) {
+    const double floor = c.min_p * ranked[0];
+    std::size_t k = 0;
+    while (k < m && ranked[k] >= floor) ++k;
+    if (k == m && m < n) {
+      r.undecided = true;
+    } else {
+      r.keep = std::min(r.keep, std::max<std::size_t>(k, 1));
+    }
+  }
+  return r;
+}
+
+bool has_prefix_rule(const SamplerConfig& c) {
+  return c.top_k > 0 || c.top_p < 1.0 || c.min_p > 0.0;
+}
+
+// The kept ranks (ids with their probabilities), renormalised, in id order. Zero-probability tails
+// (underflow at tiny temperatures) are dropped, but the top token always stays.
+TokenDistribution kept_distribution(std::vector<TokenId> ids, std::vector<double> probs,
+                                    std::size_t keep) {
+  while (keep > 1 && probs[keep - 1] <= 0.0) --keep;
+  std::vector<std::size_t> at(keep);
+  std::iota(at.begin(), at.end(), std::size_t{0});
+  std::sort(at.begin(), at.end(), [&](std::size_t a, std::size_t b) { return ids[a] < ids[b]; });
+  double mass = 0;
+  for (const auto i : at) mass += probs[i];
+  TokenDistribution d;
+  for (const auto i : at) {
+    d.ids.push_back(ids[i]);
+    d.probs.push_back(probs[i] / mass);
+  }
+  return d;
+}
+
+}  // namespace
+
 TokenDistribution target_distribution(std::span<const float> logits, const SamplerConfig& c) {
   if (c.greedy()) return TokenDistribution::point(argmax(logits));
   const std::size_t n = logits.size();
@@ -66,7 +127,7 @@ TokenDistribution target_distribution(std::span<const float> logits, const Sampl
   for (auto& v : p) v /= total;
 
   TokenDistribution d;
-  if (c.top_k == 0 && c.top_p >= 1.0 && c.min_p <= 0.0) {
+  if (!has_prefix_rule(c)) {
     // No prefix rule: every token with any mass (the top one always has some), in id order.
     double mass = 0;
     for (std::size_t i = 0; i < n; ++i) mass += p[i] > 0.0 ? p[i] : 0.0;
@@ -89,51 +150,47 @@ TokenDistribution target_distribution(std::span<const float> logits, const Sampl
   std::vector<TokenId> order(n);
   std::iota(order.begin(), order.end(), 0);
   std::size_t m = std::min<std::size_t>(n, c.top_k > 0 ? static_cast<std::size_t>(c.top_k) : 64);
-  std::size_t keep = n;
+  std::vector<double> ranked;
+  PrefixKeep rule;
   for (;;) {
     const auto mid = order.begin() + static_cast<std::ptrdiff_t>(m);
     std::nth_element(order.begin(), mid, order.end(), ranks_before);
     std::sort(order.begin(), mid, ranks_before);
-    // Each rule's prefix length; one whose walk reached m undecided is only known to be >= m.
-    keep = n;
-    bool undecided = false;
-    if (c.top_k > 0) keep = std::min(keep, static_cast<std::size_t>(c.top_k));
-    if (c.top_p < 1.0) {
-      double before = 0;
-      std::size_t k = 0;
-      while (k < m && before < c.top_p) before += p[static_cast<std::size_t>(order[k++])];
-      if (before < c.top_p && m < n) {
-        undecided = true;
-      } else {
-        keep = std::min(keep, std::max<std::size_t>(k, 1));
-      }
-    }
-    if (c.min_p > 0.0) {
-      const double floor = c.min_p * p[static_cast<std::size_t>(order[0])];
-      std::size_t k = 0;
-      while (k < m && p[static_cast<std::size_t>(order[k])] >= floor) ++k;
-      if (k == m && m < n) {
-        undecided = true;
-      } else {
-        keep = std::min(keep, std::max<std::size_t>(k, 1));
-      }
-    }
+    ranked.resize(m);
+    for (std::size_t k = 0; k < m; ++k) ranked[k] = p[static_cast<std::size_t>(order[k])];
+    rule = prefix_keep(ranked, n, c);
     // The shortest prefix is known once the decided rules give at most m.
-    if (!undecided || keep <= m) break;
+    if (!rule.undecided || rule.keep <= m) break;
     m = std::min(n, m * 4);
   }
-  // Drop zero-probability tails (underflow at tiny temperatures) but always keep the top token.
-  while (keep > 1 && p[static_cast<std::size_t>(order[keep - 1])] <= 0.0) --keep;
+  order.resize(rule.keep);
+  ranked.resize(rule.keep);
+  return kept_distribution(std::move(order), std::move(ranked), rule.keep);
+}
 
-  std::vector<TokenId> kept(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep));
-  std::sort(kept.begin(), kept.end());
-  double mass = 0;
-  for (TokenId id : kept) mass += p[static_cast<std::size_t>(id)];
-  for (TokenId id : kept) {
-    d.ids.push_back(id);
-    d.probs.push_back(p[static_cast<std::size_t>(id)] / mass);
-  }
-  return d;
+std::optional<TokenDistribution> target_distribution_from_top(const RankedTop& top,
+                                                              const SamplerConfig& c) {
+  const std::size_t m = top.ids.size();
+  if (c.greedy() || !has_prefix_rule(c) || m == 0 || top.logits.size() != m || top.vocab < m ||
+      !(top.total > 0) || !std::isfinite(top.total))
+    return std::nullopt;
+  // The same probabilities target_distribution computes: the top logit is the row's maximum.
+  const double max_logit = static_cast<double>(top.logits[0]);
+  std::vector<double> ranked(m);
+  for (std::size_t k = 0; k < m; ++k)
+    ranked[k] =
+        std::exp((static_cast<double>(top.logits[k]) - max_logit) / c.temperature) / top.total;
+  PrefixKeep rule = prefix_keep(ranked, top.vocab, c);
+  // Past a rank whose probability underflowed to 0 every rank has 0, which target_distribution
+  // drops as a zero tail: the kept set ends inside the top whatever the rules say beyond it.
+  if (ranked[m - 1] <= 0.0) rule = {std::min(rule.keep, m), false};
+  // A rule undecided at the top's end, or top_k larger than the top: the row is needed.
+  if (rule.keep > m) return std::nullopt;
+  ranked.resize(rule.keep);
+  return kept_distribution(
+      std::vector<TokenId>(top.ids.begin(),
+                           top.ids.begin() + static_cast<std::ptrdiff_t>(rule.keep)),
+      std::move(ranked), rule.keep);
 }
 
 TokenId sample_with(const TokenDistribution& d, double u) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -54,6 +55,25 @@ TokenId argmax(std::span<const float> logits);
 // ties by lower id; top-p keeps a token when the mass ranked before it is < top_p. Greedy configs
 // give the point mass at argmax. Penalties are not applied here.
 TokenDistribution target_distribution(std::span<const float> logits, const SamplerConfig& config);
+
+// The top of a row's ranking, which a device can send instead of the row: the first ids by
+// logit (descending, ties to the lower id: Backend::topk's order) with their logits, and the
+// row's softmax denominator at the config's temperature over the whole vocabulary,
+// total = sum_j exp((l_j - l_max) / T) (Backend::softmax_denominators).
+struct RankedTop {
+  std::span<const TokenId> ids;
+  std::span<const float> logits;
+  double total = 0;
+  std::size_t vocab = 0;
+};
+// target_distribution of the whole row, from its top alone: the same kept set with the same
+// probabilities (bit for bit when `total` was summed as target_distribution sums it, in id order)
+// whenever the prefix rules are decided inside the top (top_k no larger than it, or the top-p
+// mass or the min-p floor reached within it). nullopt when they are not, or when no prefix rule
+// is set (every token is kept): the caller then needs the whole row. Greedy configs are not for
+// this (their point mass needs no total).
+std::optional<TokenDistribution> target_distribution_from_top(const RankedTop& top,
+                                                              const SamplerConfig& config);
 
 // Inverse CDF over ids ascending with one uniform u in [0, 1).
 TokenId sample_with(const TokenDistribution& d, double u);

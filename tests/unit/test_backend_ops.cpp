@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -1103,6 +1104,26 @@ std::vector<Case> make_cases() {
         auto a = f.in(x);
         f.be.activate(a, Activation::kSqrtSoftplus);
         return std::vector<Tensor>{y, c2, a};
+      };
+    });
+  }
+
+  // --- the sampler's softmax denominators (a double carried in int64 bits) ---
+  for (const auto& [S, V] :
+       std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 248320}, {4, 1000}}) {
+    add("softmax_denominators_" + n(S) + "x" + n(V), 1e-12, [=](Rng& rng) -> OpRun {
+      auto x = random_tensor({S, V}, rng, 8.0f);
+      return [=](const Feed& f) {
+        Tensor totals;
+        f.be.softmax_denominators(f.in(x), 0.7, totals);
+        // The doubles as f32 for the comparison: relative differences of double rounding stay
+        // far below the tolerance, a wrong sum does not.
+        const Tensor host = totals.to(host_memory());
+        Tensor as_f32({S, 1});
+        for (std::int64_t r = 0; r < S; ++r)
+          as_f32.data()[r] =
+              static_cast<float>(std::log(std::bit_cast<double>(host.data_as<std::int64_t>()[r])));
+        return std::vector<Tensor>{as_f32};
       };
     });
   }

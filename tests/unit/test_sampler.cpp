@@ -2,10 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numeric>
 #include <random>
 
+#include "backend/backend.h"
 #include "decode/philox.h"
 #include "decode/sampler.h"
 #include "sampler_reference.h"
@@ -144,6 +146,71 @@ TEST(Sampler, SelectingTheTopRanksEqualsSortingTheVocabulary) {
   }
   EXPECT_GT(wide, 100);
   std::printf("%d configurations, %d keeping more than 256 ids\n", cases, wide);
+}
+
+// The top N of a row (Backend::topk's order) and the row's softmax denominator
+// (Backend::softmax_denominators on the CPU) give target_distribution of the whole row bit for
+// bit whenever the prefix rules decide inside the top, and ask for the row otherwise.
+TEST(Sampler, TheTopOfARowGivesItsDistributionOrAsksForTheRow) {
+  constexpr std::size_t kTop = 256;
+  auto be = make_cpu_backend();
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  int from_top = 0, asked = 0;
+  for (const std::size_t n : {7u, 300u, 5000u, 40000u}) {
+    for (int trial = 0; trial < 6; ++trial) {
+      std::vector<float> l(n);
+      const float spread = trial % 3 == 0 ? 0.2f : trial % 3 == 1 ? 3.0f : 12.0f;
+      for (auto& v : l) v = normal(rng) * spread;
+      if (trial % 4 == 3)
+        for (auto& v : l) v = std::round(v);  // ties, ranked by id
+      std::vector<TokenId> order(n);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](TokenId a, TokenId b) {
+        return l[static_cast<std::size_t>(a)] > l[static_cast<std::size_t>(b)];
+      });
+      const std::size_t m = std::min(kTop, n);
+      std::vector<TokenId> ids(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(m));
+      std::vector<float> top(m);
+      for (std::size_t k = 0; k < m; ++k) top[k] = l[static_cast<std::size_t>(ids[k])];
+      const Tensor row({1, static_cast<std::int64_t>(n)}, l);
+      for (const double t : {0.05, 0.7, 1.0, 3.0}) {
+        Tensor totals;
+        be->softmax_denominators(row, t, totals);
+        ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+        const RankedTop ranked{ids, top, std::bit_cast<double>(totals.data_as<std::int64_t>()[0]),
+                               n};
+        for (const std::int64_t top_k : {0, 1, 40, 1000}) {
+          for (const double top_p : {1.0, 0.5, 0.95, 0.999}) {
+            for (const double min_p : {0.0, 0.05}) {
+              SamplerConfig c;
+              c.temperature = t;
+              c.top_k = static_cast<std::int32_t>(top_k);
+              c.top_p = top_p;
+              c.min_p = min_p;
+              const auto want = target_distribution(l, c);
+              const auto got = target_distribution_from_top(ranked, c);
+              if (!got) {
+                // Only a rule that keeps every token, or a kept set that reaches the top's end.
+                const bool rule = top_k > 0 || top_p < 1.0 || min_p > 0.0;
+                EXPECT_TRUE(!rule || want.ids.size() >= m)
+                    << "n " << n << " T " << t << " k " << top_k << " p " << top_p;
+                ++asked;
+                continue;
+              }
+              ASSERT_EQ(got->ids, want.ids) << "n " << n << " T " << t << " k " << top_k << " p "
+                                            << top_p << " min_p " << min_p;
+              ASSERT_EQ(got->probs, want.probs);
+              ++from_top;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(from_top, 500);
+  EXPECT_GT(asked, 100);
+  std::printf("%d configurations from the top, %d asked for the row\n", from_top, asked);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Norms, elementwise ops, layout moves, hyper-connection stream ops, RoPE, embeddings, and the
 // indexer and routing ops (block means, scores, softmax, top-k, block selection).
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <cmath>
 #include <vector>
@@ -381,6 +382,25 @@ void CpuBackend::topk(const Tensor& x, std::int64_t k, Tensor& idx, Tensor& val)
   std::fill(vp, vp + rows * k, 0.0f);
   for (std::int64_t r = 0; r < rows; ++r)
     cpu::topk_row(x.row(r), x.cols(), k, ip + r * k, vp + r * k);
+}
+
+void CpuBackend::softmax_denominators(const Tensor& x, double temperature, Tensor& totals) {
+  if (failed()) return;
+  if (!check(temperature > 0, "softmax_denominators", "temperature must be > 0")) return;
+  const auto rows = x.rows(), cols = x.cols();
+  if (!ensure(totals, {rows, 1}, DType::kI64)) return;
+  auto* out = totals.data_as<std::int64_t>();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* p = x.row(r);
+    double max_logit = -INFINITY;
+    for (std::int64_t c = 0; c < cols; ++c)
+      max_logit = std::max(max_logit, static_cast<double>(p[c]));
+    // The expression and the order of decode/sampler.cpp target_distribution.
+    double total = 0;
+    for (std::int64_t c = 0; c < cols; ++c)
+      total += std::exp((static_cast<double>(p[c]) - max_logit) / temperature);
+    out[r] = std::bit_cast<std::int64_t>(total);
+  }
 }
 
 void CpuBackend::argmax_rows(const Tensor& x, Tensor& ids) {

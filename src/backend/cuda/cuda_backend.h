@@ -201,6 +201,7 @@ class CudaBackend final : public Backend {
   void weighted_stream_sum(const Tensor& x, const Tensor& w, Tensor& out) override;
   void mhc_expand(Tensor& h, const Tensor& y, const Tensor& post, const Tensor& comb) override;
   void argmax_rows(const Tensor& x, Tensor& ids) override;
+  void softmax_denominators(const Tensor& x, double temperature, Tensor& totals) override;
 
   // The fused decode ops (cuda_fused.cu; route_experts in cuda_routing.cu).
   void hyper_connection_read(const Tensor& h, const Weight& norm, const Weight& mix_down,

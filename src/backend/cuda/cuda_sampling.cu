@@ -1,5 +1,6 @@
 // Sampling on the device: the greedy pick of each logits row, so that only token ids cross to
-// the host (DESIGN "On the GPU", rule 3).
+// the host (DESIGN "On the GPU", rule 3); and each row's softmax denominator, which the sampler
+// needs beside the row's top (Backend::topk) to draw from the top alone.
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
 
@@ -56,7 +57,54 @@ __global__ void argmax_rows_kernel(const float* x, std::int64_t cols, std::int32
   }
 }
 
+constexpr int kTotalThreads = 1024;
+
+// A block per row: the row's maximum (a float, exact), then sum exp((x - max) / T) in double,
+// strided per thread and merged as a tree. The order differs from the CPU's column order, so
+// totals agree to double rounding (~1e-16 relative), not bit for bit.
+__global__ void softmax_denominators_kernel(const float* x, std::int64_t cols, double temperature,
+                                            double* totals) {
+  __shared__ float max_part[kTotalThreads / kWarp];
+  __shared__ double sum_part[kTotalThreads / kWarp];
+  const float* p = x + blockIdx.x * cols;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int warps = (blockDim.x + kWarp - 1) / kWarp;
+  float m = -INFINITY;
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, p[c]);
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (lane == 0) max_part[warp] = m;
+  __syncthreads();
+  m = -INFINITY;
+  for (int w = 0; w < warps; ++w) m = fmaxf(m, max_part[w]);
+  const double mx = static_cast<double>(m);
+  double s = 0;
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    s += exp((static_cast<double>(p[c]) - mx) / temperature);
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (lane == 0) sum_part[warp] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = 0;
+    for (int w = 0; w < warps; ++w) t += sum_part[w];
+    totals[blockIdx.x] = t;
+  }
+}
+
 }  // namespace
+
+void CudaBackend::softmax_denominators(const Tensor& x, double temperature, Tensor& totals) {
+  constexpr const char* kOp = "softmax_denominators";
+  if (failed() || !on_device(kOp, {&x})) return;
+  if (!check(temperature > 0 && x.cols() > 0, kOp, "temperature must be > 0, rows non-empty"))
+    return;
+  const auto rows = x.shape().empty() ? 0 : x.rows();
+  if (!ensure(totals, {rows, 1}, DType::kI64)) return;
+  if (rows == 0) return;
+  if (walking()) return;
+  softmax_denominators_kernel<<<static_cast<unsigned>(rows), kTotalThreads, 0, stream()>>>(
+      x.data(), x.cols(), temperature, reinterpret_cast<double*>(totals.raw()));
+  launched(kOp);
+}
 
 void CudaBackend::argmax_rows(const Tensor& x, Tensor& ids) {
   constexpr const char* kOp = "argmax_rows";
