@@ -47,6 +47,10 @@ void CountingBackend::rms_norm_gated(const Tensor& x, const Weight& w, const Ten
                                      float eps, Activation act, Tensor& y) {
   run("rms_norm_gated", 0, [&](Backend& b) { b.rms_norm_gated(x, w, gate, eps, act, y); });
 }
+void CountingBackend::layer_norm(const Tensor& x, const Weight& w, const Weight& b, float eps,
+                                 Tensor& y) {
+  run("layer_norm", 0, [&](Backend& be) { be.layer_norm(x, w, b, eps, y); });
+}
 void CountingBackend::l2_norm(Tensor& x, std::int64_t group, float eps) {
   run("l2_norm", 0, [&](Backend& b) { b.l2_norm(x, group, eps); });
 }
@@ -133,8 +137,10 @@ namespace {
 
 // The token-by-token recurrence per value head and token: decay (dk*dv), S^T k, the rank-1
 // update and S^T q (2*dk*dv each).
-double delta_rule_flops(const Tensor& k, const Tensor& v, const Tensor& g, std::int64_t key_heads) {
-  const auto Hv = g.cols(), dk = k.cols() / key_heads, dv = v.cols() / Hv;
+// Value heads from beta [S, Hv] (the decay g is [S, Hv] or, per key channel, [S, Hv*dk]).
+double delta_rule_flops(const Tensor& k, const Tensor& v, const Tensor& beta,
+                        std::int64_t key_heads) {
+  const auto Hv = beta.cols(), dk = k.cols() / key_heads, dv = v.cols() / Hv;
   return 7 * d(k.rows()) * d(Hv) * d(dk) * d(dv);
 }
 
@@ -143,14 +149,14 @@ double delta_rule_flops(const Tensor& k, const Tensor& v, const Tensor& g, std::
 void CountingBackend::gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v,
                                                const Tensor& g, const Tensor& beta,
                                                std::int64_t key_heads, Tensor& state, Tensor& out) {
-  run("gated_delta_rule", delta_rule_flops(k, v, g, key_heads),
+  run("gated_delta_rule", delta_rule_flops(k, v, beta, key_heads),
       [&](Backend& b) { b.gated_delta_rule_chunked(q, k, v, g, beta, key_heads, state, out); });
 }
 void CountingBackend::gated_delta_rule_positions(const Tensor& q, const Tensor& k, const Tensor& v,
                                                  const Tensor& g, const Tensor& beta,
                                                  std::int64_t key_heads, Tensor& state, Tensor& out,
                                                  Tensor& states) {
-  run("gated_delta_rule", delta_rule_flops(k, v, g, key_heads), [&](Backend& b) {
+  run("gated_delta_rule", delta_rule_flops(k, v, beta, key_heads), [&](Backend& b) {
     b.gated_delta_rule_positions(q, k, v, g, beta, key_heads, state, out, states);
   });
 }
@@ -158,7 +164,7 @@ void CountingBackend::gated_delta_rule_recurrent(const Tensor& q, const Tensor& 
                                                  const Tensor& g, const Tensor& beta,
                                                  std::int64_t key_heads, Tensor& state,
                                                  Tensor& out) {
-  run("gated_delta_rule", delta_rule_flops(k, v, g, key_heads),
+  run("gated_delta_rule", delta_rule_flops(k, v, beta, key_heads),
       [&](Backend& b) { b.gated_delta_rule_recurrent(q, k, v, g, beta, key_heads, state, out); });
 }
 
@@ -183,6 +189,12 @@ void CountingBackend::block_mean(const Tensor& x, std::int64_t first_row, std::i
                                  std::int64_t group, Tensor& out) {
   run("block_mean", 0, [&](Backend& b) { b.block_mean(x, first_row, blocks, group, out); });
 }
+void CountingBackend::kpool_compress(const Tensor& keys, const Tensor& gate, const Weight& ape,
+                                     std::int64_t pool, std::int64_t first_row, std::int64_t pools,
+                                     Tensor& out) {
+  run("kpool_compress", 0,
+      [&](Backend& b) { b.kpool_compress(keys, gate, ape, pool, first_row, pools, out); });
+}
 void CountingBackend::index_scores(const Tensor& q, const Tensor& keys, std::int64_t heads,
                                    float scale, Tensor& out) {
   const auto B = keys.shape().empty() ? 0 : keys.rows();
@@ -200,7 +212,8 @@ void CountingBackend::select_blocks(const Tensor& scores, std::int64_t first, st
   run("select_blocks", 0, [&](Backend& b) { b.select_blocks(scores, first, block, top, picked); });
 }
 void CountingBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
-                                  const Tensor& experts, const Tensor& weights, Tensor& y) {
+                                  const Tensor& experts, const Tensor& weights, float swiglu_limit,
+                                  Tensor& y) {
   // Rows routed to each expert: two products per expert at those rows.
   const auto E = gate_up.shape.at(0), H = x.cols(), I = down.shape.at(2);
   std::vector<std::int64_t> rows(static_cast<std::size_t>(E), 0);
@@ -214,7 +227,34 @@ void CountingBackend::moe_experts(const Tensor& x, const Weight& gate_up, const 
     flops += 2 * d(n) * (2 * d(I) * d(H) + d(H) * d(I));
   }
   run("moe_experts", flops,
-      [&](Backend& b) { b.moe_experts(x, gate_up, down, experts, weights, y); });
+      [&](Backend& b) { b.moe_experts(x, gate_up, down, experts, weights, swiglu_limit, y); });
+}
+void CountingBackend::select_experts(const Tensor& scores, const Weight& bias, const Weight& table,
+                                     const Tensor* token_ids, std::int64_t groups,
+                                     std::int64_t top_groups, std::int64_t k, bool normalize,
+                                     float scaling, Tensor& experts, Tensor& weights) {
+  run("select_experts", 0, [&](Backend& b) {
+    b.select_experts(scores, bias, table, token_ids, groups, top_groups, k, normalize, scaling,
+                     experts, weights);
+  });
+}
+void CountingBackend::clamp(Tensor& x, float lo, float hi) {
+  run("clamp", 0, [&](Backend& b) { b.clamp(x, lo, hi); });
+}
+void CountingBackend::mhc_weights(const Tensor& h, const Tensor& m, const Weight& base,
+                                  const Weight& scale, std::int64_t streams, float norm_eps,
+                                  float hc_eps, std::int64_t sinkhorn_iters, Tensor& pre,
+                                  Tensor* post, Tensor* comb) {
+  run("mhc_weights", 0, [&](Backend& b) {
+    b.mhc_weights(h, m, base, scale, streams, norm_eps, hc_eps, sinkhorn_iters, pre, post, comb);
+  });
+}
+void CountingBackend::weighted_stream_sum(const Tensor& x, const Tensor& w, Tensor& out) {
+  run("weighted_stream_sum", 0, [&](Backend& b) { b.weighted_stream_sum(x, w, out); });
+}
+void CountingBackend::mhc_expand(Tensor& h, const Tensor& y, const Tensor& post,
+                                 const Tensor& comb) {
+  run("mhc_expand", 0, [&](Backend& b) { b.mhc_expand(h, y, post, comb); });
 }
 
 }  // namespace fs::bench

@@ -70,6 +70,7 @@ class CountingBackend final : public Backend {
                 Tensor& y) override;
   void rms_norm_gated(const Tensor& x, const Weight& w, const Tensor& gate, float eps,
                       Activation act, Tensor& y) override;
+  void layer_norm(const Tensor& x, const Weight& w, const Weight& b, float eps, Tensor& y) override;
   void l2_norm(Tensor& x, std::int64_t group, float eps) override;
   void activate(Tensor& x, Activation act) override;
   void scale(Tensor& x, float s) override;
@@ -112,6 +113,8 @@ class CountingBackend final : public Backend {
                               std::int64_t first, float scale, Tensor& out) override;
   void block_mean(const Tensor& x, std::int64_t first_row, std::int64_t blocks, std::int64_t group,
                   Tensor& out) override;
+  void kpool_compress(const Tensor& keys, const Tensor& gate, const Weight& ape, std::int64_t pool,
+                      std::int64_t first_row, std::int64_t pools, Tensor& out) override;
   void index_scores(const Tensor& q, const Tensor& keys, std::int64_t heads, float scale,
                     Tensor& out) override;
   void softmax(Tensor& x) override;
@@ -119,7 +122,18 @@ class CountingBackend final : public Backend {
   void select_blocks(const Tensor& scores, std::int64_t first, std::int64_t block, std::int64_t top,
                      Tensor& picked) override;
   void moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
-                   const Tensor& experts, const Tensor& weights, Tensor& y) override;
+                   const Tensor& experts, const Tensor& weights, float swiglu_limit,
+                   Tensor& y) override;
+  void select_experts(const Tensor& scores, const Weight& bias, const Weight& table,
+                      const Tensor* token_ids, std::int64_t groups, std::int64_t top_groups,
+                      std::int64_t k, bool normalize, float scaling, Tensor& experts,
+                      Tensor& weights) override;
+  void clamp(Tensor& x, float lo, float hi) override;
+  void mhc_weights(const Tensor& h, const Tensor& m, const Weight& base, const Weight& scale,
+                   std::int64_t streams, float norm_eps, float hc_eps, std::int64_t sinkhorn_iters,
+                   Tensor& pre, Tensor* post, Tensor* comb) override;
+  void weighted_stream_sum(const Tensor& x, const Tensor& w, Tensor& out) override;
+  void mhc_expand(Tensor& h, const Tensor& y, const Tensor& post, const Tensor& comb) override;
 
  private:
   // Runs fn on the inner backend, timing it under `op` with `flops`, and takes over its failure.
