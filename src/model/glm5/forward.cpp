@@ -5,6 +5,7 @@
 #include "model/common/logits.h"
 #include "model/common/mhc.h"
 #include "model/common/moe.h"
+#include "model/glm5/mtp.h"
 
 namespace fs {
 namespace {
@@ -33,7 +34,11 @@ Glm5Model::Glm5Model(Glm5Config config, Glm5Weights weights, std::unique_ptr<Bac
   info_.vocab_size = config_.vocab_size;
   info_.hidden_size = config_.hidden_size;
   for (const auto e : config_.eos_token_ids) info_.eos_token_ids.push_back(static_cast<TokenId>(e));
+  if (weights_.mtp) mtp_ = std::make_unique<Glm5MtpHead>(*this, *weights_.mtp);
+  info_.has_mtp = mtp_ != nullptr;
 }
+
+Glm5Model::~Glm5Model() = default;
 
 void Glm5Model::decoder_layer(const Glm5LayerWeights& lw, const LayerCaches& caches, Position first,
                               Tensor& h, Tensor& picked) {

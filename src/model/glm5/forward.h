@@ -12,12 +12,14 @@
 #include "model/glm5/state.h"
 #include "model/glm5/weights.h"
 #include "model/model.h"
+#include "model/mtp.h"
 
 namespace fs {
 
 class Glm5Model final : public Model {
  public:
   Glm5Model(Glm5Config config, Glm5Weights weights, std::unique_ptr<Backend> backend);
+  ~Glm5Model() override;
 
   const ModelInfo& info() const override { return info_; }
   std::unique_ptr<ModelState> new_state() const override {
@@ -27,8 +29,10 @@ class Glm5Model final : public Model {
                  ForwardOutput& out) override;
 
   const Glm5Config& config() const { return config_; }
+  MtpHead* mtp() override { return mtp_.get(); }
 
  private:
+  friend class Glm5MtpHead;
   struct LayerCaches {
     KdaCache* kda = nullptr;
     DsaCache* dsa = nullptr;
@@ -58,6 +62,7 @@ class Glm5Model final : public Model {
   Glm5Weights weights_;
   std::unique_ptr<Backend> backend_;
   ModelInfo info_;
+  std::unique_ptr<MtpHead> mtp_;
 };
 
 }  // namespace fs

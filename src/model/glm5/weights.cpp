@@ -117,6 +117,37 @@ ClampedMoeWeights moe_weights(const Glm5Config& c, const WeightSource& s, const 
   return w;
 }
 
+// The MTP layer when the checkpoint carries one; validated like the trunk.
+Expected<std::optional<Glm5MtpWeights>> mtp_weights(const Glm5Config& c, const Checkpoint& ck,
+                                                    const WeightSource& s) {
+  const auto specs = glm5_mtp_tensors(c);
+  std::size_t present = 0;
+  for (const auto& spec : specs) present += ck.contains(spec.name);
+  if (present == 0) return std::optional<Glm5MtpWeights>{};
+  if (auto st = check_specs(specs, ck); !st.ok()) return st.with_context("MTP layer");
+  const auto L = layer_prefix(c.num_hidden_layers);
+  const auto D = c.hidden_size;
+  Glm5MtpWeights w;
+  w.enorm = s.vec(L + "enorm.weight");
+  w.hnorm = s.vec(L + "hnorm.weight");
+  // [D, 2D]: columns [0, D) multiply the normed embedding, [D, 2D) the normed hidden.
+  const auto eh = s.values(L + "eh_proj.weight");
+  std::vector<float> embed_half(static_cast<std::size_t>(D * D)), hidden_half(embed_half.size());
+  for (std::int64_t r = 0; r < D; ++r) {
+    const auto row = eh.begin() + r * 2 * D;
+    std::copy(row, row + D, embed_half.begin() + r * D);
+    std::copy(row + D, row + 2 * D, hidden_half.begin() + r * D);
+  }
+  w.eh_embed = s.own(std::move(embed_half), {D, D});
+  w.eh_hidden = s.own(std::move(hidden_half), {D, D});
+  w.input_layernorm = s.vec(L + "input_layernorm.weight");
+  w.post_attention_layernorm = s.vec(L + "post_attention_layernorm.weight");
+  w.attn = dsa_weights(c, s, L + "self_attn.", /*full_indexer=*/true);
+  w.moe = moe_weights(c, s, L + "mlp.");
+  w.shared_head_norm = s.vec(L + "shared_head.norm.weight");
+  return std::optional<Glm5MtpWeights>(std::move(w));
+}
+
 // What the forward composes from the backend's ops supports; the rest of the config space is
 // refused by name rather than computed differently.
 Status check_supported(const Glm5Config& c) {
@@ -167,12 +198,35 @@ Expected<Glm5Weights> load_glm5_weights(const Glm5Config& c, const std::string& 
     }
     w.layers.push_back(std::move(lw));
   }
+  auto mtp = mtp_weights(c, *w.checkpoint, s);
+  if (!mtp.ok()) return mtp.status().with_context(dir);
+  w.mtp = std::move(mtp).value();
   return w;
 }
 
 namespace {
 
 // Every weight the backend computes with, each once, with whether it must stay f32.
+template <typename F>
+void for_each_dsa_weight(DsaWeights& d, F&& f) {
+  for (auto* x : {&d.q_a_proj, &d.q_a_bias, &d.q_a_layernorm, &d.q_b_proj, &d.kv_a_proj_with_mqa,
+                  &d.kv_a_bias, &d.kv_a_layernorm, &d.kv_b_proj, &d.o_proj, &d.o_bias})
+    f(*x, false);
+  if (d.indexer) {
+    auto& i = *d.indexer;
+    for (auto* x : {&i.wq_b, &i.wk, &i.k_norm, &i.k_norm_bias, &i.weights_proj, &i.compress_ape,
+                    &i.compress_gate})
+      f(*x, false);
+  }
+}
+
+template <typename F>
+void for_each_moe_weight(ClampedMoeWeights& m, F&& f) {
+  for (auto* x : {&m.router.gate, &m.router.selection_bias, &m.gate_up, &m.down, &m.shared.gate,
+                  &m.shared.up, &m.shared.down})
+    f(*x, false);
+}
+
 template <typename F>
 void for_each_layer_weight(Glm5LayerWeights& lw, F&& f) {
   for (auto* hc : {&lw.attn_hc, &lw.ffn_hc}) f(hc->fn, true), f(hc->base, true), f(hc->scale, true);
@@ -184,25 +238,11 @@ void for_each_layer_weight(Glm5LayerWeights& lw, F&& f) {
                     &k.decay_rate, &k.b_proj, &k.g_a_proj, &k.g_b_proj, &k.o_norm, &k.o_proj})
       f(*x, false);
   }
-  if (lw.dsa) {
-    auto& d = *lw.dsa;
-    for (auto* x : {&d.q_a_proj, &d.q_a_bias, &d.q_a_layernorm, &d.q_b_proj, &d.kv_a_proj_with_mqa,
-                    &d.kv_a_bias, &d.kv_a_layernorm, &d.kv_b_proj, &d.o_proj, &d.o_bias})
-      f(*x, false);
-    if (d.indexer) {
-      auto& i = *d.indexer;
-      for (auto* x : {&i.wq_b, &i.wk, &i.k_norm, &i.k_norm_bias, &i.weights_proj, &i.compress_ape,
-                      &i.compress_gate})
-        f(*x, false);
-    }
-  }
+  if (lw.dsa) for_each_dsa_weight(*lw.dsa, f);
   if (lw.mlp_kind == GlmMlpKind::kDense) {
     for (auto* x : {&lw.mlp.gate, &lw.mlp.up, &lw.mlp.down}) f(*x, false);
   } else {
-    auto& m = lw.moe;
-    for (auto* x : {&m.router.gate, &m.router.selection_bias, &m.gate_up, &m.down, &m.shared.gate,
-                    &m.shared.up, &m.shared.down})
-      f(*x, false);
+    for_each_moe_weight(lw.moe, f);
   }
 }
 
@@ -228,6 +268,14 @@ Status upload_glm5_weights(Glm5Weights& w, Backend& be, DType matrix_dtype) {
   }
   upload(w.norm, false);
   for (auto& lw : w.layers) for_each_layer_weight(lw, upload);
+  if (w.mtp) {
+    auto& m = *w.mtp;
+    for (auto* x : {&m.enorm, &m.hnorm, &m.eh_embed, &m.eh_hidden, &m.input_layernorm,
+                    &m.post_attention_layernorm, &m.shared_head_norm})
+      upload(*x, false);
+    for_each_dsa_weight(m.attn, upload);
+    for_each_moe_weight(m.moe, upload);
+  }
   if (status.ok()) w.dtype = w.embed_tokens.dtype;
   return status;
 }

@@ -65,13 +65,26 @@ struct Glm5LayerWeights {
   ClampedMoeWeights moe;  // sparse layers
 };
 
+// The MTP layer (layers.<num_hidden_layers>, arch-glm.md 5): x = eh_proj([enorm(embed(t)) |
+// hnorm(h)]), one plain pre-norm DSA + MoE block, logits = lm_head(shared_head.norm(x)).
+struct Glm5MtpWeights {
+  Weight enorm, hnorm;
+  // eh_proj [D, 2D] as its two [D, D] column halves (f32, owned): the embedding's, the hidden's.
+  Weight eh_embed, eh_hidden;
+  Weight input_layernorm, post_attention_layernorm;
+  DsaWeights attn;  // with its own full indexer
+  ClampedMoeWeights moe;
+  Weight shared_head_norm;
+};
+
 struct Glm5Weights {
   // Owns the mappings every host Weight points into, and the widened f32 vectors.
   std::unique_ptr<Checkpoint> checkpoint;
   std::vector<std::unique_ptr<std::vector<float>>> host_vectors;
   Weight embed_tokens, lm_head, norm;
   std::vector<Glm5LayerWeights> layers;
-  DType dtype = DType::kF32;  // of the largest weights (embed_tokens)
+  DType dtype = DType::kF32;          // of the largest weights (embed_tokens)
+  std::optional<Glm5MtpWeights> mtp;  // absent: the checkpoint runs autoregressively
 };
 
 Expected<Glm5Weights> load_glm5_weights(const Glm5Config& c, const std::string& dir);
