@@ -307,8 +307,9 @@ TEST_F(Glm5Mtp, GreedyMtpEmitsTheAutoregressiveTokens) {
 }
 
 // Drafts that are right up to `wrong_at` (the trunk's own greedy continuation): every verify
-// accepts part of its window and rolls the rest back (the KDA caches by a copy taken before the
-// verify, the DSA caches by truncation); the tokens and the state stay those of plain decoding.
+// accepts part of its window and rolls the rest back in place (the KDA caches to the state and
+// conv tails they kept for each position, the DSA caches by truncation); the tokens and the state
+// stay those of plain decoding.
 TEST_F(Glm5Mtp, PartialAcceptanceLeavesTheColdPrefillState) {
   const auto c = test::qwen_cases(fixture()).front();
   const std::span<const TokenId> prompt(c.tokens.data(), 21);
@@ -346,6 +347,8 @@ TEST_F(Glm5Mtp, PartialAcceptanceLeavesTheColdPrefillState) {
       ASSERT_TRUE(r.error.ok()) << r.error.to_string();
       EXPECT_EQ(r.tokens, ar.tokens) << "depth " << depth << " wrong at " << wrong_at;
       EXPECT_GT(r.stats.rollbacks, 0) << "depth " << depth;
+      // Every rollback went back in place (the KDA caches kept their positions).
+      EXPECT_EQ(r.stats.rewinds, r.stats.rollbacks) << "depth " << depth;
       ASSERT_TRUE(r.state_complete);
       expect_cold_state(s,
                         "depth " + std::to_string(depth) + " wrong at " + std::to_string(wrong_at));

@@ -91,13 +91,24 @@ void Glm5Model::kimi_delta_attention(const KdaWeights& w, KdaCache& cache, const
   auto& be = *backend_;
   const auto S = x.rows(), heads = config_.linear_num_heads, dk = config_.linear_head_dim;
   const auto eps = static_cast<float>(config_.rms_norm_eps);
+  // An MTP verify keeps what truncate() needs to go back inside it: each conv tail before the
+  // call followed by the call's conv inputs, and the state after every token.
+  bool keep = false;
+  for (auto* window : {&cache.window_q, &cache.window_k, &cache.window_v})
+    keep = window->open(cache.covered, S);
   Tensor raw, q, k, v;
-  be.linear(x, w.q_proj, raw);
-  be.causal_conv1d(raw, w.conv_q, 1, cache.conv_q, q);
-  be.linear(x, w.k_proj, raw);
-  be.causal_conv1d(raw, w.conv_k, 1, cache.conv_k, k);
-  be.linear(x, w.v_proj, raw);
-  be.causal_conv1d(raw, w.conv_v, 1, cache.conv_v, v);
+  auto conv = [&](const Weight& proj, const Weight& filter, Tensor& tail, SpeculationWindow& window,
+                  Tensor& out) {
+    be.linear(x, proj, raw);
+    if (keep) {
+      be.slice_rows(tail, 0, tail.rows(), window.history);
+      be.append_rows(window.history, raw);
+    }
+    be.causal_conv1d(raw, filter, 1, tail, out);
+  };
+  conv(w.q_proj, w.conv_q, cache.conv_q, cache.window_q, q);
+  conv(w.k_proj, w.conv_k, cache.conv_k, cache.window_k, k);
+  conv(w.v_proj, w.conv_v, cache.conv_v, cache.window_v, v);
   for (auto* t : {&q, &k, &v}) be.activate(*t, Activation::kSilu);
   be.l2_norm(q, dk, 1e-6f);
   be.l2_norm(k, dk, 1e-6f);
@@ -108,7 +119,10 @@ void Glm5Model::kimi_delta_attention(const KdaWeights& w, KdaCache& cache, const
   be.activate(beta, Activation::kSigmoid);
   Tensor core;
   // The reference's kernel choice (M:703-726): recurrent only for one token on a warm state.
-  if (S == 1 && cache.covered > 0) {
+  if (keep) {
+    be.gated_delta_rule_positions(q, k, v, g, beta, heads, cache.recurrent, core,
+                                  cache.window_q.states);
+  } else if (S == 1 && cache.covered > 0) {
     be.gated_delta_rule_recurrent(q, k, v, g, beta, heads, cache.recurrent, core);
   } else {
     be.gated_delta_rule_chunked(q, k, v, g, beta, heads, cache.recurrent, core);

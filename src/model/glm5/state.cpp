@@ -17,8 +17,31 @@ std::unique_ptr<LayerCache> KdaCache::clone() const {
 }
 Status KdaCache::truncate(std::int64_t length) {
   if (length == covered) return {};
-  return failed_precondition("kda cache is recurrent: it cannot go back from " +
-                             std::to_string(covered) + " to " + std::to_string(length) + " tokens");
+  if (!window_q.holds(covered, length))
+    return failed_precondition("kda cache is recurrent: it cannot go back from " +
+                               std::to_string(covered) + " to " + std::to_string(length) +
+                               " tokens");
+  // The state after the window's token j, and the conv tails cut from the inputs up to it.
+  const auto j = window_q.row_for(length);
+  recurrent.memory()->copy(recurrent.raw(),
+                           static_cast<const char*>(window_q.states.raw()) +
+                               static_cast<std::size_t>(j) * recurrent.bytes(),
+                           recurrent.bytes());
+  window_q.restore_tail(conv_q, j);
+  window_k.restore_tail(conv_k, j);
+  window_v.restore_tail(conv_v, j);
+  covered = length;
+  for (auto* w : {&window_q, &window_k, &window_v}) w->clear();
+  return {};
+}
+bool KdaCache::keep_positions(std::int64_t tokens) {
+  // Reserved now; the forward writes them without allocating.
+  if (!window_q.states.allocate(recurrent.memory(), {tokens, recurrent.numel()}) ||
+      !window_q.reserve_history(conv_q, tokens) || !window_k.reserve_history(conv_k, tokens) ||
+      !window_v.reserve_history(conv_v, tokens))
+    return false;
+  for (auto* w : {&window_q, &window_k, &window_v}) w->requested = tokens;
+  return true;
 }
 std::size_t KdaCache::bytes() const {
   return static_cast<std::size_t>(recurrent.numel() + conv_q.numel() + conv_k.numel() +
@@ -40,6 +63,7 @@ Status KdaCache::load(std::span<const StateTensorView> t, std::int64_t n) {
   conv_k = std::move(k);
   conv_v = std::move(v);
   covered = n;
+  for (auto* w : {&window_q, &window_k, &window_v}) w->clear();
   return {};
 }
 

@@ -7,8 +7,10 @@
 //               LayerNormed keys and pool gate scores [T, dI], and the compressed keys of the
 //               complete pools [T / kpool, dI] (derived from those rows, kept so a decode step
 //               compresses only the pool it completes).
-// The KDA cache is recurrent: it truncates only to its own length. The DSA cache's rows are
-// append-only, so any prefix is the state of that prefix (pools that are no longer complete go).
+// The KDA cache is recurrent: it truncates only to its own length, or, after keep_positions()
+// before a forward (an MTP verify), to any length inside that forward (the state after each token
+// and the conv inputs are kept, speculation_window.h). The DSA cache's rows are append-only, so
+// any prefix is the state of that prefix (pools that are no longer complete go).
 //
 // The tensors are allocated in the memory of the backend the model runs on.
 #pragma once
@@ -16,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "model/common/speculation_window.h"
 #include "model/glm5/config.h"
 #include "model/model.h"
 #include "tensor/tensor.h"
@@ -29,6 +32,10 @@ class KdaCache final : public LayerCache {
   std::int64_t covered_tokens() const override { return covered; }
   std::unique_ptr<LayerCache> clone() const override;
   Status truncate(std::int64_t length) override;
+  bool can_truncate(std::int64_t length) const override {
+    return length == covered || window_q.holds(covered, length);
+  }
+  bool keep_positions(std::int64_t tokens) override;
   std::size_t bytes() const override;
   std::vector<StateTensor> tensors() const override;
   Status load(std::span<const StateTensorView> tensors, std::int64_t covered) override;
@@ -36,6 +43,8 @@ class KdaCache final : public LayerCache {
   Tensor recurrent;               // [heads, dk, dv]
   Tensor conv_q, conv_k, conv_v;  // [K-1, Q] each, oldest row first
   std::int64_t covered = 0;
+  // One window per conv tail (its history); window_q also keeps the states [n, heads*dk*dv].
+  SpeculationWindow window_q, window_k, window_v;
 };
 
 class DsaCache final : public LayerCache {

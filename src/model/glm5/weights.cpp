@@ -6,6 +6,7 @@
 #include "model/glm5/schema.h"
 #include "model/schema_builder.h"
 #include "model/weight_source.h"
+#include "model/weight_upload.h"
 
 namespace fs {
 namespace {
@@ -249,23 +250,14 @@ void for_each_layer_weight(Glm5LayerWeights& lw, F&& f) {
 }  // namespace
 
 Status upload_glm5_weights(Glm5Weights& w, Backend& be, DType matrix_dtype) {
-  Status status;
+  std::vector<WeightUpload> plan;
   auto upload = [&](Weight& x, bool keep_f32) {
-    if (!status.ok() || x.empty()) return;
-    auto up = be.upload(x, keep_f32 ? DType::kF32 : matrix_dtype);
-    if (!up.ok()) {
-      status = up.status();
-      return;
-    }
-    x = *up;
+    plan.push_back({&x, keep_f32 ? DType::kF32 : matrix_dtype});
   };
-  const bool tied = w.lm_head.data == w.embed_tokens.data;
+  // A tied lm_head is the embedding's bytes: upload_weights copies them once and hands both the
+  // same device copy.
   upload(w.embed_tokens, false);
-  if (tied) {
-    w.lm_head = w.embed_tokens;
-  } else {
-    upload(w.lm_head, false);
-  }
+  upload(w.lm_head, false);
   upload(w.norm, false);
   for (auto& lw : w.layers) for_each_layer_weight(lw, upload);
   if (w.mtp) {
@@ -276,8 +268,9 @@ Status upload_glm5_weights(Glm5Weights& w, Backend& be, DType matrix_dtype) {
     for_each_dsa_weight(m.attn, upload);
     for_each_moe_weight(m.moe, upload);
   }
-  if (status.ok()) w.dtype = w.embed_tokens.dtype;
-  return status;
+  if (Status s = upload_weights(be, plan, "the glm5_next weights"); !s.ok()) return s;
+  w.dtype = w.embed_tokens.dtype;
+  return {};
 }
 
 }  // namespace fs
