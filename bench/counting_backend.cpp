@@ -47,6 +47,10 @@ void CountingBackend::rms_norm_gated(const Tensor& x, const Weight& w, const Ten
                                      float eps, Activation act, Tensor& y) {
   run("rms_norm_gated", 0, [&](Backend& b) { b.rms_norm_gated(x, w, gate, eps, act, y); });
 }
+void CountingBackend::layer_norm(const Tensor& x, const Weight& w, const Weight& b, float eps,
+                                 Tensor& y) {
+  run("layer_norm", 0, [&](Backend& be) { be.layer_norm(x, w, b, eps, y); });
+}
 void CountingBackend::l2_norm(Tensor& x, std::int64_t group, float eps) {
   run("l2_norm", 0, [&](Backend& b) { b.l2_norm(x, group, eps); });
 }
@@ -133,8 +137,10 @@ namespace {
 
 // The token-by-token recurrence per value head and token: decay (dk*dv), S^T k, the rank-1
 // update and S^T q (2*dk*dv each).
-double delta_rule_flops(const Tensor& k, const Tensor& v, const Tensor& g, std::int64_t key_heads) {
-  const auto Hv = g.cols(), dk = k.cols() / key_heads, dv = v.cols() / Hv;
+// Value heads from beta [S, Hv] (the decay g is [S, Hv] or, per key channel, [S, Hv*dk]).
+double delta_rule_flops(const Tensor& k, const Tensor& v, const Tensor& beta,
+                        std::int64_t key_heads) {
+  const auto Hv = beta.cols(), dk = k.cols() / key_heads, dv = v.cols() / Hv;
   return 7 * d(k.rows()) * d(Hv) * d(dk) * d(dv);
 }
 
@@ -143,14 +149,14 @@ double delta_rule_flops(const Tensor& k, const Tensor& v, const Tensor& g, std::
 void CountingBackend::gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v,
                                                const Tensor& g, const Tensor& beta,
                                                std::int64_t key_heads, Tensor& state, Tensor& out) {
-  run("gated_delta_rule", delta_rule_flops(k, v, g, key_heads),
+  run("gated_delta_rule", delta_rule_flops(k, v, beta, key_heads),
       [&](Backend& b) { b.gated_delta_rule_chunked(q, k, v, g, beta, key_heads, state, out); });
 }
 void CountingBackend::gated_delta_rule_positions(const Tensor& q, const Tensor& k, const Tensor& v,
                                                  const Tensor& g, const Tensor& beta,
                                                  std::int64_t key_heads, Tensor& state, Tensor& out,
                                                  Tensor& states) {
-  run("gated_delta_rule", delta_rule_flops(k, v, g, key_heads), [&](Backend& b) {
+  run("gated_delta_rule", delta_rule_flops(k, v, beta, key_heads), [&](Backend& b) {
     b.gated_delta_rule_positions(q, k, v, g, beta, key_heads, state, out, states);
   });
 }
@@ -158,7 +164,7 @@ void CountingBackend::gated_delta_rule_recurrent(const Tensor& q, const Tensor& 
                                                  const Tensor& g, const Tensor& beta,
                                                  std::int64_t key_heads, Tensor& state,
                                                  Tensor& out) {
-  run("gated_delta_rule", delta_rule_flops(k, v, g, key_heads),
+  run("gated_delta_rule", delta_rule_flops(k, v, beta, key_heads),
       [&](Backend& b) { b.gated_delta_rule_recurrent(q, k, v, g, beta, key_heads, state, out); });
 }
 
@@ -182,6 +188,12 @@ void CountingBackend::block_sparse_attention(const Tensor& q, const Tensor& k, c
 void CountingBackend::block_mean(const Tensor& x, std::int64_t first_row, std::int64_t blocks,
                                  std::int64_t group, Tensor& out) {
   run("block_mean", 0, [&](Backend& b) { b.block_mean(x, first_row, blocks, group, out); });
+}
+void CountingBackend::kpool_compress(const Tensor& keys, const Tensor& gate, const Weight& ape,
+                                     std::int64_t pool, std::int64_t first_row, std::int64_t pools,
+                                     Tensor& out) {
+  run("kpool_compress", 0,
+      [&](Backend& b) { b.kpool_compress(keys, gate, ape, pool, first_row, pools, out); });
 }
 void CountingBackend::index_scores(const Tensor& q, const Tensor& keys, std::int64_t heads,
                                    float scale, Tensor& out) {

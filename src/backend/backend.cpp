@@ -238,6 +238,13 @@ void Backend::block_sparse_attention(const Tensor&, const Tensor&, const Tensor&
                                      Tensor&) {
   unimplemented("block_sparse_attention");
 }
+void Backend::layer_norm(const Tensor&, const Weight&, const Weight&, float, Tensor&) {
+  unimplemented("layer_norm");
+}
+void Backend::kpool_compress(const Tensor&, const Tensor&, const Weight&, std::int64_t,
+                             std::int64_t, std::int64_t, Tensor&) {
+  unimplemented("kpool_compress");
+}
 void Backend::block_mean(const Tensor&, std::int64_t, std::int64_t, std::int64_t, Tensor&) {
   unimplemented("block_mean");
 }

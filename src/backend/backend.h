@@ -80,6 +80,10 @@ class Backend {
   // y = w * rmsnorm(x) * act(gate).
   virtual void rms_norm_gated(const Tensor& x, const Weight& w, const Tensor& gate, float eps,
                               Activation act, Tensor& y);
+  // LayerNorm (torch's nn.LayerNorm, biased variance) over groups of w.numel() columns, w and b
+  // [group] shared by every group: y = (x - mean) / sqrt(var + eps) * w + b. x and y may be the
+  // same tensor.
+  virtual void layer_norm(const Tensor& x, const Weight& w, const Weight& b, float eps, Tensor& y);
   // x / sqrt(sum(x^2) + eps) over groups of `group` columns, in place (FLA's l2norm: sum, not
   // mean).
   virtual void l2_norm(Tensor& x, std::int64_t group, float eps);
@@ -168,10 +172,13 @@ class Backend {
   // then replaced by the last (K-1)*dilation inputs. No activation.
   virtual void causal_conv1d(const Tensor& x, const Weight& w, std::int64_t dilation, Tensor& tail,
                              Tensor& y);
-  // Gated delta rule (Yang et al., "Gated Delta Networks"). q, k: [S, Hk*dk] (already l2-normed,
-  // q scaled), v: [S, Hv*dv], g (log decay) and beta: [S, Hv], value head j reads key head
-  // j / (Hv/Hk). state: [Hv, dk, dv], updated. out: [S, Hv*dv]. The chunked form (chunk 64,
-  // WY representation) and the token-by-token recurrent form compute the same function.
+  // Gated delta rule (Yang et al., "Gated Delta Networks"), written once for GDN and KDA. q, k:
+  // [S, Hk*dk] (already l2-normed, q scaled), v: [S, Hv*dv], beta: [S, Hv], value head j reads
+  // key head j / (Hv/Hk). The log decay g is [S, Hv], one scalar per head (GDN: S *= exp(g_t)),
+  // or [S, Hv*dk], one per key channel (Kimi Delta Attention: row i of head j's state is scaled
+  // by exp(g_t[j*dk + i])). state: [Hv, dk, dv], updated. out: [S, Hv*dv]. The chunked form
+  // (chunk 64, WY representation) and the token-by-token recurrent form compute the same
+  // function.
   virtual void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& g, const Tensor& beta, std::int64_t key_heads,
                                         Tensor& state, Tensor& out);
@@ -200,6 +207,15 @@ class Backend {
   // Mean of each complete group of `group` consecutive rows of x[first_row ...]: out [n, cols].
   virtual void block_mean(const Tensor& x, std::int64_t first_row, std::int64_t blocks,
                           std::int64_t group, Tensor& out);
+  // The k-pool compression of the DSA indexer (GLM 5.3, M:902-975): pools of `pool` consecutive
+  // rows starting at first_row, each a softmax-gated mean per channel,
+  //   out[p, c] = sum_j softmax_j(gate[r_j, c] + ape[j*dim + c]) * keys[r_j, c],
+  //   r_j = first_row + p*pool + j,  j < pool,  p < pools,
+  // keys and gate [T, dim], ape an f32 vector [pool*dim] (the learned position bias), out
+  // [pools, dim]. The softmax is over the pool's slots, in fp32.
+  virtual void kpool_compress(const Tensor& keys, const Tensor& gate, const Weight& ape,
+                              std::int64_t pool, std::int64_t first_row, std::int64_t pools,
+                              Tensor& out);
   // QSA block scores: out[s, b] = sum_h relu(q[s, h] . keys[b]) * scale, q [S, heads*dim],
   // keys [B, dim].
   virtual void index_scores(const Tensor& q, const Tensor& keys, std::int64_t heads, float scale,

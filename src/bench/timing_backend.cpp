@@ -17,6 +17,10 @@ void TimingBackend::rms_norm_gated(const Tensor& x, const Weight& w, const Tenso
                                    Activation act, Tensor& y) {
   run(OpGroup::kNormsHc, [&](Backend& be) { be.rms_norm_gated(x, w, gate, eps, act, y); });
 }
+void TimingBackend::layer_norm(const Tensor& x, const Weight& w, const Weight& b, float eps,
+                               Tensor& y) {
+  run(OpGroup::kNormsHc, [&](Backend& be) { be.layer_norm(x, w, b, eps, y); });
+}
 void TimingBackend::l2_norm(Tensor& x, std::int64_t group, float eps) {
   run(OpGroup::kGdn, [&](Backend& be) { be.l2_norm(x, group, eps); });
 }
@@ -125,6 +129,12 @@ void TimingBackend::block_sparse_attention(const Tensor& q, const Tensor& k, con
 void TimingBackend::block_mean(const Tensor& x, std::int64_t first_row, std::int64_t blocks,
                                std::int64_t group, Tensor& out) {
   run(OpGroup::kAttention, [&](Backend& be) { be.block_mean(x, first_row, blocks, group, out); });
+}
+void TimingBackend::kpool_compress(const Tensor& keys, const Tensor& gate, const Weight& ape,
+                                   std::int64_t pool, std::int64_t first_row, std::int64_t pools,
+                                   Tensor& out) {
+  run(OpGroup::kAttention,
+      [&](Backend& be) { be.kpool_compress(keys, gate, ape, pool, first_row, pools, out); });
 }
 void TimingBackend::index_scores(const Tensor& q, const Tensor& keys, std::int64_t heads,
                                  float scale, Tensor& out) {

@@ -2,6 +2,7 @@
 
 #include "backend/backend.h"
 #include "model/family.h"
+#include "model/glm5/forward.h"
 #include "model/mtp.h"
 #include "model/qwen_next/forward.h"
 
@@ -25,12 +26,24 @@ Expected<std::unique_ptr<Model>> load_qwen_next(const ModelDescription& d, const
       std::make_unique<QwenNextModel>(config, std::move(weights).value(), std::move(backend)));
 }
 
+Expected<std::unique_ptr<Model>> load_glm5(const ModelDescription& d, const std::string& dir,
+                                           std::unique_ptr<Backend> backend, DType matrix_dtype) {
+  const auto& config = std::get<Glm5Config>(d.config);
+  auto weights = load_glm5_weights(config, dir);
+  if (!weights.ok()) return weights.status();
+  if (Status s = upload_glm5_weights(*weights, *backend, matrix_dtype); !s.ok())
+    return s.with_context("uploading " + dir + " to the " + backend->name() + " backend");
+  return std::unique_ptr<Model>(
+      std::make_unique<Glm5Model>(config, std::move(weights).value(), std::move(backend)));
+}
+
 // The runnable families' constructors (the rest of what a family is lives in family_table.cpp).
 struct FamilyLoader {
   Family family;
   LoadFn load;
 };
-constexpr FamilyLoader kLoaders[] = {{Family::kQwenNext, load_qwen_next}};
+constexpr FamilyLoader kLoaders[] = {{Family::kQwenNext, load_qwen_next},
+                                     {Family::kGlm5, load_glm5}};
 
 }  // namespace
 

@@ -323,6 +323,21 @@ std::vector<Case> make_cases() {
           };
         });
   }
+  // The DSA indexer's k_norm (GLM 5.3): the fixture's and the released model's key width.
+  for (const auto& [rows, group, in_place] :
+       std::vector<std::tuple<std::int64_t, std::int64_t, bool>>{{5, 16, false}, {4, 128, true}}) {
+    add("layer_norm_" + n(rows) + "x" + n(group), kReduction, [=](Rng& rng) -> OpRun {
+      auto x = random_tensor({rows, group}, rng, 3.0f);
+      auto w = std::make_shared<HostWeight>(random_weight(F32, {group}, rng));
+      auto b = std::make_shared<HostWeight>(random_weight(F32, {group}, rng));
+      return [=](const Feed& f) {
+        auto t = f.in(x);
+        Tensor y;
+        f.be.layer_norm(t, f.w(*w), f.w(*b), 1e-6f, in_place ? t : y);
+        return std::vector<Tensor>{in_place ? t : y};
+      };
+    });
+  }
   for (const auto& [S, cols, group] :
        std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>>{{5, 4 * 32, 32},
                                                                          {4, 16 * 128, 128}}) {
@@ -571,7 +586,8 @@ std::vector<Case> make_cases() {
   struct DeltaShape {
     std::int64_t S, Hk, Hv, dk, dv;
     bool chunked;
-    bool positions = false;  // gated_delta_rule_positions: also the state after every token
+    bool positions = false;    // gated_delta_rule_positions: also the state after every token
+    bool per_channel = false;  // KDA: the log decay g is [S, Hv*dk], one per key channel
   };
   for (const auto& c : std::vector<DeltaShape>{{70, 4, 8, 32, 32, true},
                                                {1, 4, 8, 32, 32, false},
@@ -581,15 +597,22 @@ std::vector<Case> make_cases() {
                                                {130, 16, 48, 128, 128, true},
                                                {3, 4, 8, 32, 32, false, true},
                                                {1, 16, 48, 128, 128, false, true},
-                                               {4, 16, 48, 128, 128, false, true}}) {
+                                               {4, 16, 48, 128, 128, false, true},
+                                               // KDA: the fixture's heads, then GLM 5.3's.
+                                               {70, 4, 4, 16, 16, true, false, true},
+                                               {1, 4, 4, 16, 16, false, false, true},
+                                               {4, 4, 4, 16, 16, false, true, true},
+                                               {1, 64, 64, 128, 128, false, false, true},
+                                               {130, 64, 64, 128, 128, true, false, true}}) {
     const char* form = c.positions ? "positions" : c.chunked ? "chunked" : "recurrent";
-    add(std::string("gated_delta_rule_") + form + "_S" + n(c.S) + "_Hk" + n(c.Hk) + "_Hv" +
-            n(c.Hv) + "_d" + n(c.dk),
+    add(std::string(c.per_channel ? "kimi_delta_rule_" : "gated_delta_rule_") + form + "_S" +
+            n(c.S) + "_Hk" + n(c.Hk) + "_Hv" + n(c.Hv) + "_d" + n(c.dk),
         kDeltaRule, [=](Rng& rng) -> OpRun {
           auto q = random_tensor({c.S, c.Hk * c.dk}, rng),
                k = random_tensor({c.S, c.Hk * c.dk}, rng);
           auto v = random_tensor({c.S, c.Hv * c.dv}, rng);
-          auto g = random_tensor({c.S, c.Hv}, rng), beta = random_tensor({c.S, c.Hv}, rng);
+          auto g = random_tensor({c.S, c.per_channel ? c.Hv * c.dk : c.Hv}, rng),
+               beta = random_tensor({c.S, c.Hv}, rng);
           for (auto& e : g.span()) e = -std::fabs(e) * 0.3f;  // log decay <= 0
           for (auto& e : beta.span()) e = 1.0f / (1.0f + std::exp(-3.0f * e));
           // l2-normed q and k, q scaled by 1/sqrt(dk), as the model feeds them.
@@ -673,6 +696,23 @@ std::vector<Case> make_cases() {
           return [=](const Feed& f) {
             Tensor o;
             f.be.block_mean(f.in(x), first_row, blocks, 4, o);
+            return std::vector<Tensor>{o};
+          };
+        });
+  }
+  // GLM 5.3's k-pool compression: the fixture (kpool 4, dI 16) and the released model (16, 128).
+  for (const auto& [rows, dim, pool, first_row, pools] : std::vector<
+           std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t>>{
+           {13, 16, 4, 4, 2}, {4100, 128, 16, 3840, 16}, {16, 128, 16, 0, 1}}) {
+    add("kpool_compress_" + n(rows) + "x" + n(dim) + "_p" + n(pool) + "_from" + n(first_row) +
+            "_n" + n(pools),
+        kReduction, [=](Rng& rng) -> OpRun {
+          auto keys = random_tensor({rows, dim}, rng);
+          auto gate = random_tensor({rows, dim}, rng, 4.0f);
+          auto ape = std::make_shared<HostWeight>(random_weight(F32, {pool * dim}, rng));
+          return [=](const Feed& f) {
+            Tensor o;
+            f.be.kpool_compress(f.in(keys), f.in(gate), f.w(*ape), pool, first_row, pools, o);
             return std::vector<Tensor>{o};
           };
         });
@@ -1570,6 +1610,118 @@ TEST_F(CpuOps, ChunkFormOfLargeHeadsEqualsRecurrent) {
   o3.insert(o3.end(), ob.span().begin(), ob.span().end());
   EXPECT_LE(max_abs_diff(o3, o1.span()), 1e-4);
   EXPECT_LE(max_abs_diff(s3.span(), s1.span()), 1e-4);
+}
+
+// Kimi Delta Attention's per-channel decay (g [S, Hv*dk]): the recurrence by hand, the chunked
+// form (one call and split), and a per-channel decay whose channels are equal is exactly the
+// per-head (GDN) form, bit for bit.
+TEST_F(CpuOps, PerChannelDecayDeltaRule) {
+  const std::int64_t S = 90, Hk = 2, Hv = 2, dk = 8, dv = 6;
+  auto q = normal_tensor({S, Hk * dk}, rng), k = normal_tensor({S, Hk * dk}, rng);
+  const auto v = normal_tensor({S, Hv * dv}, rng);
+  auto g = normal_tensor({S, Hv * dk}, rng), beta = normal_tensor({S, Hv}, rng);
+  for (auto& e : g.span()) e = -std::fabs(e) * 0.5f;
+  for (auto& e : beta.span()) e = sigmoid(e);
+  be->l2_norm(q, dk, 1e-6f);
+  be->l2_norm(k, dk, 1e-6f);
+  const auto init = normal_tensor({Hv, dk, dv}, rng, 0.1f);
+  Tensor s1 = init, s2 = init, o1, o2;
+  be->gated_delta_rule_chunked(q, k, v, g, beta, Hk, s1, o1);
+  be->gated_delta_rule_recurrent(q, k, v, g, beta, Hk, s2, o2);
+  EXPECT_LE(max_abs_diff(o1.span(), o2.span()), 1e-5);
+  EXPECT_LE(max_abs_diff(s1.span(), s2.span()), 1e-5);
+  // The reference recurrence (M:468-476) in double over the whole sequence, head 1.
+  {
+    const std::int64_t h = 1;
+    const float* S0 = init.data() + h * dk * dv;
+    std::vector<double> St(S0, S0 + dk * dv);
+    double worst = 0;
+    for (std::int64_t t = 0; t < S; ++t) {
+      for (std::int64_t i = 0; i < dk; ++i)
+        for (std::int64_t j = 0; j < dv; ++j)
+          St[static_cast<std::size_t>(i * dv + j)] *= std::exp(g.row(t)[h * dk + i]);
+      for (std::int64_t j = 0; j < dv; ++j) {
+        double mem = 0;
+        for (std::int64_t i = 0; i < dk; ++i)
+          mem += St[static_cast<std::size_t>(i * dv + j)] * k.row(t)[h * dk + i];
+        const double delta = (v.row(t)[h * dv + j] - mem) * beta.row(t)[h];
+        for (std::int64_t i = 0; i < dk; ++i)
+          St[static_cast<std::size_t>(i * dv + j)] += k.row(t)[h * dk + i] * delta;
+      }
+      for (std::int64_t j = 0; j < dv; ++j) {
+        double o = 0;
+        for (std::int64_t i = 0; i < dk; ++i)
+          o += St[static_cast<std::size_t>(i * dv + j)] * q.row(t)[h * dk + i];
+        worst = std::max(worst, std::fabs(o2.row(t)[h * dv + j] - o));
+      }
+    }
+    EXPECT_LE(worst, 1e-5);
+  }
+  // Split calls (37 + 53) carry the state.
+  Tensor s3 = init, oa, ob;
+  auto rows = [&](const Tensor& t, std::int64_t a, std::int64_t n) {
+    Tensor r;
+    be->slice_rows(t, a, n, r);
+    return r;
+  };
+  be->gated_delta_rule_chunked(rows(q, 0, 37), rows(k, 0, 37), rows(v, 0, 37), rows(g, 0, 37),
+                               rows(beta, 0, 37), Hk, s3, oa);
+  be->gated_delta_rule_recurrent(rows(q, 37, 53), rows(k, 37, 53), rows(v, 37, 53), rows(g, 37, 53),
+                                 rows(beta, 37, 53), Hk, s3, ob);
+  std::vector<float> o3(oa.span().begin(), oa.span().end());
+  o3.insert(o3.end(), ob.span().begin(), ob.span().end());
+  EXPECT_LE(max_abs_diff(o3, o1.span()), 1e-5);
+  EXPECT_LE(max_abs_diff(s3.span(), s1.span()), 1e-5);
+  // Equal channels: the per-head form's numbers exactly.
+  Tensor gh({S, Hv}), gc({S, Hv * dk});
+  for (std::int64_t t = 0; t < S; ++t)
+    for (std::int64_t h = 0; h < Hv; ++h) {
+      gh.row(t)[h] = g.row(t)[h * dk];
+      for (std::int64_t i = 0; i < dk; ++i) gc.row(t)[h * dk + i] = gh.row(t)[h];
+    }
+  Tensor s4 = init, s5 = init, o4, o5;
+  be->gated_delta_rule_recurrent(q, k, v, gh, beta, Hk, s4, o4);
+  be->gated_delta_rule_recurrent(q, k, v, gc, beta, Hk, s5, o5);
+  EXPECT_EQ(max_abs_diff(o4.span(), o5.span()), 0.0);
+  EXPECT_EQ(max_abs_diff(s4.span(), s5.span()), 0.0);
+}
+
+// LayerNorm and the k-pool compression (GLM 5.3's DSA indexer) against direct computations.
+TEST_F(CpuOps, LayerNormAndKpoolCompressEqualDirect) {
+  const std::int64_t rows = 6, dim = 5, pool = 3;
+  const auto x = normal_tensor({rows, dim}, rng, 2.0f);
+  std::vector<float> w(dim), b(dim), ape(pool * dim);
+  for (auto& e : w) e = std::normal_distribution<float>(1.0f, 0.3f)(rng);
+  for (auto& e : b) e = std::normal_distribution<float>(0.0f, 0.3f)(rng);
+  for (auto& e : ape) e = std::normal_distribution<float>(0.0f, 1.0f)(rng);
+  Tensor y;
+  be->layer_norm(x, f32_vector(w), f32_vector(b), 1e-6f, y);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    for (std::int64_t c = 0; c < dim; ++c) mean += x.row(r)[c] / static_cast<double>(dim);
+    for (std::int64_t c = 0; c < dim; ++c)
+      var += (x.row(r)[c] - mean) * (x.row(r)[c] - mean) / static_cast<double>(dim);
+    for (std::int64_t c = 0; c < dim; ++c)
+      EXPECT_NEAR(y.row(r)[c], (x.row(r)[c] - mean) / std::sqrt(var + 1e-6) * w[c] + b[c], 1e-5);
+  }
+  // Pools 0 and 1 of the rows from 0 (rows 0-2, 3-5); the gate softmax is per channel.
+  const auto gate = normal_tensor({rows, dim}, rng, 2.0f);
+  Tensor pooled;
+  be->kpool_compress(x, gate, f32_vector(ape), pool, 0, 2, pooled);
+  ASSERT_EQ(pooled.shape(), (Shape{2, dim}));
+  for (std::int64_t p = 0; p < 2; ++p)
+    for (std::int64_t c = 0; c < dim; ++c) {
+      double z = 0, acc = 0;
+      for (std::int64_t j = 0; j < pool; ++j)
+        z += std::exp(gate.row(p * pool + j)[c] + ape[j * dim + c]);
+      for (std::int64_t j = 0; j < pool; ++j)
+        acc += std::exp(gate.row(p * pool + j)[c] + ape[j * dim + c]) / z * x.row(p * pool + j)[c];
+      EXPECT_NEAR(pooled.row(p)[c], acc, 1e-5);
+    }
+  // From row 3: the second pool alone.
+  Tensor second;
+  be->kpool_compress(x, gate, f32_vector(ape), pool, 3, 1, second);
+  EXPECT_EQ(max_abs_diff(second.span(), std::span<const float>(pooled.row(1), dim)), 0.0);
 }
 
 // OpenBLAS 0.3.21 does not know every CPU and then falls back to SSE3 kernels; the backend

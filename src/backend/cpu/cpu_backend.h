@@ -33,6 +33,7 @@ class CpuBackend final : public Backend {
                 Tensor& y) override;
   void rms_norm_gated(const Tensor& x, const Weight& w, const Tensor& gate, float eps,
                       Activation act, Tensor& y) override;
+  void layer_norm(const Tensor& x, const Weight& w, const Weight& b, float eps, Tensor& y) override;
   void l2_norm(Tensor& x, std::int64_t group, float eps) override;
 
   void activate(Tensor& x, Activation act) override;
@@ -85,6 +86,8 @@ class CpuBackend final : public Backend {
 
   void block_mean(const Tensor& x, std::int64_t first_row, std::int64_t blocks, std::int64_t group,
                   Tensor& out) override;
+  void kpool_compress(const Tensor& keys, const Tensor& gate, const Weight& ape, std::int64_t pool,
+                      std::int64_t first_row, std::int64_t pools, Tensor& out) override;
   void index_scores(const Tensor& q, const Tensor& keys, std::int64_t heads, float scale,
                     Tensor& out) override;
   void softmax(Tensor& x) override;

@@ -84,6 +84,33 @@ void CpuBackend::rms_norm_gated(const Tensor& x, const Weight& w, const Tensor& 
   for (std::int64_t i = 0; i < y.numel(); ++i) y.data()[i] *= apply_act(gate.data()[i], act);
 }
 
+void CpuBackend::layer_norm(const Tensor& x, const Weight& w, const Weight& b, float eps,
+                            Tensor& y) {
+  if (failed() || !check_vector(w, "layer_norm") || !check_vector(b, "layer_norm")) return;
+  const auto cols = x.cols(), group = w.numel();
+  assert(group > 0 && cols % group == 0 && b.numel() == group);
+  if (&y != &x && !ensure(y, x.shape())) return;
+  const float* in0 = x.data();
+  float* out0 = y.data();
+  cpu_parallel_ranges(x.rows(), elems(x), [&](std::int64_t r0, std::int64_t r1) {
+    for (auto r = r0; r < r1; ++r) {
+      for (std::int64_t g0 = 0; g0 < cols; g0 += group) {
+        const float* in = in0 + r * cols + g0;
+        float* out = out0 + r * cols + g0;
+        // Mean and variance in double (two passes), as for rms_norm.
+        double mean = 0;
+        for (std::int64_t c = 0; c < group; ++c) mean += in[c];
+        mean /= static_cast<double>(group);
+        double var = 0;
+        for (std::int64_t c = 0; c < group; ++c) var += (in[c] - mean) * (in[c] - mean);
+        const double inv = 1.0 / std::sqrt(var / static_cast<double>(group) + eps);
+        for (std::int64_t c = 0; c < group; ++c)
+          out[c] = static_cast<float>((in[c] - mean) * inv) * w.f32()[c] + b.f32()[c];
+      }
+    }
+  });
+}
+
 void CpuBackend::l2_norm(Tensor& x, std::int64_t group, float eps) {
   if (failed()) return;
   const auto n = x.numel() / group;
@@ -445,6 +472,35 @@ void CpuBackend::block_mean(const Tensor& x, std::int64_t first_row, std::int64_
       for (std::int64_t j = 0; j < group; ++j) s += x.row(first_row + b * group + j)[c];
       out.row(b)[c] = s / static_cast<float>(group);
     }
+}
+
+void CpuBackend::kpool_compress(const Tensor& keys, const Tensor& gate, const Weight& ape,
+                                std::int64_t pool, std::int64_t first_row, std::int64_t pools,
+                                Tensor& out) {
+  if (failed() || !check_vector(ape, "kpool_compress")) return;
+  const auto dim = keys.cols();
+  assert(gate.cols() == dim && ape.numel() == pool * dim &&
+         first_row + pools * pool <= keys.rows());
+  if (!ensure(out, {pools, dim})) return;
+  const float* a = ape.f32();
+  std::vector<float> logit(static_cast<std::size_t>(pool));
+  for (std::int64_t p = 0; p < pools; ++p) {
+    const auto r0 = first_row + p * pool;
+    for (std::int64_t c = 0; c < dim; ++c) {
+      float mx = -INFINITY;
+      for (std::int64_t j = 0; j < pool; ++j) {
+        logit[static_cast<std::size_t>(j)] = gate.row(r0 + j)[c] + a[j * dim + c];
+        mx = std::max(mx, logit[static_cast<std::size_t>(j)]);
+      }
+      double sum = 0, acc = 0;
+      for (std::int64_t j = 0; j < pool; ++j) {
+        const double e = std::exp(static_cast<double>(logit[static_cast<std::size_t>(j)]) - mx);
+        sum += e;
+        acc += e * keys.row(r0 + j)[c];
+      }
+      out.row(p)[c] = static_cast<float>(acc / sum);
+    }
+  }
 }
 
 // The block keys are transposed into tiles of kIndexTile (zero-padded), then each thread

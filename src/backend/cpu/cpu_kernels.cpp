@@ -279,9 +279,11 @@ FS_CPU_CLONES void unit_lower_inverse64(const float* A, std::int64_t n, float* T
 FS_CPU_CLONES void delta_rule_recurrent_head(const DeltaRuleHead& h, float* state) {
   constexpr std::int64_t TW = 32;
   const auto dk = h.dk, dv = h.dv;
-  thread_local std::vector<float> tile_buf;
+  thread_local std::vector<float> tile_buf, decay_buf;
   tile_buf.resize(static_cast<std::size_t>(dk * TW));
+  decay_buf.resize(static_cast<std::size_t>(dk));
   float* tile = tile_buf.data();
+  float* decay = decay_buf.data();
   auto row = [&](std::int64_t i, int half) {
     return reinterpret_cast<f16u*>(tile + i * TW + 16 * half);
   };
@@ -293,13 +295,21 @@ FS_CPU_CLONES void delta_rule_recurrent_head(const DeltaRuleHead& h, float* stat
       const float* kt = h.k + t * h.ldk;
       const float* qt = h.q + t * h.ldq;
       const float* vt = h.v + t * h.ldv + x0;
-      const float decay = std::exp(h.g[t * h.ldg]), b = h.beta[t * h.ldg];
-      // S *= decay; mem = S^T k, in four partial sums per vector (rows i mod 4).
+      const float* gt = h.g + t * h.ldg;
+      if (h.gstep == 0) {
+        // One decay for every row: the same product per row as a per-channel decay of equal
+        // values, so both forms are one loop.
+        std::fill(decay, decay + dk, std::exp(gt[0]));
+      } else {
+        for (std::int64_t r = 0; r < dk; ++r) decay[r] = std::exp(gt[r * h.gstep]);
+      }
+      const float b = h.beta[t * h.ldb];
+      // S *= diag(decay); mem = S^T k, in four partial sums per vector (rows i mod 4).
       f16v m0[4] = {}, m1[4] = {};
       std::int64_t i = 0;
       for (; i + 4 <= dk; i += 4) {
         for (int p = 0; p < 4; ++p) {
-          const f16v s0 = *row(i + p, 0) * decay, s1 = *row(i + p, 1) * decay;
+          const f16v s0 = *row(i + p, 0) * decay[i + p], s1 = *row(i + p, 1) * decay[i + p];
           *row(i + p, 0) = s0;
           *row(i + p, 1) = s1;
           m0[p] += kt[i + p] * s0;
@@ -307,7 +317,7 @@ FS_CPU_CLONES void delta_rule_recurrent_head(const DeltaRuleHead& h, float* stat
         }
       }
       for (; i < dk; ++i) {
-        const f16v s0 = *row(i, 0) * decay, s1 = *row(i, 1) * decay;
+        const f16v s0 = *row(i, 0) * decay[i], s1 = *row(i, 1) * decay[i];
         *row(i, 0) = s0;
         *row(i, 1) = s1;
         m0[0] += kt[i] * s0;

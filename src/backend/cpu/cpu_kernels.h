@@ -64,16 +64,19 @@ void exp_diff(float a, const float* x, float* out, std::int64_t n);
 void unit_lower_inverse64(const float* A, std::int64_t n, float* T);
 
 // One value head of the gated delta rule, token by token (Yang et al.; backend.h): per token t,
-// S *= exp(g_t); delta = beta_t (v_t - S^T k_t); S += k_t delta^T; o_t = S^T q_t. Token t's
-// vectors are q + t*ldq, k + t*ldk, v + t*ldv, its log decay g[t*ldg] and beta beta[t*ldg]; its
-// output goes to out + t*ldo. state is [dk, dv] row-major, updated. The value columns are
-// independent, so they are computed 16 at a time; the sums over dk run in 4 interleaved parts.
+// S *= diag(exp(g_t)); delta = beta_t (v_t - S^T k_t); S += k_t delta^T; o_t = S^T q_t. Token
+// t's vectors are q + t*ldq, k + t*ldk, v + t*ldv, its beta beta[t*ldb], its output goes to
+// out + t*ldo. The log decay of state row i is g[t*ldg + i*gstep]: gstep 0 is GDN's one decay
+// per head, gstep 1 KDA's decay per key channel. state is [dk, dv] row-major, updated. The value
+// columns are independent, so they are computed 16 at a time; the sums over dk run in 4
+// interleaved parts.
 struct DeltaRuleHead {
   const float *q, *k, *v, *g, *beta;
-  std::int64_t ldq, ldk, ldv, ldg;
+  std::int64_t ldq, ldk, ldv, ldg, ldb;
   float* out;
   std::int64_t ldo;
   std::int64_t tokens, dk, dv;
+  std::int64_t gstep = 0;
 };
 void delta_rule_recurrent_head(const DeltaRuleHead& h, float* state);
 

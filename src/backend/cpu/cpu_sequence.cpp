@@ -42,13 +42,39 @@ void CpuBackend::causal_conv1d(const Tensor& x, const Weight& w, std::int64_t di
 
 namespace {
 
+// The heads of a delta rule call: value heads from beta [S, Hv]; the decay g is [S, Hv] (one per
+// head, GDN) or [S, Hv*dk] (one per key channel, KDA).
 struct HeadViews {
   std::int64_t S, Hv, dk, dv, rep;
+  bool per_channel;
 };
 
-HeadViews head_views(const Tensor& k, const Tensor& v, const Tensor& g, std::int64_t key_heads) {
-  const auto Hv = g.cols();
-  return {k.rows(), Hv, k.cols() / key_heads, v.cols() / Hv, Hv / key_heads};
+HeadViews head_views(const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                     std::int64_t key_heads) {
+  const auto Hv = beta.cols(), dk = k.cols() / key_heads;
+  return {k.rows(), Hv, dk, v.cols() / Hv, Hv / key_heads, g.cols() != Hv};
+}
+
+// Value head h's view of the call's tensors.
+cpu::DeltaRuleHead head_of(const HeadViews& d, std::int64_t h, const Tensor& q, const Tensor& k,
+                           const Tensor& v, const Tensor& g, const Tensor& beta, Tensor& out) {
+  const auto kh = h / d.rep;
+  return {q.data() + kh * d.dk,
+          k.data() + kh * d.dk,
+          v.data() + h * d.dv,
+          g.data() + (d.per_channel ? h * d.dk : h),
+          beta.data() + h,
+          q.cols(),
+          k.cols(),
+          v.cols(),
+          g.cols(),
+          beta.cols(),
+          out.data() + h * d.dv,
+          out.cols(),
+          d.S,
+          d.dk,
+          d.dv,
+          d.per_channel ? 1 : 0};
 }
 
 }  // namespace
@@ -57,26 +83,12 @@ void CpuBackend::gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, co
                                             const Tensor& g, const Tensor& beta,
                                             std::int64_t key_heads, Tensor& state, Tensor& out) {
   if (failed()) return;
-  const auto d = head_views(k, v, g, key_heads);
-  assert(state.numel() == d.Hv * d.dk * d.dv && beta.cols() == g.cols());
+  const auto d = head_views(k, v, g, beta, key_heads);
+  assert(state.numel() == d.Hv * d.dk * d.dv && g.cols() == (d.per_channel ? d.Hv * d.dk : d.Hv));
   if (!ensure(out, v.shape())) return;
   cpu_parallel_for(d.Hv, static_cast<double>(d.S * d.dk * d.dv * 7), [&](std::int64_t h) {
-    const auto kh = h / d.rep;
-    const cpu::DeltaRuleHead head{q.data() + kh * d.dk,
-                                  k.data() + kh * d.dk,
-                                  v.data() + h * d.dv,
-                                  g.data() + h,
-                                  beta.data() + h,
-                                  q.cols(),
-                                  k.cols(),
-                                  v.cols(),
-                                  g.cols(),
-                                  out.data() + h * d.dv,
-                                  out.cols(),
-                                  d.S,
-                                  d.dk,
-                                  d.dv};
-    cpu::delta_rule_recurrent_head(head, state.data() + h * d.dk * d.dv);
+    cpu::delta_rule_recurrent_head(head_of(d, h, q, k, v, g, beta, out),
+                                   state.data() + h * d.dk * d.dv);
   });
 }
 
@@ -118,7 +130,7 @@ void delta_rule_chunks(const DeltaRuleHead& h, float* state) {
     float* O = h.out + c0 * h.ldo;
     float acc = 0;
     for (std::int64_t i = 0; i < C; ++i) {
-      gc[i] = (acc += h.g[(c0 + i) * h.ldg]);
+      gc[i] = (acc += h.g[(c0 + i) * h.ldg]);  // gstep 0: one decay per head
       eg[i] = std::exp(gc[i]);
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i32(C), i32(C), i32(dk), 1.0f, K,
@@ -126,7 +138,7 @@ void delta_rule_chunks(const DeltaRuleHead& h, float* state) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i32(C), i32(C), i32(dk), 1.0f, Q,
                 i32(h.ldq), K, i32(h.ldk), 0.0f, QK, i32(Cm));
     for (std::int64_t i = 0; i < C; ++i) {
-      const float b = h.beta[(c0 + i) * h.ldg];
+      const float b = h.beta[(c0 + i) * h.ldb];
       float* kk = KK + i * Cm;
       float* qk = QK + i * Cm;
       cpu::exp_diff(gc[i], gc, dec, i + 1);
@@ -181,27 +193,15 @@ void CpuBackend::gated_delta_rule_chunked(const Tensor& q, const Tensor& k, cons
                                           const Tensor& g, const Tensor& beta,
                                           std::int64_t key_heads, Tensor& state, Tensor& out) {
   if (failed()) return;
-  const auto d = head_views(k, v, g, key_heads);
-  assert(state.numel() == d.Hv * d.dk * d.dv && beta.cols() == g.cols());
+  const auto d = head_views(k, v, g, beta, key_heads);
+  assert(state.numel() == d.Hv * d.dk * d.dv && g.cols() == (d.per_channel ? d.Hv * d.dk : d.Hv));
   if (!ensure(out, v.shape())) return;
   if (d.S == 0) return;
   cpu_parallel_for(d.Hv, static_cast<double>(d.S * d.dk * d.dv * 8), [&](std::int64_t h) {
-    const auto kh = h / d.rep;
-    const DeltaRuleHead head{q.data() + kh * d.dk,
-                             k.data() + kh * d.dk,
-                             v.data() + h * d.dv,
-                             g.data() + h,
-                             beta.data() + h,
-                             q.cols(),
-                             k.cols(),
-                             v.cols(),
-                             g.cols(),
-                             out.data() + h * d.dv,
-                             out.cols(),
-                             d.S,
-                             d.dk,
-                             d.dv};
-    if (recurrence_is_cheaper(d.dk, d.dv)) {
+    const auto head = head_of(d, h, q, k, v, g, beta, out);
+    // A per-channel decay does not factor out of the chunk's k_i . k_j products, so KDA runs
+    // the recurrence, the same function.
+    if (d.per_channel || recurrence_is_cheaper(d.dk, d.dv)) {
       cpu::delta_rule_recurrent_head(head, state.data() + h * d.dk * d.dv);
     } else {
       delta_rule_chunks(head, state.data() + h * d.dk * d.dv);

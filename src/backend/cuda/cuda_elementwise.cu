@@ -170,6 +170,23 @@ __global__ void rms_norm_kernel(const float* x, const float* w, std::int64_t wn,
   }
 }
 
+// LayerNorm of one (row, group) per block: mean and variance in double (two passes, as the CPU).
+__global__ void layer_norm_kernel(const float* x, const float* w, const float* b,
+                                  std::int64_t group, float eps, float* y) {
+  __shared__ double red[32];
+  const float* in = x + blockIdx.x * group;
+  double sum = 0;
+  for (std::int64_t c = threadIdx.x; c < group; c += blockDim.x) sum += in[c];
+  const double mean = block_sum(sum, red) / static_cast<double>(group);
+  double var = 0;
+  for (std::int64_t c = threadIdx.x; c < group; c += blockDim.x)
+    var += (in[c] - mean) * (in[c] - mean);
+  var = block_sum(var, red);
+  const double inv = 1.0 / sqrt(var / static_cast<double>(group) + eps);
+  for (std::int64_t c = threadIdx.x; c < group; c += blockDim.x)
+    y[blockIdx.x * group + c] = mul_add(static_cast<float>((in[c] - mean) * inv), w[c], b[c]);
+}
+
 __global__ void l2_norm_kernel(float* x, std::int64_t group, float eps) {
   __shared__ double red[32];
   float* p = x + blockIdx.x * group;
@@ -290,6 +307,23 @@ void CudaBackend::rms_norm_gated(const Tensor& x, const Weight& w, const Tensor&
   if (walking()) return;
   rms_norm_kernel<<<static_cast<unsigned>(blocks), reduce_threads(group), 0, stream()>>>(
       x.data(), w.f32(), w.numel(), group, cols, eps, false, gate.data(), act, y.data());
+  launched(kOp);
+}
+
+void CudaBackend::layer_norm(const Tensor& x, const Weight& w, const Weight& b, float eps,
+                             Tensor& y) {
+  constexpr const char* kOp = "layer_norm";
+  if (failed() || !on_device(kOp, w) || !on_device(kOp, b) || !on_device(kOp, {&x})) return;
+  const auto group = w.numel();
+  if (!check(group > 0 && x.cols() % group == 0 && b.numel() == group && w.dtype == DType::kF32 &&
+                 b.dtype == DType::kF32,
+             kOp, "w and b must be F32 [group], group dividing the row"))
+    return;
+  if (&y != &x && !ensure(y, x.shape())) return;
+  const auto blocks = x.numel() / group;
+  if (blocks == 0 || walking()) return;
+  layer_norm_kernel<<<static_cast<unsigned>(blocks), reduce_threads(group), 0, stream()>>>(
+      x.data(), w.f32(), b.f32(), group, eps, y.data());
   launched(kOp);
 }
 

@@ -21,6 +21,27 @@ __global__ void block_mean_kernel(const float* x, std::int64_t cols, StepScalar 
   out[i] = s / static_cast<float>(group);
 }
 
+// out[p, c] = sum_j softmax_j(gate[r_j, c] + ape[j*dim + c]) * keys[r_j, c], r_j = first_row +
+// p*pool + j; a thread per (p, c), the sums in double in slot order as the CPU does.
+__global__ void kpool_compress_kernel(const float* keys, const float* gate, const float* ape,
+                                      std::int64_t dim, std::int64_t pool, std::int64_t first_row,
+                                      std::int64_t pools, float* out) {
+  const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= pools * dim) return;
+  const std::int64_t p = i / dim, c = i % dim, r0 = first_row + p * pool;
+  float mx = -INFINITY;
+  for (std::int64_t j = 0; j < pool; ++j)
+    mx = fmaxf(mx, __fadd_rn(gate[(r0 + j) * dim + c], ape[j * dim + c]));
+  double sum = 0, acc = 0;
+  for (std::int64_t j = 0; j < pool; ++j) {
+    const double e =
+        exp(static_cast<double>(__fadd_rn(gate[(r0 + j) * dim + c], ape[j * dim + c])) - mx);
+    sum += e;
+    acc += e * keys[(r0 + j) * dim + c];
+  }
+  out[i] = static_cast<float>(acc / sum);
+}
+
 // out[s, b] = scale * sum_h relu(q[s, h] . keys[b]); a warp per (s, b).
 // B (the live key count, also out's row stride) may be a per-step scalar: the grid covers the
 // cache's capacity and warps past B write nothing.
@@ -238,6 +259,26 @@ void CudaBackend::block_mean(const Tensor& x, std::int64_t first_row, std::int64
   if (walking()) return;
   block_mean_kernel<<<grid_for(n, 256), 256, 0, stream()>>>(x.data(), x.cols(), at, blocks, group,
                                                             out.data());
+  launched(kOp);
+}
+
+void CudaBackend::kpool_compress(const Tensor& keys, const Tensor& gate, const Weight& ape,
+                                 std::int64_t pool, std::int64_t first_row, std::int64_t pools,
+                                 Tensor& out) {
+  constexpr const char* kOp = "kpool_compress";
+  if (failed() || !on_device(kOp, ape) || !on_device(kOp, {&keys, &gate})) return;
+  const auto dim = keys.cols();
+  if (!check(pool > 0 && pools >= 0 && first_row >= 0 && gate.cols() == dim &&
+                 gate.rows() == keys.rows() && ape.dtype == DType::kF32 &&
+                 ape.numel() == pool * dim && first_row + pools * pool <= keys.rows() &&
+                 &out != &keys && &out != &gate,
+             kOp, "keys, gate [T, dim], ape F32 [pool*dim], the pools inside the rows"))
+    return;
+  if (!ensure(out, {pools, dim})) return;
+  const auto n = pools * dim;
+  if (n == 0 || walking()) return;
+  kpool_compress_kernel<<<grid_for(n, 256), 256, 0, stream()>>>(
+      keys.data(), gate.data(), ape.f32(), dim, pool, first_row, pools, out.data());
   launched(kOp);
 }
 

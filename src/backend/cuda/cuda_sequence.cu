@@ -1,6 +1,7 @@
 // Ops that mix tokens: causal depthwise conv with its tail, the gated delta rule (block-sparse
 // softmax attention is in cuda_attention.cu).
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
@@ -44,8 +45,9 @@ constexpr int kDeltaThreads = kWarp * kDeltaGroups;
 // The gated delta rule, token by token. Block (value head h, tile of 32 state columns): thread
 // (lane, group) holds state rows i = group + 8m of column j = tile*32 + lane in registers for the
 // whole sequence. Columns are independent (delta_j reads only column j), so a token costs two
-// block reductions over the row groups.
-template <int kRows>  // ceil(dk / 8)
+// block reductions over the row groups. kPerChannel: the log decay g is [S, Hv*dk], one per state
+// row (KDA), instead of [S, Hv], one per head (GDN).
+template <int kRows, bool kPerChannel>  // kRows = ceil(dk / 8)
 __global__ void __launch_bounds__(kDeltaThreads)
     delta_rule_kernel(const float* q, const float* k, const float* v, const float* g,
                       const float* beta, std::int64_t S, std::int64_t Hv, std::int64_t dk,
@@ -66,14 +68,20 @@ __global__ void __launch_bounds__(kDeltaThreads)
   for (std::int64_t t = 0; t < S; ++t) {
     const float* kt = k + t * qk_stride + kh * dk;
     const float* qt = q + t * qk_stride + kh * dk;
-    const float decay = expf(g[t * Hv + h]), b = beta[t * Hv + h];
+    const float b = beta[t * Hv + h];
+    float decay = 0;
+    if constexpr (!kPerChannel) decay = expf(g[t * Hv + h]);
     float kr[kRows];
     float mem = 0;
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
       const std::int64_t i = grp + kDeltaGroups * m;
       kr[m] = i < dk ? kt[i] : 0.0f;
-      st[m] *= decay;
+      if constexpr (kPerChannel) {
+        st[m] *= i < dk ? expf(g[(t * Hv + h) * dk + i]) : 0.0f;
+      } else {
+        st[m] *= decay;
+      }
       mem += st[m] * kr[m];
     }
     part[0][grp][lane] = mem;
@@ -157,13 +165,15 @@ void CudaBackend::delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, 
                              const Tensor& beta, std::int64_t key_heads, Tensor& state, Tensor& out,
                              Tensor* states, const char* op) {
   if (failed() || !on_device(op, {&q, &k, &v, &g, &beta, &state})) return;
-  const auto S = k.rows(), Hv = g.cols();
+  const auto S = k.rows(), Hv = beta.cols();
   if (!check(key_heads > 0 && Hv > 0 && Hv % key_heads == 0 && k.cols() % key_heads == 0 &&
                  v.cols() % Hv == 0 && q.numel() == k.numel() && v.rows() == S && g.rows() == S &&
-                 beta.numel() == g.numel(),
-             op, "q, k [S, Hk*dk], v [S, Hv*dv], g, beta [S, Hv] disagree"))
+                 beta.rows() == S,
+             op, "q, k [S, Hk*dk], v [S, Hv*dv], beta [S, Hv] disagree"))
     return;
   const auto dk = k.cols() / key_heads, dv = v.cols() / Hv, rep = Hv / key_heads;
+  const bool per_channel = g.cols() != Hv;
+  if (!check(g.cols() == Hv || g.cols() == Hv * dk, op, "g must be [S, Hv] or [S, Hv*dk]")) return;
   if (!check(state.numel() == Hv * dk * dv, op, "state must be [Hv, dk, dv]")) return;
   if (!check(dk <= 32 * kDeltaGroups, op, "key head dim above 256")) return;
   if (!check(&out != &v, op, "out may not be v")) return;
@@ -174,24 +184,33 @@ void CudaBackend::delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, 
   const dim3 grid(static_cast<unsigned>(Hv), grid_for(dv, kWarp));
   const dim3 threads(kWarp, kDeltaGroups);
   const auto rows = (dk + kDeltaGroups - 1) / kDeltaGroups;
-#define FS_DELTA_CASE(n)                                                                          \
-  delta_rule_kernel<n><<<grid, threads, 0, stream()>>>(q.data(), k.data(), v.data(), g.data(),    \
-                                                       beta.data(), S, Hv, dk, dv, rep, k.cols(), \
-                                                       state.data(), out.data(), states_data)
+  auto launch = [&](auto kernel) {
+    kernel<<<grid, threads, 0, stream()>>>(q.data(), k.data(), v.data(), g.data(), beta.data(), S,
+                                           Hv, dk, dv, rep, k.cols(), state.data(), out.data(),
+                                           states_data);
+  };
+  // Rows per thread rounded up to a power of two (a register array per thread).
+  auto by_rows = [&](auto n) {
+    constexpr int kN = decltype(n)::value;
+    if (per_channel) {
+      launch(delta_rule_kernel<kN, true>);
+    } else {
+      launch(delta_rule_kernel<kN, false>);
+    }
+  };
   if (rows <= 1) {
-    FS_DELTA_CASE(1);
+    by_rows(std::integral_constant<int, 1>{});
   } else if (rows <= 2) {
-    FS_DELTA_CASE(2);
+    by_rows(std::integral_constant<int, 2>{});
   } else if (rows <= 4) {
-    FS_DELTA_CASE(4);
+    by_rows(std::integral_constant<int, 4>{});
   } else if (rows <= 8) {
-    FS_DELTA_CASE(8);
+    by_rows(std::integral_constant<int, 8>{});
   } else if (rows <= 16) {
-    FS_DELTA_CASE(16);
+    by_rows(std::integral_constant<int, 16>{});
   } else {
-    FS_DELTA_CASE(32);
+    by_rows(std::integral_constant<int, 32>{});
   }
-#undef FS_DELTA_CASE
   launched(op);
 }
 

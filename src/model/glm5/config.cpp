@@ -1,5 +1,7 @@
 #include "model/glm5/config.h"
 
+#include <cmath>
+
 namespace fs {
 
 Expected<Glm5Config> parse_glm5_config(ConfigReader& r) {
@@ -36,7 +38,13 @@ Expected<Glm5Config> parse_glm5_config(ConfigReader& r) {
   c.linear_head_dim = r.integer_or("linear_head_dim", 128);
   c.linear_num_heads = r.integer_or("linear_num_heads", 64);
   c.linear_conv_kernel_dim = r.integer_or("linear_conv_kernel_dim", 4);
-  c.linear_lower_bound = r.number_or("linear_lower_bound", -5.0);
+  // null selects the softplus gate (C:191-199); NaN stands for it.
+  if (const auto& root = r.root();
+      root.contains("linear_lower_bound") && root["linear_lower_bound"].is_null()) {
+    c.linear_lower_bound = std::nan("");
+  } else {
+    c.linear_lower_bound = r.number_or("linear_lower_bound", -5.0);
+  }
   if (r.has("linear_attn_config")) {
     const auto& la = r.root()["linear_attn_config"];
     if (!la.is_object()) {
@@ -47,6 +55,9 @@ Expected<Glm5Config> parse_glm5_config(ConfigReader& r) {
       c.linear_conv_kernel_dim = la.value("short_conv_kernel_size", c.linear_conv_kernel_dim);
       if (la.contains("gate_lower_bound") && la["gate_lower_bound"].is_number()) {
         c.linear_lower_bound = la["gate_lower_bound"].get<double>();
+      } else if (la.contains("gate_lower_bound") && la["gate_lower_bound"].is_null() &&
+                 !la.value("safe_gate", true)) {
+        c.linear_lower_bound = std::nan("");
       }
     }
   }

@@ -3,36 +3,13 @@
 #include <algorithm>
 #include <map>
 
+#include "model/state_load.h"
+
 namespace fs {
 namespace {
 
 StateTensor view_of(const std::string& name, const Tensor& t) {
   return {name, &t};
-}
-
-// Finds `name` among `tensors` with exactly `shape`; an error names what is wrong.
-Expected<const StateTensorView*> find(std::span<const StateTensorView> tensors,
-                                      const std::string& name, const Shape& shape) {
-  for (const auto& t : tensors) {
-    if (t.name != name) continue;
-    if (t.shape != shape || static_cast<std::int64_t>(t.data.size()) != shape_numel(shape))
-      return invalid_argument("state tensor " + name + " has shape " + shape_to_string(t.shape) +
-                              ", expected " + shape_to_string(shape));
-    return &t;
-  }
-  return not_found("state tensor " + name + " is missing");
-}
-
-// Copies the values of `name` into `dst`, a fresh tensor in `memory`.
-Status load_into(std::span<const StateTensorView> tensors, const std::string& name, Tensor& dst,
-                 const Shape& shape, const std::shared_ptr<Memory>& memory) {
-  auto t = find(tensors, name, shape);
-  if (!t.ok()) return t.status();
-  if (!dst.allocate(memory, shape))
-    return out_of_range("out of " + device_name(memory->device()) +
-                        " memory loading state tensor " + name);
-  dst.copy_from_host((*t)->data);
-  return {};
 }
 
 Status refuse_truncate(const char* kind, std::int64_t covered, std::int64_t length) {
@@ -82,9 +59,9 @@ std::vector<StateTensor> GatedDeltaNetCache::tensors() const {
 }
 Status GatedDeltaNetCache::load(std::span<const StateTensorView> t, std::int64_t n) {
   Tensor r, c;
-  if (auto s = load_into(t, "recurrent", r, recurrent.shape(), recurrent.memory()); !s.ok())
+  if (auto s = load_state_tensor(t, "recurrent", r, recurrent.shape(), recurrent.memory()); !s.ok())
     return s;
-  if (auto s = load_into(t, "conv_tail", c, conv_tail.shape(), conv_tail.memory()); !s.ok())
+  if (auto s = load_state_tensor(t, "conv_tail", c, conv_tail.shape(), conv_tail.memory()); !s.ok())
     return s;
   recurrent = std::move(r);
   conv_tail = std::move(c);
@@ -136,8 +113,10 @@ std::vector<StateTensor> PleCache::tensors() const {
 }
 Status PleCache::load(std::span<const StateTensorView> t, std::int64_t n) {
   Tensor ctx, tail;
-  if (auto s = load_into(t, "context", ctx, context.shape(), host_memory()); !s.ok()) return s;
-  if (auto s = load_into(t, "conv_tail", tail, conv_tail.shape(), conv_tail.memory()); !s.ok())
+  if (auto s = load_state_tensor(t, "context", ctx, context.shape(), host_memory()); !s.ok())
+    return s;
+  if (auto s = load_state_tensor(t, "conv_tail", tail, conv_tail.shape(), conv_tail.memory());
+      !s.ok())
     return s;
   for (const float v : ctx.span()) {
     if (v < 0 || v != static_cast<float>(static_cast<std::int64_t>(v)))
@@ -188,10 +167,10 @@ std::vector<StateTensor> QsaCache::tensors() const {
 Status QsaCache::load(std::span<const StateTensorView> t, std::int64_t n) {
   Tensor k, v, ik, b;
   const auto& m = keys.memory();
-  if (auto s = load_into(t, "keys", k, {n, keys.cols()}, m); !s.ok()) return s;
-  if (auto s = load_into(t, "values", v, {n, values.cols()}, m); !s.ok()) return s;
-  if (auto s = load_into(t, "index_keys", ik, {n, index_keys.cols()}, m); !s.ok()) return s;
-  if (auto s = load_into(t, "blocks", b, {n / block, blocks.cols()}, m); !s.ok()) return s;
+  if (auto s = load_state_tensor(t, "keys", k, {n, keys.cols()}, m); !s.ok()) return s;
+  if (auto s = load_state_tensor(t, "values", v, {n, values.cols()}, m); !s.ok()) return s;
+  if (auto s = load_state_tensor(t, "index_keys", ik, {n, index_keys.cols()}, m); !s.ok()) return s;
+  if (auto s = load_state_tensor(t, "blocks", b, {n / block, blocks.cols()}, m); !s.ok()) return s;
   keys = std::move(k);
   values = std::move(v);
   index_keys = std::move(ik);

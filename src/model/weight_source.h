@@ -1,0 +1,44 @@
+// What the families' weight loaders share: the schema check of a checkpoint, and a lookup of its
+// tensors by canonical name that views matrices in place and widens small vectors to f32 host
+// vectors the weights own.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/weight.h"
+#include "format/safetensors.h"
+#include "model/family.h"
+
+namespace fs {
+
+// Every spec's tensor is present, with the spec's shape and an f32/bf16 (or int64) dtype; the
+// error names the first that is not.
+Status check_specs(const std::vector<TensorSpec>& specs, const Checkpoint& ck);
+
+// Looks tensors up by canonical name; the schema has already validated names, shapes and dtypes.
+// Small vectors are widened to f32 into `arena`, which the weights own.
+class WeightSource {
+ public:
+  WeightSource(const Checkpoint& ck, std::vector<std::unique_ptr<std::vector<float>>>& arena)
+      : ck_(ck), arena_(arena) {}
+  // The tensor viewed in place (its stored dtype and shape).
+  Weight weight(const std::string& name) const;
+  // Its values widened to f32.
+  std::vector<float> values(const std::string& name) const;
+  // An f32 vector weight owned by the arena.
+  Weight own(std::vector<float> values, Shape shape) const;
+  // The tensor as an f32 vector owned by the arena, flattened to one dimension.
+  Weight vec(const std::string& name) const;
+  // A [C, 1, K] depthwise conv kernel as [C, K] f32.
+  Weight conv(const std::string& name) const;
+  std::vector<std::int64_t> ints(const std::string& name) const;
+
+ private:
+  const Checkpoint& ck_;
+  std::vector<std::unique_ptr<std::vector<float>>>& arena_;
+};
+
+}  // namespace fs
