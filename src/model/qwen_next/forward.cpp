@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "model/common/hyper_connection.h"
+#include "model/common/logits.h"
 #include "model/common/moe.h"
 #include "model/common/ngram_hash.h"
 #include "model/qwen_next/mtp.h"
@@ -368,37 +369,16 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
 
 void QwenNextModel::lm_head_rows(const Tensor& mixed, LogitsRows rows, Tensor& logits, Tensor& ids,
                                  const Weight& head) {
-  auto& be = *backend_;
-  if (rows == LogitsRows::kNone) return;
-  Tensor last;
-  const Tensor* src = &mixed;
-  if (!logits_of_all_rows(rows)) {
-    be.slice_rows(mixed, mixed.rows() - 1, 1, last);
-    src = &last;
-  }
-  be.linear(*src, head, logits);
-  if (logits_stay_on_backend(rows)) be.argmax_rows(logits, ids);
+  fs::lm_head_rows(*backend_, mixed, rows, head, logits, ids);
 }
 
 Status QwenNextModel::logits_to_output(LogitsRows rows, Tensor logits, const Tensor& ids,
                                        ForwardOutput& out) {
-  if (rows == LogitsRows::kNone) return {};
-  out.rows = logits.rows();
-  if (!logits_stay_on_backend(rows)) {
-    out.logits = logits.to_host_vector();
-    return {};
-  }
-  out.argmax.resize(static_cast<std::size_t>(ids.numel()));
-  ids.memory()->to_host(out.argmax.data(), ids.raw(), ids.bytes());
-  out.device_logits = std::move(logits);
-  return take_backend_status();
+  return fs::logits_to_output(*backend_, rows, std::move(logits), ids, out);
 }
 
 Status QwenNextModel::take_backend_status() {
-  Status s = backend_->status();
-  backend_->clear_status();
-  if (!s.ok()) return s.with_context("forward on the " + backend_->name() + " backend");
-  return s;
+  return fs::take_backend_status(*backend_);
 }
 
 }  // namespace fs

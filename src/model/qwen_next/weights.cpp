@@ -1,77 +1,18 @@
 #include "model/qwen_next/weights.h"
 
 #include <cmath>
-#include <cstring>
 #include <map>
 #include <set>
 
 #include "backend/backend.h"
 #include "model/qwen_next/schema.h"
 #include "model/schema_builder.h"
+#include "model/weight_reader.h"
 
 namespace fs {
 namespace {
 
-// Looks tensors up by canonical name; the schema has already validated names, shapes and dtypes.
-// Small vectors are widened to f32 into `arena`, which the weights own.
-class Source {
- public:
-  Source(const Checkpoint& ck, std::vector<std::unique_ptr<std::vector<float>>>& arena)
-      : ck_(ck), arena_(arena) {}
-  Weight weight(const std::string& name) const { return Weight::from_view(*ck_.view(name)); }
-  std::vector<float> values(const std::string& name) const {
-    const auto v = *ck_.view(name);
-    std::vector<float> out(static_cast<std::size_t>(v.numel()));
-    convert_to_f32(v.dtype, v.bytes.data(), out.data(), out.size());
-    return out;
-  }
-  // An f32 vector weight owned by the arena.
-  Weight own(std::vector<float> values, Shape shape) const {
-    arena_.push_back(std::make_unique<std::vector<float>>(std::move(values)));
-    return {DType::kF32, std::move(shape),
-            reinterpret_cast<const std::uint8_t*>(arena_.back()->data())};
-  }
-  Weight vec(const std::string& name) const {
-    auto v = values(name);
-    const auto n = static_cast<std::int64_t>(v.size());
-    return own(std::move(v), {n});
-  }
-  // A [C, 1, K] depthwise conv kernel as [C, K].
-  Weight conv(const std::string& name) const {
-    const auto v = *ck_.view(name);
-    return own(values(name), {v.dim(0), v.dim(2)});
-  }
-  std::vector<std::int64_t> ints(const std::string& name) const {
-    const auto v = *ck_.view(name);
-    std::vector<std::int64_t> out(static_cast<std::size_t>(v.numel()));
-    std::memcpy(out.data(), v.bytes.data(), out.size() * sizeof(std::int64_t));
-    return out;
-  }
-
- private:
-  const Checkpoint& ck_;
-  std::vector<std::unique_ptr<std::vector<float>>>& arena_;
-};
-
-Status check_specs(const std::vector<TensorSpec>& specs, const Checkpoint& ck) {
-  for (const auto& spec : specs) {
-    const auto v = ck.view(spec.name);
-    if (!v) return not_found("checkpoint lacks tensor " + spec.name);
-    if (spec.integer ? v->dtype != DType::kI64
-                     : (v->dtype != DType::kF32 && v->dtype != DType::kBF16)) {
-      return unsupported("tensor " + spec.name + " has dtype " + std::string(dtype_name(v->dtype)) +
-                         (spec.integer ? ", expected I64" : ", expected F32 or BF16"));
-    }
-    bool match = v->shape.size() == spec.shape.size();
-    for (std::size_t i = 0; match && i < spec.shape.size(); ++i)
-      match = spec.shape[i] < 0 || spec.shape[i] == v->shape[i];
-    if (!match) {
-      return corrupt("tensor " + spec.name + " has shape " + shape_to_string(v->shape) +
-                     ", the config implies " + shape_to_string(spec.shape));
-    }
-  }
-  return {};
-}
+using Source = WeightReader;
 
 HyperConnectionWeights hc_weights(const QwenNextConfig& c, const Source& s, const std::string& p,
                                   bool inject) {

@@ -1,0 +1,39 @@
+#include "model/common/logits.h"
+
+namespace fs {
+
+void lm_head_rows(Backend& be, const Tensor& normed, LogitsRows rows, const Weight& head,
+                  Tensor& logits, Tensor& ids) {
+  if (rows == LogitsRows::kNone) return;
+  Tensor last;
+  const Tensor* src = &normed;
+  if (!logits_of_all_rows(rows)) {
+    be.slice_rows(normed, normed.rows() - 1, 1, last);
+    src = &last;
+  }
+  be.linear(*src, head, logits);
+  if (logits_stay_on_backend(rows)) be.argmax_rows(logits, ids);
+}
+
+Status take_backend_status(Backend& be) {
+  Status s = be.status();
+  be.clear_status();
+  if (!s.ok()) return s.with_context("forward on the " + be.name() + " backend");
+  return s;
+}
+
+Status logits_to_output(Backend& be, LogitsRows rows, Tensor logits, const Tensor& ids,
+                        ForwardOutput& out) {
+  if (rows == LogitsRows::kNone) return {};
+  out.rows = logits.rows();
+  if (!logits_stay_on_backend(rows)) {
+    out.logits = logits.to_host_vector();
+    return {};
+  }
+  out.argmax.resize(static_cast<std::size_t>(ids.numel()));
+  ids.memory()->to_host(out.argmax.data(), ids.raw(), ids.bytes());
+  out.device_logits = std::move(logits);
+  return take_backend_status(be);
+}
+
+}  // namespace fs
