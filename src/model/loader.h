@@ -20,7 +20,7 @@ struct LoadOptions {
   std::int64_t draft_vocab = 0;
 };
 
-// Families without a forward pass yet (deepseek_v4, glm5_next) are `unsupported`.
+// Families without a forward pass yet (glm5_next) are `unsupported`.
 Expected<std::unique_ptr<Model>> load_model(const std::string& dir,
                                             const LoadOptions& options = {});
 

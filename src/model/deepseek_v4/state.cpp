@@ -24,6 +24,8 @@ DsCompressorState compressor_state(std::int64_t width, std::int64_t out, std::in
   DsCompressorState s;
   s.kv = Tensor(memory, {0, width});
   s.gate = Tensor(memory, {0, width});
+  s.kv_slack = Tensor(memory, {0, width});
+  s.gate_slack = Tensor(memory, {0, width});
   s.rows = Tensor(memory, {0, out});
   s.ratio = ratio;
   s.overlap = overlap;
@@ -52,6 +54,41 @@ Status load_rows(const StateTensorView& view, std::int64_t cols, std::int64_t mi
                         " memory loading state tensor " + view.name);
   dst.copy_from_host(view.data);
   return {};
+}
+
+// The rows of positions [from, to) of slack ++ buffer (buffer's last row at position end - 1),
+// copied into `out` in the same memory; false when the memory is exhausted.
+bool gather_rows(const Tensor& slack, const Tensor& buffer, std::int64_t end, std::int64_t from,
+                 std::int64_t to, Tensor& out) {
+  const auto cols = buffer.cols();
+  const auto row_bytes = static_cast<std::size_t>(cols) * sizeof(float);
+  if (!out.allocate(buffer.memory(), {to - from, cols})) return false;
+  const auto buffer_first = end - buffer.rows(), slack_first = buffer_first - slack.rows();
+  auto copy = [&](const Tensor& src, std::int64_t src_first) {
+    const auto lo = std::max(from, src_first), hi = std::min(to, src_first + src.rows());
+    if (hi <= lo) return;
+    buffer.memory()->copy(
+        static_cast<char*>(out.raw()) + static_cast<std::size_t>(lo - from) * row_bytes,
+        static_cast<const char*>(src.raw()) + static_cast<std::size_t>(lo - src_first) * row_bytes,
+        static_cast<std::size_t>(hi - lo) * row_bytes);
+  };
+  copy(slack, slack_first);
+  copy(buffer, buffer_first);
+  return true;
+}
+
+// Goes back to `length`: the buffer becomes positions [buffer_from, length), the slack the kept
+// positions before it (from where the slack began). The caller checked they are all there.
+bool rewind_rows(Tensor& slack, Tensor& buffer, std::int64_t end, std::int64_t length,
+                 std::int64_t buffer_from) {
+  const auto slack_first = end - buffer.rows() - slack.rows();
+  Tensor s, b;
+  if (!gather_rows(slack, buffer, end, slack_first, buffer_from, s) ||
+      !gather_rows(slack, buffer, end, buffer_from, length, b))
+    return false;
+  slack = std::move(s);
+  buffer = std::move(b);
+  return true;
 }
 
 const StateTensorView* find_view(std::span<const StateTensorView> tensors,
@@ -91,15 +128,18 @@ std::unique_ptr<LayerCache> DsAttentionCache::clone() const {
   return std::make_unique<DsAttentionCache>(*this);
 }
 
-std::int64_t DsAttentionCache::raw_keep(std::int64_t covered_tokens) const {
-  return std::min(covered_tokens, window - 1 + kDsRollbackSlack);
+std::int64_t DsAttentionCache::raw_rows(std::int64_t length) const {
+  return std::min(length, window - 1);
 }
 
 bool DsAttentionCache::can_truncate(std::int64_t length) const {
   if (length < 0 || length > covered) return false;
-  if (std::max<std::int64_t>(length - window + 1, 0) < raw_first()) return false;
+  const auto raw_from = covered - raw.rows() - raw_slack.rows();
+  if (length - raw_rows(length) < raw_from) return false;
   for (const auto* c : {&compressor, &indexer}) {
-    if (*c && (*c)->needed_from(length) < covered - (*c)->kv.rows()) return false;
+    if (!*c) continue;
+    const auto from = covered - (*c)->kv.rows() - (*c)->kv_slack.rows();
+    if ((*c)->needed_from(length) < from) return false;
   }
   return true;
 }
@@ -109,13 +149,20 @@ Status DsAttentionCache::truncate(std::int64_t length) {
     return failed_precondition(kind() + " cache covering " + std::to_string(covered) +
                                " tokens keeps too few rows to go back to " +
                                std::to_string(length));
-  // Every buffer loses its rows at positions >= length; first positions stay where they were.
-  raw.shrink_rows(raw.rows() - (covered - length));
+  if (length == covered) return {};
+  // Every buffer becomes what a state covering `length` holds, from its slack and itself.
+  const auto oom = [&] {
+    return out_of_range("out of " + device_name(raw.memory()->device()) + " memory truncating a " +
+                        kind() + " cache");
+  };
+  if (!rewind_rows(raw_slack, raw, covered, length, length - raw_rows(length))) return oom();
   for (auto* c : {&compressor, &indexer}) {
     if (!*c) continue;
     auto& s = **c;
-    s.kv.shrink_rows(s.kv.rows() - (covered - length));
-    s.gate.shrink_rows(s.gate.rows() - (covered - length));
+    const auto from = s.needed_from(length);
+    if (!rewind_rows(s.kv_slack, s.kv, covered, length, from) ||
+        !rewind_rows(s.gate_slack, s.gate, covered, length, from))
+      return oom();
     s.rows.shrink_rows(length / s.ratio);
   }
   covered = length;
@@ -123,18 +170,30 @@ Status DsAttentionCache::truncate(std::int64_t length) {
 }
 
 void DsAttentionCache::trim(Backend& be) {
-  auto cut = [&](Tensor& t, std::int64_t keep) {
-    if (t.rows() <= keep) return;
-    Tensor kept;
-    be.slice_rows(t, t.rows() - keep, keep, kept);
-    t = std::move(kept);
+  // buffer keeps its last `keep` rows; the rows before them join the slack, which keeps its
+  // last `keep_slack`.
+  auto shift = [&](Tensor& slack, Tensor& buffer, std::int64_t keep, std::int64_t keep_slack) {
+    if (buffer.rows() > keep) {
+      Tensor moved, kept;
+      be.slice_rows(buffer, 0, buffer.rows() - keep, moved);
+      be.append_rows(slack, moved);
+      be.slice_rows(buffer, buffer.rows() - keep, keep, kept);
+      buffer = std::move(kept);
+    }
+    if (slack.rows() > keep_slack) {
+      Tensor kept;
+      be.slice_rows(slack, slack.rows() - keep_slack, keep_slack, kept);
+      slack = std::move(kept);
+    }
   };
-  cut(raw, raw_keep(covered));
+  shift(raw_slack, raw, raw_rows(covered), kDsRollbackSlack);
   for (auto* c : {&compressor, &indexer}) {
     if (!*c) continue;
-    const auto keep = covered - (*c)->keep_from(covered);
-    cut((*c)->kv, keep);
-    cut((*c)->gate, keep);
+    auto& s = **c;
+    const auto from = s.needed_from(covered);
+    const auto keep_slack = from - s.keep_from(covered);
+    shift(s.kv_slack, s.kv, covered - from, keep_slack);
+    shift(s.gate_slack, s.gate, covered - from, keep_slack);
   }
 }
 
@@ -177,22 +236,23 @@ Status DsAttentionCache::load(std::span<const StateTensorView> t, std::int64_t n
   };
   auto raw_view = need("raw");
   if (!raw_view.ok()) return raw_view.status();
-  if (auto s = load_rows(**raw_view, raw.cols(), std::min(n, window - 1), n, memory, loaded.raw);
+  if (auto s = load_rows(**raw_view, raw.cols(), raw_rows(n), raw_rows(n), memory, loaded.raw);
       !s.ok())
     return s;
+  loaded.raw_slack = Tensor(memory, {0, raw.cols()});
   for (auto [name, c] :
        {std::pair{"compressor", &loaded.compressor}, {"indexer", &loaded.indexer}}) {
     if (!*c) continue;
     auto& s = **c;
     const std::string p = name;
-    const auto min_rows = n - s.needed_from(n);
+    const auto rows = n - s.needed_from(n);
     for (auto [part, dst] : {std::pair{".kv", &s.kv}, {".gate", &s.gate}}) {
       auto v = need(p + part);
       if (!v.ok()) return v.status();
-      if (auto st = load_rows(**v, dst->cols(), min_rows, n, memory, *dst); !st.ok()) return st;
+      if (auto st = load_rows(**v, dst->cols(), rows, rows, memory, *dst); !st.ok()) return st;
     }
-    if (s.kv.rows() != s.gate.rows())
-      return invalid_argument("state tensors " + p + ".kv and " + p + ".gate differ in rows");
+    s.kv_slack = Tensor(memory, {0, s.kv.cols()});
+    s.gate_slack = Tensor(memory, {0, s.gate.cols()});
     auto v = need(p + ".rows");
     if (!v.ok()) return v.status();
     if (auto st = load_rows(**v, s.rows.cols(), n / s.ratio, n / s.ratio, memory, s.rows); !st.ok())
