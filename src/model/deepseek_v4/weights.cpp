@@ -230,7 +230,7 @@ Status upload_deepseek_v4_weights(DeepseekV4Weights& w, Backend& be, DType matri
       upload(a.indexer->q_b_proj), upload(a.indexer->weights_proj);
     }
     auto& m = lw.moe;
-    upload(m.router.gate), upload(m.router.selection_bias);  // TODO(merge): token_experts
+    upload(m.router.gate), upload(m.router.selection_bias), upload(m.router.token_experts);
     upload(m.gate_up), upload(m.down);
     upload(m.shared.gate), upload(m.shared.up), upload(m.shared.down);
   };
