@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "decode/generator.h"
 #include "model/deepseek_v4/config.h"
 #include "model/deepseek_v4/rope.h"
 #include "model/deepseek_v4/state.h"
+#include "model/family.h"
 #include "model/loader.h"
 #include "qwen_fixture.h"
 #include "session/checkpoint.h"
@@ -268,6 +270,45 @@ TEST(DeepseekV4Rope, YarnGivesTheReferenceRatios) {
   DsRope plain;
   plain.theta = 10000;
   EXPECT_FLOAT_EQ(rope_inv_freq(plain, 8)[1], static_cast<float>(1.0 / std::pow(10000.0, 0.25)));
+}
+
+// The ropes as config.json gives them: the nested {"main", "compress"} form, and the legacy flat
+// rope_scaling that becomes the compress rope at compress_rope_theta (HF __post_init__).
+TEST(DeepseekV4Rope, ConfigGivesBothRopes) {
+  auto config = nlohmann::json::parse(test::read_bytes(fixture() + "/config.json"));
+  const auto parse = [](const nlohmann::json& j) {
+    auto d = describe_model_config(j.dump(), "config.json");
+    EXPECT_TRUE(d.ok()) << d.status().to_string();
+    return d.ok() ? std::get<DeepseekV4Config>(d->config) : DeepseekV4Config{};
+  };
+  auto c = parse(config);
+  EXPECT_FALSE(c.main_rope.yarn);
+  EXPECT_FALSE(c.compress_rope.yarn);
+  EXPECT_EQ(c.main_rope.theta, 10000.0);
+  EXPECT_EQ(c.compress_rope.theta, 160000.0);
+  config["rope_parameters"]["compress"] = {
+      {"rope_type", "yarn"}, {"rope_theta", 160000.0},
+      {"factor", 16.0},      {"original_max_position_embeddings", 65536},
+      {"beta_fast", 32.0},   {"beta_slow", 1.0}};
+  c = parse(config);
+  EXPECT_TRUE(c.compress_rope.yarn);
+  EXPECT_EQ(c.compress_rope.factor, 16.0);
+  EXPECT_EQ(c.compress_rope.original_max_position_embeddings, 65536.0);
+  EXPECT_FALSE(c.main_rope.yarn);
+  config.erase("rope_parameters");
+  config["rope_scaling"] = {{"type", "yarn"},
+                            {"factor", 4.0},
+                            {"original_max_position_embeddings", 64},
+                            {"rope_theta", 5.0}};
+  c = parse(config);
+  EXPECT_TRUE(c.compress_rope.yarn);
+  EXPECT_EQ(c.compress_rope.theta, 160000.0);  // compress_rope_theta, not the flat dict's
+  EXPECT_EQ(c.main_rope.theta, 10000.0);
+  config["rope_scaling"] = {{"type", "yarn"},
+                            {"factor", 4.0},
+                            {"attention_factor", 1.2},
+                            {"original_max_position_embeddings", 64}};
+  EXPECT_FALSE(describe_model_config(config.dump(), "config.json").ok());
 }
 
 }  // namespace
