@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -50,6 +51,13 @@ class Backend {
   virtual Expected<Weight> upload(const Weight& w, DType matrix_dtype) = 0;
   // Blocks until queued work is done (device backends run ops asynchronously).
   virtual void synchronize() {}
+  // Free and total bytes of the device memory this backend computes in; nullopt for host memory
+  // (the loader checks that a model's weights fit before it uploads any).
+  struct DeviceMemoryInfo {
+    std::uint64_t free = 0;
+    std::uint64_t total = 0;
+  };
+  virtual std::optional<DeviceMemoryInfo> device_memory() const { return std::nullopt; }
 
   // The first failure since the last clear_status(); ok when none.
   const Status& status() const { return status_; }

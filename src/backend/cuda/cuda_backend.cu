@@ -387,6 +387,15 @@ bool CudaBackend::check(bool ok, const char* op, const char* what) {
 
 // --- upload --------------------------------------------------------------------------------------
 
+std::optional<Backend::DeviceMemoryInfo> CudaBackend::device_memory() const {
+  std::size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return std::nullopt;
+  }
+  return DeviceMemoryInfo{free, total};
+}
+
 // An index table (DeepSeek V4's tid2eid) becomes int32 on the device; int64 entries are
 // narrowed on the host and must fit.
 Expected<Weight> CudaBackend::upload_index_table(const Weight& w) {

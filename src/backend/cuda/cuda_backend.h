@@ -123,6 +123,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   const std::shared_ptr<Memory>& memory() const override { return memory_; }
   Expected<Weight> upload(const Weight& w, DType matrix_dtype) override;
+  std::optional<DeviceMemoryInfo> device_memory() const override;
   void synchronize() override;
 
   void linear(const Tensor& x, const Weight& w, Tensor& y) override;

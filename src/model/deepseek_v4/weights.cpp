@@ -1,12 +1,11 @@
 #include "model/deepseek_v4/weights.h"
 
-#include <set>
-
 #include "backend/backend.h"
 #include "model/deepseek_v4/rope.h"
 #include "model/deepseek_v4/schema.h"
 #include "model/schema_builder.h"
 #include "model/weight_reader.h"
+#include "model/weight_upload.h"
 
 namespace fs {
 namespace {
@@ -187,35 +186,19 @@ Expected<DeepseekV4Weights> load_deepseek_v4_weights(const DeepseekV4Config& c,
 }
 
 Status upload_deepseek_v4_weights(DeepseekV4Weights& w, Backend& be, DType matrix_dtype) {
-  Status status;
-  auto upload_as = [&](Weight& x, DType dtype) {
-    if (!status.ok() || x.empty()) return;
-    auto up = be.upload(x, dtype);
-    if (!up.ok()) {
-      status = up.status();
-      return;
-    }
-    x = *up;
-  };
-  auto upload = [&](Weight& x) { upload_as(x, matrix_dtype); };
+  std::vector<WeightUpload> plan;
+  auto upload = [&](Weight& x) { plan.push_back({&x, matrix_dtype}); };
   // The hyper-connection parameters and the position biases are fp32 in the reference.
-  auto upload_f32 = [&](Weight& x) { upload_as(x, DType::kF32); };
+  auto upload_f32 = [&](Weight& x) { plan.push_back({&x, DType::kF32}); };
   auto upload_mhc = [&](MhcWeights& m) {
+    upload_f32(m.fn), upload_f32(m.base), upload_f32(m.scale);
+  };
+  auto upload_head = [&](MhcHeadWeights& m) {
     upload_f32(m.fn), upload_f32(m.base), upload_f32(m.scale);
   };
   auto upload_compressor = [&](DsCompressorWeights& c) {
     upload(c.kv_proj), upload(c.gate_proj), upload_f32(c.position_bias), upload(c.kv_norm);
   };
-  const bool tied = w.lm_head.data == w.embed_tokens.data;
-  upload(w.embed_tokens);
-  if (tied) {
-    w.lm_head = w.embed_tokens;
-  } else {
-    upload(w.lm_head);
-  }
-  upload(w.norm);
-  upload_f32(w.hc_head.fn), upload_f32(w.hc_head.base), upload_f32(w.hc_head.scale);
-  upload(w.unit_head), upload(w.main_inv_freq), upload(w.compress_inv_freq);
   auto upload_layer = [&](DsLayerWeights& lw) {
     upload_mhc(lw.attn_hc);
     upload_mhc(lw.ffn_hc);
@@ -234,15 +217,22 @@ Status upload_deepseek_v4_weights(DeepseekV4Weights& w, Backend& be, DType matri
     upload(m.gate_up), upload(m.down);
     upload(m.shared.gate), upload(m.shared.up), upload(m.shared.down);
   };
+  // A tied lm_head is the embedding's bytes: upload_weights copies them once for both.
+  upload(w.embed_tokens);
+  upload(w.lm_head);
+  upload(w.norm);
+  upload_head(w.hc_head);
+  upload(w.unit_head), upload(w.main_inv_freq), upload(w.compress_inv_freq);
   for (auto& lw : w.layers) upload_layer(lw);
   if (w.mtp) {
     auto& m = *w.mtp;
     upload(m.enorm), upload(m.hnorm), upload(m.e_proj), upload(m.h_proj), upload(m.norm);
     upload_layer(m.layer);
-    upload_f32(m.hc_head.fn), upload_f32(m.hc_head.base), upload_f32(m.hc_head.scale);
+    upload_head(m.hc_head);
   }
-  if (status.ok()) w.dtype = w.embed_tokens.dtype;
-  return status;
+  if (Status s = upload_weights(be, plan, "the deepseek_v4 weights"); !s.ok()) return s;
+  w.dtype = w.embed_tokens.dtype;
+  return {};
 }
 
 }  // namespace fs
