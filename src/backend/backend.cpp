@@ -244,6 +244,24 @@ void Backend::layer_norm(const Tensor&, const Weight&, const Weight&, float, Ten
 void Backend::kpool_compress(const Tensor&, const Tensor&, const Weight&, std::int64_t,
                              std::int64_t, std::int64_t, Tensor&) {
   unimplemented("kpool_compress");
+void Backend::rope_interleaved(Tensor&, std::int64_t, const Weight&, std::int64_t, std::int64_t,
+                               bool) {
+  unimplemented("rope_interleaved");
+}
+void Backend::compressor_pool(const Tensor&, const Tensor&, std::int64_t, const Weight&,
+                              std::int64_t, std::int64_t, bool, Tensor&) {
+  unimplemented("compressor_pool");
+}
+void Backend::weighted_index_scores(const Tensor&, const Tensor&, const Tensor&, float, Tensor&) {
+  unimplemented("weighted_index_scores");
+}
+void Backend::sink_attention(const Tensor&, const Tensor&, std::int64_t, std::int64_t,
+                             const Tensor&, std::int64_t, const Tensor*, const Weight&,
+                             std::int64_t, float, Tensor&) {
+  unimplemented("sink_attention");
+}
+void Backend::grouped_linear(const Tensor&, const Weight&, std::int64_t, Tensor&) {
+  unimplemented("grouped_linear");
 }
 void Backend::block_mean(const Tensor&, std::int64_t, std::int64_t, std::int64_t, Tensor&) {
   unimplemented("block_mean");

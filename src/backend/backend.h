@@ -203,6 +203,44 @@ class Backend {
                                       const Tensor& picked, std::int64_t block, std::int64_t first,
                                       float scale, Tensor& out);
 
+  // --- compressed attention (DeepSeek V4: arch-dsv4.md 2.4-2.10) -------------------------------
+  // Interleaved (GPT-J) RoPE on the LAST 2 * inv_freq.numel() columns of every `head_dim`-wide
+  // head of each row, in place (HF DeepseekV4 apply_rotary_pos_emb): pair j is the columns
+  // (head_dim - rotary + 2j, head_dim - rotary + 2j + 1), rotated by the angle pos * inv_freq[j];
+  // row r is at position first + r * stride. `inverse` rotates by -angle (the attention output's
+  // de-rotation). inv_freq is an f32 vector (plain or YaRN frequencies, computed at load).
+  virtual void rope_interleaved(Tensor& x, std::int64_t head_dim, const Weight& inv_freq,
+                                std::int64_t first, std::int64_t stride, bool inverse);
+  // The compressor's softmax-gated pooling (HF DeepseekV4HCACompressor / CSACompressor). kv and
+  // gate [n, width] hold the per-token projections of positions src_first .. src_first + n - 1;
+  // the gate of the token at position t gets bias[t % ratio] (bias [ratio, width]). Window w
+  // covers positions w*ratio .. w*ratio + ratio - 1. out [windows, D] holds windows
+  // first_window ... first_window + windows - 1; per channel i, a softmax over the window's slots:
+  //   plain (D = width):         slots (kv_t[i], gate_t[i]) for t in window w;
+  //   overlap (D = width / 2):   slots (kv_t[i], gate_t[i]) for t in window w-1 (none for w = 0)
+  //                              and (kv_t[D+i], gate_t[D+i]) for t in window w.
+  virtual void compressor_pool(const Tensor& kv, const Tensor& gate, std::int64_t src_first,
+                               const Weight& bias, std::int64_t first_window, std::int64_t windows,
+                               bool overlap, Tensor& out);
+  // The lightning indexer's scores (HF DeepseekV4IndexerScorer): q [S, heads*dim], keys [N, dim],
+  // weights [S, heads]; out[s, w] = scale * sum_h weights[s, h] * relu(q[s, h] . keys[w]).
+  virtual void weighted_index_scores(const Tensor& q, const Tensor& keys, const Tensor& weights,
+                                     float scale, Tensor& out);
+  // Shared-KV attention with a learned sink per head (HF DeepseekV4Attention, eager with sinks).
+  // q [S, H*D]; one K=V head: kv [n, D] holds the raw rows of positions kv_first .. kv_first+n-1,
+  // comp [N, D] the compressed rows. Query s (position p = first + s) reads the raw rows of
+  // positions max(kv_first, p - window + 1) .. p, then the compressed rows picked[s, :] (int32,
+  // -1 skipped) when `picked` is given, else every row w < (p + 1) / ratio (none when ratio is
+  // 0). P = softmax over their logits (q . k * scale) and the sink logit sinks[h];
+  // out = sum_j P_j k_j (the sink takes probability and adds no value).
+  virtual void sink_attention(const Tensor& q, const Tensor& kv, std::int64_t kv_first,
+                              std::int64_t window, const Tensor& comp, std::int64_t ratio,
+                              const Tensor* picked, const Weight& sinks, std::int64_t first,
+                              float scale, Tensor& out);
+  // Block-diagonal linear (HF DeepseekV4GroupedLinear, the o_a projection): x [S, G*In],
+  // w [G*Out, In]; y[s, g*Out + o] = x[s, g*In : (g+1)*In] . w[g*Out + o, :].
+  virtual void grouped_linear(const Tensor& x, const Weight& w, std::int64_t groups, Tensor& y);
+
   // --- indexers and routing --------------------------------------------------------------------
   // Mean of each complete group of `group` consecutive rows of x[first_row ...]: out [n, cols].
   virtual void block_mean(const Tensor& x, std::int64_t first_row, std::int64_t blocks,

@@ -24,6 +24,8 @@ Status describe_deepseek_v4(ConfigReader& r, ModelDescription& d) {
   if (!c.ok()) return c.status();
   d.layers = deepseek_v4_schedule(*c);
   d.tensors = deepseek_v4_tensors(*c);
+  // The MTP block ships as "mtp.0.*" (HF ignores it; arch-dsv4.md 4).
+  d.mtp_prefixes.push_back("mtp.");
   d.config = std::move(c).value();
   return {};
 }

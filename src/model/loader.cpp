@@ -1,6 +1,7 @@
 #include "model/loader.h"
 
 #include "backend/backend.h"
+#include "model/deepseek_v4/forward.h"
 #include "model/family.h"
 #include "model/glm5/forward.h"
 #include "model/mtp.h"
@@ -37,13 +38,26 @@ Expected<std::unique_ptr<Model>> load_glm5(const ModelDescription& d, const std:
       std::make_unique<Glm5Model>(config, std::move(weights).value(), std::move(backend)));
 }
 
+Expected<std::unique_ptr<Model>> load_deepseek_v4(const ModelDescription& d, const std::string& dir,
+                                                  std::unique_ptr<Backend> backend,
+                                                  DType matrix_dtype) {
+  const auto& config = std::get<DeepseekV4Config>(d.config);
+  auto weights = load_deepseek_v4_weights(config, dir);
+  if (!weights.ok()) return weights.status();
+  if (Status s = upload_deepseek_v4_weights(*weights, *backend, matrix_dtype); !s.ok())
+    return s.with_context("uploading " + dir + " to the " + backend->name() + " backend");
+  return std::unique_ptr<Model>(
+      std::make_unique<DeepseekV4Model>(config, std::move(weights).value(), std::move(backend)));
+}
+
 // The runnable families' constructors (the rest of what a family is lives in family_table.cpp).
 struct FamilyLoader {
   Family family;
   LoadFn load;
 };
 constexpr FamilyLoader kLoaders[] = {{Family::kQwenNext, load_qwen_next},
-                                     {Family::kGlm5, load_glm5}};
+                                     {Family::kGlm5, load_glm5},
+                                     {Family::kDeepseekV4, load_deepseek_v4}};
 
 }  // namespace
 

@@ -20,7 +20,7 @@ struct LoadOptions {
   std::int64_t draft_vocab = 0;
 };
 
-// Families without a forward pass yet (deepseek_v4) are `unsupported`.
+// A family without a forward pass is `unsupported`.
 Expected<std::unique_ptr<Model>> load_model(const std::string& dir,
                                             const LoadOptions& options = {});
 

@@ -47,6 +47,10 @@ Weight WeightSource::vec(const std::string& name) const {
   return own(std::move(v), {n});
 }
 
+Weight WeightSource::widened(const std::string& name) const {
+  return own(values(name), ck_.view(name)->shape);
+}
+
 Weight WeightSource::conv(const std::string& name) const {
   const auto v = *ck_.view(name);
   return own(values(name), {v.dim(0), v.dim(2)});

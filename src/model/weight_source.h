@@ -32,6 +32,9 @@ class WeightSource {
   Weight own(std::vector<float> values, Shape shape) const;
   // The tensor as an f32 vector owned by the arena, flattened to one dimension.
   Weight vec(const std::string& name) const;
+  // The tensor widened to f32 in the arena, in its own shape (a small f32 matrix, such as the
+  // mHC mixes DeepSeek V4 keeps in fp32).
+  Weight widened(const std::string& name) const;
   // A [C, 1, K] depthwise conv kernel as [C, K] f32.
   Weight conv(const std::string& name) const;
   std::vector<std::int64_t> ints(const std::string& name) const;

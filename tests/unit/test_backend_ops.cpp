@@ -1170,8 +1170,140 @@ std::vector<Case> make_cases() {
   return cases;
 }
 
+// DeepSeek V4's compressed attention (backend.h "compressed attention"), at the fixture's shapes
+// and at Flash's (head 512, rope 64, window 128, CSA ratio 4 with 1024-wide projections, HCA 128,
+// 64 indexer heads of 128).
+std::vector<Case> compressed_attention_cases() {
+  std::vector<Case> cases;
+  auto add = [&](std::string name, double tol, std::function<OpRun(Rng&)> build) {
+    cases.push_back({std::move(name), tol, std::move(build)});
+  };
+  constexpr auto F32 = DType::kF32;
+  constexpr auto BF16 = DType::kBF16;
+  struct RopeShape {
+    std::int64_t rows, heads, head_dim, rotary, first, stride;
+    bool inverse;
+  };
+  for (const auto& c : std::vector<RopeShape>{{5, 4, 32, 8, 0, 1, false},
+                                              {3, 1, 32, 8, 4, 4, false},
+                                              {5, 4, 32, 8, 37, 1, true},
+                                              {6, 16, 16, 8, 8, 1, false},
+                                              {4, 64, 512, 64, 70000, 1, false},
+                                              {3, 64, 512, 64, 70000, 1, true},
+                                              {2, 1, 512, 64, 4096, 128, false}}) {
+    add("rope_interleaved_" + n(c.rows) + "x" + n(c.heads) + "x" + n(c.head_dim) + "_r" +
+            n(c.rotary) + "_at" + n(c.first) + "_step" + n(c.stride) + (c.inverse ? "_inv" : ""),
+        kElementwise, [=](Rng& rng) -> OpRun {
+          auto x = random_tensor({c.rows, c.heads * c.head_dim}, rng);
+          auto f = std::make_shared<HostWeight>(random_weight(F32, {c.rotary / 2}, rng, 1.0f));
+          return [=](const Feed& fd) {
+            auto t = fd.in(x);
+            fd.be.rope_interleaved(t, c.head_dim, fd.w(*f), c.first, c.stride, c.inverse);
+            return std::vector<Tensor>{t};
+          };
+        });
+  }
+  struct PoolShape {
+    std::int64_t width, ratio, src_first, rows, first_window, windows;
+    bool overlap;
+  };
+  for (const auto& c : std::vector<PoolShape>{{32, 16, 0, 40, 0, 2, false},
+                                              {64, 4, 0, 13, 0, 3, true},
+                                              {64, 4, 4, 9, 2, 1, true},
+                                              {32, 4, 28, 8, 8, 1, true},
+                                              {2048, 4, 0, 40, 0, 10, true},
+                                              {1024, 4, 60, 8, 16, 1, true},
+                                              {512, 128, 128, 130, 1, 1, false}}) {
+    add("compressor_pool_w" + n(c.width) + "_m" + n(c.ratio) + "_from" + n(c.src_first) + "_n" +
+            n(c.rows) + "_win" + n(c.first_window) + "+" + n(c.windows) +
+            (c.overlap ? "_overlap" : ""),
+        kReduction, [=](Rng& rng) -> OpRun {
+          auto kv = random_tensor({c.rows, c.width}, rng),
+               gate = random_tensor({c.rows, c.width}, rng, 3.0f);
+          auto bias =
+              std::make_shared<HostWeight>(random_weight(F32, {c.ratio, c.width}, rng, 1.0f));
+          return [=](const Feed& f) {
+            Tensor o;
+            f.be.compressor_pool(f.in(kv), f.in(gate), c.src_first, f.w(*bias), c.first_window,
+                                 c.windows, c.overlap, o);
+            return std::vector<Tensor>{o};
+          };
+        });
+  }
+  for (const auto& [S, N, heads, dim] :
+       std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>>{
+           {5, 7, 16, 16}, {1, 0, 16, 16}, {4, 300, 64, 128}, {1, 2048, 64, 128}}) {
+    add("weighted_index_scores_S" + n(S) + "_N" + n(N) + "_h" + n(heads) + "_d" + n(dim),
+        kReduction, [=](Rng& rng) -> OpRun {
+          auto q = random_tensor({S, heads * dim}, rng), keys = random_tensor({N, dim}, rng),
+               w = random_tensor({S, heads}, rng);
+          const float scale = 1.0f / std::sqrt(static_cast<float>(heads * dim));
+          return [=](const Feed& f) {
+            Tensor o;
+            f.be.weighted_index_scores(f.in(q), f.in(keys), f.in(w), scale, o);
+            return std::vector<Tensor>{o};
+          };
+        });
+  }
+  // kind: 0 sliding only, 1 every visible compressed row (HCA), 2 the indexer's picks (CSA).
+  struct AttnShape {
+    std::int64_t S, first, kv_first, H, D, window, ratio, top;
+    int kind;
+  };
+  for (const auto& c : std::vector<AttnShape>{{64, 0, 0, 4, 32, 8, 0, 0, 0},
+                                              {1, 40, 33, 4, 32, 8, 0, 0, 0},
+                                              {64, 0, 0, 4, 32, 8, 16, 0, 1},
+                                              {3, 50, 43, 4, 32, 8, 16, 0, 1},
+                                              {64, 0, 0, 4, 32, 8, 4, 4, 2},
+                                              {7, 100, 80, 4, 32, 8, 4, 4, 2},
+                                              {4, 300, 100, 64, 512, 128, 4, 16, 2},
+                                              {1, 1000, 800, 64, 512, 128, 128, 0, 1},
+                                              {130, 0, 0, 64, 512, 128, 0, 0, 0}}) {
+    add("sink_attention_S" + n(c.S) + "_at" + n(c.first) + "_kv" + n(c.kv_first) + "_H" + n(c.H) +
+            "_D" + n(c.D) + "_W" + n(c.window) + "_m" + n(c.ratio) + "_top" + n(c.top) + "_k" +
+            n(c.kind),
+        kProduct, [=](Rng& rng) -> OpRun {
+          const auto end = c.first + c.S;
+          const auto N = c.ratio > 0 ? end / c.ratio : 0;
+          auto q = random_tensor({c.S, c.H * c.D}, rng, 0.5f),
+               kv = random_tensor({end - c.kv_first, c.D}, rng),
+               comp = random_tensor({N, c.D}, rng);
+          auto picked = c.kind == 2 ? random_picks(c.S, c.first, c.ratio, c.top, rng) : Tensor{};
+          auto sinks = std::make_shared<HostWeight>(random_weight(F32, {c.H}, rng, 2.0f));
+          const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+          return [=](const Feed& f) {
+            Tensor o, p = c.kind == 2 ? f.in(picked) : Tensor{};
+            f.be.sink_attention(f.in(q), f.in(kv), c.kv_first, c.window,
+                                N > 0 ? f.in(comp) : Tensor{}, c.kind == 0 ? 0 : c.ratio,
+                                c.kind == 2 ? &p : nullptr, f.w(*sinks), c.first, scale, o);
+            return std::vector<Tensor>{o};
+          };
+        });
+  }
+  for (const auto& [S, G, in, out, dtype] :
+       std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, DType>>{
+           {5, 2, 64, 16, F32}, {1, 8, 4096, 1024, BF16}, {6, 8, 4096, 1024, BF16}}) {
+    add("grouped_linear_S" + n(S) + "_G" + n(G) + "_in" + n(in) + "_out" + n(out) + "_" + dt(dtype),
+        kProduct, [=](Rng& rng) -> OpRun {
+          auto x = random_tensor({S, G * in}, rng);
+          auto w = std::make_shared<HostWeight>(
+              random_weight(dtype, {G * out, in}, rng, 1.0f / std::sqrt(static_cast<float>(in))));
+          return [=](const Feed& f) {
+            Tensor y;
+            f.be.grouped_linear(f.in(x), f.w(*w), G, y);
+            return std::vector<Tensor>{y};
+          };
+        });
+  }
+  return cases;
+}
+
 const std::vector<Case>& all_cases() {
-  static const std::vector<Case> cases = make_cases();
+  static const std::vector<Case> cases = [] {
+    auto all = make_cases();
+    for (auto& c : compressed_attention_cases()) all.push_back(std::move(c));
+    return all;
+  }();
   return cases;
 }
 
@@ -2203,6 +2335,154 @@ class NoOpsBackend final : public Backend {
  private:
   std::shared_ptr<Memory> memory_;
 };
+
+// DeepSeek V4's interleaved tail RoPE: pair j of the last 2*half columns turns by pos * f[j]; the
+// leading columns are untouched, the inverse undoes it, and scores depend on relative position.
+TEST_F(CpuOps, RopeInterleavedRotatesTailPairs) {
+  const std::int64_t heads = 2, D = 8;
+  const std::vector<float> f = {0.5f, 0.125f};
+  const auto x = normal_tensor({3, heads * D}, rng);
+  Tensor t = x;
+  be->rope_interleaved(t, D, f32_vector(f), 5, 2, false);
+  for (std::int64_t r = 0; r < 3; ++r) {
+    const auto pos = static_cast<float>(5 + 2 * r);
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const float* a = x.row(r) + h * D;
+      const float* b = t.row(r) + h * D;
+      for (std::int64_t c = 0; c < 4; ++c) EXPECT_EQ(b[c], a[c]);
+      for (std::int64_t j = 0; j < 2; ++j) {
+        const double ang = static_cast<double>(pos * f[static_cast<std::size_t>(j)]);
+        const double u = a[4 + 2 * j], v = a[5 + 2 * j];
+        EXPECT_NEAR(b[4 + 2 * j], u * std::cos(ang) - v * std::sin(ang), 1e-5);
+        EXPECT_NEAR(b[5 + 2 * j], v * std::cos(ang) + u * std::sin(ang), 1e-5);
+      }
+    }
+  }
+  be->rope_interleaved(t, D, f32_vector(f), 5, 2, true);
+  EXPECT_LE(max_abs_diff(t.span(), x.span()), 1e-5);
+}
+
+// The compressor's pooling against a direct per-channel softmax: plain windows (HCA) and
+// overlapping ones (CSA: the previous window's first halves join the current second halves),
+// the position bias by offset in the window, a frontier that starts past position 0.
+TEST_F(CpuOps, CompressorPoolEqualsDirectSoftmax) {
+  for (const bool overlap : {false, true}) {
+    const std::int64_t ratio = 4, width = overlap ? 6 : 3, D = 3, src_first = 4, n = 13;
+    const auto kv = normal_tensor({n, width}, rng), gate = normal_tensor({n, width}, rng, 2.0f),
+               bias = normal_tensor({ratio, width}, rng);
+    const std::int64_t first_window = 2, windows = 2;  // windows 2 and 3: positions 8..15
+    Tensor out;
+    be->compressor_pool(kv, gate, src_first, f32_weight(bias), first_window, windows, overlap, out);
+    ASSERT_EQ(out.shape(), (Shape{windows, D}));
+    for (std::int64_t wi = 0; wi < windows; ++wi) {
+      const auto w = first_window + wi;
+      for (std::int64_t i = 0; i < D; ++i) {
+        std::vector<std::pair<double, double>> slots;  // (score, value)
+        auto add = [&](std::int64_t window, std::int64_t col) {
+          for (auto t = window * ratio; t < (window + 1) * ratio; ++t)
+            slots.emplace_back(gate.row(t - src_first)[col + i] + bias.row(t % ratio)[col + i],
+                               kv.row(t - src_first)[col + i]);
+        };
+        if (overlap) add(w - 1, 0);
+        add(w, overlap ? D : 0);
+        double m = -INFINITY, z = 0, o = 0;
+        for (const auto& s : slots) m = std::max(m, s.first);
+        for (const auto& s : slots) z += std::exp(s.first - m);
+        for (const auto& s : slots) o += std::exp(s.first - m) / z * s.second;
+        EXPECT_NEAR(out.row(wi)[i], o, 1e-5) << "overlap " << overlap << " window " << w;
+      }
+    }
+  }
+  // CSA's window 0 has no previous window: only its own second halves.
+  const auto kv = normal_tensor({4, 4}, rng), gate = normal_tensor({4, 4}, rng);
+  const std::vector<float> zero_bias(16, 0.0f);
+  const Weight bias{DType::kF32, {4, 4}, reinterpret_cast<const std::uint8_t*>(zero_bias.data())};
+  Tensor out;
+  be->compressor_pool(kv, gate, 0, bias, 0, 1, true, out);
+  for (std::int64_t i = 0; i < 2; ++i) {
+    double z = 0, o = 0;
+    for (std::int64_t t = 0; t < 4; ++t) z += std::exp(gate.row(t)[2 + i]);
+    for (std::int64_t t = 0; t < 4; ++t) o += std::exp(gate.row(t)[2 + i]) / z * kv.row(t)[2 + i];
+    EXPECT_NEAR(out.row(0)[i], o, 1e-5);
+  }
+}
+
+TEST_F(CpuOps, WeightedIndexScoresEqualDirect) {
+  const std::int64_t S = 3, N = 5, heads = 4, dim = 6;
+  const auto q = normal_tensor({S, heads * dim}, rng), keys = normal_tensor({N, dim}, rng),
+             w = normal_tensor({S, heads}, rng);
+  Tensor out;
+  be->weighted_index_scores(q, keys, w, 0.25f, out);
+  ASSERT_EQ(out.shape(), (Shape{S, N}));
+  for (std::int64_t s = 0; s < S; ++s)
+    for (std::int64_t b = 0; b < N; ++b) {
+      double acc = 0;
+      for (std::int64_t h = 0; h < heads; ++h) {
+        double d = 0;
+        for (std::int64_t c = 0; c < dim; ++c) d += q.row(s)[h * dim + c] * keys.row(b)[c];
+        acc += w.row(s)[h] * std::max(0.0, d);
+      }
+      EXPECT_NEAR(out.row(s)[b], 0.25 * acc, 1e-5);
+    }
+}
+
+// Sink attention against a direct softmax with the sink in the normaliser: the sliding window
+// over raw rows that start past position 0, every visible compressed row (HCA), or the picks.
+TEST_F(CpuOps, SinkAttentionEqualsDirectSoftmax) {
+  const std::int64_t H = 3, D = 4, window = 3, ratio = 4, first = 9, S = 3, kv_first = 6;
+  const auto q = normal_tensor({S, H * D}, rng), kv = normal_tensor({first + S - kv_first, D}, rng),
+             comp = normal_tensor({3, D}, rng);
+  const std::vector<float> sinks = {0.3f, -1.0f, 2.0f};
+  const auto picked = i32_tensor({S, 2}, {1, -1, 0, 2, -1, -1});
+  for (int kind = 0; kind < 3; ++kind) {
+    Tensor out;
+    be->sink_attention(q, kv, kv_first, window, comp, kind == 0 ? 0 : ratio,
+                       kind == 2 ? &picked : nullptr, f32_vector(sinks), first, 0.5f, out);
+    ASSERT_EQ(out.shape(), q.shape());
+    for (std::int64_t s = 0; s < S; ++s) {
+      const auto p = first + s;
+      std::vector<const float*> keys;
+      for (auto t = p - window + 1; t <= p; ++t) keys.push_back(kv.row(t - kv_first));
+      if (kind == 1)
+        for (std::int64_t w = 0; w < (p + 1) / ratio; ++w) keys.push_back(comp.row(w));
+      if (kind == 2)
+        for (std::int64_t j = 0; j < 2; ++j)
+          if (const auto w = picked.data_as<std::int32_t>()[s * 2 + j]; w >= 0)
+            keys.push_back(comp.row(w));
+      for (std::int64_t h = 0; h < H; ++h) {
+        double z = std::exp(static_cast<double>(sinks[static_cast<std::size_t>(h)]));
+        std::vector<double> e;
+        for (const auto* k : keys) {
+          double d = 0;
+          for (std::int64_t c = 0; c < D; ++c) d += q.row(s)[h * D + c] * k[c];
+          e.push_back(std::exp(0.5 * d));
+          z += e.back();
+        }
+        for (std::int64_t c = 0; c < D; ++c) {
+          double o = 0;
+          for (std::size_t j = 0; j < keys.size(); ++j) o += e[j] / z * keys[j][c];
+          EXPECT_NEAR(out.row(s)[h * D + c], o, 1e-5) << "kind " << kind;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CpuOps, GroupedLinearIsBlockDiagonal) {
+  const std::int64_t S = 3, G = 2, in = 5, out = 4;
+  const auto x = normal_tensor({S, G * in}, rng), w = normal_tensor({G * out, in}, rng);
+  Tensor y;
+  be->grouped_linear(x, f32_weight(w), G, y);
+  ASSERT_EQ(y.shape(), (Shape{S, G * out}));
+  for (std::int64_t s = 0; s < S; ++s)
+    for (std::int64_t g = 0; g < G; ++g)
+      for (std::int64_t o = 0; o < out; ++o) {
+        double acc = 0;
+        for (std::int64_t i = 0; i < in; ++i)
+          acc += static_cast<double>(x.row(s)[g * in + i]) * w.row(g * out + o)[i];
+        EXPECT_NEAR(y.row(s)[g * out + o], acc, 1e-5);
+      }
+}
 
 TEST(BackendStatus, MissingOpIsANamedUnsupportedFailure) {
   NoOpsBackend be;

@@ -180,6 +180,19 @@ class CudaBackend final : public Backend {
                               std::int64_t kv_heads, const Tensor& picked, std::int64_t block,
                               std::int64_t first, float scale, Tensor& out) override;
 
+  // DeepSeek V4's compressed attention (cuda_compressed.cu).
+  void rope_interleaved(Tensor& x, std::int64_t head_dim, const Weight& inv_freq,
+                        std::int64_t first, std::int64_t stride, bool inverse) override;
+  void compressor_pool(const Tensor& kv, const Tensor& gate, std::int64_t src_first,
+                       const Weight& bias, std::int64_t first_window, std::int64_t windows,
+                       bool overlap, Tensor& out) override;
+  void weighted_index_scores(const Tensor& q, const Tensor& keys, const Tensor& weights,
+                             float scale, Tensor& out) override;
+  void sink_attention(const Tensor& q, const Tensor& kv, std::int64_t kv_first, std::int64_t window,
+                      const Tensor& comp, std::int64_t ratio, const Tensor* picked,
+                      const Weight& sinks, std::int64_t first, float scale, Tensor& out) override;
+  void grouped_linear(const Tensor& x, const Weight& w, std::int64_t groups, Tensor& y) override;
+
   void block_mean(const Tensor& x, std::int64_t first_row, std::int64_t blocks, std::int64_t group,
                   Tensor& out) override;
   void kpool_compress(const Tensor& keys, const Tensor& gate, const Weight& ape, std::int64_t pool,

@@ -1,6 +1,61 @@
 #include "model/deepseek_v4/config.h"
 
 namespace fs {
+namespace {
+
+// A rope sub-dict: {"rope_type": "default" | "yarn", "rope_theta", "factor", ...}.
+DsRope parse_rope(ConfigReader& r, const std::string& field, const nlohmann::json& j,
+                  double theta) {
+  DsRope rope;
+  rope.theta = j.contains("rope_theta") ? j["rope_theta"].get<double>() : theta;
+  const auto type = j.contains("rope_type") ? j["rope_type"].get<std::string>()
+                    : j.contains("type")    ? j["type"].get<std::string>()
+                                            : "default";
+  if (type == "yarn") {
+    rope.yarn = true;
+    rope.factor = j.value("factor", 1.0);
+    rope.original_max_position_embeddings = j.value("original_max_position_embeddings", 0.0);
+    rope.beta_fast = j.value("beta_fast", 32.0);
+    rope.beta_slow = j.value("beta_slow", 1.0);
+    rope.truncate = j.value("truncate", true);
+    if (j.contains("attention_factor") && j["attention_factor"].get<double>() != 1.0)
+      r.fail(field, "has a YaRN attention_factor other than 1 (V4 applies no mscale)");
+    if (rope.original_max_position_embeddings <= 0)
+      r.fail(field, "YaRN needs original_max_position_embeddings");
+  } else if (type != "default") {
+    r.fail(field, "has rope_type '" + type + "'; only default and yarn are supported");
+  }
+  return rope;
+}
+
+// HF DeepseekV4Config.__post_init__: a nested {"main", "compress"} dict, or a flat one (legacy
+// rope_scaling) that becomes the compress rope; main is always plain rope at rope_theta.
+void parse_ropes(ConfigReader& r, DeepseekV4Config& c) {
+  c.main_rope.theta = c.rope_theta;
+  c.compress_rope.theta = c.compress_rope_theta;
+  for (const char* field : {"rope_parameters", "rope_scaling"}) {
+    if (!r.has(field) || r.root()[field].is_null()) continue;
+    const auto& rp = r.root()[field];
+    if (!rp.is_object()) {
+      r.fail(field, "must be an object");
+      return;
+    }
+    if (rp.contains("main") || rp.contains("compress")) {
+      if (rp.contains("main"))
+        c.main_rope = parse_rope(r, std::string(field) + ".main", rp["main"], c.rope_theta);
+      if (rp.contains("compress"))
+        c.compress_rope =
+            parse_rope(r, std::string(field) + ".compress", rp["compress"], c.compress_rope_theta);
+    } else {
+      auto flat = rp;
+      flat.erase("rope_theta");  // the compress rope always runs at compress_rope_theta
+      c.compress_rope = parse_rope(r, field, flat, c.compress_rope_theta);
+    }
+    return;
+  }
+}
+
+}  // namespace
 
 Expected<DeepseekV4Config> parse_deepseek_v4_config(ConfigReader& r) {
   DeepseekV4Config c;
@@ -35,6 +90,7 @@ Expected<DeepseekV4Config> parse_deepseek_v4_config(ConfigReader& r) {
         c.hca_compress_rate = cr["heavily_compressed_attention"].get<std::int64_t>();
     }
   }
+  parse_ropes(r, c);
   c.index_n_heads = r.integer("index_n_heads");
   c.index_head_dim = r.integer("index_head_dim");
   c.index_topk = r.integer("index_topk");

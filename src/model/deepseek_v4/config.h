@@ -13,6 +13,18 @@ namespace fs {
 enum class DsAttentionKind { kSliding, kCompressedSparse, kHeavilyCompressed };
 enum class DsMlpKind { kHashMoe, kMoe };
 
+// One rope of the family (HF rope_parameters["main"] / ["compress"]): plain, or YaRN-scaled
+// frequencies (HF _compute_yarn_parameters). V4 forces YaRN's attention factor to 1 (no mscale).
+struct DsRope {
+  bool yarn = false;
+  double theta = 10000.0;
+  double factor = 1.0;
+  double original_max_position_embeddings = 0;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  bool truncate = true;
+};
+
 struct DeepseekV4Config {
   std::int64_t vocab_size = 0;
   std::int64_t hidden_size = 0;
@@ -29,6 +41,8 @@ struct DeepseekV4Config {
   std::int64_t hca_compress_rate = 128;
   double rope_theta = 10000.0;
   double compress_rope_theta = 160000.0;
+  DsRope main_rope;      // sliding layers
+  DsRope compress_rope;  // CSA/HCA layers, their compressors and indexers
 
   std::int64_t index_n_heads = 0;
   std::int64_t index_head_dim = 0;

@@ -1,0 +1,238 @@
+#include "model/deepseek_v4/weights.h"
+
+#include "backend/backend.h"
+#include "model/deepseek_v4/rope.h"
+#include "model/deepseek_v4/schema.h"
+#include "model/schema_builder.h"
+#include "model/weight_source.h"
+#include "model/weight_upload.h"
+
+namespace fs {
+namespace {
+
+MhcWeights mhc_weights(const DeepseekV4Config& c, const WeightSource& r, const std::string& p) {
+  MhcWeights w;
+  w.fn = r.widened(p + "fn");  // fp32, as the reference keeps it (HF _keep_in_fp32_modules)
+  w.base = r.vec(p + "base");
+  w.scale = r.vec(p + "scale");
+  w.streams = c.hc_mult;
+  w.width = c.hidden_size;
+  w.norm_eps = static_cast<float>(c.rms_norm_eps);
+  w.hc_eps = static_cast<float>(c.hc_eps);
+  w.sinkhorn_iters = c.hc_sinkhorn_iters;
+  return w;
+}
+
+DsCompressorWeights compressor_weights(const WeightSource& r, const std::string& p,
+                                       std::int64_t ratio, bool overlap) {
+  DsCompressorWeights w;
+  w.kv_proj = r.weight(p + "kv_proj.weight");
+  w.gate_proj = r.weight(p + "gate_proj.weight");
+  w.position_bias = r.widened(p + "position_bias");
+  w.kv_norm = r.vec(p + "kv_norm.weight");
+  w.ratio = ratio;
+  w.overlap = overlap;
+  return w;
+}
+
+DsAttentionWeights attention_weights(const DeepseekV4Config& c, const WeightSource& r,
+                                     const std::string& a, DsAttentionKind kind) {
+  DsAttentionWeights w;
+  w.q_a_proj = r.weight(a + "q_a_proj.weight");
+  w.q_a_norm = r.vec(a + "q_a_norm.weight");
+  w.q_b_proj = r.weight(a + "q_b_proj.weight");
+  w.kv_proj = r.weight(a + "kv_proj.weight");
+  w.kv_norm = r.vec(a + "kv_norm.weight");
+  w.o_a_proj = r.weight(a + "o_a_proj.weight");
+  w.o_b_proj = r.weight(a + "o_b_proj.weight");
+  w.sinks = r.vec(a + "sinks");
+  if (kind == DsAttentionKind::kSliding) return w;
+  const auto ratio = c.compress_rate(kind);
+  const bool csa = kind == DsAttentionKind::kCompressedSparse;
+  w.compressor = compressor_weights(r, a + "compressor.", ratio, csa);
+  if (csa) {
+    const auto ip = a + "compressor.indexer.";
+    DsIndexerWeights idx;
+    idx.compressor = compressor_weights(r, ip, ratio, true);
+    idx.q_b_proj = r.weight(ip + "q_b_proj.weight");
+    idx.weights_proj = r.weight(ip + "scorer.weights_proj.weight");
+    w.indexer = std::move(idx);
+  }
+  return w;
+}
+
+RouterScore router_score(const std::string& f) {
+  return f == "softmax"   ? RouterScore::kSoftmax
+         : f == "sigmoid" ? RouterScore::kSigmoid
+                          : RouterScore::kSqrtSoftplus;
+}
+
+MhcHeadWeights hyper_head(const DeepseekV4Config& c, const WeightSource& r, const std::string& p) {
+  MhcHeadWeights w;
+  w.fn = r.widened(p + "hc_head.hc_fn");
+  w.base = r.vec(p + "hc_head.hc_base");
+  w.scale = r.vec(p + "hc_head.hc_scale");
+  w.streams = c.hc_mult;
+  w.width = c.hidden_size;
+  w.norm_eps = static_cast<float>(c.rms_norm_eps);
+  w.hc_eps = static_cast<float>(c.hc_eps);
+  return w;
+}
+
+// One decoder layer under prefix L; the hash table (int64 in the checkpoint) is narrowed to
+// int32 into `ints`.
+Expected<DsLayerWeights> layer_weights(
+    const DeepseekV4Config& c, const WeightSource& r, const std::string& L, DsAttentionKind kind,
+    DsMlpKind mlp, std::vector<std::unique_ptr<std::vector<std::int32_t>>>& ints) {
+  DsLayerWeights lw;
+  lw.kind = kind;
+  lw.attn_hc = mhc_weights(c, r, L + "attn_hc.");
+  lw.ffn_hc = mhc_weights(c, r, L + "ffn_hc.");
+  lw.input_layernorm = r.vec(L + "input_layernorm.weight");
+  lw.post_attention_layernorm = r.vec(L + "post_attention_layernorm.weight");
+  lw.attn = attention_weights(c, r, L + "self_attn.", kind);
+
+  const auto m = L + "mlp.";
+  auto& moe = lw.moe;
+  auto& router = moe.router;
+  router.gate = r.weight(m + "gate.weight");
+  router.score = router_score(c.scoring_func);
+  router.experts = c.n_routed_experts;
+  router.top_k = c.num_experts_per_tok;
+  router.normalize = true;  // HF normalises the selected weights always (HF 1034, 1067)
+  router.routed_scaling = static_cast<float>(c.routed_scaling_factor);
+  if (mlp == DsMlpKind::kHashMoe) {
+    // tid2eid [V, k] int64 -> int32; every id must name an expert.
+    const auto ids = r.ints(m + "gate.tid2eid");
+    auto table = std::make_unique<std::vector<std::int32_t>>(ids.size());
+    for (std::size_t j = 0; j < ids.size(); ++j) {
+      if (ids[j] < 0 || ids[j] >= c.n_routed_experts)
+        return corrupt("tensor " + m + "gate.tid2eid holds expert " + std::to_string(ids[j]) +
+                       " outside [0, " + std::to_string(c.n_routed_experts) + ")");
+      (*table)[j] = static_cast<std::int32_t>(ids[j]);
+    }
+    router.token_experts = {DType::kI32,
+                            {c.vocab_size, c.num_experts_per_tok},
+                            reinterpret_cast<const std::uint8_t*>(table->data())};
+    ints.push_back(std::move(table));
+  } else {
+    router.selection_bias = r.vec(m + "gate.e_score_correction_bias");
+  }
+  moe.gate_up = r.weight(m + "experts.gate_up_proj");
+  moe.down = r.weight(m + "experts.down_proj");
+  moe.shared.gate = r.weight(m + "shared_experts.gate_proj.weight");
+  moe.shared.up = r.weight(m + "shared_experts.up_proj.weight");
+  moe.shared.down = r.weight(m + "shared_experts.down_proj.weight");
+  moe.shared.swiglu_limit = static_cast<float>(c.swiglu_limit);
+  moe.swiglu_limit = static_cast<float>(c.swiglu_limit);
+  return lw;
+}
+
+// The MTP block when the checkpoint carries one (validated like the trunk).
+Expected<std::optional<DsMtpWeights>> mtp_weights(
+    const DeepseekV4Config& c, const Checkpoint& ck, const WeightSource& r,
+    std::vector<std::unique_ptr<std::vector<std::int32_t>>>& ints) {
+  const auto specs = deepseek_v4_mtp_tensors(c);
+  std::size_t present = 0;
+  for (const auto& spec : specs) present += ck.contains(spec.name);
+  if (present == 0) return std::optional<DsMtpWeights>{};
+  if (auto st = check_specs(specs, ck); !st.ok()) return st.with_context("MTP block");
+  const std::string p = kDeepseekV4MtpPrefix;
+  DsMtpWeights w;
+  w.enorm = r.vec(p + "enorm.weight");
+  w.hnorm = r.vec(p + "hnorm.weight");
+  w.e_proj = r.weight(p + "e_proj.weight");
+  w.h_proj = r.weight(p + "h_proj.weight");
+  auto layer = layer_weights(c, r, p, DsAttentionKind::kSliding, DsMlpKind::kMoe, ints);
+  if (!layer.ok()) return layer.status();
+  w.layer = std::move(layer).value();
+  w.hc_head = hyper_head(c, r, p);
+  w.norm = r.vec(p + "norm.weight");
+  return std::optional<DsMtpWeights>(std::move(w));
+}
+
+}  // namespace
+
+Expected<DeepseekV4Weights> load_deepseek_v4_weights(const DeepseekV4Config& c,
+                                                     const std::string& dir) {
+  auto ck = Checkpoint::open(dir);
+  if (!ck.ok()) return ck.status();
+  DeepseekV4Weights w;
+  w.checkpoint = std::make_unique<Checkpoint>(std::move(ck).value());
+  if (auto st = check_specs(deepseek_v4_tensors(c), *w.checkpoint); !st.ok())
+    return st.with_context(dir);
+  const WeightSource r(*w.checkpoint, w.host_vectors);
+  w.embed_tokens = r.weight("embed_tokens.weight");
+  w.dtype = w.embed_tokens.dtype;
+  w.lm_head = c.tie_word_embeddings ? w.embed_tokens : r.weight("lm_head.weight");
+  w.norm = r.vec("norm.weight");
+  w.hc_head = hyper_head(c, r, "");
+  w.unit_head = r.own(std::vector<float>(static_cast<std::size_t>(c.head_dim), 1.0f), {c.head_dim});
+  const auto half = c.rope_head_dim() / 2;
+  w.main_inv_freq = r.own(rope_inv_freq(c.main_rope, c.rope_head_dim()), {half});
+  w.compress_inv_freq = r.own(rope_inv_freq(c.compress_rope, c.rope_head_dim()), {half});
+
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const auto u = static_cast<std::size_t>(i);
+    auto lw =
+        layer_weights(c, r, layer_prefix(i), c.layer_types[u], c.mlp_layer_types[u], w.host_ints);
+    if (!lw.ok()) return lw.status().with_context(dir);
+    w.layers.push_back(std::move(lw).value());
+  }
+  auto mtp = mtp_weights(c, *w.checkpoint, r, w.host_ints);
+  if (!mtp.ok()) return mtp.status().with_context(dir);
+  w.mtp = std::move(mtp).value();
+  return w;
+}
+
+Status upload_deepseek_v4_weights(DeepseekV4Weights& w, Backend& be, DType matrix_dtype) {
+  std::vector<WeightUpload> plan;
+  auto upload = [&](Weight& x) { plan.push_back({&x, matrix_dtype}); };
+  // The hyper-connection parameters and the position biases are fp32 in the reference.
+  auto upload_f32 = [&](Weight& x) { plan.push_back({&x, DType::kF32}); };
+  auto upload_mhc = [&](MhcWeights& m) {
+    upload_f32(m.fn), upload_f32(m.base), upload_f32(m.scale);
+  };
+  auto upload_head = [&](MhcHeadWeights& m) {
+    upload_f32(m.fn), upload_f32(m.base), upload_f32(m.scale);
+  };
+  auto upload_compressor = [&](DsCompressorWeights& c) {
+    upload(c.kv_proj), upload(c.gate_proj), upload_f32(c.position_bias), upload(c.kv_norm);
+  };
+  auto upload_layer = [&](DsLayerWeights& lw) {
+    upload_mhc(lw.attn_hc);
+    upload_mhc(lw.ffn_hc);
+    upload(lw.input_layernorm), upload(lw.post_attention_layernorm);
+    auto& a = lw.attn;
+    for (auto* x : {&a.q_a_proj, &a.q_a_norm, &a.q_b_proj, &a.kv_proj, &a.kv_norm, &a.o_a_proj,
+                    &a.o_b_proj, &a.sinks})
+      upload(*x);
+    if (a.compressor) upload_compressor(*a.compressor);
+    if (a.indexer) {
+      upload_compressor(a.indexer->compressor);
+      upload(a.indexer->q_b_proj), upload(a.indexer->weights_proj);
+    }
+    auto& m = lw.moe;
+    upload(m.router.gate), upload(m.router.selection_bias), upload(m.router.token_experts);
+    upload(m.gate_up), upload(m.down);
+    upload(m.shared.gate), upload(m.shared.up), upload(m.shared.down);
+  };
+  // A tied lm_head is the embedding's bytes: upload_weights copies them once for both.
+  upload(w.embed_tokens);
+  upload(w.lm_head);
+  upload(w.norm);
+  upload_head(w.hc_head);
+  upload(w.unit_head), upload(w.main_inv_freq), upload(w.compress_inv_freq);
+  for (auto& lw : w.layers) upload_layer(lw);
+  if (w.mtp) {
+    auto& m = *w.mtp;
+    upload(m.enorm), upload(m.hnorm), upload(m.e_proj), upload(m.h_proj), upload(m.norm);
+    upload_layer(m.layer);
+    upload_head(m.hc_head);
+  }
+  if (Status s = upload_weights(be, plan, "the deepseek_v4 weights"); !s.ok()) return s;
+  w.dtype = w.embed_tokens.dtype;
+  return {};
+}
+
+}  // namespace fs
