@@ -55,6 +55,8 @@ struct Segment {
   float* y = nullptr;       // [S, rows]
   std::int64_t rows = 0;
   Epilogue ep;
+  const float* scales = nullptr;  // block-scaled FP8: the 128x128 scale grid, grid_cols wide
+  std::int64_t grid_cols = 0;
 };
 
 struct Segments {
@@ -107,6 +109,7 @@ __global__ void __launch_bounds__(kGemvThreads)
   const int lane = static_cast<int>(threadIdx.x % kG);
   const T* rows[kR];
   const float* xs[kR];
+  const float* scale_rows[kR];
   int seg[kR];
   std::int64_t local[kR];
 #pragma unroll
@@ -119,9 +122,13 @@ __global__ void __launch_bounds__(kGemvThreads)
     local[r] = g - base;
     rows[r] = i < segs.count ? static_cast<const T*>(segs.s[i].w) + local[r] * in : nullptr;
     xs[r] = x;
+    scale_rows[r] = i < segs.count && segs.s[i].scales != nullptr
+                        ? segs.s[i].scales + (local[r] / kFp8Block) * segs.s[i].grid_cols
+                        : nullptr;
   }
   float acc[kR][kS] = {};
-  rows_dot<T, true, kS, kR, kG, kU, true>(rows, xs, in, in / WeightChunk<T, true>::kN, lane, acc);
+  rows_dot<T, true, kS, kR, kG, kU, true>(rows, xs, scale_rows, in, in / WeightChunk<T, true>::kN,
+                                          lane, acc);
 #pragma unroll
   for (int r = 0; r < kR; ++r)
 #pragma unroll
@@ -437,14 +444,24 @@ const T* as(const Weight& w) {
 }
 
 bool matrix_dtype(const Weight& w) {
-  return w.dtype == DType::kF32 || w.dtype == DType::kBF16;
+  return !w.block_scaled() && (w.dtype == DType::kF32 || w.dtype == DType::kBF16);
 }
 
-// Whether x and every weight take the 16-byte path for rows of `in` elements.
+// A block-scaled FP8 weight in the layout the GEMV core reads (128x128 f32 scales).
+bool fp8_matrix(const Weight& w) {
+  return w.block_scaled() && w.dtype == DType::kF8E4M3 &&
+         w.scales.format == quant::ScaleFormat::kF32 && w.scales.block_rows == kFp8Block &&
+         w.scales.block_cols == kFp8Block;
+}
+
+// Whether x and every weight take the 16-byte path for rows of `in` elements (and all are f32,
+// all bf16, or all block-scaled FP8).
 bool chunked(DType dtype, const void* x, std::initializer_list<const Weight*> ws, std::int64_t in) {
   for (const Weight* w : ws) {
     if (w->dtype != dtype) return false;
-    if (dtype == DType::kBF16 ? !vec_ok<bf16_bits>(x, w->data, in) : !vec_ok<float>(x, w->data, in))
+    if (dtype == DType::kF8E4M3 ? !fp8_matrix(*w) || !vec_ok<e4m3_bits>(x, w->data, in)
+        : dtype == DType::kBF16 ? !vec_ok<bf16_bits>(x, w->data, in)
+                                : !vec_ok<float>(x, w->data, in))
       return false;
   }
   return true;
@@ -455,13 +472,23 @@ void add_segment(Segments& segs, const void* w, float* y, std::int64_t rows, con
   segs.s[segs.count++] = Segment{w, y, rows, ep};
   segs.total += rows;
 }
+// A segment over weight `w` (its scale grid too when block-scaled).
+void add_segment(Segments& segs, const Weight& w, float* y, std::int64_t rows, const Epilogue& ep) {
+  add_segment(segs, w.data, y, rows, ep);
+  if (w.block_scaled()) {
+    segs.s[segs.count - 1].scales = reinterpret_cast<const float*>(w.scales.data);
+    segs.s[segs.count - 1].grid_cols = w.scales.grid_cols(w.cols());
+  }
+}
 
 // Queues the multi_gemv of segs over x [S, in] (1 <= S <= kFusedRows, 16-byte rows).
 void run_multi_gemv(const Tensor& x, DType dtype, const Segments& segs, cudaStream_t stream) {
   if (segs.total == 0) return;
   with_count<kFusedRows>(x.rows(), [&](auto tokens) {
     constexpr int kS = decltype(tokens)::value;
-    if (dtype == DType::kBF16)
+    if (dtype == DType::kF8E4M3)
+      multi_gemv_rows<e4m3_bits, kS>(x.data(), segs, x.cols(), stream);
+    else if (dtype == DType::kBF16)
       multi_gemv_rows<bf16_bits, kS>(x.data(), segs, x.cols(), stream);
     else
       multi_gemv_rows<float, kS>(x.data(), segs, x.cols(), stream);
@@ -547,7 +574,7 @@ void CudaBackend::gated_delta_net_in_proj(const Tensor& x, const Weight& w_qkv, 
   if (failed() || !on_device(kOp, {&x})) return;
   const auto S = x.shape().empty() ? 0 : x.rows(), in = x.cols(), heads = w_a.rows();
   const auto dtype = w_qkv.dtype;
-  const bool fused = S >= 1 && S <= kFusedRows && matrix_dtype(w_qkv) &&
+  const bool fused = S >= 1 && S <= kFusedRows && (matrix_dtype(w_qkv) || fp8_matrix(w_qkv)) &&
                      chunked(dtype, x.data(), {&w_qkv, &w_z, &w_b, &w_a}, in) &&
                      w_qkv.cols() == in && w_z.cols() == in && w_b.cols() == in &&
                      w_a.cols() == in && w_b.rows() == heads && dt_bias.dtype == DType::kF32 &&
@@ -570,10 +597,10 @@ void CudaBackend::gated_delta_net_in_proj(const Tensor& x, const Weight& w_qkv, 
   g_ep.act = Activation::kSoftplus;
   g_ep.col_scale = decay_rate.f32();
   Segments segs;
-  add_segment(segs, w_qkv.data, qkv.data(), w_qkv.rows(), Epilogue{});
-  add_segment(segs, w_z.data, z.data(), w_z.rows(), Epilogue{});
-  add_segment(segs, w_b.data, beta.data(), heads, beta_ep);
-  add_segment(segs, w_a.data, g.data(), heads, g_ep);
+  add_segment(segs, w_qkv, qkv.data(), w_qkv.rows(), Epilogue{});
+  add_segment(segs, w_z, z.data(), w_z.rows(), Epilogue{});
+  add_segment(segs, w_b, beta.data(), heads, beta_ep);
+  add_segment(segs, w_a, g.data(), heads, g_ep);
   if (walking()) return;  // a replay: outputs ensured, nothing queued
   run_multi_gemv(x, dtype, segs, stream());
   launched(kOp);
