@@ -322,10 +322,10 @@ std::string bench_table(const json& r) {
   std::ostringstream t;
   char line[256];
   t << "flashserve bench: " << r.value("shapes", "") << ", " << r.value("layers", 0) << " of "
-    << r.value("layers_released", 0) << " layers, bf16, backend " << r.value("backend", "")
-    << ", PLE table " << r.value("ple_table_rows", 0) << " rows (released "
-    << r.value("ple_table_rows_released", 0) << "), context filled " << r.value("context_fill", "")
-    << "\n";
+    << r.value("layers_released", 0) << " layers, " << r.value("matrix_dtype", "bf16")
+    << ", backend " << r.value("backend", "") << ", PLE table " << r.value("ple_table_rows", 0)
+    << " rows (released " << r.value("ple_table_rows_released", 0) << "), context filled "
+    << r.value("context_fill", "") << "\n";
   const double copy = r.value("copy_bandwidth_Bps", 0.0);
   if (copy > 0) {
     std::snprintf(line, sizeof line, "copy bandwidth (D2D): %.0f GB/s\n", copy / 1e9);

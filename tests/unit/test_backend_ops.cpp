@@ -1178,6 +1178,31 @@ std::vector<Case> make_cases() {
           };
         });
   }
+  // FP8 gate/up/down beside a bf16 or f32 expert gate (the FP8 releases keep it unquantised):
+  // the fused kernels at 1-4 rows (8-lane groups for the 640-wide down), the sequence beyond.
+  for (const auto& c : std::vector<SharedShape>{{1, 2560, 640, BF16},
+                                                {3, 2560, 640, F32},
+                                                {4, 2560, 640, BF16},
+                                                {2, 256, 192, BF16},
+                                                {20, 256, 64, BF16}}) {
+    add("shared_expert_S" + n(c.S) + "_H" + n(c.H) + "_I" + n(c.I) + "_fp8_gate_" + dt(c.dtype),
+        kProduct, [=](Rng& rng) -> OpRun {
+          const float hs = 1.0f / std::sqrt(static_cast<float>(c.H));
+          auto x = random_tensor({c.S, c.H}, rng), y = random_tensor({c.S, c.H}, rng);
+          auto gate = std::make_shared<HostFp8Weight>(Shape{c.I, c.H});
+          auto up = std::make_shared<HostFp8Weight>(Shape{c.I, c.H});
+          auto down = std::make_shared<HostFp8Weight>(Shape{c.H, c.I});
+          gate->fill_all(rng, hs);
+          up->fill_all(rng, hs);
+          down->fill_all(rng, 1.0f / std::sqrt(static_cast<float>(c.I)));
+          auto eg = std::make_shared<HostWeight>(random_weight(c.dtype, {1, c.H}, rng, 4 * hs));
+          return [=](const Feed& f) {
+            auto t = f.in(y);
+            f.be.shared_expert(f.in(x), f.w(*gate), f.w(*up), f.w(*down), f.w(*eg), t);
+            return std::vector<Tensor>{t};
+          };
+        });
+  }
   return cases;
 }
 
