@@ -200,7 +200,8 @@ void CountingBackend::select_blocks(const Tensor& scores, std::int64_t first, st
   run("select_blocks", 0, [&](Backend& b) { b.select_blocks(scores, first, block, top, picked); });
 }
 void CountingBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
-                                  const Tensor& experts, const Tensor& weights, Tensor& y) {
+                                  const Tensor& experts, const Tensor& weights, float swiglu_limit,
+                                  Tensor& y) {
   // Rows routed to each expert: two products per expert at those rows.
   const auto E = gate_up.shape.at(0), H = x.cols(), I = down.shape.at(2);
   std::vector<std::int64_t> rows(static_cast<std::size_t>(E), 0);
@@ -214,7 +215,34 @@ void CountingBackend::moe_experts(const Tensor& x, const Weight& gate_up, const 
     flops += 2 * d(n) * (2 * d(I) * d(H) + d(H) * d(I));
   }
   run("moe_experts", flops,
-      [&](Backend& b) { b.moe_experts(x, gate_up, down, experts, weights, y); });
+      [&](Backend& b) { b.moe_experts(x, gate_up, down, experts, weights, swiglu_limit, y); });
+}
+void CountingBackend::select_experts(const Tensor& scores, const Weight& bias, const Weight& table,
+                                     const Tensor* token_ids, std::int64_t groups,
+                                     std::int64_t top_groups, std::int64_t k, bool normalize,
+                                     float scaling, Tensor& experts, Tensor& weights) {
+  run("select_experts", 0, [&](Backend& b) {
+    b.select_experts(scores, bias, table, token_ids, groups, top_groups, k, normalize, scaling,
+                     experts, weights);
+  });
+}
+void CountingBackend::clamp(Tensor& x, float lo, float hi) {
+  run("clamp", 0, [&](Backend& b) { b.clamp(x, lo, hi); });
+}
+void CountingBackend::mhc_weights(const Tensor& h, const Tensor& m, const Weight& base,
+                                  const Weight& scale, std::int64_t streams, float norm_eps,
+                                  float hc_eps, std::int64_t sinkhorn_iters, Tensor& pre,
+                                  Tensor* post, Tensor* comb) {
+  run("mhc_weights", 0, [&](Backend& b) {
+    b.mhc_weights(h, m, base, scale, streams, norm_eps, hc_eps, sinkhorn_iters, pre, post, comb);
+  });
+}
+void CountingBackend::weighted_stream_sum(const Tensor& x, const Tensor& w, Tensor& out) {
+  run("weighted_stream_sum", 0, [&](Backend& b) { b.weighted_stream_sum(x, w, out); });
+}
+void CountingBackend::mhc_expand(Tensor& h, const Tensor& y, const Tensor& post,
+                                 const Tensor& comb) {
+  run("mhc_expand", 0, [&](Backend& b) { b.mhc_expand(h, y, post, comb); });
 }
 
 }  // namespace fs::bench

@@ -366,14 +366,14 @@ void bench_moe(fs::Backend& be, cudaStream_t s, std::vector<Row>& rows, bool qui
     fs::Tensor y;
     const double t_new = time_calls(s, calls, [&](int i) {
       be.moe_experts(x, gu, dn, ids[static_cast<std::size_t>(i)], wts[static_cast<std::size_t>(i)],
-                     y);
+                     0, y);
     });
     // The pair kernels (what the op ran before the fused path), through the op's own switch.
     fs::Tensor yo;
     setenv("FLASHSERVE_CUDA_MOE_PAIRS", "1", 1);
     const double t_old = time_calls(s, calls, [&](int i) {
       be.moe_experts(x, gu, dn, ids[static_cast<std::size_t>(i)], wts[static_cast<std::size_t>(i)],
-                     yo);
+                     0, yo);
     });
     unsetenv("FLASHSERVE_CUDA_MOE_PAIRS");
     cudaStreamSynchronize(s);
@@ -482,7 +482,7 @@ void bench_moe_fp8(fs::Backend& be, cudaStream_t s, std::vector<Row>& rows, bool
     fs::Tensor y;
     const double t = time_calls(s, calls, [&](int i) {
       be.moe_experts(x, gu, dn, ids[static_cast<std::size_t>(i)], wts[static_cast<std::size_t>(i)],
-                     y);
+                     0, y);
     });
     rows.push_back({"moe_experts", "E512 k10 H2560 I640 fp8", "fp8", S,
                     distinct_total / calls * per_expert, t, 0});

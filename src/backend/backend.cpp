@@ -84,6 +84,9 @@ void Backend::signed_sqrt(Tensor&, float) {
 void Backend::normalize_rows(Tensor&) {
   unimplemented("normalize_rows");
 }
+void Backend::clamp(Tensor&, float, float) {
+  unimplemented("clamp");
+}
 void Backend::slice_cols(const Tensor&, std::int64_t, std::int64_t, Tensor&) {
   unimplemented("slice_cols");
 }
@@ -107,6 +110,16 @@ void Backend::stream_mean(const Tensor&, std::int64_t, Tensor&) {
 }
 void Backend::add_scaled_streams(Tensor&, const Tensor&, const Tensor&) {
   unimplemented("add_scaled_streams");
+}
+void Backend::mhc_weights(const Tensor&, const Tensor&, const Weight&, const Weight&, std::int64_t,
+                          float, float, std::int64_t, Tensor&, Tensor*, Tensor*) {
+  unimplemented("mhc_weights");
+}
+void Backend::weighted_stream_sum(const Tensor&, const Tensor&, Tensor&) {
+  unimplemented("weighted_stream_sum");
+}
+void Backend::mhc_expand(Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  unimplemented("mhc_expand");
 }
 void Backend::grouped_dot(const Tensor&, const Tensor&, std::int64_t, Tensor&) {
   unimplemented("grouped_dot");
@@ -244,8 +257,13 @@ void Backend::select_blocks(const Tensor&, std::int64_t, std::int64_t, std::int6
   unimplemented("select_blocks");
 }
 void Backend::moe_experts(const Tensor&, const Weight&, const Weight&, const Tensor&, const Tensor&,
-                          Tensor&) {
+                          float, Tensor&) {
   unimplemented("moe_experts");
+}
+void Backend::select_experts(const Tensor&, const Weight&, const Weight&, const Tensor*,
+                             std::int64_t, std::int64_t, std::int64_t, bool, float, Tensor&,
+                             Tensor&) {
+  unimplemented("select_experts");
 }
 
 Expected<std::unique_ptr<Backend>> make_backend(const std::string& name) {

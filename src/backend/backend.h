@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -32,7 +33,8 @@
 
 namespace fs {
 
-enum class Activation { kIdentity, kSilu, kSigmoid, kSoftplus, kRelu };
+// kSqrtSoftplus: sqrt(softplus(x)), DeepSeek V4's router score.
+enum class Activation { kIdentity, kSilu, kSigmoid, kSoftplus, kRelu, kSqrtSoftplus };
 
 class Backend {
  public:
@@ -49,6 +51,13 @@ class Backend {
   virtual Expected<Weight> upload(const Weight& w, DType matrix_dtype) = 0;
   // Blocks until queued work is done (device backends run ops asynchronously).
   virtual void synchronize() {}
+  // Free and total bytes of the device memory this backend computes in; nullopt for host memory
+  // (the loader checks that a model's weights fit before it uploads any).
+  struct DeviceMemoryInfo {
+    std::uint64_t free = 0;
+    std::uint64_t total = 0;
+  };
+  virtual std::optional<DeviceMemoryInfo> device_memory() const { return std::nullopt; }
 
   // The first failure since the last clear_status(); ok when none.
   const Status& status() const { return status_; }
@@ -91,6 +100,8 @@ class Backend {
   virtual void signed_sqrt(Tensor& x, float floor);
   // Each row divided by its sum, in place (top-k renormalisation).
   virtual void normalize_rows(Tensor& x);
+  // x = min(max(x, lo), hi), in place (the clamped SwiGLU of DeepSeek V4 and GLM 5.3).
+  virtual void clamp(Tensor& x, float lo, float hi);
 
   // --- layout --------------------------------------------------------------------------------
   // out[r, :] = x[r, begin : begin + width].
@@ -119,6 +130,23 @@ class Backend {
   virtual void stream_mean(const Tensor& x, std::int64_t streams, Tensor& out);
   // h[r, s*W : (s+1)*W] += w[r, s] * y[r, :]  (w is [rows, streams], y is [rows, W]).
   virtual void add_scaled_streams(Tensor& h, const Tensor& y, const Tensor& w);
+  // Manifold-constrained hyper-connections (mHC; DeepSeek V4 M:867-963, GLM 5.3 M:220-303), H =
+  // streams, h [S, H*D]. From the raw mix logits m = h · fn^T, [S, (2+H)*H] (or [S, H] for the
+  // final head, post and comb null), with r = rsqrt(mean(h^2) + norm_eps) over the whole row (the
+  // unweighted RMSNorm taken after the product: a per-row scalar commutes with it):
+  //   pre  = sigmoid(r*m[:H]*scale[0] + base[:H]) + hc_eps                [S, H]
+  //   post = 2*sigmoid(r*m[H:2H]*scale[1] + base[H:2H])                    [S, H]
+  //   comb = Sinkhorn(softmax_row(r*m[2H:]*scale[2] + base[2H:]) + hc_eps) [S, H*H], comb[j*H+k]
+  // Sinkhorn: a column normalisation, then (iters-1) row+column pairs, each dividing by
+  // (sum + hc_eps).
+  virtual void mhc_weights(const Tensor& h, const Tensor& m, const Weight& base,
+                           const Weight& scale, std::int64_t streams, float norm_eps, float hc_eps,
+                           std::int64_t sinkhorn_iters, Tensor& pre, Tensor* post, Tensor* comb);
+  // out[r, :] = sum over s of w[r, s] * x[r, s*W : (s+1)*W]  (w [rows, streams]).
+  virtual void weighted_stream_sum(const Tensor& x, const Tensor& w, Tensor& out);
+  // The mHC write, in place: h[r, k] <- post[r, k] * y[r] + sum_j comb[r, j*H+k] * h[r, j]
+  // (each W-wide stream; post [rows, H], comb [rows, H*H], y [rows, W]).
+  virtual void mhc_expand(Tensor& h, const Tensor& y, const Tensor& post, const Tensor& comb);
   // out[r, s] = sum over the s-th group of W columns of a*b.
   virtual void grouped_dot(const Tensor& a, const Tensor& b, std::int64_t group, Tensor& out);
   // The read's stream mix: out[r, c] = mean over s of sigmoid(m[r, s*W + c]) * xn[r, s*W + c],
@@ -188,9 +216,25 @@ class Backend {
   // The routed experts of a sparse MoE: y[s] = sum_j weights[s, j] *
   //   down[e] · swiglu_packed(gate_up[e] · x[s]),  e = experts[s, j],
   // gate_up [E, 2I, H] (gate rows then up rows), down [E, H, I], experts/weights [S, k]. Only the
-  // routed experts' weights are read. y [S, H] is overwritten.
+  // routed experts' weights are read. y [S, H] is overwritten. swiglu_limit L > 0 clamps before
+  // the activation (gate <= L, up in [-L, L]; DeepSeek V4 and GLM 5.3); 0 leaves it plain.
   virtual void moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
-                           const Tensor& experts, const Tensor& weights, Tensor& y);
+                           const Tensor& experts, const Tensor& weights, float swiglu_limit,
+                           Tensor& y);
+  // Expert selection from router scores [S, E] (already activated: softmax, sigmoid or
+  // sqrt-softplus), as DeepSeek V3/V4 and GLM route:
+  //  - chosen by top-k of scores + bias (bias [E] f32, may be empty), restricted when groups > 1
+  //    to the top_groups groups of E/groups consecutive experts ranked by the sum of each group's
+  //    two best biased scores; or, when `table` is set (DeepSeek V4's hash layers: tid2eid
+  //    [vocab, k], int32 or int64), the table row of token_ids[s] (int32 [S, 1]);
+  //  - weighted by the unbiased scores of the chosen experts, divided by (their sum + 1e-20)
+  //    when `normalize`, times `scaling`.
+  // experts [S, k] int32 in descending biased score (the table's order for hash layers; ties to
+  // the lower id), weights [S, k] f32.
+  virtual void select_experts(const Tensor& scores, const Weight& bias, const Weight& table,
+                              const Tensor* token_ids, std::int64_t groups, std::int64_t top_groups,
+                              std::int64_t k, bool normalize, float scaling, Tensor& experts,
+                              Tensor& weights);
 
   // --- fused decode ops ---------------------------------------------------------------------
   // Each is a short sequence of the ops above that a decode step runs once per layer. The default

@@ -175,9 +175,36 @@ void TimingBackend::shared_expert(const Tensor& x, const Weight& gate, const Wei
   run(OpGroup::kLinear, [&](Backend& be) { be.shared_expert(x, gate, up, down, expert_gate, y); });
 }
 void TimingBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
-                                const Tensor& experts, const Tensor& weights, Tensor& y) {
+                                const Tensor& experts, const Tensor& weights, float swiglu_limit,
+                                Tensor& y) {
   run(OpGroup::kExperts,
-      [&](Backend& be) { be.moe_experts(x, gate_up, down, experts, weights, y); });
+      [&](Backend& be) { be.moe_experts(x, gate_up, down, experts, weights, swiglu_limit, y); });
+}
+void TimingBackend::select_experts(const Tensor& scores, const Weight& bias, const Weight& table,
+                                   const Tensor* token_ids, std::int64_t groups,
+                                   std::int64_t top_groups, std::int64_t k, bool normalize,
+                                   float scaling, Tensor& experts, Tensor& weights) {
+  run(OpGroup::kExperts, [&](Backend& be) {
+    be.select_experts(scores, bias, table, token_ids, groups, top_groups, k, normalize, scaling,
+                      experts, weights);
+  });
+}
+void TimingBackend::clamp(Tensor& x, float lo, float hi) {
+  run(OpGroup::kLinear, [&](Backend& be) { be.clamp(x, lo, hi); });
+}
+void TimingBackend::mhc_weights(const Tensor& h, const Tensor& m, const Weight& base,
+                                const Weight& scale, std::int64_t streams, float norm_eps,
+                                float hc_eps, std::int64_t sinkhorn_iters, Tensor& pre,
+                                Tensor* post, Tensor* comb) {
+  run(OpGroup::kNormsHc, [&](Backend& be) {
+    be.mhc_weights(h, m, base, scale, streams, norm_eps, hc_eps, sinkhorn_iters, pre, post, comb);
+  });
+}
+void TimingBackend::weighted_stream_sum(const Tensor& x, const Tensor& w, Tensor& out) {
+  run(OpGroup::kNormsHc, [&](Backend& be) { be.weighted_stream_sum(x, w, out); });
+}
+void TimingBackend::mhc_expand(Tensor& h, const Tensor& y, const Tensor& post, const Tensor& comb) {
+  run(OpGroup::kNormsHc, [&](Backend& be) { be.mhc_expand(h, y, post, comb); });
 }
 
 void TimingBackend::argmax_rows(const Tensor& x, Tensor& ids) {

@@ -90,7 +90,18 @@ class TimingBackend final : public Backend {
   void select_blocks(const Tensor& scores, std::int64_t first, std::int64_t block, std::int64_t top,
                      Tensor& picked) override;
   void moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
-                   const Tensor& experts, const Tensor& weights, Tensor& y) override;
+                   const Tensor& experts, const Tensor& weights, float swiglu_limit,
+                   Tensor& y) override;
+  void select_experts(const Tensor& scores, const Weight& bias, const Weight& table,
+                      const Tensor* token_ids, std::int64_t groups, std::int64_t top_groups,
+                      std::int64_t k, bool normalize, float scaling, Tensor& experts,
+                      Tensor& weights) override;
+  void clamp(Tensor& x, float lo, float hi) override;
+  void mhc_weights(const Tensor& h, const Tensor& m, const Weight& base, const Weight& scale,
+                   std::int64_t streams, float norm_eps, float hc_eps, std::int64_t sinkhorn_iters,
+                   Tensor& pre, Tensor* post, Tensor* comb) override;
+  void weighted_stream_sum(const Tensor& x, const Tensor& w, Tensor& out) override;
+  void mhc_expand(Tensor& h, const Tensor& y, const Tensor& post, const Tensor& comb) override;
   // The fused decode ops: forwarded whole, so the inner backend's fused kernels are what is timed.
   void hyper_connection_read(const Tensor& h, const Weight& norm, const Weight& mix_down,
                              const Weight& mix_up, const Weight& inject, std::int64_t streams,

@@ -12,6 +12,7 @@
 #include "format/safetensors.h"
 #include "format/safetensors_writer.h"
 #include "tensor/quant/minifloat.h"
+#include "util/progress.h"
 
 namespace fs {
 namespace {
@@ -121,8 +122,12 @@ Status convert_checkpoint(const std::string& in_dir, const std::string& out_dir,
   std::vector<TensorToWrite> out;
   buffers.reserve(2 * ck->tensors().size() + static_cast<std::size_t>(parts));
   std::vector<std::string> quantised;
+  std::uint64_t total = 0;
+  for (const auto& [canonical, stored] : ck->tensors()) total += ck->view(canonical)->bytes.size();
+  ProgressMeter meter("convert " + in_dir, total);
   for (const auto& [canonical, stored] : ck->tensors()) {
     const auto v = *ck->view(canonical);
+    meter.add(v.bytes.size());
     if (options.quantize_fp8 && dtype_is_float(v.dtype) &&
         fp8_quantises(stored.stored_name, v.shape.size())) {
       auto q = quantize_fp8(v);

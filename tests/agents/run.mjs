@@ -20,6 +20,13 @@
 // the server's answer, to DIR/<agent>.<turn>-<n>.json. --keep keeps the agents' HOME and working
 // directories (under --scratch, default the system's temporary directory).
 // --turn picks the turns (default both, plain first).
+// --attempts N (default 1) runs a failed turn again, in a fresh HOME and working directory, up to
+// N times in all, when every problem is the model's content (no exit in time while it streamed,
+// no tool call, no final answer or one without the tool's output) and none is the protocol's (a
+// refused request, an error result, an exit code, a connection beyond loopback). The agents put
+// the working directory (a random temporary name) and the date into their prompts, so each run
+// is a different greedy continuation for the 22 MB embedded model, and a few of them loop; a
+// fresh directory is a fresh prompt. Every attempt is printed; the summary counts them.
 // --fake-model runs the agents against fake_model.mjs instead of the server (checks the agents'
 // configuration and this harness alone). Exits 77 (ctest: skipped) when an agent is not
 // installed (npm ci in tests/agents; scripts/setup.sh does it).
@@ -63,6 +70,7 @@ if (turns.some((t) => t !== 'plain' && t !== 'tool')) {
   process.exit(2);
 }
 const turnTimeoutMs = Number(argOf('--turn-timeout-s', '180')) * 1000;
+const attempts = Math.max(1, Number(argOf('--attempts', '1')));
 const recordsDir = argOf('--records');
 if (recordsDir) mkdirSync(recordsDir, { recursive: true });
 
@@ -125,6 +133,15 @@ const clip = (s, n = 600) => (s.length > n ? `${s.slice(0, n)}… (${s.length} c
 const describeRecord = (r) =>
   `${r.method} ${r.path}${r.bytes !== undefined ? ` (${r.bytes} bytes)` : ''} -> ${r.status ?? 'no answer'}` +
   (r.error ? `: ${clip(r.error)}` : '');
+
+// Problems that are the model's content, not the protocol's (see --attempts).
+const MODEL_PROBLEMS = [/^no exit within /, /^no final answer$/, /^no \S+ call \(calls: /,
+  /^no tool output holding /, /^the server received no request carrying the tool result$/,
+  /^the answer does not quote /];
+const onlyModelProblems = (res) =>
+  res.problems.length > 0 &&
+  res.problems.filter((p) => !/^(answer|agent stderr): /.test(p))
+    .every((p) => MODEL_PROBLEMS.some((re) => re.test(p)));
 
 async function runTurn(agent, turn, recorder, dir) {
   const prompt = turn === 'tool' ? toolPrompt(agent) : PLAIN_PROMPT;
@@ -195,13 +212,23 @@ try {
   for (const agent of agents) {
     // Both turns of an agent in one HOME and working directory, as a user's two prompts in one
     // project would be: their prompts share a long prefix, which the server's session bank keeps.
-    const agentScratch = mkdtempSync(join(scratch, `${agent.name}-`));
+    let agentScratch = mkdtempSync(join(scratch, `${agent.name}-`));
     for (const turn of turns) {
-      const res = await runTurn(agent, turn, recorder, agentScratch);
-      results.push(res);
-      console.log(`${res.ok ? 'ok  ' : 'FAIL'} ${res.name} (${(res.ms / 1000).toFixed(1)} s, ` +
-        `${res.requests.length} requests) answer ${JSON.stringify(res.answer)}`);
-      for (const p of res.problems) console.log(`     ${p}`);
+      for (let attempt = 1; ; ++attempt) {
+        const res = await runTurn(agent, turn, recorder, agentScratch);
+        res.attempt = attempt;
+        const retry = !res.ok && attempt < attempts && onlyModelProblems(res);
+        console.log(`${res.ok ? 'ok  ' : retry ? 'RETRY' : 'FAIL'} ${res.name} (attempt ${attempt} of ` +
+          `${attempts}, ${(res.ms / 1000).toFixed(1)} s, ${res.requests.length} requests) answer ` +
+          JSON.stringify(res.answer));
+        for (const p of res.problems) console.log(`     ${p}`);
+        if (!retry) {
+          results.push(res);
+          break;
+        }
+        // A fresh HOME and working directory: a fresh prompt (see --attempts).
+        agentScratch = mkdtempSync(join(scratch, `${agent.name}-`));
+      }
     }
   }
   await recorder.close();
@@ -236,7 +263,7 @@ try {
 const all = [...results, ...serverChecks];
 const passed = all.filter((r) => r.ok).length;
 const failed = all.length - passed;
-console.log(JSON.stringify({ fake_model: fake, turns: results.map(({ name, ok, ms, requests }) => ({ name, ok, ms, requests })),
+console.log(JSON.stringify({ fake_model: fake, turns: results.map(({ name, ok, ms, attempt, requests }) => ({ name, ok, ms, attempt, requests })),
   server: serverFigures }));
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(exitCode || (failed ? 1 : 0));

@@ -104,6 +104,7 @@ class HostWeight {
   }
   Weight view() const { return {dtype_, shape_, data_.get(), Device::kHost}; }
   DType dtype() const { return dtype_; }
+  std::uint8_t* bytes() { return data_.get(); }
   // Random values in elements [begin, begin + n).
   void fill(Rng& rng, float scale, std::int64_t begin = 0, std::int64_t n = -1) {
     if (n < 0) n = shape_numel(shape_) - begin;
@@ -930,7 +931,8 @@ std::vector<Case> make_cases() {
           }
           return [=](const Feed& f) {
             Tensor y;
-            f.be.moe_experts(f.in(x), f.w(*gate_up), f.w(*down), f.in(experts), f.in(weights), y);
+            f.be.moe_experts(f.in(x), f.w(*gate_up), f.w(*down), f.in(experts), f.in(weights), 0,
+                             y);
             return std::vector<Tensor>{y};
           };
         });
@@ -993,7 +995,8 @@ std::vector<Case> make_cases() {
           }
           return [=](const Feed& f) {
             Tensor y;
-            f.be.moe_experts(f.in(x), f.w(*gate_up), f.w(*down), f.in(experts), f.in(weights), y);
+            f.be.moe_experts(f.in(x), f.w(*gate_up), f.w(*down), f.in(experts), f.in(weights), 0,
+                             y);
             return std::vector<Tensor>{y};
           };
         });
@@ -1202,6 +1205,96 @@ std::vector<Case> make_cases() {
             return std::vector<Tensor>{t};
           };
         });
+  }
+
+  // --- mHC and the DeepSeek/GLM router (model/common/mhc.h, router.h) ---
+  struct MhcShape {
+    std::int64_t S, H, D;
+    bool head;
+  };
+  for (const auto& c : std::vector<MhcShape>{{3, 2, 64, false},
+                                             {5, 4, 64, false},
+                                             {1, 4, 4096, false},
+                                             {4, 4, 4096, true},
+                                             {2, 4, 64, true}}) {
+    add("mhc_S" + n(c.S) + "_H" + n(c.H) + "_D" + n(c.D) + (c.head ? "_head" : ""), kReduction,
+        [=](Rng& rng) -> OpRun {
+          const auto mix = c.head ? c.H : (2 + c.H) * c.H;
+          auto h = random_tensor({c.S, c.H * c.D}, rng), y = random_tensor({c.S, c.D}, rng);
+          // Raw logits that the row's RMS scalar (~1.7 for uniform h) brings to a few units.
+          auto m = random_tensor({c.S, mix}, rng, 1.5f);
+          auto base = std::make_shared<HostWeight>(random_weight(F32, {mix}, rng, 1.0f));
+          auto scale = std::make_shared<HostWeight>(
+              random_weight(F32, {c.head ? std::int64_t{1} : 3}, rng, 1.0f));
+          return [=](const Feed& f) {
+            Tensor pre, post, comb, collapsed;
+            auto hh = f.in(h);
+            f.be.mhc_weights(hh, f.in(m), f.w(*base), f.w(*scale), c.H, 1e-6f, 1e-6f, 20, pre,
+                             c.head ? nullptr : &post, c.head ? nullptr : &comb);
+            f.be.weighted_stream_sum(hh, pre, collapsed);
+            if (c.head) return std::vector<Tensor>{pre, collapsed};
+            f.be.mhc_expand(hh, f.in(y), post, comb);
+            return std::vector<Tensor>{pre, post, comb, collapsed, hh};
+          };
+        });
+  }
+  struct SelectShape {
+    std::int64_t S, E, k, groups, top_groups;
+    bool bias, normalize, hashed;
+    float scaling;
+  };
+  // Qwen-like softmax scores without bias; GLM 5.3 (sigmoid, bias, 8 groups of which 4, scaled
+  // 2.5); DeepSeek V4 (sqrt-softplus, bias, 256 top-6, 1.5) and its hash layers; a prefill size.
+  for (const auto& c : std::vector<SelectShape>{{3, 64, 4, 1, 1, false, true, false, 1.0f},
+                                                {2, 256, 8, 8, 4, true, true, false, 2.5f},
+                                                {4, 288, 8, 8, 4, true, false, false, 2.5f},
+                                                {1, 256, 6, 1, 1, true, true, false, 1.5f},
+                                                {5, 256, 6, 1, 1, false, true, true, 1.5f},
+                                                {70, 256, 6, 1, 1, true, true, false, 1.5f}}) {
+    add("select_experts_S" + n(c.S) + "_E" + n(c.E) + "_k" + n(c.k) + "_g" + n(c.groups) +
+            (c.bias ? "_bias" : "") + (c.hashed ? "_hash" : "") + (c.normalize ? "_norm" : ""),
+        kElementwise, [=](Rng& rng) -> OpRun {
+          // Scores in (0, 1] as the activated router gives them; ties from 1/64 steps.
+          auto scores = tied_tensor({c.S, c.E}, rng, 64);
+          for (std::int64_t i = 0; i < scores.numel(); ++i)
+            scores.data()[i] = 0.5f + 0.5f * std::fabs(scores.data()[i]);
+          auto bias = std::make_shared<HostWeight>(random_weight(F32, {c.E}, rng, 0.1f));
+          constexpr std::int64_t vocab = 50;
+          auto table = std::make_shared<HostWeight>(DType::kI64, Shape{vocab, c.k});
+          auto* t = reinterpret_cast<std::int64_t*>(table->bytes());
+          for (std::int64_t i = 0; i < vocab * c.k; ++i) t[i] = rng.below(static_cast<int>(c.E));
+          std::vector<std::int32_t> tok(static_cast<std::size_t>(c.S));
+          for (auto& v : tok) v = rng.below(static_cast<int>(vocab));
+          auto tokens = i32_tensor({c.S, 1}, tok);
+          return [=](const Feed& f) {
+            Tensor experts, weights;
+            const auto ids = f.in(tokens);
+            f.be.select_experts(f.in(scores), c.bias ? f.w(*bias) : Weight{},
+                                c.hashed ? f.w(*table) : Weight{}, c.hashed ? &ids : nullptr,
+                                c.groups, c.top_groups, c.k, c.normalize, c.scaling, experts,
+                                weights);
+            return std::vector<Tensor>{experts, weights};
+          };
+        });
+  }
+  for (const auto& c : std::vector<MoeShape>{{1, 256, 8, 64, 2, BF16}, {3, 256, 8, 64, 2, F32}}) {
+    add("moe_experts_clamped_S" + n(c.S) + "_" + dt(c.dtype), kProduct, [=](Rng& rng) -> OpRun {
+      auto x = random_tensor({c.S, c.H}, rng, 4.0f);
+      auto [experts, weights] = random_routing(c.S, c.E, c.k, rng);
+      // Large enough that many gate and up values pass the limit of 1.
+      auto gate_up = std::make_shared<HostWeight>(random_weight(c.dtype, {c.E, 2 * c.I, c.H}, rng));
+      auto down = std::make_shared<HostWeight>(
+          random_weight(c.dtype, {c.E, c.H, c.I}, rng, 1.0f / std::sqrt(static_cast<float>(c.I))));
+      return [=](const Feed& f) {
+        Tensor y;
+        f.be.moe_experts(f.in(x), f.w(*gate_up), f.w(*down), f.in(experts), f.in(weights), 1.0f, y);
+        auto c2 = f.in(x);
+        f.be.clamp(c2, -0.5f, 0.25f);
+        auto a = f.in(x);
+        f.be.activate(a, Activation::kSqrtSoftplus);
+        return std::vector<Tensor>{y, c2, a};
+      };
+    });
   }
   return cases;
 }
@@ -1424,11 +1517,17 @@ TEST_F(CpuOps, UploadKeepsViewsAndConvertsOnlyWhenAsked) {
   EXPECT_NE(up->data, bv.data);
   ASSERT_EQ(up->dtype, DType::kF32);
   for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(up->f32()[i], vec[i]);  // exact in bf16
-  // A device weight, a non-float weight and an integer matrix dtype are refused with a reason.
+  // An index table (int32/int64, DeepSeek V4's tid2eid) is kept as stored.
+  const auto table = be->upload({DType::kI32, {4, 8}, wm.data}, DType::kF32);
+  ASSERT_TRUE(table.ok());
+  EXPECT_EQ(table->data, wm.data);
+  EXPECT_EQ(table->dtype, DType::kI32);
+  // A device weight, another non-float weight and an integer matrix dtype are refused with a
+  // reason.
   Weight on_device = wm;
   on_device.device = Device::kCuda;
   EXPECT_FALSE(be->upload(on_device, DType::kF32).ok());
-  EXPECT_FALSE(be->upload({DType::kI32, {4, 8}, wm.data}, DType::kF32).ok());
+  EXPECT_FALSE(be->upload({DType::kU8, {4, 8}, wm.data}, DType::kF32).ok());
   EXPECT_FALSE(be->upload(wm, DType::kI32).ok());
   // Round to nearest even: 1 + 2^-8 is halfway between two bf16 values and goes to the even 1.
   const std::vector<float> halfway = {1.0f + 1.0f / 256.0f, 1.0f + 3.0f / 256.0f, 0.0f, 0.0f};
@@ -1998,7 +2097,7 @@ TEST_F(CpuOps, MoeExpertsEqualsDirectAndThePerExpertLoop) {
   const auto experts = i32_tensor({S, k}, {2, 0, 1, 2, 3, 1, 0, 2, 2, 3});
   const Tensor weights({S, k}, {0.7f, 0.3f, 0.5f, 0.5f, 0.9f, 0.1f, 0.2f, 0.8f, 0.6f, 0.4f});
   Tensor y = normal_tensor({S, H}, rng);  // overwritten, not accumulated into
-  be->moe_experts(x, f32_weight(gate_up), f32_weight(down), experts, weights, y);
+  be->moe_experts(x, f32_weight(gate_up), f32_weight(down), experts, weights, 0, y);
   ASSERT_EQ(y.shape(), (Shape{S, H}));
   auto silu = [](double v) { return v / (1 + std::exp(-v)); };
   const auto* ids = experts.data_as<std::int32_t>();
@@ -2118,10 +2217,10 @@ TEST_F(CpuOps, Fp8MoeExpertsEqualDequantisedF32) {
   const auto x = random_tensor({S, H}, r);
   auto [experts, weights] = random_routing(S, E, k, r);
   Tensor y8, yf;
-  be->moe_experts(x, gate_up.view(), down.view(), experts, weights, y8);
+  be->moe_experts(x, gate_up.view(), down.view(), experts, weights, 0, y8);
   be->moe_experts(x, {DType::kF32, {E, 2 * I, H}, reinterpret_cast<const std::uint8_t*>(gu.data())},
                   {DType::kF32, {E, H, I}, reinterpret_cast<const std::uint8_t*>(dn.data())},
-                  experts, weights, yf);
+                  experts, weights, 0, yf);
   ASSERT_EQ(y8.shape(), yf.shape());
   EXPECT_EQ(std::memcmp(y8.data(), yf.data(), y8.bytes()), 0)
       << "max |d| " << max_abs_diff(y8.span(), yf.span());
@@ -2216,7 +2315,7 @@ TEST(BackendStatus, MissingOpIsANamedUnsupportedFailure) {
       << be.status().message();
   EXPECT_NE(be.status().message().find("noops"), std::string::npos);
   // The first failure is kept.
-  be.moe_experts(x, {}, {}, x, x, y);
+  be.moe_experts(x, {}, {}, x, x, 0, y);
   EXPECT_NE(be.status().message().find("'swiglu_packed'"), std::string::npos);
   be.clear_status();
   EXPECT_TRUE(be.status().ok());

@@ -45,6 +45,7 @@ class CpuBackend final : public Backend {
   void swiglu_packed(const Tensor& gu, Tensor& out) override;
   void signed_sqrt(Tensor& x, float floor) override;
   void normalize_rows(Tensor& x) override;
+  void clamp(Tensor& x, float lo, float hi) override;
 
   void slice_cols(const Tensor& x, std::int64_t begin, std::int64_t width, Tensor& out) override;
   void slice_rows(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) override;
@@ -59,6 +60,11 @@ class CpuBackend final : public Backend {
   void stream_mean(const Tensor& x, std::int64_t streams, Tensor& out) override;
   void add_scaled_streams(Tensor& h, const Tensor& y, const Tensor& w) override;
   void grouped_dot(const Tensor& a, const Tensor& b, std::int64_t group, Tensor& out) override;
+  void mhc_weights(const Tensor& h, const Tensor& m, const Weight& base, const Weight& scale,
+                   std::int64_t streams, float norm_eps, float hc_eps, std::int64_t sinkhorn_iters,
+                   Tensor& pre, Tensor* post, Tensor* comb) override;
+  void weighted_stream_sum(const Tensor& x, const Tensor& w, Tensor& out) override;
+  void mhc_expand(Tensor& h, const Tensor& y, const Tensor& post, const Tensor& comb) override;
   void stream_mix(const Tensor& xn, const Tensor& u, const Weight& up, std::int64_t streams,
                   Tensor& out) override;
 
@@ -87,11 +93,18 @@ class CpuBackend final : public Backend {
   void select_blocks(const Tensor& scores, std::int64_t first, std::int64_t block, std::int64_t top,
                      Tensor& picked) override;
   void moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
-                   const Tensor& experts, const Tensor& weights, Tensor& y) override;
+                   const Tensor& experts, const Tensor& weights, float swiglu_limit,
+                   Tensor& y) override;
+  void select_experts(const Tensor& scores, const Weight& bias, const Weight& table,
+                      const Tensor* token_ids, std::int64_t groups, std::int64_t top_groups,
+                      std::int64_t k, bool normalize, float scaling, Tensor& experts,
+                      Tensor& weights) override;
 
  private:
   // A vector op's weight must be an f32 host vector (`upload` makes one); false (recorded) if not.
   bool check_vector(const Weight& w, const char* op);
+  // Records an invalid-argument failure naming `op` unless ok.
+  bool check(bool ok, const char* op, const char* what);
 
   // Converted weights `upload` handed out; the deques never move an element once stored.
   std::mutex owned_mutex_;

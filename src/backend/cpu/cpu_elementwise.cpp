@@ -25,6 +25,8 @@ float apply_act(float v, Activation act) {
       return v > 20.0f ? v : std::log1p(std::exp(v));
     case Activation::kRelu:
       return v > 0.0f ? v : 0.0f;
+    case Activation::kSqrtSoftplus:
+      return std::sqrt(v > 20.0f ? v : std::log1p(std::exp(v)));
   }
   return v;
 }
@@ -181,6 +183,12 @@ void CpuBackend::normalize_rows(Tensor& x) {
     for (std::int64_t c = 0; c < x.cols(); ++c) sum += p[c];
     for (std::int64_t c = 0; c < x.cols(); ++c) p[c] /= sum;
   }
+}
+
+void CpuBackend::clamp(Tensor& x, float lo, float hi) {
+  if (failed()) return;
+  float* p = x.data();
+  for (std::int64_t i = 0; i < x.numel(); ++i) p[i] = std::min(std::max(p[i], lo), hi);
 }
 
 void CpuBackend::slice_cols(const Tensor& x, std::int64_t begin, std::int64_t width, Tensor& out) {

@@ -45,6 +45,8 @@ Expected<Weight> CpuBackend::upload(const Weight& w, DType matrix_dtype) {
   if (w.device != Device::kHost)
     return invalid_argument("cpu backend: cannot upload a weight held in " + device_name(w.device) +
                             " memory");
+  // Index tables (DeepSeek V4's tid2eid) are read as they are stored, int32 or int64.
+  if (w.dtype == DType::kI32 || w.dtype == DType::kI64) return w;
   if (matrix_dtype != DType::kF32 && matrix_dtype != DType::kBF16)
     return invalid_argument("cpu backend: matrices are stored as F32 or BF16, not " +
                             std::string(dtype_name(matrix_dtype)));
@@ -168,12 +170,25 @@ void CpuBackend::add_bias(Tensor& y, const Weight& bias) {
   }
 }
 
+namespace {
+// gate <= L and up in [-L, L], the two halves of each row of gu (the clamped SwiGLU).
+void clamp_gate_up(Tensor& gu, float limit) {
+  const auto half = gu.cols() / 2;
+  for (std::int64_t r = 0; r < gu.rows(); ++r) {
+    float* p = gu.row(r);
+    for (std::int64_t c = 0; c < half; ++c) p[c] = std::min(p[c], limit);
+    for (std::int64_t c = half; c < 2 * half; ++c) p[c] = std::min(std::max(p[c], -limit), limit);
+  }
+}
+}  // namespace
+
 // The per-expert loop the model ran before this op existed, kept so the result is bit-identical:
 // each expert gathers its tokens in increasing order, runs gate_up, swiglu_packed and down as
 // products over just those rows, and its weighted rows are added into y in increasing expert id.
 // Tokens are bucketed by expert in one pass (stable, so the row order is unchanged).
 void CpuBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
-                             const Tensor& experts, const Tensor& weights, Tensor& y) {
+                             const Tensor& experts, const Tensor& weights, float swiglu_limit,
+                             Tensor& y) {
   if (failed()) return;
   assert(experts.dtype() == DType::kI32 && weights.dtype() == DType::kF32);
   assert(experts.shape() == weights.shape() && experts.rows() == x.rows());
@@ -219,6 +234,7 @@ void CpuBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weigh
     for (std::int64_t i = 0; i < n; ++i)
       std::copy_n(x.row(rows[static_cast<std::size_t>(b + i)]), H, xe.row(i));
     local.linear(xe, gate_up.expert(e), gu);
+    if (swiglu_limit > 0) clamp_gate_up(gu, swiglu_limit);
     local.swiglu_packed(gu, act);
     local.linear(act, down.expert(e), he);
     if (!local.status().ok()) {

@@ -420,8 +420,52 @@ Expected<Weight> CudaBackend::upload_block_scaled(const Weight& w) {
   return out;
 }
 
+std::optional<Backend::DeviceMemoryInfo> CudaBackend::device_memory() const {
+  std::size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return std::nullopt;
+  }
+  return DeviceMemoryInfo{free, total};
+}
+
+// An index table (DeepSeek V4's tid2eid) becomes int32 on the device; int64 entries are
+// narrowed on the host and must fit.
+Expected<Weight> CudaBackend::upload_index_table(const Weight& w) {
+  Weight out{DType::kI32, w.shape, nullptr, Device::kCuda};
+  const auto n = static_cast<std::size_t>(w.numel());
+  if (n == 0) return out;
+  if (w.data == nullptr || w.device != Device::kHost)
+    return invalid_argument("cuda upload: an index table must be a host weight with data");
+  std::vector<std::int32_t> narrow(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t v = w.dtype == DType::kI64
+                               ? reinterpret_cast<const std::int64_t*>(w.data)[i]
+                               : reinterpret_cast<const std::int32_t*>(w.data)[i];
+    if (v < INT32_MIN || v > INT32_MAX)
+      return invalid_argument("cuda upload: index table entry " + std::to_string(v) +
+                              " does not fit int32");
+    narrow[i] = static_cast<std::int32_t>(v);
+  }
+  void* dst = nullptr;
+  if (const auto e = cudaMalloc(&dst, n * 4); e != cudaSuccess) {
+    cudaGetLastError();
+    return out_of_range("cuda upload: out of device memory allocating " + std::to_string(n * 4) +
+                        " bytes: " + cudaGetErrorString(e));
+  }
+  DeviceBuffer buffer(dst);
+  if (const auto e = cudaMemcpy(dst, narrow.data(), n * 4, cudaMemcpyHostToDevice);
+      e != cudaSuccess)
+    return internal_error(cuda_message("upload", e));
+  out.data = static_cast<const std::uint8_t*>(dst);
+  const std::lock_guard lock(weights_mutex_);
+  weights_.push_back(std::move(buffer));
+  return out;
+}
+
 Expected<Weight> CudaBackend::upload(const Weight& w, DType matrix_dtype) {
   if (w.block_scaled() && w.numel() > 0) return upload_block_scaled(w);
+  if (w.dtype == DType::kI32 || w.dtype == DType::kI64) return upload_index_table(w);
   const DType target = w.shape.size() >= 2 ? matrix_dtype : DType::kF32;
   if (target != DType::kF32 && target != DType::kBF16)
     return invalid_argument("cuda upload: matrices are stored as F32 or BF16, not " +

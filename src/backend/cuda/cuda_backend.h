@@ -123,6 +123,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   const std::shared_ptr<Memory>& memory() const override { return memory_; }
   Expected<Weight> upload(const Weight& w, DType matrix_dtype) override;
+  std::optional<DeviceMemoryInfo> device_memory() const override;
   void synchronize() override;
 
   void linear(const Tensor& x, const Weight& w, Tensor& y) override;
@@ -144,6 +145,7 @@ class CudaBackend final : public Backend {
   void swiglu_packed(const Tensor& gu, Tensor& out) override;
   void signed_sqrt(Tensor& x, float floor) override;
   void normalize_rows(Tensor& x) override;
+  void clamp(Tensor& x, float lo, float hi) override;
 
   void slice_cols(const Tensor& x, std::int64_t begin, std::int64_t width, Tensor& out) override;
   void slice_rows(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) override;
@@ -186,7 +188,18 @@ class CudaBackend final : public Backend {
   void select_blocks(const Tensor& scores, std::int64_t first, std::int64_t block, std::int64_t top,
                      Tensor& picked) override;
   void moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
-                   const Tensor& experts, const Tensor& weights, Tensor& y) override;
+                   const Tensor& experts, const Tensor& weights, float swiglu_limit,
+                   Tensor& y) override;
+  // mHC and the DeepSeek/GLM expert selection (cuda_mhc_router.cu).
+  void select_experts(const Tensor& scores, const Weight& bias, const Weight& table,
+                      const Tensor* token_ids, std::int64_t groups, std::int64_t top_groups,
+                      std::int64_t k, bool normalize, float scaling, Tensor& experts,
+                      Tensor& weights) override;
+  void mhc_weights(const Tensor& h, const Tensor& m, const Weight& base, const Weight& scale,
+                   std::int64_t streams, float norm_eps, float hc_eps, std::int64_t sinkhorn_iters,
+                   Tensor& pre, Tensor* post, Tensor* comb) override;
+  void weighted_stream_sum(const Tensor& x, const Tensor& w, Tensor& out) override;
+  void mhc_expand(Tensor& h, const Tensor& y, const Tensor& post, const Tensor& comb) override;
   void argmax_rows(const Tensor& x, Tensor& ids) override;
 
   // The fused decode ops (cuda_fused.cu; route_experts in cuda_routing.cu).
@@ -246,6 +259,7 @@ class CudaBackend final : public Backend {
   cudaError_t staged();
   // Records a failure naming the op unless `ok`.
   bool check(bool ok, const char* op, const char* what);
+  Expected<Weight> upload_index_table(const Weight& w);
   // y[:, col0 : col0 + n] (leading dimension ldy) = x[S, in] · w[n, in]^T, all f32.
   bool sgemm(const float* x, std::int64_t S, std::int64_t in, const float* w, std::int64_t n,
              float* y, std::int64_t ldy);

@@ -97,6 +97,8 @@ __device__ __forceinline__ float apply_act(float v, Activation act) {
       return v > 20.0f ? v : log1pf(expf(v));
     case Activation::kRelu:
       return v > 0.0f ? v : 0.0f;
+    case Activation::kSqrtSoftplus:
+      return sqrtf(v > 20.0f ? v : log1pf(expf(v)));
   }
   return v;
 }

@@ -82,6 +82,11 @@ struct SignedSqrtOp {
     x[i] = s * sqrtf(fmaxf(fabsf(v), floor));
   }
 };
+struct ClampOp {
+  float* x;
+  float lo, hi;
+  __device__ void operator()(std::int64_t i) const { x[i] = fminf(fmaxf(x[i], lo), hi); }
+};
 struct SliceColsOp {
   const float* x;
   float* out;
@@ -383,6 +388,13 @@ void CudaBackend::normalize_rows(Tensor& x) {
   normalize_rows_kernel<<<static_cast<unsigned>(x.rows()), reduce_threads(x.cols()), 0, stream()>>>(
       x.data(), x.cols());
   launched("normalize_rows");
+}
+
+void CudaBackend::clamp(Tensor& x, float lo, float hi) {
+  if (failed() || !on_device("clamp", {&x})) return;
+  if (walking()) return;
+  launch_map(x.numel(), ClampOp{x.data(), lo, hi}, stream());
+  launched("clamp");
 }
 
 // --- layout --------------------------------------------------------------------------------------

@@ -36,6 +36,15 @@ constexpr int kGateUpThreads = 256;  // 8 warps, one I-row (its gate and up rows
 constexpr int kDownThreads = 64;     // small blocks: 2560 columns make 640 blocks, ~5 per SM
 constexpr int kDownLanes = 16;       // 640-wide down rows: 5 chunks of 16 bytes per lane
 
+// silu(gate) * up, clamped first when limit > 0 (gate <= L, up in [-L, L]: DeepSeek V4, GLM 5.3).
+__device__ __forceinline__ float clamped_swiglu(float g, float up, float limit) {
+  if (limit > 0.0f) {
+    g = fminf(g, limit);
+    up = fminf(fmaxf(up, -limit), limit);
+  }
+  return apply_act(g, Activation::kSilu) * up;
+}
+
 // The routing of a block's tokens, in shared memory.
 struct Routing {
   int ids[kMaxPairs];
@@ -85,7 +94,7 @@ template <typename T, bool kVec, int kS>
 __global__ void __launch_bounds__(kGateUpThreads)
     moe_gate_up_fused_kernel(const float* x, const T* gate_up, const float* scales,
                              const std::int32_t* ids, int P, std::int64_t E, std::int64_t H,
-                             std::int64_t I, float* act) {
+                             std::int64_t I, float limit, float* act) {
   __shared__ Routing routing;
   route(ids, P, E, routing);
   const int u = static_cast<int>(blockIdx.y);
@@ -108,7 +117,7 @@ __global__ void __launch_bounds__(kGateUpThreads)
 #pragma unroll
   for (int s = 0; s < kS; ++s) {
     const float g = group_sum<kWarp>(acc[0][s]), up = group_sum<kWarp>(acc[1][s]);
-    if (lane == 0 && r < I) act[(u * kS + s) * I + r] = apply_act(g, Activation::kSilu) * up;
+    if (lane == 0 && r < I) act[(u * kS + s) * I + r] = clamped_swiglu(g, up, limit);
   }
 }
 
@@ -241,7 +250,8 @@ __device__ __forceinline__ void lane_dot(const T* row, const float* x, std::int6
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(kGateUpThreads)
     moe_gate_up_kernel(const float* x, const T* gate_up, const std::int32_t* experts,
-                       std::int64_t k, std::int64_t E, std::int64_t H, std::int64_t I, float* act) {
+                       std::int64_t k, std::int64_t E, std::int64_t H, std::int64_t I, float limit,
+                       float* act) {
   const std::int64_t p = blockIdx.x;
   const std::int64_t r = (blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kWarp;
   if (r >= I) return;
@@ -257,7 +267,7 @@ __global__ void __launch_bounds__(kGateUpThreads)
   lane_dot<T, 1, kVec>(w + r * H, xs, H, H, g);
   lane_dot<T, 1, kVec>(w + (I + r) * H, xs, H, H, u);
   const float gv = warp_sum(g[0]), uv = warp_sum(u[0]);
-  if (threadIdx.x % kWarp == 0) *o = apply_act(gv, Activation::kSilu) * uv;
+  if (threadIdx.x % kWarp == 0) *o = clamped_swiglu(gv, uv, limit);
 }
 
 // out[p, c] = down[e] row c · act[p]; a warp per c.
@@ -286,7 +296,7 @@ template <bool kVec>
 __global__ void __launch_bounds__(kGateUpThreads)
     moe_gate_up_fp8_kernel(const float* x, const e4m3_bits* gate_up, const float* scales,
                            const std::int32_t* experts, std::int64_t k, std::int64_t E,
-                           std::int64_t H, std::int64_t I, float* act) {
+                           std::int64_t H, std::int64_t I, float limit, float* act) {
   const std::int64_t p = blockIdx.x;
   const std::int64_t r = (blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kWarp;
   if (r >= I) return;
@@ -306,7 +316,7 @@ __global__ void __launch_bounds__(kGateUpThreads)
   rows_dot<e4m3_bits, kVec, 1, 2, kWarp, 4, true>(rows, xs, scale_rows, H,
                                                   H / WeightChunk<e4m3_bits, kVec>::kN, lane, acc);
   const float gv = warp_sum(acc[0][0]), uv = warp_sum(acc[1][0]);
-  if (lane == 0) *o = apply_act(gv, Activation::kSilu) * uv;
+  if (lane == 0) *o = clamped_swiglu(gv, uv, limit);
 }
 
 template <bool kVec>
@@ -375,15 +385,15 @@ bool pair_vec_ok(const void* a, const void* b, std::int64_t in) {
 
 template <typename T>
 void launch_gate_up(const float* x, const T* w, const std::int32_t* experts, std::int64_t P,
-                    std::int64_t k, std::int64_t E, std::int64_t H, std::int64_t I, float* act,
-                    cudaStream_t stream) {
+                    std::int64_t k, std::int64_t E, std::int64_t H, std::int64_t I, float limit,
+                    float* act, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(P), grid_for(I * kWarp, kGateUpThreads));
   if (pair_vec_ok<T>(x, w, H)) {
     moe_gate_up_kernel<T, true>
-        <<<grid, kGateUpThreads, 0, stream>>>(x, w, experts, k, E, H, I, act);
+        <<<grid, kGateUpThreads, 0, stream>>>(x, w, experts, k, E, H, I, limit, act);
   } else {
     moe_gate_up_kernel<T, false>
-        <<<grid, kGateUpThreads, 0, stream>>>(x, w, experts, k, E, H, I, act);
+        <<<grid, kGateUpThreads, 0, stream>>>(x, w, experts, k, E, H, I, limit, act);
   }
 }
 
@@ -427,7 +437,8 @@ bool fp8_ok(const Weight& w) {
 }  // namespace
 
 void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
-                              const Tensor& experts, const Tensor& weights, Tensor& y) {
+                              const Tensor& experts, const Tensor& weights, float swiglu_limit,
+                              Tensor& y) {
   constexpr const char* kOp = "moe_experts";
   if (failed() || !on_device(kOp, gate_up) || !on_device(kOp, down) ||
       !on_device(kOp, {&x, &experts, &weights}))
@@ -475,10 +486,12 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
         const dim3 grid(grid_for(I * kWarp, kGateUpThreads), static_cast<unsigned>(P));
         if (vec_ok<T>(x.data(), gate_up.data, H))
           moe_gate_up_fused_kernel<T, true, kS><<<grid, kGateUpThreads, 0, stream()>>>(
-              x.data(), as<T>(gate_up), scales_of(gate_up), ids, pairs, E, H, I, act.data());
+              x.data(), as<T>(gate_up), scales_of(gate_up), ids, pairs, E, H, I, swiglu_limit,
+              act.data());
         else
           moe_gate_up_fused_kernel<T, false, kS><<<grid, kGateUpThreads, 0, stream()>>>(
-              x.data(), as<T>(gate_up), scales_of(gate_up), ids, pairs, E, H, I, act.data());
+              x.data(), as<T>(gate_up), scales_of(gate_up), ids, pairs, E, H, I, swiglu_limit,
+              act.data());
       });
       if (!launched(kOp)) return;
       with_dtype(down, [&](auto t) {
@@ -503,14 +516,18 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
     const dim3 grid(static_cast<unsigned>(P), grid_for(I * kWarp, kGateUpThreads));
     if (vec_ok<e4m3_bits>(x.data(), gate_up.data, H))
       moe_gate_up_fp8_kernel<true><<<grid, kGateUpThreads, 0, stream()>>>(
-          x.data(), as<e4m3_bits>(gate_up), scales_of(gate_up), ids, k, E, H, I, act.data());
+          x.data(), as<e4m3_bits>(gate_up), scales_of(gate_up), ids, k, E, H, I, swiglu_limit,
+          act.data());
     else
       moe_gate_up_fp8_kernel<false><<<grid, kGateUpThreads, 0, stream()>>>(
-          x.data(), as<e4m3_bits>(gate_up), scales_of(gate_up), ids, k, E, H, I, act.data());
+          x.data(), as<e4m3_bits>(gate_up), scales_of(gate_up), ids, k, E, H, I, swiglu_limit,
+          act.data());
   } else if (gate_up.dtype == DType::kBF16)
-    launch_gate_up(x.data(), as<bf16_bits>(gate_up), ids, P, k, E, H, I, act.data(), stream());
+    launch_gate_up(x.data(), as<bf16_bits>(gate_up), ids, P, k, E, H, I, swiglu_limit, act.data(),
+                   stream());
   else
-    launch_gate_up(x.data(), as<float>(gate_up), ids, P, k, E, H, I, act.data(), stream());
+    launch_gate_up(x.data(), as<float>(gate_up), ids, P, k, E, H, I, swiglu_limit, act.data(),
+                   stream());
   if (!launched(kOp)) return;
   if (down.block_scaled()) {
     const dim3 grid(static_cast<unsigned>(P), grid_for(H * kWarp, kGateUpThreads));

@@ -1,5 +1,7 @@
 #include "model/qwen_next/weights.h"
 
+#include "model/weight_upload.h"
+
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -320,26 +322,17 @@ Status upload_qwen_next_weights(QwenNextWeights& w, Backend& be, DType matrix_dt
     if (lw.gdn) filters.insert(&lw.gdn->conv1d);
     if (lw.ple) filters.insert(&lw.ple->conv1d);
   }
-  Status status;
+  std::vector<WeightUpload> plan;
   auto upload = [&](Weight& x) {
-    if (!status.ok() || x.empty()) return;
-    auto up = be.upload(x, filters.contains(&x) ? DType::kF32 : matrix_dtype);
-    if (!up.ok()) {
-      status = up.status();
-      return;
-    }
-    x = *up;
+    plan.push_back({&x, filters.contains(&x) ? DType::kF32 : matrix_dtype});
   };
   auto upload_hc = [&](HyperConnectionWeights& hc) {
     upload(hc.norm), upload(hc.mix_down), upload(hc.mix_up), upload(hc.inject);
   };
-  const bool tied = w.lm_head.data == w.embed_tokens.data;
+  // A tied lm_head is the embedding's bytes: upload_weights copies them once and hands both
+  // the same device copy.
   upload(w.embed_tokens);
-  if (tied) {
-    w.lm_head = w.embed_tokens;
-  } else {
-    upload(w.lm_head);
-  }
+  upload(w.lm_head);
   upload_hc(w.final_mixer);
   for (auto& lw : w.layers) for_each_layer_weight(lw, upload);
   if (w.mtp) {
@@ -348,8 +341,9 @@ Status upload_qwen_next_weights(QwenNextWeights& w, Backend& be, DType matrix_dt
     for_each_layer_weight(m.layer, upload);
     upload_hc(m.mixer);
   }
-  if (status.ok()) w.dtype = w.embed_tokens.dtype;
-  return status;
+  if (Status s = upload_weights(be, plan, "the qwen4_exp weights"); !s.ok()) return s;
+  w.dtype = w.embed_tokens.dtype;
+  return {};
 }
 
 }  // namespace fs
