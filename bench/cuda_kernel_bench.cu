@@ -6,7 +6,9 @@
 // backend's earlier kernels, chosen with FLASHSERVE_CUDA_OLD_CONTEXT=1). Prints a table and writes
 // JSON; it never passes or fails on time.
 //
-//   cuda_kernel_bench [--json PATH] [--quick]
+//   cuda_kernel_bench [--json PATH] [--quick] [--fp8]
+//
+// --fp8: only the products on block-scaled FP8 E4M3 weights (issue 15) beside their bf16 forms.
 //
 // Timing: each measurement is a CUDA graph of many calls on the backend's stream, replayed 5
 // times (best kept), so launch overhead is that of graph replay, as in a graph-captured decode
@@ -384,6 +386,110 @@ void bench_moe(fs::Backend& be, cudaStream_t s, std::vector<Row>& rows, bool qui
   if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
 }
 
+// --- FP8 (issue 15): the same products on block-scaled e4m3 weights --------------------------
+// Codes are random bytes (the bf16 fill's bits; timing does not depend on them), scales random
+// f32 per 128x128 block. Bytes count the codes and the scales read.
+std::int64_t blocks(std::int64_t n) {
+  return (n + 127) / 128;
+}
+
+struct Fp8Weights {
+  DeviceBuffer codes, scales;
+  std::size_t code_stride = 0, scale_stride = 0;
+  int copies = 1;
+  fs::Weight view(int i, fs::Shape shape) const {
+    fs::Weight w{
+        fs::DType::kF8E4M3, std::move(shape),
+        static_cast<const std::uint8_t*>(codes.get()) + code_stride * static_cast<std::size_t>(i),
+        fs::Device::kCuda};
+    w.scales.data =
+        static_cast<const std::uint8_t*>(scales.get()) + scale_stride * static_cast<std::size_t>(i);
+    return w;
+  }
+};
+
+// `mats` stacked [out, in] matrices per copy, copies enough to touch `touch_bytes`.
+Fp8Weights make_fp8(std::int64_t mats, std::int64_t out, std::int64_t in, std::size_t touch_bytes,
+                    cudaStream_t s, std::uint64_t seed) {
+  Fp8Weights w;
+  const auto bytes = static_cast<std::size_t>(mats * out * in);
+  const auto sbytes = static_cast<std::size_t>(mats * blocks(out) * blocks(in)) * sizeof(float);
+  w.code_stride = (bytes + 255) / 256 * 256;
+  w.scale_stride = (sbytes + 255) / 256 * 256;
+  w.copies = static_cast<int>(std::clamp<std::size_t>((touch_bytes + bytes - 1) / bytes, 1, 2048));
+  w.codes = device_alloc(w.code_stride * static_cast<std::size_t>(w.copies));
+  w.scales = device_alloc(w.scale_stride * static_cast<std::size_t>(w.copies));
+  fill(w.codes.get(), w.code_stride * static_cast<std::size_t>(w.copies) / 2, true, 1.0f, seed, s);
+  fill(w.scales.get(), w.scale_stride * static_cast<std::size_t>(w.copies) / 4, false, 0.01f,
+       seed + 1, s);
+  return w;
+}
+
+void bench_gemv_fp8(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t out,
+                    const std::string& name, std::vector<Row>& rows) {
+  const double wbytes =
+      static_cast<double>(in * out) + static_cast<double>(blocks(in) * blocks(out)) * 4;
+  auto w = make_fp8(1, out, in, std::size_t{1} << 30, s, 23);
+  const int n = std::max(w.copies, 16);
+  for (int S = 1; S <= 4; ++S) {
+    fs::Tensor x = be.new_tensor({S, in});
+    fill(x.raw(), static_cast<std::size_t>(S * in), false, 1.0f, 99 + S, s);
+    fs::Tensor y;
+    const double t = time_calls(s, n, [&](int i) {
+      be.linear(x, w.view(i % w.copies, {out, in}), y);
+    });
+    rows.push_back(
+        {name, std::to_string(in) + "->" + std::to_string(out) + " fp8", "fp8", S, wbytes, t, 0});
+  }
+  if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
+}
+
+void bench_moe_fp8(fs::Backend& be, cudaStream_t s, std::vector<Row>& rows, bool quick) {
+  constexpr std::int64_t E = 512, K = 10, H = 2560, I = 640;
+  auto gate_up = make_fp8(E, 2 * I, H, 0, s, 31);
+  auto down = make_fp8(E, H, I, 0, s, 37);
+  const fs::Weight gu = gate_up.view(0, {E, 2 * I, H}), dn = down.view(0, {E, H, I});
+  const double per_expert =
+      static_cast<double>(3 * I * H) +
+      static_cast<double>(blocks(2 * I) * blocks(H) + blocks(H) * blocks(I)) * 4;
+  const int calls = quick ? 8 : 32;
+  std::mt19937 rng(4321);
+  for (int S = 1; S <= 4; ++S) {
+    std::vector<fs::Tensor> ids, wts;
+    double distinct_total = 0;
+    for (int c = 0; c < calls; ++c) {
+      std::vector<std::int32_t> id(static_cast<std::size_t>(S * K));
+      std::vector<float> wt(id.size());
+      std::vector<std::int32_t> all(E);
+      std::vector<bool> seen(E);
+      for (int t = 0; t < S; ++t) {
+        std::iota(all.begin(), all.end(), 0);
+        std::shuffle(all.begin(), all.end(), rng);
+        for (int j = 0; j < K; ++j) {
+          id[static_cast<std::size_t>(t * K + j)] = all[static_cast<std::size_t>(j)];
+          wt[static_cast<std::size_t>(t * K + j)] = 1.0f / K;
+          seen[static_cast<std::size_t>(all[static_cast<std::size_t>(j)])] = true;
+        }
+      }
+      distinct_total += static_cast<double>(std::count(seen.begin(), seen.end(), true));
+      fs::Tensor hi = fs::Tensor(fs::host_memory(), {S, K}, fs::DType::kI32);
+      std::memcpy(hi.raw(), id.data(), id.size() * sizeof(std::int32_t));
+      ids.push_back(hi.to(be.memory()));
+      wts.push_back(fs::Tensor({S, K}, wt).to(be.memory()));
+    }
+    fs::Tensor x = be.new_tensor({S, H});
+    fill(x.raw(), static_cast<std::size_t>(S * H), false, 1.0f, 7 + S, s);
+    fs::Tensor y;
+    const double t = time_calls(s, calls, [&](int i) {
+      be.moe_experts(x, gu, dn, ids[static_cast<std::size_t>(i)], wts[static_cast<std::size_t>(i)],
+                     0, y);
+    });
+    rows.push_back({"moe_experts", "E512 k10 H2560 I640 fp8", "fp8", S,
+                    distinct_total / calls * per_expert, t, 0});
+  }
+  if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
+}
+
 // The QSA decode path at context T (block 4, indexer 4 heads of 128, budget 2048 = top 512
 // blocks; attention 24 query / 2 KV heads of 256) for 1-4 query rows: index_scores over the T/4
 // block keys, select_blocks over those scores, block_sparse_attention over the picks plus the
@@ -464,10 +570,11 @@ void bench_context(fs::Backend& be, cudaStream_t s, std::int64_t T, std::vector<
 
 int main(int argc, char** argv) {
   std::string json_path;
-  bool quick = false;
+  bool quick = false, fp8_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--fp8")) fp8_only = true;
   }
   auto made = fs::make_cuda_backend();
   if (!made.ok()) {
@@ -495,11 +602,22 @@ int main(int argc, char** argv) {
                                 {"gdn_ba", 2560, 48},           {"router", 2560, 512},
                                 {"shared_gate_up", 2560, 1280}, {"shared_down", 640, 2560},
                                 {"o_proj", 6144, 2560},         {"lm_head", 2560, 248320}};
-  for (const auto& g : gemvs) bench_gemv(be, s, g.in, g.out, true, g.name, rows);
-  bench_gemv(be, s, 2560, 10240, false, "gdn_qkv", rows);
-  bench_moe(be, s, rows, quick);
-  for (const std::int64_t T : {std::int64_t{1024}, std::int64_t{16384}, std::int64_t{65536}})
-    bench_context(be, s, T, rows, quick);
+  if (fp8_only) {
+    // The FP8 products beside their bf16 forms (the projections convert --quantize fp8 writes;
+    // the router and lm_head stay bf16).
+    for (const auto& g : gemvs) {
+      if (std::strcmp(g.name, "router") == 0 || std::strcmp(g.name, "lm_head") == 0) continue;
+      bench_gemv(be, s, g.in, g.out, true, g.name, rows);
+      bench_gemv_fp8(be, s, g.in, g.out, g.name, rows);
+    }
+    bench_moe_fp8(be, s, rows, quick);
+  } else {
+    for (const auto& g : gemvs) bench_gemv(be, s, g.in, g.out, true, g.name, rows);
+    bench_gemv(be, s, 2560, 10240, false, "gdn_qkv", rows);
+    bench_moe(be, s, rows, quick);
+    for (const std::int64_t T : {std::int64_t{1024}, std::int64_t{16384}, std::int64_t{65536}})
+      bench_context(be, s, T, rows, quick);
+  }
 
   std::printf("\n%-15s %-26s %-7s %2s %10s %9s %9s %7s %9s\n", "kernel", "shape", "impl", "S", "MB",
               "us", "GB/s", "%copy", "maxdiff");

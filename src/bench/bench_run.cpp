@@ -35,6 +35,8 @@ std::vector<TokenId> random_tokens(std::int64_t n, std::int64_t vocab, std::uint
   return t;
 }
 
+constexpr std::int64_t kReleasedLayers = 48;
+
 // The layer count: the option, or the largest multiple of 4 whose weights fit beside the fixed
 // weights, the MTP head and the reserve.
 Expected<std::int64_t> pick_layers(const BenchOptions& o, bool tiny) {
@@ -44,13 +46,15 @@ Expected<std::int64_t> pick_layers(const BenchOptions& o, bool tiny) {
   if (!free.ok()) return free.status();
   auto probe = parse_bench_config(flash_next_config_json(4, o.ple_head_rows));
   if (!probe.ok()) return probe.status();
-  const auto b = weight_budget(*probe, 2);
+  // FP8: the projections (nearly all bytes) take one byte an element; the budget at 1 byte
+  // undercounts the bf16 embedding, lm_head, routers and mixers by ~1 GB, which the reserve covers.
+  const auto b = weight_budget(*probe, o.dtype == "fp8" ? 1 : 2);
   const double per4 = 3.0 * static_cast<double>(b.linear_layer) + static_cast<double>(b.qsa_layer);
   const double room = static_cast<double>(*free) - static_cast<double>(b.fixed + b.mtp) -
                       static_cast<double>(o.reserve_mib) * 1024.0 * 1024.0;
   const auto groups = static_cast<std::int64_t>(room / per4);
   if (groups < 1) return internal_error("bench: not even 4 layers fit in the device's free memory");
-  return 4 * groups;
+  return std::min<std::int64_t>(4 * groups, kReleasedLayers);
 }
 
 struct Bench {
@@ -96,6 +100,10 @@ json bytes_json(const DecodeBytes& b) {
 
 Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
   const bool tiny = o.tiny || o.backend == "cpu";
+  if (o.dtype != "bf16" && o.dtype != "fp8")
+    return invalid_argument("bench: --dtype must be bf16 or fp8, not '" + o.dtype + "'");
+  const bool fp8 = o.dtype == "fp8";
+  const MatrixBytes matrix_bytes = fp8 ? kFp8Matrices : kBf16Matrices;
   auto inner = make_backend(o.backend);
   if (!inner.ok()) {
     return inner.status().with_context(
@@ -119,7 +127,11 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
   out["config"] = cj;
   out["ple_table_rows"] = ple_table_rows(c, 0);
   out["ple_table_rows_released"] = 320001536;
-  out["matrix_dtype"] = "bf16";
+  out["matrix_dtype"] = o.dtype;
+  if (fp8)
+    out["matrix_dtype_note"] =
+        "projections and experts F8_E4M3 with f32 128x128 block scales; embedding, lm_head, "
+        "routers, shared-expert gates and hyper-connection matrices bf16";
   out["context_fill"] = "synthetic";
   out["accept"] = o.accept;
 
@@ -129,7 +141,7 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
   TimingBackend* timing = timing_owner.get();
   SyntheticWeightStore store(timing->memory(), o.seed);
   auto t0 = Clock::now();
-  auto weights = synthetic_qwen_next_weights(c, store, DType::kBF16);
+  auto weights = synthetic_qwen_next_weights(c, store, fp8 ? DType::kF8E4M3 : DType::kBF16);
   if (!weights.ok()) return weights.status();
   timing->synchronize();
   out["weights"] = {{"device_bytes", store.device_bytes()},
@@ -171,10 +183,11 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
     const auto graphs_after = timing->step_graph_stats();
     const auto& ref = ar->result.tokens;
     const double ar_tps = static_cast<double>(ref.size()) / ar->seconds;
-    const auto bytes = trunk_decode_bytes(c, ctx, 2);
-    json row = {{"context", ctx},
-                {"bytes_per_token", bytes_json(bytes)},
-                {"mtp_draft_bytes", bytes_json(mtp_draft_bytes(c, ctx, 2, draft_vocab))}};
+    const auto bytes = trunk_decode_bytes(c, ctx, matrix_bytes);
+    json row = {
+        {"context", ctx},
+        {"bytes_per_token", bytes_json(bytes)},
+        {"mtp_draft_bytes", bytes_json(mtp_draft_bytes(c, ctx, matrix_bytes, draft_vocab))}};
     json modes = json::array();
     modes.push_back({{"depth", 0},
                      {"tokens", ref.size()},
@@ -309,10 +322,10 @@ std::string bench_table(const json& r) {
   std::ostringstream t;
   char line[256];
   t << "flashserve bench: " << r.value("shapes", "") << ", " << r.value("layers", 0) << " of "
-    << r.value("layers_released", 0) << " layers, bf16, backend " << r.value("backend", "")
-    << ", PLE table " << r.value("ple_table_rows", 0) << " rows (released "
-    << r.value("ple_table_rows_released", 0) << "), context filled " << r.value("context_fill", "")
-    << "\n";
+    << r.value("layers_released", 0) << " layers, " << r.value("matrix_dtype", "bf16")
+    << ", backend " << r.value("backend", "") << ", PLE table " << r.value("ple_table_rows", 0)
+    << " rows (released " << r.value("ple_table_rows_released", 0) << "), context filled "
+    << r.value("context_fill", "") << "\n";
   const double copy = r.value("copy_bandwidth_Bps", 0.0);
   if (copy > 0) {
     std::snprintf(line, sizeof line, "copy bandwidth (D2D): %.0f GB/s\n", copy / 1e9);

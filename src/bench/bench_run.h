@@ -27,6 +27,9 @@ struct BenchOptions {
   std::uint64_t seed = 1;
   bool profile = true;           // the op-group pass
   std::int64_t draft_vocab = 0;  // MTP drafts over ids [0, n) (0: the whole vocabulary)
+  // Matrices: "bf16", or "fp8" (the projections FP8 E4M3 with 128x128 f32 block scales, the
+  // rest bf16: what `convert --quantize fp8` and the FP8 releases hold).
+  std::string dtype = "bf16";
 };
 
 // Runs every measurement; progress lines go to `log`.

@@ -9,7 +9,8 @@ constexpr double kF32 = 4;
 
 struct Shapes {
   const QwenNextConfig& c;
-  double mb;
+  double mb;  // other matrices
+  double mp;  // projections
   double H() const { return static_cast<double>(c.hidden_size); }
   double W() const { return static_cast<double>(c.stream_width()); }
 
@@ -24,7 +25,7 @@ struct Shapes {
                  k = static_cast<double>(c.num_experts_per_tok),
                  I = static_cast<double>(c.moe_intermediate_size),
                  Is = static_cast<double>(c.shared_expert_intermediate_size);
-    return (E * H() + k * 3 * I * H() + 3 * Is * H() + H()) * mb;
+    return (E * H() + H()) * mb + (k * 3 * I * H() + 3 * Is * H()) * mp;
   }
   double qsa_weights() const {
     const double D = static_cast<double>(c.head_dim),
@@ -32,7 +33,7 @@ struct Shapes {
                  Hkv = static_cast<double>(c.num_key_value_heads),
                  dI = static_cast<double>(c.indexer_head_dim),
                  nI = static_cast<double>(c.indexer_n_heads);
-    return ((2 * Hq * D + 2 * Hkv * D) * H() + H() * Hq * D + (nI + 1) * dI * H()) * mb +
+    return ((2 * Hq * D + 2 * Hkv * D) * H() + H() * Hq * D + (nI + 1) * dI * H()) * mp +
            (2 * D + 2 * dI) * kF32;
   }
   // KV rows the selection reads, the pooled blocks the indexer scores, and the appended rows.
@@ -49,7 +50,7 @@ struct Shapes {
     const double conv = static_cast<double>(c.gdn_conv_dim()),
                  vd = static_cast<double>(c.gdn_value_dim()),
                  Hv = static_cast<double>(c.linear_num_value_heads);
-    return (conv * H() + vd * H() + 2 * Hv * H() + H() * vd) * mb +
+    return (conv * H() + vd * H() + 2 * Hv * H() + H() * vd) * mp +
            conv * static_cast<double>(c.linear_conv_kernel_dim) * kF32 +
            (2 * Hv + static_cast<double>(c.linear_value_head_dim)) * kF32;
   }
@@ -63,7 +64,7 @@ struct Shapes {
   }
   double ple_weights() const {
     const double Ep = static_cast<double>(c.ple_embed_dim);
-    return (W() * Ep + H() * Ep) * mb + 3 * W() * kF32 +
+    return (W() * Ep + H() * Ep) * mp + 3 * W() * kF32 +
            W() * static_cast<double>(c.ple_conv_kernel_size) * kF32 +
            static_cast<double>(c.ngram_heads() * c.ple_head_dim()) * 2;  // table rows, bf16
   }
@@ -77,8 +78,8 @@ struct Shapes {
 
 }  // namespace
 
-DecodeBytes trunk_decode_bytes(const QwenNextConfig& c, std::int64_t context, double mb) {
-  const Shapes s{c, mb};
+DecodeBytes trunk_decode_bytes(const QwenNextConfig& c, std::int64_t context, MatrixBytes mb) {
+  const Shapes s{c, mb.others, mb.projections};
   DecodeBytes b;
   b.weights = s.head();
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
@@ -98,12 +99,12 @@ DecodeBytes trunk_decode_bytes(const QwenNextConfig& c, std::int64_t context, do
   return b;
 }
 
-DecodeBytes mtp_draft_bytes(const QwenNextConfig& c, std::int64_t context, double mb,
+DecodeBytes mtp_draft_bytes(const QwenNextConfig& c, std::int64_t context, MatrixBytes mb,
                             std::int64_t draft_vocab) {
-  const Shapes s{c, mb};
+  const Shapes s{c, mb.others, mb.projections};
   DecodeBytes b;
-  const double head_rows_saved = static_cast<double>(c.vocab_size - draft_vocab) * s.H() * mb;
-  b.weights = s.head() - head_rows_saved + 2 * s.H() * s.H() * mb + (s.W() + s.H()) * kF32 +
+  const double head_rows_saved = static_cast<double>(c.vocab_size - draft_vocab) * s.H() * s.mb;
+  b.weights = s.head() - head_rows_saved + 2 * s.H() * s.H() * s.mp + (s.W() + s.H()) * kF32 +
               2 * s.hc(true) + s.moe() + s.qsa_weights();
   b.state = s.qsa_state(context);
   return b;

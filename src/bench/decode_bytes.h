@@ -18,11 +18,31 @@ struct DecodeBytes {
   double total() const { return weights + state; }
 };
 
+// Bytes per matrix element: `projections` for the matrices `convert --quantize fp8` quantises
+// (every *_proj, the routed and shared experts, the MTP head's fc_*), `others` for the rest
+// (embedding, lm_head, router, shared-expert gate, hyper-connection matrices).
+struct MatrixBytes {
+  double projections = 2;
+  double others = 2;
+};
+// bf16 everywhere; FP8 projections (one byte each plus an f32 scale per 128x128 block) beside
+// bf16 others, as `flashserve bench --dtype fp8` lays them out.
+inline constexpr MatrixBytes kBf16Matrices{2, 2};
+inline constexpr MatrixBytes kFp8Matrices{1 + 4.0 / (128 * 128), 2};
+
 // One trunk token after `context` tokens; `matrix_bytes` per matrix element (2: bf16).
-DecodeBytes trunk_decode_bytes(const QwenNextConfig& c, std::int64_t context, double matrix_bytes);
+DecodeBytes trunk_decode_bytes(const QwenNextConfig& c, std::int64_t context, MatrixBytes mb);
+inline DecodeBytes trunk_decode_bytes(const QwenNextConfig& c, std::int64_t context,
+                                      double matrix_bytes) {
+  return trunk_decode_bytes(c, context, MatrixBytes{matrix_bytes, matrix_bytes});
+}
 // One MTP-head draft whose history holds `context` rows.
 // `draft_vocab`: the rows of the output head a draft reads (MtpHead::set_draft_vocabulary).
-DecodeBytes mtp_draft_bytes(const QwenNextConfig& c, std::int64_t context, double matrix_bytes,
+DecodeBytes mtp_draft_bytes(const QwenNextConfig& c, std::int64_t context, MatrixBytes mb,
                             std::int64_t draft_vocab);
+inline DecodeBytes mtp_draft_bytes(const QwenNextConfig& c, std::int64_t context,
+                                   double matrix_bytes, std::int64_t draft_vocab) {
+  return mtp_draft_bytes(c, context, MatrixBytes{matrix_bytes, matrix_bytes}, draft_vocab);
+}
 
 }  // namespace fs::bench

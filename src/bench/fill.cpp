@@ -1,6 +1,7 @@
 #include "bench/fill.h"
 
 #include "tensor/dtype.h"
+#include "tensor/quant/minifloat.h"
 
 namespace fs::bench {
 
@@ -16,13 +17,17 @@ float uniform_value(std::uint64_t seed, std::uint64_t index, float scale, float 
 
 Status fill_uniform(Tensor& t, std::uint64_t seed, float scale, float offset) {
   if (!t.ok()) return internal_error("bench: a synthetic tensor could not be allocated");
-  if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16)
-    return invalid_argument("bench: fill_uniform takes f32 or bf16 tensors");
+  if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF8E4M3)
+    return invalid_argument("bench: fill_uniform takes f32, bf16 or f8_e4m3 tensors");
   if (t.device() == Device::kHost) {
     const auto n = static_cast<std::uint64_t>(t.numel());
     if (t.dtype() == DType::kF32) {
       float* p = t.data();
       for (std::uint64_t i = 0; i < n; ++i) p[i] = uniform_value(seed, i, scale, offset);
+    } else if (t.dtype() == DType::kF8E4M3) {
+      auto* p = t.data_as<std::uint8_t>();
+      for (std::uint64_t i = 0; i < n; ++i)
+        p[i] = quant::f32_to_e4m3_saturate(uniform_value(seed, i, scale, offset));
     } else {
       auto* p = t.data_as<std::uint16_t>();
       for (std::uint64_t i = 0; i < n; ++i)

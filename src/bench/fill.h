@@ -1,6 +1,7 @@
 // Fills a tensor with hash-derived values, in its own memory (on the GPU by a kernel, so the
 // bench never moves ~100 GB of synthetic weights across PCIe): element i is
-// offset + scale * u(seed, i), u uniform in [-1, 1) from splitmix64 of (seed, i). f32 or bf16.
+// offset + scale * u(seed, i), u uniform in [-1, 1) from splitmix64 of (seed, i). f32, bf16, or
+// f8_e4m3 (rounded to nearest even, saturated at +-448).
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,7 @@
 // backend/cuda/cuda_backend.h); the host compiler checks the real cases.
 #pragma nv_diag_suppress 2810
 
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_memory.h"
@@ -27,14 +28,18 @@ __device__ std::uint16_t to_bf16(float f) {
   return static_cast<std::uint16_t>((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
 }
 
-__global__ void fill_kernel(void* out, bool bf16, std::uint64_t n, std::uint64_t seed, float scale,
+// Element types: 0 f32, 1 bf16, 2 e4m3 (round to nearest even, saturated, as the host's
+// quant::f32_to_e4m3_saturate).
+__global__ void fill_kernel(void* out, int type, std::uint64_t n, std::uint64_t seed, float scale,
                             float offset) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < n;
        i += stride) {
     const float v = device_uniform(seed, i, scale, offset);
-    if (bf16) {
+    if (type == 1) {
       static_cast<std::uint16_t*>(out)[i] = to_bf16(v);
+    } else if (type == 2) {
+      static_cast<std::uint8_t*>(out)[i] = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
     } else {
       static_cast<float*>(out)[i] = v;
     }
@@ -48,8 +53,8 @@ Status fill_uniform_cuda(Tensor& t, std::uint64_t seed, float scale, float offse
   if (memory == nullptr) return invalid_argument("bench: fill_uniform: not CUDA memory");
   const auto n = static_cast<std::uint64_t>(t.numel());
   if (n == 0) return {};
-  fill_kernel<<<132 * 16, 256, 0, memory->stream()>>>(t.raw(), t.dtype() == DType::kBF16, n, seed,
-                                                      scale, offset);
+  const int type = t.dtype() == DType::kBF16 ? 1 : (t.dtype() == DType::kF8E4M3 ? 2 : 0);
+  fill_kernel<<<132 * 16, 256, 0, memory->stream()>>>(t.raw(), type, n, seed, scale, offset);
   if (const auto e = cudaGetLastError(); e != cudaSuccess)
     return internal_error(std::string("bench: fill kernel: ") + cudaGetErrorString(e));
   return {};

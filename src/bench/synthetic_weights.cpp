@@ -16,11 +16,16 @@ float fan_in_scale(std::int64_t fan_in) {
 struct Maker {
   const QwenNextConfig& c;
   SyntheticWeightStore& s;
-  DType dtype;
+  DType dtype;       // matrices `convert --quantize fp8` keeps as they are
+  DType proj_dtype;  // the projections it quantises (bf16, or FP8 with block scales)
 
   Weight mat(Shape shape) {
     const auto in = shape.back();
     return s.matrix(std::move(shape), dtype, fan_in_scale(in));
+  }
+  Weight proj(Shape shape) {
+    const auto in = shape.back();
+    return s.matrix(std::move(shape), proj_dtype, fan_in_scale(in));
   }
   Weight unit_norm(std::int64_t n) { return s.vector({n}, 0.05f, 0.0f); }  // (1+w), w ~ 0
 
@@ -42,11 +47,11 @@ struct Maker {
                Is = c.shared_expert_intermediate_size;
     MoeWeights m;
     m.router = mat({E, H});
-    m.gate_up = mat({E, 2 * I, H});
-    m.down = mat({E, H, I});
-    m.shared_gate_proj = mat({Is, H});
-    m.shared_up_proj = mat({Is, H});
-    m.shared_down_proj = mat({H, Is});
+    m.gate_up = proj({E, 2 * I, H});
+    m.down = proj({E, H, I});
+    m.shared_gate_proj = proj({Is, H});
+    m.shared_up_proj = proj({Is, H});
+    m.shared_down_proj = proj({H, Is});
     m.shared_expert_gate = mat({1, H});
     m.experts = E;
     m.top_k = c.num_experts_per_tok;
@@ -57,11 +62,11 @@ struct Maker {
   GatedDeltaNetWeights gdn() {
     const auto H = c.hidden_size, Hv = c.linear_num_value_heads;
     GatedDeltaNetWeights g;
-    g.in_proj_qkv = mat({c.gdn_conv_dim(), H});
-    g.in_proj_z = mat({c.gdn_value_dim(), H});
-    g.in_proj_b = mat({Hv, H});
-    g.in_proj_a = mat({Hv, H});
-    g.out_proj = mat({H, c.gdn_value_dim()});
+    g.in_proj_qkv = proj({c.gdn_conv_dim(), H});
+    g.in_proj_z = proj({c.gdn_value_dim(), H});
+    g.in_proj_b = proj({Hv, H});
+    g.in_proj_a = proj({Hv, H});
+    g.out_proj = proj({H, c.gdn_value_dim()});
     g.conv1d = s.vector({c.gdn_conv_dim(), c.linear_conv_kernel_dim},
                         fan_in_scale(c.linear_conv_kernel_dim), 0.0f);
     g.dt_bias = s.vector({Hv}, 0.5f, 0.0f);
@@ -74,11 +79,11 @@ struct Maker {
     const auto H = c.hidden_size, D = c.head_dim, Hq = c.num_attention_heads,
                Hkv = c.num_key_value_heads, dI = c.indexer_head_dim;
     QsaWeights q;
-    q.q_proj = mat({2 * Hq * D, H});
-    q.k_proj = mat({Hkv * D, H});
-    q.v_proj = mat({Hkv * D, H});
-    q.o_proj = mat({H, Hq * D});
-    q.index_qk_proj = mat({(c.indexer_n_heads + 1) * dI, H});
+    q.q_proj = proj({2 * Hq * D, H});
+    q.k_proj = proj({Hkv * D, H});
+    q.v_proj = proj({Hkv * D, H});
+    q.o_proj = proj({H, Hq * D});
+    q.index_qk_proj = proj({(c.indexer_n_heads + 1) * dI, H});
     q.q_norm = unit_norm(D);
     q.k_norm = unit_norm(D);
     q.index_q_norm = unit_norm(dI);
@@ -100,8 +105,8 @@ struct Maker {
       p.hash.head_offsets.push_back(at);
       at += size;
     }
-    p.key_proj = mat({W, Ep});
-    p.value_proj = mat({c.hidden_size, Ep});
+    p.key_proj = proj({W, Ep});
+    p.value_proj = proj({c.hidden_size, Ep});
     p.norm_key = unit_norm(W);
     p.norm_query = unit_norm(W);
     p.norm_conv = unit_norm(W);
@@ -143,7 +148,17 @@ Weight SyntheticWeightStore::keep(Tensor t, float scale, float offset) {
 }
 
 Weight SyntheticWeightStore::matrix(Shape shape, DType dtype, float scale) {
-  return keep(Tensor(device_, std::move(shape), dtype), scale, 0.0f);
+  if (dtype != DType::kF8E4M3) return keep(Tensor(device_, std::move(shape), dtype), scale, 0.0f);
+  // FP8 in the releases' layout: e4m3 codes uniform over [-448, 448] (rounded, saturated) and
+  // per-128x128-block scales in [0.75, 1.25) * scale / 448, so weights stay within ~1.25 scale.
+  Shape grid = shape;
+  grid[grid.size() - 2] = (grid[grid.size() - 2] + 127) / 128;
+  grid.back() = (grid.back() + 127) / 128;
+  Weight w = keep(Tensor(device_, std::move(shape), DType::kF8E4M3), 448.0f, 0.0f);
+  const Weight scales =
+      keep(Tensor(device_, std::move(grid), DType::kF32), 0.25f * scale / 448, scale / 448);
+  w.scales.data = scales.data;
+  return w;
 }
 
 Weight SyntheticWeightStore::vector(Shape shape, float scale, float offset) {
@@ -157,7 +172,10 @@ Weight SyntheticWeightStore::host_table(Shape shape, float scale) {
 Expected<QwenNextWeights> synthetic_qwen_next_weights(const QwenNextConfig& c,
                                                       SyntheticWeightStore& store,
                                                       DType matrix_dtype) {
-  Maker m{c, store, matrix_dtype};
+  // FP8 quantises the projections; the rest stays bf16, as `convert --quantize fp8` leaves it.
+  const bool fp8 = matrix_dtype == DType::kF8E4M3;
+  Maker m{c, store, fp8 ? DType::kBF16 : matrix_dtype, matrix_dtype};
+  matrix_dtype = m.dtype;
   QwenNextWeights w;
   // Embedding rows of unit scale (the model's first stream); lm_head as any matrix.
   w.embed_tokens = store.matrix({c.vocab_size, c.hidden_size}, matrix_dtype, 1.0f);
@@ -168,8 +186,8 @@ Expected<QwenNextWeights> synthetic_qwen_next_weights(const QwenNextConfig& c,
   QwenMtpWeights mtp;
   mtp.hidden_norm = m.unit_norm(c.stream_width());
   mtp.embed_norm = m.unit_norm(c.hidden_size);
-  mtp.fc_hidden = m.mat({c.hidden_size, c.hidden_size});
-  mtp.fc_embedding = m.mat({c.hidden_size, c.hidden_size});
+  mtp.fc_hidden = m.proj({c.hidden_size, c.hidden_size});
+  mtp.fc_embedding = m.proj({c.hidden_size, c.hidden_size});
   mtp.layer = m.layer(QwenLayerKind::kSparseAttention, -1);
   mtp.mixer = m.hc(false);
   w.mtp = std::move(mtp);

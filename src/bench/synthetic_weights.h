@@ -21,7 +21,8 @@ class SyntheticWeightStore {
  public:
   SyntheticWeightStore(std::shared_ptr<Memory> device, std::uint64_t seed)
       : device_(std::move(device)), seed_(seed) {}
-  // A matrix in device memory as `dtype`, uniform in +-scale.
+  // A matrix in device memory as `dtype`, uniform in +-scale; kF8E4M3 makes a block-scaled FP8
+  // matrix (e4m3 codes and f32 128x128-block scales, both generated where they live).
   Weight matrix(Shape shape, DType dtype, float scale);
   // An f32 vector (or filter) in device memory, offset + uniform in +-scale.
   Weight vector(Shape shape, float scale, float offset);
@@ -44,6 +45,7 @@ class SyntheticWeightStore {
 
 // Every weight of the trunk and the MTP head (one QSA + MoE layer) for `c`, matrices as
 // `matrix_dtype`, laid out as load_qwen_next_weights + upload_qwen_next_weights leave them.
+// kF8E4M3: the projections `convert --quantize fp8` quantises are FP8, the other matrices bf16.
 Expected<QwenNextWeights> synthetic_qwen_next_weights(const QwenNextConfig& c,
                                                       SyntheticWeightStore& store,
                                                       DType matrix_dtype);

@@ -49,6 +49,11 @@ void add_bench_command(CLI::App& app, Action& action) {
   cmd->add_option("--reserve-mib", o->bench.reserve_mib,
                   "Device memory kept free for state and activations when sizing --layers")
       ->capture_default_str();
+  cmd->add_option("--dtype", o->bench.dtype,
+                  "Matrices: bf16, or fp8 (projections and experts FP8 E4M3 with 128x128 block "
+                  "scales, the rest bf16)")
+      ->check(CLI::IsMember({"bf16", "fp8"}))
+      ->capture_default_str();
   cmd->add_option("--seed", o->bench.seed, "Seed of the synthetic weights")->capture_default_str();
   cmd->add_flag("--no-profile", o->no_profile, "Skip the op-group profiled pass");
   cmd->add_option("--json", o->json_path, "Also write the JSON result to this file");

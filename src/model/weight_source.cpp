@@ -2,16 +2,59 @@
 
 #include <cstring>
 
+#include "model/convert.h"
+
 namespace fs {
 
-Status check_specs(const std::vector<TensorSpec>& specs, const Checkpoint& ck) {
+namespace {
+
+// The FP8 releases' per-block scales beside each F8_E4M3 matrix (quant/block_scaled.h).
+constexpr const char* kScaleSuffix = "_scale_inv";
+constexpr std::int64_t kFp8Block = 128;
+
+// An F8_E4M3 matrix needs its F32 `<name>_scale_inv` of [.., ceil(out/128), ceil(in/128)].
+Status check_fp8_scales(const TensorSpec& spec, const TensorView& v, const Checkpoint& ck) {
+  // The tensors the FP8 releases (and `convert --quantize fp8`) quantise, all read by `linear`
+  // or `moe_experts` only, plus the output head; embeddings, filters, routers and the
+  // hyper-connection weights stay in their float types.
+  if (!fp8_quantises(spec.name, spec.shape.size()) && !spec.name.ends_with("lm_head.weight"))
+    return unsupported("tensor " + spec.name +
+                       " has dtype F8_E4M3; FP8 is loaded for the projections (*_proj, the MTP "
+                       "head's fc_*) and lm_head only");
+  const auto s = ck.view(spec.name + kScaleSuffix);
+  if (!s)
+    return not_found("tensor " + spec.name + " is F8_E4M3 but the checkpoint lacks its " +
+                     spec.name + kScaleSuffix);
+  if (s->dtype != DType::kF32)
+    return unsupported("tensor " + spec.name + kScaleSuffix + " has dtype " +
+                       std::string(dtype_name(s->dtype)) +
+                       ", expected F32 (E8M0 block scales are not loaded yet)");
+  Shape want = v.shape;
+  want[want.size() - 2] = (want[want.size() - 2] + kFp8Block - 1) / kFp8Block;
+  want.back() = (want.back() + kFp8Block - 1) / kFp8Block;
+  if (s->shape != want)
+    return corrupt("tensor " + spec.name + kScaleSuffix + " has shape " +
+                   shape_to_string(s->shape) + ", 128x128 blocks of " + shape_to_string(v.shape) +
+                   " need " + shape_to_string(want));
+  return {};
+}
+
+}  // namespace
+
+Status check_specs(const std::vector<TensorSpec>& specs, const Checkpoint& ck,
+                   FloatWeights floats) {
   for (const auto& spec : specs) {
     const auto v = ck.view(spec.name);
     if (!v) return not_found("checkpoint lacks tensor " + spec.name);
-    if (spec.integer ? v->dtype != DType::kI64
-                     : (v->dtype != DType::kF32 && v->dtype != DType::kBF16)) {
+    const bool fp8 =
+        !spec.integer && v->dtype == DType::kF8E4M3 && floats == FloatWeights::kWithFp8;
+    if (!fp8 && (spec.integer ? v->dtype != DType::kI64
+                              : (v->dtype != DType::kF32 && v->dtype != DType::kBF16))) {
       return unsupported("tensor " + spec.name + " has dtype " + std::string(dtype_name(v->dtype)) +
-                         (spec.integer ? ", expected I64" : ", expected F32 or BF16"));
+                         (spec.integer ? ", expected I64"
+                          : floats == FloatWeights::kWithFp8
+                              ? ", expected F32, BF16 or F8_E4M3"
+                              : ", expected F32 or BF16 (this family loads no FP8 weights yet)"));
     }
     bool match = v->shape.size() == spec.shape.size();
     for (std::size_t i = 0; match && i < spec.shape.size(); ++i)
@@ -20,12 +63,17 @@ Status check_specs(const std::vector<TensorSpec>& specs, const Checkpoint& ck) {
       return corrupt("tensor " + spec.name + " has shape " + shape_to_string(v->shape) +
                      ", the config implies " + shape_to_string(spec.shape));
     }
+    if (fp8) {
+      if (auto st = check_fp8_scales(spec, *v, ck); !st.ok()) return st;
+    }
   }
   return {};
 }
 
 Weight WeightSource::weight(const std::string& name) const {
-  return Weight::from_view(*ck_.view(name));
+  Weight w = Weight::from_view(*ck_.view(name));
+  if (w.dtype == DType::kF8E4M3) w.scales.data = ck_.view(name + kScaleSuffix)->bytes.data();
+  return w;
 }
 
 std::vector<float> WeightSource::values(const std::string& name) const {

@@ -14,9 +14,14 @@
 
 namespace fs {
 
-// Every spec's tensor is present, with the spec's shape and an f32/bf16 (or int64) dtype; the
-// error names the first that is not.
-Status check_specs(const std::vector<TensorSpec>& specs, const Checkpoint& ck);
+// Which float dtypes a family's matrices may have: F32/BF16, or also F8_E4M3 beside their F32
+// `<name>_scale_inv` 128x128 blocks as the FP8 releases store them (the projections `convert
+// --quantize fp8` writes, and lm_head; a family opts in once its forward's ops read FP8).
+enum class FloatWeights { kF32OrBf16, kWithFp8 };
+// Every spec's tensor is present, with the spec's shape and an allowed dtype (int64 for index
+// buffers); an F8_E4M3 one with scales of the right grid. The error names the first that is not.
+Status check_specs(const std::vector<TensorSpec>& specs, const Checkpoint& ck,
+                   FloatWeights floats = FloatWeights::kF32OrBf16);
 
 // Looks tensors up by canonical name; the schema has already validated names, shapes and dtypes.
 // Small vectors are widened to f32 into `arena`, which the weights own.
@@ -24,7 +29,8 @@ class WeightSource {
  public:
   WeightSource(const Checkpoint& ck, std::vector<std::unique_ptr<std::vector<float>>>& arena)
       : ck_(ck), arena_(arena) {}
-  // The tensor viewed in place (its stored dtype and shape).
+  // The tensor viewed in place (its stored dtype and shape); an F8_E4M3 matrix with its block
+  // scales (check_specs validated them).
   Weight weight(const std::string& name) const;
   // Its values widened to f32.
   std::vector<float> values(const std::string& name) const;

@@ -22,7 +22,7 @@ struct WeightUpload {
 inline constexpr std::uint64_t kLoadHeadroomBytes = 1ull << 30;
 
 // The bytes `w` takes in device memory stored as `dtype` (Backend::upload's rules: matrices as
-// `dtype`, vectors as f32, index tables as int32).
+// `dtype`, vectors as f32, index tables as int32, block-scaled FP8 as stored with its scales).
 std::uint64_t device_bytes(const Weight& w, DType dtype);
 // Refuses when weights of `need` bytes and kLoadHeadroomBytes do not fit the device's free
 // memory, naming both; ok on a host backend.

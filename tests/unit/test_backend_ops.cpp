@@ -30,6 +30,8 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "tensor/quant/block_scaled.h"
+#include "tensor/quant/minifloat.h"
 
 namespace fs {
 namespace {
@@ -136,6 +138,71 @@ class HostWeight {
   std::unique_ptr<std::uint8_t, Free> data_;
 };
 
+// A block-scaled FP8 weight in host memory, the FP8 releases' layout (backend/weight.h): e4m3
+// codes [.., out, in] and an f32 scale per 128x128 block [.., ceil(out/128), ceil(in/128)].
+// Codes are uniform over every finite code (subnormals and both zeros included), scales uniform
+// in [0.5, 1.5) * scale / 448, so weights stay within 1.5 * scale. Matrices of a stacked tensor
+// are filled on request (`fill`), the rest stay zero (codes and scales), as HostWeight's.
+class HostFp8Weight {
+ public:
+  HostFp8Weight(Shape shape) : shape_(std::move(shape)) {
+    rows_ = shape_[shape_.size() - 2];
+    cols_ = shape_.back();
+    matrices_ = shape_numel(shape_) / std::max<std::int64_t>(rows_ * cols_, 1);
+    gr_ = (rows_ + 127) / 128;
+    gc_ = (cols_ + 127) / 128;
+    codes_.assign(static_cast<std::size_t>(shape_numel(shape_)), 0);
+    scales_.assign(static_cast<std::size_t>(matrices_ * gr_ * gc_), 0.0f);
+  }
+  void fill(Rng& rng, float scale, std::int64_t matrix) {
+    const auto seed = rng.next_seed();
+    std::uint8_t* c = codes_.data() + matrix * rows_ * cols_;
+    parallel_chunks(rows_ * cols_, [&](std::int64_t b, std::int64_t e) {
+      for (auto i = b; i < e; ++i) {
+        auto code = static_cast<std::uint8_t>(splitmix64(seed + static_cast<std::uint64_t>(i)));
+        if ((code & 0x7f) == 0x7f) code &= 0xfe;  // not NaN
+        c[i] = code;
+      }
+    });
+    std::uniform_real_distribution<float> d(0.5f, 1.5f);
+    for (std::int64_t i = 0; i < gr_ * gc_; ++i)
+      scales_[static_cast<std::size_t>(matrix * gr_ * gc_ + i)] = d(rng.engine()) * scale / 448;
+  }
+  void fill_all(Rng& rng, float scale) {
+    for (std::int64_t m = 0; m < matrices_; ++m) fill(rng, scale, m);
+  }
+  Weight view() const {
+    Weight w{DType::kF8E4M3, shape_, codes_.data(), Device::kHost};
+    w.scales.data = reinterpret_cast<const std::uint8_t*>(scales_.data());
+    return w;
+  }
+  // Every weight dequantised whole (quant::dequantize per matrix): the f32 reference.
+  std::vector<float> dequantized() const {
+    std::vector<float> out;
+    out.reserve(codes_.size());
+    for (std::int64_t m = 0; m < matrices_; ++m) {
+      quant::ScaledMatrix sm;
+      sm.rows = rows_;
+      sm.cols = cols_;
+      sm.weights = std::span(codes_).subspan(static_cast<std::size_t>(m * rows_ * cols_),
+                                             static_cast<std::size_t>(rows_ * cols_));
+      sm.scales.bytes = {reinterpret_cast<const std::uint8_t*>(scales_.data() + m * gr_ * gc_),
+                         static_cast<std::size_t>(gr_ * gc_) * sizeof(float)};
+      auto dq = quant::dequantize(sm);
+      EXPECT_TRUE(dq.ok()) << dq.status().to_string();
+      if (dq.ok()) out.insert(out.end(), dq->begin(), dq->end());
+    }
+    return out;
+  }
+  const Shape& shape() const { return shape_; }
+
+ private:
+  Shape shape_;
+  std::int64_t rows_ = 0, cols_ = 0, matrices_ = 0, gr_ = 0, gc_ = 0;
+  std::vector<std::uint8_t> codes_;
+  std::vector<float> scales_;
+};
+
 HostWeight random_weight(DType dtype, Shape shape, Rng& rng, float scale = 1.0f) {
   HostWeight w(dtype, std::move(shape));
   w.fill(rng, scale);
@@ -153,6 +220,12 @@ struct Feed {
   Weight w(const HostWeight& hw) const {
     auto up = be.upload(hw.view(), hw.dtype());
     EXPECT_TRUE(up.ok()) << be.name() << " upload: " << up.status().to_string();
+    return up.ok() ? *up : Weight{};
+  }
+  Weight w(const HostFp8Weight& hw) const {
+    auto up = be.upload(hw.view(), DType::kBF16);  // block-scaled: kept as stored
+    EXPECT_TRUE(up.ok()) << be.name() << " upload: " << up.status().to_string();
+    EXPECT_TRUE(!up.ok() || up->block_scaled()) << be.name() << " widened an FP8 weight";
     return up.ok() ? *up : Weight{};
   }
 };
@@ -906,6 +979,70 @@ std::vector<Case> make_cases() {
         });
   }
 
+  // --- block-scaled FP8 weights (issue 15) ---
+  // linear: the GEMV on the e4m3 bytes at 1-8 rows (32- and 8-lane groups, 1/2/4 rows a group,
+  // 16-byte chunks or single elements for widths off the chunk, partial 128-blocks in rows and
+  // columns), dequantised tiles + sgemm beyond; moe_experts: the fused one-token path, the pair
+  // path (2-4 tokens) and prefill-sized token counts, chunked and element paths.
+  struct Fp8LinearShape {
+    std::int64_t S, in, out;
+  };
+  for (const auto& [S, in, out] : std::vector<Fp8LinearShape>{{1, 256, 130},
+                                                              {3, 256, 300},
+                                                              {5, 200, 130},
+                                                              {2, 640, 2560},
+                                                              {4, 640, 8191},
+                                                              {1, 2560, 12288},
+                                                              {8, 2560, 4097},
+                                                              {2, 2562, 4097},
+                                                              {20, 512, 300},
+                                                              {70, 2560, 1000}}) {
+    add("linear_S" + n(S) + "_in" + n(in) + "_out" + n(out) + "_fp8", kProduct,
+        [=](Rng& rng) -> OpRun {
+          auto x = random_tensor({S, in}, rng);
+          auto w = std::make_shared<HostFp8Weight>(Shape{out, in});
+          w->fill_all(rng, 1.0f / std::sqrt(static_cast<float>(in)));
+          return [x, w](const Feed& f) {
+            Tensor y;
+            f.be.linear(f.in(x), f.w(*w), y);
+            return std::vector<Tensor>{y};
+          };
+        });
+  }
+  struct Fp8MoeShape {
+    std::int64_t S, H, E, I, k;
+  };
+  for (const auto& c : std::vector<Fp8MoeShape>{{1, 2560, 64, 640, 8},
+                                                {3, 2560, 64, 640, 8},
+                                                {1, 256, 8, 192, 2},
+                                                {4, 256, 8, 192, 3},
+                                                {20, 256, 8, 64, 2},
+                                                {1, 200, 6, 72, 3},
+                                                {3, 200, 6, 72, 3}}) {
+    add("moe_experts_S" + n(c.S) + "_H" + n(c.H) + "_E" + n(c.E) + "_I" + n(c.I) + "_k" + n(c.k) +
+            "_fp8",
+        kProduct, [=](Rng& rng) -> OpRun {
+          auto x = random_tensor({c.S, c.H}, rng);
+          auto [experts, weights] = random_routing(c.S, c.E, c.k, rng);
+          auto gate_up = std::make_shared<HostFp8Weight>(Shape{c.E, 2 * c.I, c.H});
+          auto down = std::make_shared<HostFp8Weight>(Shape{c.E, c.H, c.I});
+          std::vector<bool> used(static_cast<std::size_t>(c.E));
+          for (std::int64_t i = 0; i < experts.numel(); ++i)
+            used[static_cast<std::size_t>(experts.data_as<std::int32_t>()[i])] = true;
+          for (std::int64_t e = 0; e < c.E; ++e) {
+            if (!used[static_cast<std::size_t>(e)]) continue;
+            gate_up->fill(rng, 1.0f / std::sqrt(static_cast<float>(c.H)), e);
+            down->fill(rng, 1.0f / std::sqrt(static_cast<float>(c.I)), e);
+          }
+          return [=](const Feed& f) {
+            Tensor y;
+            f.be.moe_experts(f.in(x), f.w(*gate_up), f.w(*down), f.in(experts), f.in(weights), 0,
+                             y);
+            return std::vector<Tensor>{y};
+          };
+        });
+  }
+
   // --- fused decode ops ---
   // Each against the CPU's default body (the unfused sequence). The released shapes at 1-4 rows
   // (the fused kernels), odd widths (off the 16-byte chunks, or f32 chunks of 4), and a prefill
@@ -971,6 +1108,34 @@ std::vector<Case> make_cases() {
               std::make_shared<HostWeight>(random_weight(c.dtype, {c.heads, c.in}, rng, 8 * ws));
           auto a =
               std::make_shared<HostWeight>(random_weight(c.dtype, {c.heads, c.in}, rng, 8 * ws));
+          auto dt_bias = std::make_shared<HostWeight>(random_weight(F32, {c.heads}, rng));
+          auto decay = std::make_shared<HostWeight>(random_weight(F32, {c.heads}, rng));
+          return [=](const Feed& f) {
+            Tensor oqkv, oz, obeta, og;
+            f.be.gated_delta_net_in_proj(f.in(x), f.w(*qkv), f.w(*z), f.w(*b), f.w(*a),
+                                         f.w(*dt_bias), f.w(*decay), oqkv, oz, obeta, og);
+            return std::vector<Tensor>{oqkv, oz, obeta, og};
+          };
+        });
+  }
+  // FP8 projections: the fused multi_gemv on e4m3 bytes (1-4 rows, a block per row for few long
+  // rows) and the unfused sequence beyond.
+  for (const auto& c : std::vector<InProjShape>{{1, 2560, 2048, 6144, 48, F32},
+                                                {3, 2560, 2048, 6144, 48, F32},
+                                                {2, 10240, 128, 256, 8, F32},
+                                                {20, 256, 128, 256, 8, F32}}) {
+    add("gated_delta_net_in_proj_S" + n(c.S) + "_in" + n(c.in) + "_k" + n(c.key_dim) + "_v" +
+            n(c.value_dim) + "_fp8",
+        kProduct, [=](Rng& rng) -> OpRun {
+          const float ws = 1.0f / std::sqrt(static_cast<float>(c.in));
+          auto x = random_tensor({c.S, c.in}, rng);
+          auto make = [&](std::int64_t rows, float scale) {
+            auto w = std::make_shared<HostFp8Weight>(Shape{rows, c.in});
+            w->fill_all(rng, scale);
+            return w;
+          };
+          auto qkv = make(2 * c.key_dim + c.value_dim, ws), z = make(c.value_dim, ws);
+          auto b = make(c.heads, 8 * ws), a = make(c.heads, 8 * ws);
           auto dt_bias = std::make_shared<HostWeight>(random_weight(F32, {c.heads}, rng));
           auto decay = std::make_shared<HostWeight>(random_weight(F32, {c.heads}, rng));
           return [=](const Feed& f) {
@@ -1049,6 +1214,31 @@ std::vector<Case> make_cases() {
           auto up = std::make_shared<HostWeight>(random_weight(c.dtype, {c.I, c.H}, rng, hs));
           auto down = std::make_shared<HostWeight>(
               random_weight(c.dtype, {c.H, c.I}, rng, 1.0f / std::sqrt(static_cast<float>(c.I))));
+          auto eg = std::make_shared<HostWeight>(random_weight(c.dtype, {1, c.H}, rng, 4 * hs));
+          return [=](const Feed& f) {
+            auto t = f.in(y);
+            f.be.shared_expert(f.in(x), f.w(*gate), f.w(*up), f.w(*down), f.w(*eg), t);
+            return std::vector<Tensor>{t};
+          };
+        });
+  }
+  // FP8 gate/up/down beside a bf16 or f32 expert gate (the FP8 releases keep it unquantised):
+  // the fused kernels at 1-4 rows (8-lane groups for the 640-wide down), the sequence beyond.
+  for (const auto& c : std::vector<SharedShape>{{1, 2560, 640, BF16},
+                                                {3, 2560, 640, F32},
+                                                {4, 2560, 640, BF16},
+                                                {2, 256, 192, BF16},
+                                                {20, 256, 64, BF16}}) {
+    add("shared_expert_S" + n(c.S) + "_H" + n(c.H) + "_I" + n(c.I) + "_fp8_gate_" + dt(c.dtype),
+        kProduct, [=](Rng& rng) -> OpRun {
+          const float hs = 1.0f / std::sqrt(static_cast<float>(c.H));
+          auto x = random_tensor({c.S, c.H}, rng), y = random_tensor({c.S, c.H}, rng);
+          auto gate = std::make_shared<HostFp8Weight>(Shape{c.I, c.H});
+          auto up = std::make_shared<HostFp8Weight>(Shape{c.I, c.H});
+          auto down = std::make_shared<HostFp8Weight>(Shape{c.H, c.I});
+          gate->fill_all(rng, hs);
+          up->fill_all(rng, hs);
+          down->fill_all(rng, 1.0f / std::sqrt(static_cast<float>(c.I)));
           auto eg = std::make_shared<HostWeight>(random_weight(c.dtype, {1, c.H}, rng, 4 * hs));
           return [=](const Feed& f) {
             auto t = f.in(y);
@@ -2263,6 +2453,89 @@ TEST_F(CpuOps, MoeExpertsEqualsDirectAndThePerExpertLoop) {
         old.row(rows[i])[c] += ws[i] * he.row(static_cast<std::int64_t>(i))[c];
   }
   EXPECT_EQ(std::memcmp(old.data(), y.data(), old.bytes()), 0);
+}
+
+// Block-scaled FP8 (issue 15): linear and moe_experts on the e4m3 bytes and their scales equal,
+// bit for bit, the same ops on the matrix dequantised whole to f32 (quant::dequantize) when both
+// take the same tiles: the CPU dequantises tiles of rows with the same row dequantiser and
+// multiplies them as f32 tiles.
+// Shapes with partial 128-blocks in both directions, several row tiles and column parts, and
+// first_rows / expert() slices (the scale view moves with them).
+TEST_F(CpuOps, Fp8LinearEqualsDequantisedF32) {
+  Rng r(11);
+  for (const auto& [S, in, out] : std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>>{
+           {1, 200, 300}, {5, 256, 130}, {70, 200, 300}, {3, 4096, 700}, {9, 130, 5000}}) {
+    SCOPED_TRACE("S " + std::to_string(S) + " in " + std::to_string(in) + " out " +
+                 std::to_string(out));
+    HostFp8Weight w(Shape{out, in});
+    w.fill_all(r, 1.0f / std::sqrt(static_cast<float>(in)));
+    const auto dq = w.dequantized();
+    // The f32 reference one byte off alignment takes linear's tile path (as FP8 does) rather than
+    // the in-place product, so both run sgemm over the same tiles: bit-identical. (In place,
+    // sgemm over other column counts rounds differently: checked to 1e-6 below.)
+    std::vector<std::uint8_t> unaligned(dq.size() * sizeof(float) + 1);
+    std::memcpy(unaligned.data() + 1, dq.data(), dq.size() * sizeof(float));
+    const Weight wf{DType::kF32, {out, in}, unaligned.data() + 1};
+    const Weight wf_aligned{
+        DType::kF32, {out, in}, reinterpret_cast<const std::uint8_t*>(dq.data())};
+    const auto x = random_tensor({S, in}, r);
+    auto up = be->upload(w.view(), DType::kBF16);
+    ASSERT_TRUE(up.ok());
+    ASSERT_TRUE(up->block_scaled());
+    EXPECT_EQ(up->data, w.view().data) << "the CPU computes on the stored bytes in place";
+    Tensor y8, yf;
+    be->linear(x, *up, y8);
+    be->linear(x, wf, yf);
+    ASSERT_EQ(y8.shape(), yf.shape());
+    EXPECT_EQ(std::memcmp(y8.data(), yf.data(), y8.bytes()), 0)
+        << "max |d| " << max_abs_diff(y8.span(), yf.span());
+    Tensor ya;
+    be->linear(x, wf_aligned, ya);
+    EXPECT_LE(max_abs_diff(y8.span(), ya.span()), 1e-6);
+    // first_rows at a row count inside a 128-row block keeps the scale grid's prefix.
+    const auto n = std::min<std::int64_t>(out, 200);
+    Tensor yn, yfn;
+    be->linear(x, up->first_rows(n), yn);
+    be->linear(x, wf.first_rows(n), yfn);
+    EXPECT_EQ(std::memcmp(yn.data(), yfn.data(), yn.bytes()), 0);
+    // and those are the full product's first columns (to rounding: another split over threads)
+    for (std::int64_t s = 0; s < S; ++s)
+      for (std::int64_t o = 0; o < n; ++o) ASSERT_NEAR(yn.row(s)[o], y8.row(s)[o], 1e-5);
+  }
+  // Every finite code is exercised and the dequantised values are the quant module's.
+  HostFp8Weight small(Shape{4, 128});
+  small.fill_all(r, 1.0f);
+  const auto v = small.view();
+  const auto dq = small.dequantized();
+  for (std::int64_t i = 0; i < 4 * 128; ++i)
+    ASSERT_EQ(dq[static_cast<std::size_t>(i)],
+              quant::e4m3_to_f32(v.data[i]) * v.scale_at(i / 128, i % 128));
+}
+
+TEST_F(CpuOps, Fp8MoeExpertsEqualDequantisedF32) {
+  Rng r(12);
+  const std::int64_t H = 200, E = 6, I = 136, S = 7, k = 3;
+  HostFp8Weight gate_up(Shape{E, 2 * I, H}), down(Shape{E, H, I});
+  gate_up.fill_all(r, 1.0f / std::sqrt(static_cast<float>(H)));
+  down.fill_all(r, 1.0f / std::sqrt(static_cast<float>(I)));
+  const auto gu = gate_up.dequantized(), dn = down.dequantized();
+  const auto x = random_tensor({S, H}, r);
+  auto [experts, weights] = random_routing(S, E, k, r);
+  Tensor y8, yf;
+  be->moe_experts(x, gate_up.view(), down.view(), experts, weights, 0, y8);
+  be->moe_experts(x, {DType::kF32, {E, 2 * I, H}, reinterpret_cast<const std::uint8_t*>(gu.data())},
+                  {DType::kF32, {E, H, I}, reinterpret_cast<const std::uint8_t*>(dn.data())},
+                  experts, weights, 0, yf);
+  ASSERT_EQ(y8.shape(), yf.shape());
+  EXPECT_EQ(std::memcmp(y8.data(), yf.data(), y8.bytes()), 0)
+      << "max |d| " << max_abs_diff(y8.span(), yf.span());
+  // expert(e) moves the scales to expert e's grid.
+  const auto e3 = gate_up.view().expert(3);
+  EXPECT_EQ(e3.scales.data, gate_up.view().scales.data + 3 * 3 * 2 * sizeof(float));
+  std::vector<float> row(static_cast<std::size_t>(H));
+  ASSERT_TRUE(quant::dequantize_row(e3.scaled_matrix(), 130, row).ok());
+  EXPECT_EQ(std::memcmp(row.data(), gu.data() + (3 * 2 * I + 130) * H, row.size() * sizeof(float)),
+            0);
 }
 
 TEST_F(CpuOps, LayoutOps) {

@@ -164,6 +164,41 @@ TEST(BenchRun, DraftVocabularyCutsTheDraftBytesAndStaysExact) {
   EXPECT_FALSE(run_bench(o, log).ok());
 }
 
+// `--dtype fp8`: synthetic block-scaled FP8 projections (bf16 for the rest), the same harness;
+// MTP stays exact on them, and the bytes per token count one byte per projection weight.
+TEST(BenchRun, Fp8WeightsRunAndCountOneBytePerProjectionWeight) {
+  BenchOptions o;
+  o.backend = "cpu";
+  o.prefill = {8};
+  o.contexts = {20};
+  o.decode_tokens = 5;
+  o.profile = false;
+  o.dtype = "fp8";
+  std::ostringstream log;
+  auto r = run_bench(o, log);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ((*r)["matrix_dtype"], "fp8");
+  for (const auto& m : (*r)["decode"][0]["modes"]) {
+    EXPECT_GT(m["tokens_per_s"].get<double>(), 0);
+    if (m["depth"] != 0) {
+      EXPECT_TRUE(m["equals_autoregressive"].get<bool>()) << m["depth"];
+    }
+  }
+  o.dtype = "int4";
+  EXPECT_FALSE(run_bench(o, log).ok());
+  // Released shapes: FP8 reads a little over half the bf16 bytes (the bf16 lm_head, embedding
+  // row, routers and hyper-connection matrices keep their two bytes: ~6% of the rest).
+  auto c = parse_bench_config(flash_next_config_json(48, 100'000));
+  ASSERT_TRUE(c.ok());
+  const auto bf16 = trunk_decode_bytes(*c, 1024, kBf16Matrices);
+  const auto fp8 = trunk_decode_bytes(*c, 1024, kFp8Matrices);
+  EXPECT_EQ(bf16.weights, trunk_decode_bytes(*c, 1024, 2).weights);
+  EXPECT_EQ(fp8.state, bf16.state);
+  const double head = 2.0 * static_cast<double>(c->vocab_size * c->hidden_size);
+  EXPECT_GT(fp8.weights, (bf16.weights - head) / 2 + head);
+  EXPECT_LT(fp8.weights, (bf16.weights - head) * 0.6 + head);
+}
+
 TEST(BenchCli, CpuCommandPrintsJsonAndCudaWithoutGpuSaysSo) {
   test::ScratchDir dir;
   std::string text;

@@ -73,6 +73,12 @@ TEST(WeightUpload, DeviceBytesFollowUploadsRules) {
   EXPECT_EQ(device_bytes(m, DType::kF32), 48u);
   EXPECT_EQ(device_bytes(vec, DType::kBF16), 48u);    // vectors become f32
   EXPECT_EQ(device_bytes(table, DType::kBF16), 24u);  // index tables become int32
+  // Block-scaled FP8 [2, 200, 300] stays as stored: the codes and 2 x 2x3 f32 block scales.
+  std::vector<std::uint8_t> codes(2 * 200 * 300);
+  Weight fp8{DType::kF8E4M3, {2, 200, 300}, codes.data()};
+  fp8.scales.data = reinterpret_cast<const std::uint8_t*>(v.data());
+  EXPECT_EQ(device_bytes(fp8, DType::kBF16), 120'000u + 2 * 6 * 4);
+  EXPECT_EQ(device_bytes(fp8, DType::kF32), 120'000u + 2 * 6 * 4);
 }
 
 TEST(WeightUpload, ARepeatIsUploadedOnceAndAViewOfFewerRowsIsNot) {

@@ -8,6 +8,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "tensor/quant/block_scaled.h"
 
 namespace fs {
 namespace {
@@ -272,6 +273,14 @@ void CpuBackend::embedding(std::span<const Weight> shards, std::span<const std::
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const auto& w = shards[static_cast<std::size_t>(ids[i] / per_shard)];
     const auto row = ids[i] % per_shard;
+    if (w.block_scaled()) {
+      // FP8 rows with their block scales (the quant module's row dequantiser).
+      auto st = quant::dequantize_row(
+          w.scaled_matrix(), row,
+          {out.row(static_cast<std::int64_t>(i)), static_cast<std::size_t>(cols)});
+      if (!st.ok()) return fail(st.with_context("cpu embedding"));
+      continue;
+    }
     const auto esize = dtype_size(w.dtype);
     convert_to_f32(w.dtype, w.data + static_cast<std::size_t>(row * cols) * esize,
                    out.row(static_cast<std::int64_t>(i)), static_cast<std::size_t>(cols));

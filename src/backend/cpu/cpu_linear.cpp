@@ -1,6 +1,9 @@
 // Dense products on OpenBLAS. f32 weights are read in place from the checkpoint mapping; bf16
 // weights are widened in tiles of at most 1 MiB (exact: bf16 -> f32 is a shift) into a
 // thread-local scratch buffer, then multiplied, so the CPU path never doubles the weight memory.
+// Block-scaled FP8 weights take the same tiles, each row dequantised by quant::dequantize_row
+// (e4m3 * its block's f32 scale), so a product equals the f32 product with the matrix
+// dequantised whole.
 // Also: `upload`, and the routed experts of a MoE (a product per expert).
 #include <cblas.h>
 
@@ -10,6 +13,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "tensor/quant/block_scaled.h"
 
 namespace fs {
 namespace {
@@ -106,6 +110,14 @@ void CpuBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
   const bool in_place =
       w.dtype == DType::kF32 && reinterpret_cast<std::uintptr_t>(w.data) % alignof(float) == 0;
   const auto esize = dtype_size(w.dtype);
+  const bool scaled = w.block_scaled();
+  if (scaled && w.shape.size() != 2)
+    return fail(invalid_argument("cpu linear: a block-scaled weight must be a 2-D matrix, not " +
+                                 shape_to_string(w.shape)));
+  const quant::ScaledMatrix matrix = scaled ? w.scaled_matrix() : quant::ScaledMatrix{};
+  if (scaled) {
+    if (auto st = quant::validate(matrix); !st.ok()) return fail(st.with_context("cpu linear"));
+  }
   const auto tile_rows = std::max(kTileRows, kTileFloats / std::max<std::int64_t>(in, 1));
   // Weight rows [n0, n1) times rows [r0, r1) of x.
   auto part = [&](std::int64_t r0, std::int64_t r1, std::int64_t n0, std::int64_t n1) {
@@ -114,8 +126,21 @@ void CpuBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
     for (auto t0 = n0; t0 < n1; t0 += tile_rows) {
       const auto n = std::min(tile_rows, n1 - t0);
       tile.resize(static_cast<std::size_t>(n * in));
-      convert_to_f32(w.dtype, w.data + static_cast<std::size_t>(t0 * in) * esize, tile.data(),
-                     static_cast<std::size_t>(n * in));
+      if (scaled) {
+        // FP8 with block scales: each row by the quant module's row dequantiser (the reference).
+        for (std::int64_t r = 0; r < n; ++r) {
+          auto row = std::span<float>(tile).subspan(static_cast<std::size_t>(r * in),
+                                                    static_cast<std::size_t>(in));
+          if (auto st = quant::dequantize_row(matrix, t0 + r, row); !st.ok()) {
+            const std::lock_guard lock(owned_mutex_);
+            fail(st.with_context("cpu linear"));
+            return;
+          }
+        }
+      } else {
+        convert_to_f32(w.dtype, w.data + static_cast<std::size_t>(t0 * in) * esize, tile.data(),
+                       static_cast<std::size_t>(n * in));
+      }
       gemm_block(x, r0, r1 - r0, tile.data(), n, t0, y);
     }
   };

@@ -387,6 +387,39 @@ bool CudaBackend::check(bool ok, const char* op, const char* what) {
 
 // --- upload --------------------------------------------------------------------------------------
 
+// A block-scaled FP8 weight keeps its stored bytes on the device (the kernels decode them), and
+// its scales beside it: two buffers, nothing widened.
+Expected<Weight> CudaBackend::upload_block_scaled(const Weight& w) {
+  if (w.dtype != DType::kF8E4M3 || w.scales.format != quant::ScaleFormat::kF32 ||
+      w.scales.block_rows != 128 || w.scales.block_cols != 128)
+    return unsupported("cuda upload: block-scaled weights are F8_E4M3 with 128x128 f32 scales");
+  Weight out = w;
+  out.device = Device::kCuda;
+  const std::size_t sizes[2] = {w.bytes(), w.scale_bytes()};
+  const std::uint8_t* srcs[2] = {w.data, w.scales.data};
+  const std::uint8_t* dsts[2] = {nullptr, nullptr};
+  const auto kind = w.device == Device::kCuda ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
+  std::vector<DeviceBuffer> buffers;
+  for (int i = 0; i < 2; ++i) {
+    if (sizes[i] == 0) continue;
+    void* dst = nullptr;
+    if (const auto e = cudaMalloc(&dst, sizes[i]); e != cudaSuccess) {
+      cudaGetLastError();
+      return out_of_range("cuda upload: out of device memory allocating " +
+                          std::to_string(sizes[i]) + " bytes: " + cudaGetErrorString(e));
+    }
+    buffers.emplace_back(dst);
+    if (const auto e = cudaMemcpy(dst, srcs[i], sizes[i], kind); e != cudaSuccess)
+      return internal_error(cuda_message("upload", e));
+    dsts[i] = static_cast<const std::uint8_t*>(dst);
+  }
+  out.data = dsts[0];
+  out.scales.data = dsts[1];
+  const std::lock_guard lock(weights_mutex_);
+  for (auto& b : buffers) weights_.push_back(std::move(b));
+  return out;
+}
+
 std::optional<Backend::DeviceMemoryInfo> CudaBackend::device_memory() const {
   std::size_t free = 0, total = 0;
   if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
@@ -431,6 +464,7 @@ Expected<Weight> CudaBackend::upload_index_table(const Weight& w) {
 }
 
 Expected<Weight> CudaBackend::upload(const Weight& w, DType matrix_dtype) {
+  if (w.block_scaled() && w.numel() > 0) return upload_block_scaled(w);
   if (w.dtype == DType::kI32 || w.dtype == DType::kI64) return upload_index_table(w);
   const DType target = w.shape.size() >= 2 ? matrix_dtype : DType::kF32;
   if (target != DType::kF32 && target != DType::kBF16)
@@ -529,9 +563,11 @@ void CudaBackend::embedding(std::span<const Weight> shards, std::span<const std:
   if (n == 0 || cols == 0) return;
   if (!check(per_shard > 0, kOp, "the table shards have no rows")) return;
   for (const auto& w : shards) {
-    if (!check(w.cols() == cols &&
+    if (!check(w.cols() == cols && !w.block_scaled() &&
                    (w.dtype == DType::kF32 || w.dtype == DType::kBF16 || w.device == Device::kHost),
-               kOp, "shards differ in width, or a device shard is neither F32 nor BF16"))
+               kOp,
+               "shards differ in width, are block-scaled FP8, or a device shard is neither F32 "
+               "nor BF16"))
       return;
     if (!check(w.data != nullptr, kOp, "a shard has no data")) return;
   }

@@ -245,6 +245,10 @@ class CudaBackend final : public Backend {
 
  private:
   explicit CudaBackend(std::shared_ptr<CudaMemory> memory) noexcept;
+  Expected<Weight> upload_block_scaled(const Weight& w);
+  // y = x · W^T for a block-scaled FP8 W (cuda_linear.cu): GEMV for few rows, else widened
+  // tiles and sgemm.
+  void linear_fp8(const Tensor& x, const Weight& w, Tensor& y);
 
   cudaStream_t stream() const { return cuda_memory_->stream(); }
   // Records "cuda: <op>: <error>" when the last launch failed; true when it did not.

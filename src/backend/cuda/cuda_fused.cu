@@ -20,6 +20,7 @@
 //    over the tokens: conv, silu, the head's l2 norm and the q scale, then the tail update.
 //  - shared_expert: gate and up rows of each intermediate unit in one thread group (swiglu in its
 //    epilogue, the scalar gate as one more unit), then the down GEMV adding gate * out into y.
+//    Block-scaled FP8 gate/up/down (beside a float expert gate) take the same two kernels.
 //
 // Nothing here synchronises or allocates outside the pool: scratch is pooled Tensors local to the
 // op (inside a step they come from the graph's arena), and each op returns before queueing when
@@ -55,6 +56,8 @@ struct Segment {
   float* y = nullptr;       // [S, rows]
   std::int64_t rows = 0;
   Epilogue ep;
+  const float* scales = nullptr;  // block-scaled FP8: the 128x128 scale grid, grid_cols wide
+  std::int64_t grid_cols = 0;
 };
 
 struct Segments {
@@ -107,6 +110,7 @@ __global__ void __launch_bounds__(kGemvThreads)
   const int lane = static_cast<int>(threadIdx.x % kG);
   const T* rows[kR];
   const float* xs[kR];
+  const float* scale_rows[kR];
   int seg[kR];
   std::int64_t local[kR];
 #pragma unroll
@@ -119,9 +123,13 @@ __global__ void __launch_bounds__(kGemvThreads)
     local[r] = g - base;
     rows[r] = i < segs.count ? static_cast<const T*>(segs.s[i].w) + local[r] * in : nullptr;
     xs[r] = x;
+    scale_rows[r] = i < segs.count && segs.s[i].scales != nullptr
+                        ? segs.s[i].scales + (local[r] / kFp8Block) * segs.s[i].grid_cols
+                        : nullptr;
   }
   float acc[kR][kS] = {};
-  rows_dot<T, true, kS, kR, kG, kU, true>(rows, xs, in, in / WeightChunk<T, true>::kN, lane, acc);
+  rows_dot<T, true, kS, kR, kG, kU, true>(rows, xs, scale_rows, in, in / WeightChunk<T, true>::kN,
+                                          lane, acc);
 #pragma unroll
   for (int r = 0; r < kR; ++r)
 #pragma unroll
@@ -367,6 +375,67 @@ void launch_shared_gate_up(const float* x, const T* gate, const T* up, const T* 
   }
 }
 
+// The same units for FP8 gate and up (block-scaled e4m3) beside the float expert gate (TG, which
+// the FP8 releases keep in bf16): a group takes gate and up row r with their scales, or the
+// expert gate's one row; the group sums run outside the branch (whole warps shuffle).
+template <typename TG, int kS, int kG>
+__global__ void __launch_bounds__(kGemvThreads)
+    shared_gate_up_fp8_kernel(const float* x, const e4m3_bits* gate, const float* gate_scales,
+                              const e4m3_bits* up, const float* up_scales, std::int64_t grid_cols,
+                              const TG* expert_gate, std::int64_t H, std::int64_t I, float* act,
+                              float* logit) {
+  const std::int64_t r = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kG;
+  const int lane = static_cast<int>(threadIdx.x % kG);
+  float acc[2][kS] = {};
+  if (r < I) {
+    const e4m3_bits* rows[2] = {gate + r * H, up + r * H};
+    const float* xs[2] = {x, x};
+    const float* scale_rows[2] = {gate_scales + (r / kFp8Block) * grid_cols,
+                                  up_scales + (r / kFp8Block) * grid_cols};
+    rows_dot<e4m3_bits, true, kS, 2, kG, 4, true>(rows, xs, scale_rows, H,
+                                                  H / WeightChunk<e4m3_bits, true>::kN, lane, acc);
+  } else if (r == I) {
+    const TG* rows[1] = {expert_gate};
+    const float* xs[1] = {x};
+    float one[1][kS] = {};
+    rows_dot<TG, true, kS, 1, kG, 8, true>(rows, xs, H, H / WeightChunk<TG, true>::kN, lane, one);
+#pragma unroll
+    for (int s = 0; s < kS; ++s) acc[0][s] = one[0][s];
+  }
+#pragma unroll
+  for (int s = 0; s < kS; ++s) {
+    const float g = group_sum<kG>(acc[0][s]), u = group_sum<kG>(acc[1][s]);
+    if (lane != 0) continue;
+    if (r < I) {
+      act[s * I + r] = apply_act(g, Activation::kSilu) * u;
+    } else if (r == I) {
+      logit[s] = g;
+    }
+  }
+}
+
+template <typename TG, int kS>
+void launch_shared_gate_up_fp8(const float* x, const Weight& gate, const Weight& up,
+                               const TG* expert_gate, std::int64_t H, std::int64_t I, float* act,
+                               float* logit, cudaStream_t stream) {
+  const auto units = I + 1;
+  const auto* g = reinterpret_cast<const e4m3_bits*>(gate.data);
+  const auto* u = reinterpret_cast<const e4m3_bits*>(up.data);
+  const auto* gs = reinterpret_cast<const float*>(gate.scales.data);
+  const auto* us = reinterpret_cast<const float*>(up.scales.data);
+  const auto gc = gate.scales.grid_cols(H);
+  // Lanes per unit as for the FP8 rows (the expert gate's row follows them).
+  if (gemv_short_rows(H / WeightChunk<e4m3_bits, true>::kN)) {
+    shared_gate_up_fp8_kernel<TG, kS, 8>
+        <<<grid_for(units * 8, kGemvThreads), kGemvThreads, 0, stream>>>(
+            x, g, gs, u, us, gc, expert_gate, H, I, act, logit);
+  } else {
+    shared_gate_up_fp8_kernel<TG, kS, kWarp>
+        <<<grid_for(units * kWarp, kGemvThreads), kGemvThreads, 0, stream>>>(
+            x, g, gs, u, us, gc, expert_gate, H, I, act, logit);
+  }
+}
+
 // The GatedDeltaNet conv over qkv [S, C] with its tail [L = K-1, C], silu, and q/k/v: block b <
 // 2 * heads is q head b (then k head b - heads) of head_dim channels, a later block a chunk of
 // blockDim.x v channels. Thread t holds channels t, t + blockDim.x, ... of its block, so the l2
@@ -437,14 +506,24 @@ const T* as(const Weight& w) {
 }
 
 bool matrix_dtype(const Weight& w) {
-  return w.dtype == DType::kF32 || w.dtype == DType::kBF16;
+  return !w.block_scaled() && (w.dtype == DType::kF32 || w.dtype == DType::kBF16);
 }
 
-// Whether x and every weight take the 16-byte path for rows of `in` elements.
+// A block-scaled FP8 weight in the layout the GEMV core reads (128x128 f32 scales).
+bool fp8_matrix(const Weight& w) {
+  return w.block_scaled() && w.dtype == DType::kF8E4M3 &&
+         w.scales.format == quant::ScaleFormat::kF32 && w.scales.block_rows == kFp8Block &&
+         w.scales.block_cols == kFp8Block;
+}
+
+// Whether x and every weight take the 16-byte path for rows of `in` elements (and all are f32,
+// all bf16, or all block-scaled FP8).
 bool chunked(DType dtype, const void* x, std::initializer_list<const Weight*> ws, std::int64_t in) {
   for (const Weight* w : ws) {
     if (w->dtype != dtype) return false;
-    if (dtype == DType::kBF16 ? !vec_ok<bf16_bits>(x, w->data, in) : !vec_ok<float>(x, w->data, in))
+    if (dtype == DType::kF8E4M3 ? !fp8_matrix(*w) || !vec_ok<e4m3_bits>(x, w->data, in)
+        : dtype == DType::kBF16 ? !vec_ok<bf16_bits>(x, w->data, in)
+                                : !vec_ok<float>(x, w->data, in))
       return false;
   }
   return true;
@@ -455,13 +534,23 @@ void add_segment(Segments& segs, const void* w, float* y, std::int64_t rows, con
   segs.s[segs.count++] = Segment{w, y, rows, ep};
   segs.total += rows;
 }
+// A segment over weight `w` (its scale grid too when block-scaled).
+void add_segment(Segments& segs, const Weight& w, float* y, std::int64_t rows, const Epilogue& ep) {
+  add_segment(segs, w.data, y, rows, ep);
+  if (w.block_scaled()) {
+    segs.s[segs.count - 1].scales = reinterpret_cast<const float*>(w.scales.data);
+    segs.s[segs.count - 1].grid_cols = w.scales.grid_cols(w.cols());
+  }
+}
 
 // Queues the multi_gemv of segs over x [S, in] (1 <= S <= kFusedRows, 16-byte rows).
 void run_multi_gemv(const Tensor& x, DType dtype, const Segments& segs, cudaStream_t stream) {
   if (segs.total == 0) return;
   with_count<kFusedRows>(x.rows(), [&](auto tokens) {
     constexpr int kS = decltype(tokens)::value;
-    if (dtype == DType::kBF16)
+    if (dtype == DType::kF8E4M3)
+      multi_gemv_rows<e4m3_bits, kS>(x.data(), segs, x.cols(), stream);
+    else if (dtype == DType::kBF16)
       multi_gemv_rows<bf16_bits, kS>(x.data(), segs, x.cols(), stream);
     else
       multi_gemv_rows<float, kS>(x.data(), segs, x.cols(), stream);
@@ -547,7 +636,7 @@ void CudaBackend::gated_delta_net_in_proj(const Tensor& x, const Weight& w_qkv, 
   if (failed() || !on_device(kOp, {&x})) return;
   const auto S = x.shape().empty() ? 0 : x.rows(), in = x.cols(), heads = w_a.rows();
   const auto dtype = w_qkv.dtype;
-  const bool fused = S >= 1 && S <= kFusedRows && matrix_dtype(w_qkv) &&
+  const bool fused = S >= 1 && S <= kFusedRows && (matrix_dtype(w_qkv) || fp8_matrix(w_qkv)) &&
                      chunked(dtype, x.data(), {&w_qkv, &w_z, &w_b, &w_a}, in) &&
                      w_qkv.cols() == in && w_z.cols() == in && w_b.cols() == in &&
                      w_a.cols() == in && w_b.rows() == heads && dt_bias.dtype == DType::kF32 &&
@@ -570,10 +659,10 @@ void CudaBackend::gated_delta_net_in_proj(const Tensor& x, const Weight& w_qkv, 
   g_ep.act = Activation::kSoftplus;
   g_ep.col_scale = decay_rate.f32();
   Segments segs;
-  add_segment(segs, w_qkv.data, qkv.data(), w_qkv.rows(), Epilogue{});
-  add_segment(segs, w_z.data, z.data(), w_z.rows(), Epilogue{});
-  add_segment(segs, w_b.data, beta.data(), heads, beta_ep);
-  add_segment(segs, w_a.data, g.data(), heads, g_ep);
+  add_segment(segs, w_qkv, qkv.data(), w_qkv.rows(), Epilogue{});
+  add_segment(segs, w_z, z.data(), w_z.rows(), Epilogue{});
+  add_segment(segs, w_b, beta.data(), heads, beta_ep);
+  add_segment(segs, w_a, g.data(), heads, g_ep);
   if (walking()) return;  // a replay: outputs ensured, nothing queued
   run_multi_gemv(x, dtype, segs, stream());
   launched(kOp);
@@ -621,11 +710,15 @@ void CudaBackend::shared_expert(const Tensor& x, const Weight& gate, const Weigh
   if (failed() || !on_device(kOp, {&x, &y})) return;
   const auto S = x.shape().empty() ? 0 : x.rows(), H = x.cols(), I = gate.rows();
   const auto dtype = gate.dtype;
-  const bool fused = S >= 1 && S <= kFusedRows && matrix_dtype(gate) && gate.cols() == H &&
-                     up.rows() == I && up.cols() == H && expert_gate.rows() == 1 &&
-                     expert_gate.cols() == H && down.rows() == y.cols() && down.cols() == I &&
-                     y.rows() == S && &y != &x &&
-                     chunked(dtype, x.data(), {&gate, &up, &expert_gate}, H) && down.dtype == dtype;
+  // FP8 (the releases' layout): gate, up and down block-scaled, the expert gate f32 or bf16.
+  const bool fp8 = fp8_matrix(gate) && chunked(dtype, x.data(), {&gate, &up}, H) &&
+                   matrix_dtype(expert_gate) &&
+                   chunked(expert_gate.dtype, x.data(), {&expert_gate}, H) && fp8_matrix(down);
+  const bool fused =
+      S >= 1 && S <= kFusedRows && (matrix_dtype(gate) || fp8) && gate.cols() == H &&
+      up.rows() == I && up.cols() == H && expert_gate.rows() == 1 && expert_gate.cols() == H &&
+      down.rows() == y.cols() && down.cols() == I && y.rows() == S && &y != &x &&
+      (fp8 || chunked(dtype, x.data(), {&gate, &up, &expert_gate}, H)) && down.dtype == dtype;
   if (!fused) {
     Backend::shared_expert(x, gate, up, down, expert_gate, y);
     return;
@@ -641,7 +734,13 @@ void CudaBackend::shared_expert(const Tensor& x, const Weight& gate, const Weigh
   if (walking()) return;  // a replay: outputs ensured, nothing queued
   with_count<kFusedRows>(S, [&](auto tokens) {
     constexpr int kS = decltype(tokens)::value;
-    if (dtype == DType::kBF16)
+    if (fp8 && expert_gate.dtype == DType::kBF16)
+      launch_shared_gate_up_fp8<bf16_bits, kS>(x.data(), gate, up, as<bf16_bits>(expert_gate), H, I,
+                                               act.data(), logit.data(), stream());
+    else if (fp8)
+      launch_shared_gate_up_fp8<float, kS>(x.data(), gate, up, as<float>(expert_gate), H, I,
+                                           act.data(), logit.data(), stream());
+    else if (dtype == DType::kBF16)
       launch_shared_gate_up<bf16_bits, kS>(x.data(), as<bf16_bits>(gate), as<bf16_bits>(up),
                                            as<bf16_bits>(expert_gate), H, I, act.data(),
                                            logit.data(), stream());
@@ -655,7 +754,7 @@ void CudaBackend::shared_expert(const Tensor& x, const Weight& gate, const Weigh
   down_ep.token_gate = logit.data();
   down_ep.accumulate = true;
   Segments segs;
-  add_segment(segs, down.data, y.data(), down.rows(), down_ep);
+  add_segment(segs, down, y.data(), down.rows(), down_ep);
   run_multi_gemv(act, dtype, segs, stream());
   launched(kOp);
 }

@@ -26,6 +26,7 @@ struct WeightChunk;
 template <>
 struct WeightChunk<bf16_bits, true> {
   static constexpr int kN = 8;
+  static constexpr bool kScaled = false;
   using Raw = uint4;
   __device__ __forceinline__ static Raw load(const bf16_bits* p) { return load_streaming(p); }
   __device__ __forceinline__ static void widen(const Raw& v, float (&f)[kN]) {
@@ -41,6 +42,7 @@ struct WeightChunk<bf16_bits, true> {
 template <>
 struct WeightChunk<float, true> {
   static constexpr int kN = 4;
+  static constexpr bool kScaled = false;
   using Raw = uint4;
   __device__ __forceinline__ static Raw load(const float* p) { return load_streaming(p); }
   __device__ __forceinline__ static void widen(const Raw& v, float (&f)[kN]) {
@@ -51,9 +53,66 @@ struct WeightChunk<float, true> {
   }
 };
 
+// FP8 E4M3 weights (the FP8 releases' layout, backend/weight.h) are handled as their bytes; each
+// 128x128 block has an f32 scale, and w = e4m3 * scale as the CPU's dequantiser computes it.
+using e4m3_bits = std::uint8_t;
+// The weights of an FP8 block of 128 columns: chunks never straddle a block (16 | 128).
+constexpr int kFp8Block = 128;
+
+// e4m3 byte b as the f32 whose bits are its sign and its 7 magnitude bits moved to the f32's top
+// exponent/mantissa positions: for every b, normal or subnormal, that is exactly e4m3(b) * 2^-120
+// (exponent bias 7 against 127; an e4m3 subnormal lands on the f32 subnormal of the same ratio).
+// Two integer operations instead of a conversion; the 2^120 goes into the scale.
+__device__ __forceinline__ float e4m3_times_2m120(unsigned b) {
+  return __uint_as_float(((b & 0x80u) << 24) | ((b & 0x7fu) << 20));
+}
+// w = e4m3 * scale rounded once, as the CPU dequantiser's one f32 product: the product by
+// scale * 2^120 is that same real product (the 2^120 is exact) unless scale * 2^120 overflows
+// (scale >= 2^8, a block max above 114,688, which no checkpoint has), which takes two products,
+// the first exact.
+struct Fp8Scale {
+  float hi;  // scale * 2^120
+  float lo;  // scale
+  bool big;  // hi overflowed
+  __device__ __forceinline__ explicit Fp8Scale(float s)
+      : hi(s * 0x1p120f), lo(s), big(isinf(s * 0x1p120f)) {}
+  __device__ __forceinline__ float apply(unsigned b) const {
+    const float v = e4m3_times_2m120(b);
+    return big ? (v * 0x1p120f) * lo : v * hi;
+  }
+};
+
+template <>
+struct WeightChunk<e4m3_bits, true> {
+  static constexpr int kN = 16;
+  static constexpr bool kScaled = true;
+  using Raw = uint4;
+  __device__ __forceinline__ static Raw load(const e4m3_bits* p) { return load_streaming(p); }
+  __device__ __forceinline__ static void widen(const Raw& v, float scale, float (&f)[kN]) {
+    const unsigned u[4] = {v.x, v.y, v.z, v.w};
+    const Fp8Scale s(scale);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) f[4 * i + j] = s.apply((u[i] >> (8 * j)) & 0xffu);
+  }
+};
+
+template <>
+struct WeightChunk<e4m3_bits, false> {
+  static constexpr int kN = 1;
+  static constexpr bool kScaled = true;
+  using Raw = e4m3_bits;
+  __device__ __forceinline__ static Raw load(const e4m3_bits* p) { return __ldg(p); }
+  __device__ __forceinline__ static void widen(const Raw& v, float scale, float (&f)[kN]) {
+    f[0] = Fp8Scale(scale).apply(v);
+  }
+};
+
 template <typename T>
 struct WeightChunk<T, false> {
   static constexpr int kN = 1;
+  static constexpr bool kScaled = false;
   using Raw = T;
   __device__ __forceinline__ static Raw load(const T* p) { return __ldg(p); }
   __device__ __forceinline__ static void widen(const Raw& v, float (&f)[kN]) {
@@ -81,23 +140,29 @@ __device__ __forceinline__ void load_x(const float* p, float (&f)[kN]) {
 // acc[r][s] += this thread's share of rows[r] · x_{r,s}, over the chunks lane, lane + kG, ...
 // below `chunks`; x_{r,s} = xs[r] + s * x_stride (kSameX: xs[0] for every r, read once per chunk
 // for all rows). A null rows[r] loads nothing and adds zeros; its xs[r] must still be readable.
+// Block-scaled weights (WeightChunk::kScaled) also take scale_rows[r], the scale-grid row of
+// weight row r (a chunk's scale is its block column's); others ignore it (null).
 // Not yet summed over the group (group_sum).
 template <typename T, bool kVec, int kS, int kR, int kG, int kU, bool kSameX>
 __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float* const (&xs)[kR],
-                                         std::int64_t x_stride, std::int64_t chunks, int lane,
-                                         float (&acc)[kR][kS]) {
+                                         const float* const* scale_rows, std::int64_t x_stride,
+                                         std::int64_t chunks, int lane, float (&acc)[kR][kS]) {
   using C = WeightChunk<T, kVec>;
   constexpr int kN = C::kN;
   for (std::int64_t c0 = lane; c0 < chunks; c0 += static_cast<std::int64_t>(kG) * kU) {
     typename C::Raw raw[kU][kR];
-    // All loads first: kU * kR independent 16-byte requests per thread.
+    [[maybe_unused]] float scale[kU][kR];
+    // All loads first: kU * kR independent 16-byte requests per thread (and the scales).
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kG;
 #pragma unroll
-      for (int r = 0; r < kR; ++r)
-        raw[u][r] =
-            (c < chunks && rows[r] != nullptr) ? C::load(rows[r] + c * kN) : typename C::Raw{};
+      for (int r = 0; r < kR; ++r) {
+        const bool live = c < chunks && rows[r] != nullptr;
+        raw[u][r] = live ? C::load(rows[r] + c * kN) : typename C::Raw{};
+        if constexpr (C::kScaled)
+          scale[u][r] = live ? __ldg(scale_rows[r] + c * kN / kFp8Block) : 0.0f;
+      }
     }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
@@ -105,7 +170,12 @@ __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float
       if (c >= chunks) break;
       float w[kR][kN];
 #pragma unroll
-      for (int r = 0; r < kR; ++r) C::widen(raw[u][r], w[r]);
+      for (int r = 0; r < kR; ++r) {
+        if constexpr (C::kScaled)
+          C::widen(raw[u][r], scale[u][r], w[r]);
+        else
+          C::widen(raw[u][r], w[r]);
+      }
 #pragma unroll
       for (int s = 0; s < kS; ++s) {
         if constexpr (kSameX) {
@@ -127,6 +197,15 @@ __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float
       }
     }
   }
+}
+
+// The unscaled types' form (f32, bf16).
+template <typename T, bool kVec, int kS, int kR, int kG, int kU, bool kSameX>
+__device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float* const (&xs)[kR],
+                                         std::int64_t x_stride, std::int64_t chunks, int lane,
+                                         float (&acc)[kR][kS]) {
+  static_assert(!WeightChunk<T, kVec>::kScaled, "block-scaled weights need their scale rows");
+  rows_dot<T, kVec, kS, kR, kG, kU, kSameX>(rows, xs, nullptr, x_stride, chunks, lane, acc);
 }
 
 // The sum of v over the kG consecutive lanes of this thread's group (kG a power of two <= 32),

@@ -13,10 +13,12 @@ constexpr int kGemvRows = 8;  // x rows up to which linear takes the GEMV path
 constexpr std::size_t kWidenBytes = std::size_t{64} << 20;
 
 // y[s, r] = W[r] · x[s] for s < kS: a group of kG threads per kR consecutive output rows, so x
-// is read once per chunk for kR rows and every W byte once for all kS rows.
+// is read once per chunk for kR rows and every W byte once for all kS rows. Block-scaled FP8
+// weights also take their scale grid (`scales`, `grid_cols` per grid row; null otherwise).
 template <typename T, bool kVec, int kS, int kR, int kG>
 __global__ void __launch_bounds__(kGemvThreads)
-    gemv_kernel(const float* x, const T* w, float* y, std::int64_t in, std::int64_t out) {
+    gemv_kernel(const float* x, const T* w, const float* scales, std::int64_t grid_cols, float* y,
+                std::int64_t in, std::int64_t out) {
   constexpr int kU = kR == 1 ? 8 : (kR == 2 ? 4 : 2);  // 8 chunks of W in flight per thread
   const std::int64_t group =
       (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kG;
@@ -24,13 +26,16 @@ __global__ void __launch_bounds__(kGemvThreads)
   const std::int64_t r0 = group * kR;
   const T* rows[kR];
   const float* xs[kR];
+  const float* scale_rows[kR];
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
     rows[r] = r0 + r < out ? w + (r0 + r) * in : nullptr;
     xs[r] = x;
+    scale_rows[r] = scales != nullptr ? scales + ((r0 + r) / kFp8Block) * grid_cols : nullptr;
   }
   float acc[kR][kS] = {};
-  rows_dot<T, kVec, kS, kR, kG, kU, true>(rows, xs, in, in / WeightChunk<T, kVec>::kN, lane, acc);
+  rows_dot<T, kVec, kS, kR, kG, kU, true>(rows, xs, scale_rows, in, in / WeightChunk<T, kVec>::kN,
+                                          lane, acc);
 #pragma unroll
   for (int r = 0; r < kR; ++r)
 #pragma unroll
@@ -40,48 +45,69 @@ __global__ void __launch_bounds__(kGemvThreads)
     }
 }
 
+// The scale grid of a GEMV's weight (block-scaled FP8 only).
+struct GemvScales {
+  const float* data = nullptr;
+  std::int64_t grid_cols = 0;
+};
+
 template <typename T, bool kVec, int kS, int kR, int kG>
-void launch_gemv(const float* x, const T* w, float* y, std::int64_t in, std::int64_t out,
-                 cudaStream_t stream) {
+void launch_gemv(const float* x, const T* w, GemvScales sc, float* y, std::int64_t in,
+                 std::int64_t out, cudaStream_t stream) {
   const auto groups = (out + kR - 1) / kR;
   gemv_kernel<T, kVec, kS, kR, kG>
-      <<<grid_for(groups * kG, kGemvThreads), kGemvThreads, 0, stream>>>(x, w, y, in, out);
+      <<<grid_for(groups * kG, kGemvThreads), kGemvThreads, 0, stream>>>(x, w, sc.data,
+                                                                         sc.grid_cols, y, in, out);
 }
 
 // Lanes per row as gemv_short_rows says. Several tokens share each thread's W chunks over up to 4
 // rows, unless that would leave the grid too small to fill the SMs (narrow outputs: the router, the
 // GDN gates).
 template <typename T, bool kVec, int kS>
-void gemv_rows(const float* x, const T* w, float* y, std::int64_t in, std::int64_t out,
-               cudaStream_t stream) {
+void gemv_rows(const float* x, const T* w, GemvScales sc, float* y, std::int64_t in,
+               std::int64_t out, cudaStream_t stream) {
   constexpr int kWide = kS == 1 ? 1 : (kS == 2 ? 2 : 4);
   const auto chunks = in / WeightChunk<T, kVec>::kN;
   const bool short_rows = gemv_short_rows(chunks);
   const bool many_rows = out >= kManyRows;
   if (short_rows) {
     if (many_rows)
-      launch_gemv<T, kVec, kS, kWide, 8>(x, w, y, in, out, stream);
+      launch_gemv<T, kVec, kS, kWide, 8>(x, w, sc, y, in, out, stream);
     else
-      launch_gemv<T, kVec, kS, 1, 8>(x, w, y, in, out, stream);
+      launch_gemv<T, kVec, kS, 1, 8>(x, w, sc, y, in, out, stream);
   } else {
     if (many_rows)
-      launch_gemv<T, kVec, kS, kWide, kWarp>(x, w, y, in, out, stream);
+      launch_gemv<T, kVec, kS, kWide, kWarp>(x, w, sc, y, in, out, stream);
     else
-      launch_gemv<T, kVec, kS, 1, kWarp>(x, w, y, in, out, stream);
+      launch_gemv<T, kVec, kS, 1, kWarp>(x, w, sc, y, in, out, stream);
   }
 }
 
 template <typename T>
 void gemv(std::int64_t S, const float* x, const T* w, float* y, std::int64_t in, std::int64_t out,
-          cudaStream_t stream) {
+          cudaStream_t stream, GemvScales sc = {}) {
   const bool vec = vec_ok<T>(x, w, in);
   with_count<kGemvRows>(S, [&](auto tokens) {
     constexpr int kS = decltype(tokens)::value;
     if (vec)
-      gemv_rows<T, true, kS>(x, w, y, in, out, stream);
+      gemv_rows<T, true, kS>(x, w, sc, y, in, out, stream);
     else
-      gemv_rows<T, false, kS>(x, w, y, in, out, stream);
+      gemv_rows<T, false, kS>(x, w, sc, y, in, out, stream);
   });
+}
+
+// Rows [r0, r0 + n) of a block-scaled FP8 matrix [*, in] dequantised to f32 (w = e4m3 * scale,
+// the CPU's product), for the prefill sgemm.
+__global__ void dequantize_fp8_kernel(const e4m3_bits* w, const float* scales,
+                                      std::int64_t grid_cols, std::int64_t r0, std::int64_t n,
+                                      std::int64_t in, float* dst) {
+  const std::int64_t count = n * in;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t r = r0 + i / in, c = i % in;
+    const float s = scales[(r / kFp8Block) * grid_cols + c / kFp8Block];
+    dst[i] = Fp8Scale(s).apply(w[r * in + c]);
+  }
 }
 
 __global__ void widen_kernel(const bf16_bits* src, float* dst, std::int64_t n) {
@@ -114,6 +140,7 @@ void CudaBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
   if (failed() || !on_device(kOp, w) || !on_device(kOp, {&x})) return;
   const auto out = w.rows(), in = w.cols();
   if (!check(x.cols() == in, kOp, "x columns differ from the weight's input width")) return;
+  if (w.block_scaled()) return linear_fp8(x, w, y);
   if (!check(w.dtype == DType::kF32 || w.dtype == DType::kBF16, kOp, "weight is not F32/BF16"))
     return;
   if (!check(&x != &y, kOp, "y may not be x")) return;
@@ -153,6 +180,48 @@ void CudaBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
     const auto count = n * in;
     widen_kernel<<<std::min<unsigned>(grid_for(count, 256), 8192), 256, 0, stream()>>>(
         wb + r0 * in, widened.data(), count);
+    if (!launched(kOp)) return;
+    sgemm(x.data(), S, in, widened.data(), n, y.data() + r0, out);
+  }
+}
+
+// Block-scaled FP8 (weight.h): the GEMV reads the e4m3 bytes and the scales directly; more rows
+// dequantise tiles of weight rows into the pooled f32 scratch (as bf16 widens them) for sgemm.
+void CudaBackend::linear_fp8(const Tensor& x, const Weight& w, Tensor& y) {
+  constexpr const char* kOp = "linear";
+  const auto out = w.rows(), in = w.cols();
+  if (!check(w.dtype == DType::kF8E4M3 && w.shape.size() == 2 &&
+                 w.scales.format == quant::ScaleFormat::kF32 && w.scales.block_rows == kFp8Block &&
+                 w.scales.block_cols == kFp8Block,
+             kOp, "block-scaled weights must be 2-D F8_E4M3 with 128x128 f32 scales"))
+    return;
+  if (!check(&x != &y, kOp, "y may not be x")) return;
+  Shape shape = x.shape();
+  shape.back() = out;
+  if (!ensure(y, shape)) return;
+  const auto S = x.rows();
+  if (S == 0 || out == 0) return;
+  if (in == 0) {
+    memory_->zero(y.raw(), y.bytes());
+    return;
+  }
+  if (walking()) return;
+  const GemvScales sc{reinterpret_cast<const float*>(w.scales.data), w.scales.grid_cols(in)};
+  const auto* wq = reinterpret_cast<const e4m3_bits*>(w.data);
+  if (S <= kGemvRows) {
+    gemv(S, x.data(), wq, y.data(), in, out, stream(), sc);
+    launched(kOp);
+    return;
+  }
+  const auto tile = std::clamp<std::int64_t>(
+      static_cast<std::int64_t>(kWidenBytes / (static_cast<std::size_t>(in) * sizeof(float))), 1,
+      out);
+  Tensor& widened = scratch(widened_);
+  if (!ensure(widened, {tile, in})) return;
+  for (std::int64_t r0 = 0; r0 < out && !failed(); r0 += tile) {
+    const auto n = std::min(tile, out - r0);
+    dequantize_fp8_kernel<<<std::min<unsigned>(grid_for(n * in, 256), 8192), 256, 0, stream()>>>(
+        wq, sc.data, sc.grid_cols, r0, n, in, widened.data());
     if (!launched(kOp)) return;
     sgemm(x.data(), S, in, widened.data(), n, y.data() + r0, out);
   }

@@ -52,6 +52,17 @@ struct Routing {
   int count;                // how many
 };
 
+// The f32 scale grid of a stacked block-scaled [E, rows, cols] tensor ([E, gr, gc]).
+struct ExpertGrid {
+  std::int64_t rows, cols;
+  __device__ __forceinline__ const float* row(const float* scales, std::int64_t e,
+                                              std::int64_t r) const {
+    const std::int64_t gr = (rows + kFp8Block - 1) / kFp8Block,
+                       gc = (cols + kFp8Block - 1) / kFp8Block;
+    return scales + (e * gr + r / kFp8Block) * gc;
+  }
+};
+
 // Fills r from ids[0, P) (P <= kMaxPairs); ends with a barrier. Valid ids are in [0, E).
 __device__ void route(const std::int32_t* ids, int P, std::int64_t E, Routing& r) {
   __shared__ bool first[kMaxPairs];
@@ -81,9 +92,9 @@ __device__ void route(const std::int32_t* ids, int P, std::int64_t E, Routing& r
 
 template <typename T, bool kVec, int kS>
 __global__ void __launch_bounds__(kGateUpThreads)
-    moe_gate_up_fused_kernel(const float* x, const T* gate_up, const std::int32_t* ids, int P,
-                             std::int64_t E, std::int64_t H, std::int64_t I, float limit,
-                             float* act) {
+    moe_gate_up_fused_kernel(const float* x, const T* gate_up, const float* scales,
+                             const std::int32_t* ids, int P, std::int64_t E, std::int64_t H,
+                             std::int64_t I, float limit, float* act) {
   __shared__ Routing routing;
   route(ids, P, E, routing);
   const int u = static_cast<int>(blockIdx.y);
@@ -94,8 +105,15 @@ __global__ void __launch_bounds__(kGateUpThreads)
   const T* base = gate_up + e * 2 * I * H;
   const T* rows[2] = {r < I ? base + r * H : nullptr, r < I ? base + (I + r) * H : nullptr};
   const float* xs[2] = {x, x};
+  const float* scale_rows[2] = {nullptr, nullptr};
+  if (scales != nullptr) {
+    const ExpertGrid g{2 * I, H};
+    scale_rows[0] = g.row(scales, e, r);
+    scale_rows[1] = g.row(scales, e, I + r);
+  }
   float acc[2][kS] = {};
-  rows_dot<T, kVec, kS, 2, kWarp, 4, true>(rows, xs, H, H / WeightChunk<T, kVec>::kN, lane, acc);
+  rows_dot<T, kVec, kS, 2, kWarp, 4, true>(rows, xs, scale_rows, H, H / WeightChunk<T, kVec>::kN,
+                                           lane, acc);
 #pragma unroll
   for (int s = 0; s < kS; ++s) {
     const float g = group_sum<kWarp>(acc[0][s]), up = group_sum<kWarp>(acc[1][s]);
@@ -105,9 +123,9 @@ __global__ void __launch_bounds__(kGateUpThreads)
 
 template <typename T, bool kVec, int kS>
 __global__ void __launch_bounds__(kDownThreads)
-    moe_down_fused_kernel(const float* act, const T* down, const std::int32_t* ids,
-                          const float* weights, int P, int k, std::int64_t E, std::int64_t H,
-                          std::int64_t I, float* y) {
+    moe_down_fused_kernel(const float* act, const T* down, const float* scales,
+                          const std::int32_t* ids, const float* weights, int P, int k,
+                          std::int64_t E, std::int64_t H, std::int64_t I, float* y) {
   __shared__ Routing routing;
   __shared__ float weight[kMaxPairs][kS];  // token s's weight on distinct expert u
   __shared__ unsigned routed[kMaxPairs];   // bit s: token s routed to distinct expert u
@@ -137,8 +155,14 @@ __global__ void __launch_bounds__(kDownThreads)
         c < H ? down + routing.distinct[u] * H * I + c * I : nullptr,
         c < H && second ? down + routing.distinct[second ? u + 1 : u] * H * I + c * I : nullptr};
     const float* xs[2] = {act + u * kS * I, act + (second ? u + 1 : u) * kS * I};
+    const float* scale_rows[2] = {nullptr, nullptr};
+    if (scales != nullptr && c < H) {
+      const ExpertGrid g{H, I};
+      scale_rows[0] = g.row(scales, routing.distinct[u], c);
+      scale_rows[1] = g.row(scales, routing.distinct[second ? u + 1 : u], c);
+    }
     float part[2][kS] = {};
-    rows_dot<T, kVec, kS, 2, kDownLanes, 8, false>(rows, xs, I, chunks, lane, part);
+    rows_dot<T, kVec, kS, 2, kDownLanes, 8, false>(rows, xs, scale_rows, I, chunks, lane, part);
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
       if (q == 1 && !second) break;
@@ -266,6 +290,60 @@ __global__ void __launch_bounds__(kGateUpThreads)
   if (threadIdx.x % kWarp == 0) *o = v;
 }
 
+// The pair path for block-scaled FP8 experts: the same work split (a warp per output row of a
+// pair), the rows read through the GEMV core with their scales.
+template <bool kVec>
+__global__ void __launch_bounds__(kGateUpThreads)
+    moe_gate_up_fp8_kernel(const float* x, const e4m3_bits* gate_up, const float* scales,
+                           const std::int32_t* experts, std::int64_t k, std::int64_t E,
+                           std::int64_t H, std::int64_t I, float limit, float* act) {
+  const std::int64_t p = blockIdx.x;
+  const std::int64_t r = (blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kWarp;
+  if (r >= I) return;
+  const std::int64_t e = experts[p];
+  float* o = act + p * I + r;
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  if (e < 0 || e >= E) {
+    if (lane == 0) *o = 0.0f;
+    return;
+  }
+  const e4m3_bits* w = gate_up + e * (2 * I * H);
+  const e4m3_bits* rows[2] = {w + r * H, w + (I + r) * H};
+  const float* xs[2] = {x + (p / k) * H, x + (p / k) * H};
+  const ExpertGrid g{2 * I, H};
+  const float* scale_rows[2] = {g.row(scales, e, r), g.row(scales, e, I + r)};
+  float acc[2][1] = {};
+  rows_dot<e4m3_bits, kVec, 1, 2, kWarp, 4, true>(rows, xs, scale_rows, H,
+                                                  H / WeightChunk<e4m3_bits, kVec>::kN, lane, acc);
+  const float gv = warp_sum(acc[0][0]), uv = warp_sum(acc[1][0]);
+  if (lane == 0) *o = clamped_swiglu(gv, uv, limit);
+}
+
+template <bool kVec>
+__global__ void __launch_bounds__(kGateUpThreads)
+    moe_down_fp8_kernel(const float* act, const e4m3_bits* down, const float* scales,
+                        const std::int32_t* experts, std::int64_t E, std::int64_t H, std::int64_t I,
+                        float* out) {
+  const std::int64_t p = blockIdx.x;
+  const std::int64_t c = (blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kWarp;
+  if (c >= H) return;
+  const std::int64_t e = experts[p];
+  float* o = out + p * H + c;
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  if (e < 0 || e >= E) {
+    if (lane == 0) *o = 0.0f;
+    return;
+  }
+  const e4m3_bits* rows[1] = {down + e * (H * I) + c * I};
+  const float* xs[1] = {act + p * I};
+  const float* scale_rows[1] = {ExpertGrid{H, I}.row(scales, e, c)};
+  float acc[1][1] = {};
+  rows_dot<e4m3_bits, kVec, 1, 1, kWarp, 8, true>(rows, xs, scale_rows, I,
+                                                  I / WeightChunk<e4m3_bits, kVec>::kN, lane, acc);
+  const float v = warp_sum(acc[0][0]);
+  if (lane == 0) *o = v;
+}
+
 // y[s, c] = sum of weights[s, j] * out[s*k + j, c] over the token's valid pairs, added in the
 // CPU reference's order (its per-expert loop: expert id ascending, then j), without fused
 // multiply-adds. A block per (token, 256 columns).
@@ -335,13 +413,25 @@ const T* as(const Weight& w) {
   return reinterpret_cast<const T*>(w.data);
 }
 
-// Calls f(T{}) with T the element type of w (f32 or bf16).
+// Calls f(T{}) with T the element type of w (f32, bf16 or block-scaled e4m3).
 template <typename F>
 void with_dtype(const Weight& w, F&& f) {
-  if (w.dtype == DType::kBF16)
+  if (w.block_scaled())
+    f(e4m3_bits{});
+  else if (w.dtype == DType::kBF16)
     f(bf16_bits{});
   else
     f(float{});
+}
+
+const float* scales_of(const Weight& w) {
+  return w.block_scaled() ? reinterpret_cast<const float*>(w.scales.data) : nullptr;
+}
+
+bool fp8_ok(const Weight& w) {
+  return w.dtype == DType::kF8E4M3 && w.block_scaled() &&
+         w.scales.format == quant::ScaleFormat::kF32 && w.scales.block_rows == kFp8Block &&
+         w.scales.block_cols == kFp8Block;
 }
 
 }  // namespace
@@ -361,9 +451,11 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
                  down.shape[2] == I && gate_up.shape[1] == 2 * I,
              kOp, "gate_up [E, 2I, H] and down [E, H, I] do not match x [S, H]"))
     return;
-  if (!check((gate_up.dtype == DType::kF32 || gate_up.dtype == DType::kBF16) &&
-                 (down.dtype == DType::kF32 || down.dtype == DType::kBF16),
-             kOp, "expert weights must be F32 or BF16"))
+  auto dtype_ok = [](const Weight& w) {
+    return (!w.block_scaled() && (w.dtype == DType::kF32 || w.dtype == DType::kBF16)) || fp8_ok(w);
+  };
+  if (!check(dtype_ok(gate_up) && dtype_ok(down), kOp,
+             "expert weights must be F32, BF16 or F8_E4M3 with 128x128 f32 scales"))
     return;
   const auto k = experts.cols();
   if (!check(experts.dtype() == DType::kI32 && experts.rows() == S &&
@@ -394,23 +486,25 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
         const dim3 grid(grid_for(I * kWarp, kGateUpThreads), static_cast<unsigned>(P));
         if (vec_ok<T>(x.data(), gate_up.data, H))
           moe_gate_up_fused_kernel<T, true, kS><<<grid, kGateUpThreads, 0, stream()>>>(
-              x.data(), as<T>(gate_up), ids, pairs, E, H, I, swiglu_limit, act.data());
+              x.data(), as<T>(gate_up), scales_of(gate_up), ids, pairs, E, H, I, swiglu_limit,
+              act.data());
         else
           moe_gate_up_fused_kernel<T, false, kS><<<grid, kGateUpThreads, 0, stream()>>>(
-              x.data(), as<T>(gate_up), ids, pairs, E, H, I, swiglu_limit, act.data());
+              x.data(), as<T>(gate_up), scales_of(gate_up), ids, pairs, E, H, I, swiglu_limit,
+              act.data());
       });
       if (!launched(kOp)) return;
       with_dtype(down, [&](auto t) {
         using T = decltype(t);
         const unsigned grid = grid_for(H * kDownLanes, kDownThreads);
         if (vec_ok<T>(act.data(), down.data, I))
-          moe_down_fused_kernel<T, true, kS>
-              <<<grid, kDownThreads, 0, stream()>>>(act.data(), as<T>(down), ids, weights.data(),
-                                                    pairs, static_cast<int>(k), E, H, I, y.data());
+          moe_down_fused_kernel<T, true, kS><<<grid, kDownThreads, 0, stream()>>>(
+              act.data(), as<T>(down), scales_of(down), ids, weights.data(), pairs,
+              static_cast<int>(k), E, H, I, y.data());
         else
-          moe_down_fused_kernel<T, false, kS>
-              <<<grid, kDownThreads, 0, stream()>>>(act.data(), as<T>(down), ids, weights.data(),
-                                                    pairs, static_cast<int>(k), E, H, I, y.data());
+          moe_down_fused_kernel<T, false, kS><<<grid, kDownThreads, 0, stream()>>>(
+              act.data(), as<T>(down), scales_of(down), ids, weights.data(), pairs,
+              static_cast<int>(k), E, H, I, y.data());
       });
       launched(kOp);
     });
@@ -418,14 +512,32 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
   }
   if (!ensure(act, {P, I}) || !ensure(outp, {P, H})) return;
   if (walking()) return;
-  if (gate_up.dtype == DType::kBF16)
+  if (gate_up.block_scaled()) {
+    const dim3 grid(static_cast<unsigned>(P), grid_for(I * kWarp, kGateUpThreads));
+    if (vec_ok<e4m3_bits>(x.data(), gate_up.data, H))
+      moe_gate_up_fp8_kernel<true><<<grid, kGateUpThreads, 0, stream()>>>(
+          x.data(), as<e4m3_bits>(gate_up), scales_of(gate_up), ids, k, E, H, I, swiglu_limit,
+          act.data());
+    else
+      moe_gate_up_fp8_kernel<false><<<grid, kGateUpThreads, 0, stream()>>>(
+          x.data(), as<e4m3_bits>(gate_up), scales_of(gate_up), ids, k, E, H, I, swiglu_limit,
+          act.data());
+  } else if (gate_up.dtype == DType::kBF16)
     launch_gate_up(x.data(), as<bf16_bits>(gate_up), ids, P, k, E, H, I, swiglu_limit, act.data(),
                    stream());
   else
     launch_gate_up(x.data(), as<float>(gate_up), ids, P, k, E, H, I, swiglu_limit, act.data(),
                    stream());
   if (!launched(kOp)) return;
-  if (down.dtype == DType::kBF16)
+  if (down.block_scaled()) {
+    const dim3 grid(static_cast<unsigned>(P), grid_for(H * kWarp, kGateUpThreads));
+    if (vec_ok<e4m3_bits>(act.data(), down.data, I))
+      moe_down_fp8_kernel<true><<<grid, kGateUpThreads, 0, stream()>>>(
+          act.data(), as<e4m3_bits>(down), scales_of(down), ids, E, H, I, outp.data());
+    else
+      moe_down_fp8_kernel<false><<<grid, kGateUpThreads, 0, stream()>>>(
+          act.data(), as<e4m3_bits>(down), scales_of(down), ids, E, H, I, outp.data());
+  } else if (down.dtype == DType::kBF16)
     launch_down(act.data(), as<bf16_bits>(down), ids, P, E, H, I, outp.data(), stream());
   else
     launch_down(act.data(), as<float>(down), ids, P, E, H, I, outp.data(), stream());

@@ -111,7 +111,8 @@ Expected<std::optional<QwenMtpWeights>> mtp_weights(const QwenNextConfig& c, con
   std::size_t present = 0;
   for (const auto& spec : specs) present += ck.contains(spec.name);
   if (present == 0) return std::optional<QwenMtpWeights>{};
-  if (auto st = check_specs(specs, ck); !st.ok()) return st.with_context("MTP head");
+  if (auto st = check_specs(specs, ck, FloatWeights::kWithFp8); !st.ok())
+    return st.with_context("MTP head");
   QwenMtpWeights w;
   w.hidden_norm = s.vec("mtp.hidden_norm.weight");
   w.embed_norm = s.vec("mtp.embed_norm.weight");
@@ -133,7 +134,7 @@ Expected<QwenNextWeights> load_qwen_next_weights(const QwenNextConfig& c, const 
   if (!ck.ok()) return ck.status();
   QwenNextWeights w;
   w.checkpoint = std::make_unique<Checkpoint>(std::move(ck).value());
-  if (auto st = check_specs(qwen_next_tensors(c), *w.checkpoint); !st.ok())
+  if (auto st = check_specs(qwen_next_tensors(c), *w.checkpoint, FloatWeights::kWithFp8); !st.ok())
     return st.with_context(dir);
   const Source s(*w.checkpoint, w.host_vectors);
   w.embed_tokens = s.weight("embed_tokens.weight");
