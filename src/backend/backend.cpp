@@ -244,6 +244,7 @@ void Backend::layer_norm(const Tensor&, const Weight&, const Weight&, float, Ten
 void Backend::kpool_compress(const Tensor&, const Tensor&, const Weight&, std::int64_t,
                              std::int64_t, std::int64_t, Tensor&) {
   unimplemented("kpool_compress");
+}
 void Backend::rope_interleaved(Tensor&, std::int64_t, const Weight&, std::int64_t, std::int64_t,
                                bool) {
   unimplemented("rope_interleaved");
