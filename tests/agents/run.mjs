@@ -138,10 +138,14 @@ const describeRecord = (r) =>
 const MODEL_PROBLEMS = [/^no exit within /, /^no final answer$/, /^no \S+ call \(calls: /,
   /^no tool output holding /, /^the server received no request carrying the tool result$/,
   /^the answer does not quote /];
-const onlyModelProblems = (res) =>
-  res.problems.length > 0 &&
-  res.problems.filter((p) => !/^(answer|agent stderr): /.test(p))
-    .every((p) => MODEL_PROBLEMS.some((re) => re.test(p)));
+// An agent killed at the turn limit (the model still streaming) also reports an error result:
+// that one follows from the kill.
+const onlyModelProblems = (res) => {
+  const own = res.problems.filter((p) => !/^(answer|agent stderr): /.test(p));
+  const killed = own.some((p) => /^no exit within /.test(p));
+  return own.length > 0 && own.every((p) => MODEL_PROBLEMS.some((re) => re.test(p)) ||
+    (killed && /^the agent reported an error result$/.test(p)));
+};
 
 async function runTurn(agent, turn, recorder, dir) {
   const prompt = turn === 'tool' ? toolPrompt(agent) : PLAIN_PROMPT;
