@@ -1353,7 +1353,7 @@ std::vector<Case> make_cases() {
         for (std::int64_t r = 0; r < S; ++r)
           as_f32.data()[r] =
               static_cast<float>(std::log(std::bit_cast<double>(host.data_as<std::int64_t>()[r])));
-        return std::vector<Tensor>{as_f32};
+        return std::vector<Tensor>{f.in(as_f32)};
       };
     });
   }
