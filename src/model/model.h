@@ -148,6 +148,7 @@ struct ModelInfo {
 };
 
 class MtpHead;
+class Backend;
 
 class Model {
  public:
@@ -162,6 +163,10 @@ class Model {
                          ForwardOutput& out) = 0;
   // The checkpoint's multi-token-prediction head, or nullptr when it has none.
   virtual MtpHead* mtp() { return nullptr; }
+  // The backend the forward computes on, whose memory holds the logits the *Argmax forms leave
+  // there: the decoder runs its sampling ops on them (decode/row_sampling.h). nullptr for a model
+  // without one (test doubles); the decoder then reads rows back.
+  virtual Backend* backend() { return nullptr; }
 };
 
 }  // namespace fs

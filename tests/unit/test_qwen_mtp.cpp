@@ -188,13 +188,13 @@ TEST_F(EmbeddedModel, GreedyPicksOnTheBackendEqualTheHostPicks) {
     GenerateOptions opt;
     opt.max_tokens = 48;
     opt.mtp_depth = depth;
-    opt.greedy_pick = GreedyPick::kHost;
-    ASSERT_FALSE(greedy_pick_on_backend(*model_, opt));
+    opt.pick_on = PickOn::kHost;
+    ASSERT_FALSE(picks_on_backend(*model_, opt));
     DecodeState host_state = prefill(prompt);
     const auto host = generate(*model_, host_state, opt);
     ASSERT_TRUE(host.error.ok()) << host.error.to_string();
-    opt.greedy_pick = GreedyPick::kBackend;
-    ASSERT_TRUE(greedy_pick_on_backend(*model_, opt));
+    opt.pick_on = PickOn::kBackend;
+    ASSERT_TRUE(picks_on_backend(*model_, opt));
     DecodeState device_state = prefill(prompt);
     // Inside the turn no logits row comes back: every committed state holds only the argmax.
     int commits = 0, rows_on_host = 0;
@@ -235,12 +235,78 @@ TEST_F(EmbeddedModel, GreedyPicksOnTheBackendEqualTheHostPicks) {
   }
   // Penalties or logprobs need the row: the pick stays on the host.
   GenerateOptions opt;
-  opt.greedy_pick = GreedyPick::kBackend;
+  opt.pick_on = PickOn::kBackend;
   opt.sampler.presence_penalty = 0.5;
-  EXPECT_FALSE(greedy_pick_on_backend(*model_, opt));
+  EXPECT_FALSE(picks_on_backend(*model_, opt));
   opt.sampler.presence_penalty = 0;
   opt.on_logprobs = [](const TokenLogprobs&) {};
-  EXPECT_FALSE(greedy_pick_on_backend(*model_, opt));
+  EXPECT_FALSE(picks_on_backend(*model_, opt));
+}
+
+// Sampled decoding with the picks on the backend (each row's top and softmax denominator come
+// back, decode/row_sampling.h) draws the host picks' tokens at every MTP depth, seed for seed:
+// the distributions are the host sampler's (bit for bit on the CPU backend), so the same
+// uniforms pick the same tokens and accept the same drafts. top_k decides inside the top (no row
+// comes back); top_p mostly does (a flat row reaches past its top and comes back whole); without a
+// prefix rule every row comes back.
+TEST_F(EmbeddedModel, SampledPicksOnTheBackendEqualTheHostPicks) {
+  const auto all = parity_tokens();
+  const std::span<const TokenId> prompt(all.data(), 23);
+  enum class Rows { kAllFromTop, kSomeFromTop, kAllReadBack };
+  struct Config {
+    const char* name;
+    SamplerConfig sampler;
+    Rows rows;
+  };
+  std::vector<Config> configs(3);
+  configs[0] = {"T 0.8 top_p 0.95", {}, Rows::kSomeFromTop};
+  configs[0].sampler.temperature = 0.8;
+  configs[0].sampler.top_p = 0.95;
+  configs[1] = {"T 1.2 top_k 40", {}, Rows::kAllFromTop};
+  configs[1].sampler.temperature = 1.2;
+  configs[1].sampler.top_k = 40;
+  configs[2] = {"T 0.7 (no prefix rule)", {}, Rows::kAllReadBack};
+  configs[2].sampler.temperature = 0.7;
+  for (const auto& c : configs) {
+    for (int depth = 0; depth <= kMaxMtpDepth; ++depth) {
+      SCOPED_TRACE(std::string(c.name) + ", depth " + std::to_string(depth));
+      GenerateOptions opt;
+      opt.max_tokens = 24;
+      opt.mtp_depth = depth;
+      opt.sampler = c.sampler;
+      opt.seed = 100 + static_cast<std::uint64_t>(depth);
+      opt.pick_on = PickOn::kHost;
+      DecodeState host_state = prefill(prompt);
+      const auto host = generate(*model_, host_state, opt);
+      ASSERT_TRUE(host.error.ok()) << host.error.to_string();
+      EXPECT_EQ(host.stats.rows_from_top + host.stats.rows_read_back, 0);
+      opt.pick_on = PickOn::kBackend;
+      ASSERT_TRUE(picks_on_backend(*model_, opt));
+      DecodeState device_state = prefill(prompt);
+      const auto device = generate(*model_, device_state, opt);
+      ASSERT_TRUE(device.error.ok()) << device.error.to_string();
+      EXPECT_EQ(device.tokens, host.tokens);
+      EXPECT_EQ(device.stats.accepted, host.stats.accepted);
+      EXPECT_EQ(device.stats.rollbacks, host.stats.rollbacks);
+      EXPECT_TRUE(device.state_complete);
+      EXPECT_EQ(device_state.next_logits, host_state.next_logits);
+      // Rows picked on the backend: the turn's primaries after its first, the verify rows and
+      // the drafts' rows.
+      const auto from_top = device.stats.rows_from_top, read_back = device.stats.rows_read_back;
+      EXPECT_GT(from_top + read_back, 0);
+      switch (c.rows) {
+        case Rows::kAllFromTop:
+          EXPECT_EQ(read_back, 0);
+          break;
+        case Rows::kSomeFromTop:
+          EXPECT_GT(from_top, read_back);
+          break;
+        case Rows::kAllReadBack:
+          EXPECT_EQ(from_top, 0);
+          break;
+      }
+    }
+  }
 }
 
 // Drafts from the model's own greedy continuation (accepted in greedy mode), optionally wrong at

@@ -33,6 +33,7 @@ class DeepseekV4Model final : public Model {
   const DeepseekV4Config& config() const { return config_; }
   const Backend& backend() const { return *backend_; }
   MtpHead* mtp() override { return mtp_.get(); }
+  Backend* backend() override { return backend_.get(); }
 
  private:
   friend class DeepseekV4MtpHead;
