@@ -5,9 +5,15 @@
 // committed tokens, trunk and MTP history alike.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
 #include "decode/drafter.h"
 #include "decode/generator.h"
 #include "decode/sampler.h"
+#include "mtp_distribution.h"
+#include "mtp_harness.h"
 #include "model/loader.h"
 #include "qwen_fixture.h"
 #include "test_backend.h"
@@ -40,12 +46,6 @@ class DeepseekV4Mtp : public ::testing::Test {
   static Model* model_;
   static test::ScratchDir* dir_;
 
-  DecodeState prefill(std::span<const TokenId> tokens) {
-    DecodeState s = new_decode_state(*model_);
-    const Status st = extend(*model_, s, tokens);
-    EXPECT_TRUE(st.ok()) << st.to_string();
-    return s;
-  }
   static std::vector<TokenId> tokens() {
     return test::qwen_cases(test::hf_tiny("deepseek_v4")).back().tokens;
   }
@@ -92,75 +92,48 @@ TEST_F(DeepseekV4Mtp, HeadLoadsAndDrafts) {
 
 TEST_F(DeepseekV4Mtp, GreedyMtpEmitsTheAutoregressiveTokens) {
   ASSERT_NE(model_, nullptr);
-  const auto all = tokens();
-  for (std::size_t length : {5, 23, 61}) {
-    const std::span<const TokenId> prompt(all.data(), length);
-    GenerateOptions opt;
-    opt.max_tokens = 20;
-    DecodeState ar_state = prefill(prompt);
-    const auto ar = generate(*model_, ar_state, opt);
-    ASSERT_TRUE(ar.error.ok()) << ar.error.to_string();
-    for (int depth = 1; depth <= kMaxMtpDepth; ++depth) {
-      opt.mtp_depth = depth;
-      DecodeState s = prefill(prompt);
-      const auto r = generate(*model_, s, opt);
-      ASSERT_TRUE(r.error.ok()) << r.error.to_string();
-      EXPECT_EQ(r.tokens, ar.tokens) << "prompt " << length << " depth " << depth;
-      EXPECT_TRUE(r.state_complete);
-    }
-  }
+  test::expect_greedy_mtp_is_autoregressive(*model_, tokens(), {5, 23, 61}, {1, 20}, 1e-4);
 }
 
-// Drafts from the model's own greedy continuation (accepted in greedy mode), wrong at one depth:
-// every verify keeps some drafts and rolls the rest back.
-ScriptedDrafter oracle(Model& model, int wrong_at) {
-  return ScriptedDrafter(
-      [&model, wrong_at](const std::vector<TokenId>& committed, TokenId primary, int depth) {
-        auto state = model.new_state();
-        ForwardOutput out;
-        std::vector<TokenId> seq = committed;
-        seq.push_back(primary);
-        EXPECT_TRUE(model.forward(*state, seq, LogitsRows::kLast, out).ok());
-        std::vector<TokenId> drafts;
-        for (int d = 0; d < depth; ++d) {
-          TokenId t = argmax(out.logits);
-          if (d == wrong_at) t = (t + 1) % static_cast<TokenId>(model.info().vocab_size);
-          drafts.push_back(t);
-          const TokenId in[1] = {t};
-          EXPECT_TRUE(model.forward(*state, in, LogitsRows::kLast, out).ok());
-        }
-        return drafts;
-      });
-}
-
+// Past the sliding window and several CSA/HCA windows, so rollbacks cross window closes.
 TEST_F(DeepseekV4Mtp, PartialAcceptanceRewindsInPlaceToTheColdPrefillState) {
   ASSERT_NE(model_, nullptr);
   const auto all = tokens();
-  // Past the sliding window and several CSA/HCA windows, so rollbacks cross window closes.
-  const std::span<const TokenId> prompt(all.data(), 37);
-  GenerateOptions opt;
-  opt.max_tokens = 24;
-  DecodeState ar_state = prefill(prompt);
-  const auto ar = generate(*model_, ar_state, opt);
-  ASSERT_TRUE(ar.error.ok()) << ar.error.to_string();
-  for (int depth = 1; depth <= kMaxMtpDepth; ++depth) {
-    for (const int wrong_at : {0, 1, 2}) {
-      if (wrong_at >= depth) continue;
-      opt.mtp_depth = depth;
-      ScriptedDrafter scripted = oracle(*model_, wrong_at);
-      opt.drafter = &scripted;
-      DecodeState s = prefill(prompt);
-      const auto r = generate(*model_, s, opt);
-      ASSERT_TRUE(r.error.ok()) << r.error.to_string();
-      EXPECT_EQ(r.tokens, ar.tokens) << "depth " << depth << " wrong at " << wrong_at;
-      EXPECT_GT(r.stats.rollbacks, 0) << "depth " << depth;
-      EXPECT_EQ(r.stats.rewinds, r.stats.rollbacks) << "depth " << depth;
-      ASSERT_TRUE(r.state_complete);
-      DecodeState cold = prefill(s.tokens);
-      EXPECT_LE(max_difference(compare_states(*s.trunk, *cold.trunk)), 1e-4) << "depth " << depth;
-      EXPECT_LE(max_difference(compare_states(*s.mtp_history, *cold.mtp_history)), 1e-4);
-    }
+  test::expect_partial_acceptance_rewinds_to_cold(*model_, std::span(all).first(37), 24, 1e-4);
+}
+
+TEST_F(DeepseekV4Mtp, EveryExitLeavesTheColdPrefillState) {
+  ASSERT_NE(model_, nullptr);
+  const auto all = tokens();
+  const auto sweep = test::sweep_exit_paths(*model_, all, {.temperature = 0.6});
+  test::expect_every_exit_reached(sweep, "deepseek_v4 " + test::test_backend());
+  EXPECT_LE(sweep.worst_state, 1e-4);
+  EXPECT_LE(sweep.worst_logits, 1e-4);
+}
+
+TEST_F(DeepseekV4Mtp, SampledMtpHasTheAutoregressiveDistribution) {
+  ASSERT_NE(model_, nullptr);
+  const auto all = tokens();
+  test::expect_sampled_mtp_has_the_autoregressive_distribution(
+      *model_, std::span(all).first(12),
+      {.temperature = 0.25, .top_k = 4, .top_p = 0.95}, 300,
+      "deepseek_v4 " + test::test_backend());
+}
+
+TEST_F(DeepseekV4Mtp, MeasurePower) {
+  ASSERT_NE(model_, nullptr);
+  const auto all = tokens();
+  const SamplerConfig sampler{.temperature = 0.25, .top_k = 4, .top_p = 0.95};
+  DecodeState base = test::prefill(*model_, std::span(all).first(12));
+  const auto exact = test::exact_sequences(*model_, base, sampler, 4);
+  test::TrunkDrafter biased(*model_, {.temperature_factor = 3.0, .misreport_q = true});
+  double lo = 1e9;
+  for (int k = 0; k < 8; ++k) {
+    const auto r = test::sample_against_exact(*model_, base, exact, {.sampler = sampler, .depth = 3, .draws = 300, .first_seed = 77777u * (k + 3), .drafter = &biased}, 1e-3 / 28);
+    lo = std::min(lo, r.worst_ratio());
+    std::printf("seed set %d: biased worst ratio %.2f\n", k, r.worst_ratio());
   }
+  std::printf("min %.2f\n", lo);
 }
 
 }  // namespace
