@@ -74,8 +74,7 @@ SampledReport sample_against_exact(Model& model, const DecodeState& base,
     }
     for (int d = 0; d < kMaxMtpDepth; ++d) {
       report.drafted[static_cast<std::size_t>(d)] += r.stats.drafted[static_cast<std::size_t>(d)];
-      report.accepted[static_cast<std::size_t>(d)] +=
-          r.stats.accepted[static_cast<std::size_t>(d)];
+      report.accepted[static_cast<std::size_t>(d)] += r.stats.accepted[static_cast<std::size_t>(d)];
     }
     seen.push_back(r.tokens);
   }
@@ -146,14 +145,13 @@ double expect_sampled_mtp_has_the_autoregressive_distribution(Model& model,
   const double alpha = 1e-3 / static_cast<double>(stats_per_case * honest.size());
   std::uint64_t seed = 1;
   for (const auto& c : honest) {
-    const auto report =
-        sample_against_exact(model, base, exact,
-                             {.sampler = sampler,
-                              .depth = c.depth,
-                              .draws = draws,
-                              .first_seed = seed,
-                              .drafter = c.drafter},
-                             alpha);
+    const auto report = sample_against_exact(model, base, exact,
+                                             {.sampler = sampler,
+                                              .depth = c.depth,
+                                              .draws = draws,
+                                              .first_seed = seed,
+                                              .drafter = c.drafter},
+                                             alpha);
     seed += static_cast<std::uint64_t>(draws);
     print_report(what + ", " + c.name, report);
     for (const auto& s : report.stats) {

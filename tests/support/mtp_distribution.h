@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "chi_square.h"
-#include "mtp_harness.h"
 #include "decode/drafter.h"
 #include "decode/generator.h"
+#include "mtp_harness.h"
 
 namespace fs::test {
 

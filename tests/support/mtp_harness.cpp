@@ -147,11 +147,21 @@ enum class StopKind { kNone, kToken, kString };
 ExitSweepResult sweep_exit_paths(Model& model, std::span<const TokenId> all,
                                  const ExitSweepOptions& options) {
   ExitSweepResult out;
-  EXPECT_LT(options.prompt_length + 2, all.size());
-  if (options.prompt_length + 2 >= all.size()) return out;
-  out.prompt_length = options.prompt_length;
-  const auto prompt = all.first(options.prompt_length);
-  const std::vector<TokenId> more = {all[options.prompt_length], all[options.prompt_length + 1]};
+  // A greedy stop inside the drafts needs a continuation that does not repeat its first tokens
+  // (code does): the first prompt length, stepping by 3, whose greedy continuation has tokens
+  // first seen at 1 and 3.
+  for (std::size_t n = options.prompt_length; n + 2 < all.size() && out.prompt_length == 0;
+       n += 3) {
+    GenerateOptions probe;
+    probe.max_tokens = 6;
+    DecodeState probe_state = prefill(model, all.first(n));
+    const auto continuation = generate(model, probe_state, probe).tokens;
+    if (first_seen_at(continuation, 1) && first_seen_at(continuation, 3)) out.prompt_length = n;
+  }
+  EXPECT_GT(out.prompt_length, 0u) << "no prompt has a varied greedy continuation";
+  if (out.prompt_length == 0) return out;
+  const auto prompt = all.first(out.prompt_length);
+  const std::vector<TokenId> more = {all[out.prompt_length], all[out.prompt_length + 1]};
   const DecodeState base = prefill(model, prompt);
   constexpr std::size_t kLate = 3;  // the fourth token: inside a depth-3 round, or a later round
   const std::vector<std::pair<StopKind, std::size_t>> every_stop = {{StopKind::kNone, 0},
@@ -170,16 +180,28 @@ ExitSweepResult sweep_exit_paths(Model& model, std::span<const TokenId> all,
           if (max_tokens == 1 && drafter_kind != -2) continue;  // no round: one head cap
           TrunkDrafter trunk(model, {.wrong_at = drafter_kind});
           std::vector<TokenId> stop_free;  // the turn's tokens without a stop
-          for (const auto& [stop, at] : drafter_kind < 0 ? every_stop : no_stop) {
+          for (const auto& [stop, stop_at] : drafter_kind < 0 ? every_stop : no_stop) {
             GenerateOptions opt;
             opt.max_tokens = max_tokens;
             opt.mtp_depth = depth;
             opt.seed = 7 + static_cast<std::uint64_t>(depth * 100 + max_tokens * 10 + drafter_kind);
             if (sampled) opt.sampler.temperature = options.temperature;
             if (drafter_kind > -2) opt.drafter = &trunk;
-            if (stop == StopKind::kString && at >= static_cast<std::size_t>(max_tokens)) continue;
+            if (stop == StopKind::kString && stop_at >= static_cast<std::size_t>(max_tokens))
+              continue;
+            std::size_t at = stop_at;
             if (stop == StopKind::kToken) {
-              // The same seed emits the same tokens up to the stop: a stop at index `at`.
+              // The same seed emits the same tokens up to the stop: a stop at index `at`. A late
+              // stop whose token occurred earlier (code repeats tokens) moves to index 1 or 2,
+              // which end a depth-1 or depth-2 round at its last draft too.
+              if (at == kLate) {
+                for (const std::size_t i : {kLate, std::size_t{1}, std::size_t{2}}) {
+                  if (first_seen_at(stop_free, i)) {
+                    at = i;
+                    break;
+                  }
+                }
+              }
               if (!first_seen_at(stop_free, at)) {
                 ++out.stops_skipped;
                 continue;
@@ -218,10 +240,11 @@ ExitSweepResult sweep_exit_paths(Model& model, std::span<const TokenId> all,
   return out;
 }
 void expect_every_exit_reached(const ExitSweepResult& sweep, const std::string& what) {
-  std::printf("%s: %d turns from a %zu-token prompt (%d with a rollback, %d stop tokens seen "
-              "earlier skipped): max |warm - cold| state %.3g, logits %.3g; exits:",
-              what.c_str(), sweep.turns, sweep.prompt_length, sweep.turns_with_rollback,
-              sweep.stops_skipped, sweep.worst_state, sweep.worst_logits);
+  std::printf(
+      "%s: %d turns from a %zu-token prompt (%d with a rollback, %d stop tokens seen "
+      "earlier skipped): max |warm - cold| state %.3g, logits %.3g; exits:",
+      what.c_str(), sweep.turns, sweep.prompt_length, sweep.turns_with_rollback,
+      sweep.stops_skipped, sweep.worst_state, sweep.worst_logits);
   for (const auto& e : sweep.reached)
     std::printf(" %s%s%s%s", e.sampled ? "sampled:" : "", exit_path_name(e.path).c_str(),
                 e.after_full_accept ? "+full" : "", e.by_stop_string ? "+string" : "");

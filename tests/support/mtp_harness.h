@@ -68,20 +68,23 @@ void expect_greedy_mtp_is_autoregressive(Model& model, std::span<const TokenId> 
                                          const std::vector<std::int64_t>& max_tokens,
                                          double state_tolerance);
 
-// Drafts wrong at each depth (TrunkDrafter::Options::wrong_at): every verify keeps part of its window and rolls the
-// rest back in place (no second forward); the tokens are the autoregressive ones and the state
-// is within `tolerance` of the cold prefill of the committed tokens.
+// Drafts wrong at each depth (TrunkDrafter::Options::wrong_at): every verify keeps part of its
+// window and rolls the rest back in place (no second forward); the tokens are the autoregressive
+// ones and the state is within `tolerance` of the cold prefill of the committed tokens.
 void expect_partial_acceptance_rewinds_to_cold(Model& model, std::span<const TokenId> prompt,
                                                std::int64_t max_tokens, double tolerance);
 
 // The sweep over exit paths: greedy and sampled, depths 1-3, max_tokens {1, 3, 6}, drafts from
 // the MTP head and from TrunkDrafter (accepted, or wrong at each depth); ended by no stop, by a
-// stop token that the same seeded turn without stops emits first at index 0 and 3, and by a stop
+// stop token that the same seeded turn without stops emits first at index 0 and 3 (or 1 or 2,
+// when the token at 3 occurred before it), and by a stop
 // string (GenerateOptions::stop_requested, as the server's stop sequences end a turn) matched in
 // the first and the fourth emitted token. Every turn's state is compared with the cold prefill of
 // its key, and again after two more tokens through both.
 struct ExitSweepOptions {
   double temperature = 0.6;  // the sampled half
+  // The first prompt length tried (stepping by 3): the first whose greedy continuation has
+  // tokens first seen at indices 1 and 3 is used, so that greedy stops there are reached there.
   std::size_t prompt_length = 30;
 };
 struct ExitReached {

@@ -1,20 +1,20 @@
 // DeepSeek V4's MTP block (arch-dsv4.md 4) on the hf-tiny fixture with random mtp.0.* weights
-// (tools/make_ds4_mtp.py: HF has no MTP module, so no reference): the head loads and drafts;
-// greedy MTP decoding emits the autoregressive tokens at every depth; drafts rejected part-way
-// roll the caches back in place (inside their slack) and leave the cold-prefill state of the
-// committed tokens, trunk and MTP history alike.
+// (tools/make_ds4_mtp.py: HF has no MTP module, so no reference): the head loads and drafts; the
+// MTP invariants of tests/support/mtp_harness.h and mtp_distribution.h hold on it: greedy MTP
+// decoding emits the autoregressive tokens at every depth; drafts rejected part-way roll the
+// caches back in place (inside their slack); every exit path leaves the cold-prefill state of the
+// committed tokens, trunk and MTP history alike; sampled MTP has the autoregressive distribution.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 
 #include "decode/drafter.h"
 #include "decode/generator.h"
 #include "decode/sampler.h"
+#include "model/loader.h"
 #include "mtp_distribution.h"
 #include "mtp_harness.h"
-#include "model/loader.h"
 #include "qwen_fixture.h"
 #include "test_backend.h"
 #include "test_support.h"
@@ -111,29 +111,19 @@ TEST_F(DeepseekV4Mtp, EveryExitLeavesTheColdPrefillState) {
   EXPECT_LE(sweep.worst_logits, 1e-4);
 }
 
+// Temperature 0.25 with top-k 4 and top-p 0.95 (the fixture's logits are flat: the top probability
+// at temperature 1 is 0.03), so the exact distribution of 4 tokens has 187 sequences and a wrong
+// rule moves visible mass. 200 turns per case. Measured on the CPU: the honest cases' largest
+// statistic is 0.36 of its critical value; the biased acceptance rule reaches 1.99 of it here,
+// and 1.69-2.89 over 8 other seed sets (at 300 turns 2.83-4.21). Penalties are left to the toy
+// model's exact test (test_generator.cpp): with presence 0.3 the misreported q no longer equals
+// the penalised p and the biased rule reached only 0.80-1.81 at 300 turns. About 4 s on 2 cores.
 TEST_F(DeepseekV4Mtp, SampledMtpHasTheAutoregressiveDistribution) {
   ASSERT_NE(model_, nullptr);
   const auto all = tokens();
   test::expect_sampled_mtp_has_the_autoregressive_distribution(
-      *model_, std::span(all).first(12),
-      {.temperature = 0.25, .top_k = 4, .top_p = 0.95}, 300,
+      *model_, std::span(all).first(12), {.temperature = 0.25, .top_k = 4, .top_p = 0.95}, 200,
       "deepseek_v4 " + test::test_backend());
-}
-
-TEST_F(DeepseekV4Mtp, MeasurePower) {
-  ASSERT_NE(model_, nullptr);
-  const auto all = tokens();
-  const SamplerConfig sampler{.temperature = 0.25, .top_k = 4, .top_p = 0.95};
-  DecodeState base = test::prefill(*model_, std::span(all).first(12));
-  const auto exact = test::exact_sequences(*model_, base, sampler, 4);
-  test::TrunkDrafter biased(*model_, {.temperature_factor = 3.0, .misreport_q = true});
-  double lo = 1e9;
-  for (int k = 0; k < 8; ++k) {
-    const auto r = test::sample_against_exact(*model_, base, exact, {.sampler = sampler, .depth = 3, .draws = 300, .first_seed = 77777u * (k + 3), .drafter = &biased}, 1e-3 / 28);
-    lo = std::min(lo, r.worst_ratio());
-    std::printf("seed set %d: biased worst ratio %.2f\n", k, r.worst_ratio());
-  }
-  std::printf("min %.2f\n", lo);
 }
 
 }  // namespace

@@ -8,17 +8,17 @@
 #include <map>
 #include <set>
 
-#include "decode/generator.h"
 #include "chi_square.h"
+#include "decode/generator.h"
 #include "toy_model.h"
 
 namespace fs {
 namespace {
 
-using test::ToyConfig;
-using test::ToyModel;
 using test::chi_square;
 using test::chi_square_critical;
+using test::ToyConfig;
+using test::ToyModel;
 
 std::vector<TokenId> make_prompt(std::uint32_t seed, std::size_t length, std::int64_t vocab) {
   std::vector<TokenId> p;

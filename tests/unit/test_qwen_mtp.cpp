@@ -126,8 +126,7 @@ TEST_F(EmbeddedModel, TrunkAndMtpLogitsMatchTheTrainingFramework) {
 }
 
 TEST_F(EmbeddedModel, GreedyMtpEmitsTheAutoregressiveTokens) {
-  test::expect_greedy_mtp_is_autoregressive(*model_, parity_tokens(), {5, 23, 61}, {1, 9, 40},
-                                            -1);
+  test::expect_greedy_mtp_is_autoregressive(*model_, parity_tokens(), {5, 23, 61}, {1, 9, 40}, -1);
 }
 
 // The *Argmax forward forms pick on the backend what fs::argmax picks from the host rows, and
