@@ -75,12 +75,12 @@ void expect_partial_acceptance_rewinds_to_cold(Model& model, std::span<const Tok
                                                std::int64_t max_tokens, double tolerance);
 
 // The sweep over exit paths: greedy and sampled, depths 1-3, max_tokens {1, 3, 6}, drafts from
-// the MTP head and from TrunkDrafter (accepted, or wrong at each depth); ended by no stop, by a
-// stop token that the same seeded turn without stops emits first at index 0 and 3 (or 1 or 2,
-// when the token at 3 occurred before it), and by a stop
-// string (GenerateOptions::stop_requested, as the server's stop sequences end a turn) matched in
-// the first and the fourth emitted token. Every turn's state is compared with the cold prefill of
-// its key, and again after two more tokens through both.
+// the MTP head and from TrunkDrafter (accepted, or wrong at each depth, the first included);
+// ended by no stop, by a stop token that the same seeded turn without stops emits first at index
+// 0 and 3 (or 1 or 2, when the token at 3 occurred before it), and by a stop string
+// (GenerateOptions::stop_requested, as the server's stop sequences end a turn) matched in the
+// first and the fourth emitted token. Every turn's state is compared with the cold prefill of its
+// key, and again after two more tokens through both.
 struct ExitSweepOptions {
   double temperature = 0.6;  // the sampled half
   // The first prompt length tried (stepping by 3): the first whose greedy continuation has

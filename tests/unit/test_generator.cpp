@@ -430,6 +430,10 @@ TEST(Generator, ChiSquareCountsEveryObservation) {
   const std::vector<double> q = {0.4998, 0.4998, 0.0002, 0.0002};
   EXPECT_TRUE(std::isinf(chi_square({494, 494, 6, 6}, q, 1000).statistic));  // pool expects 0.4
   EXPECT_FALSE(std::isinf(chi_square({499, 500, 1, 0}, q, 1000).statistic));
+  // The critical values against the tables' upper 0.1% and 5% points.
+  EXPECT_NEAR(chi_square_critical(10), 29.588, 0.3);  // Wilson-Hilferty: within 1%
+  EXPECT_NEAR(chi_square_critical(30), 59.703, 0.3);
+  EXPECT_NEAR(chi_square_critical(10, 0.05), 18.307, 0.05);
 }
 
 TEST(Generator, SampledMtpHasTheAutoregressiveDistribution) {
