@@ -320,14 +320,15 @@ TEST_F(Glm5Mtp, EveryExitLeavesTheColdPrefillState) {
 }
 
 // As DeepSeek V4's (test_deepseek_v4_mtp.cpp): temperature 0.25, top-k 4, top-p 0.95, 225 exact
-// sequences of 4 tokens, 200 turns per case. Measured on the CPU: the honest cases' largest
-// statistic is 0.39 of its critical value; the biased acceptance rule reaches 6.7 of it here, and
-// 4.05-12.5 over 8 other seed sets. The random MTP layer's drafts are never accepted (0 of 600):
-// the head's case checks the rejection and residual path; TrunkDrafter checks acceptance.
+// sequences of 4 tokens; 150 turns per case (the bias shows more here than on DeepSeek V4).
+// Measured on the CPU: the honest cases' largest statistic is 0.32 of its critical value; the
+// biased acceptance rule reaches 2.35 of it here, and 2.39-6.81 over 8 other seed sets (at 200
+// turns 4.05-12.5). The random MTP layer's drafts are almost never accepted (2 of 450): the
+// head's case checks the rejection and residual path; TrunkDrafter checks acceptance.
 TEST_F(Glm5Mtp, SampledMtpHasTheAutoregressiveDistribution) {
   const auto all = tokens();
   test::expect_sampled_mtp_has_the_autoregressive_distribution(
-      *model_, std::span(all).first(12), {.temperature = 0.25, .top_k = 4, .top_p = 0.95}, 200,
+      *model_, std::span(all).first(12), {.temperature = 0.25, .top_k = 4, .top_p = 0.95}, 150,
       "glm5_next " + test::test_backend());
 }
 
