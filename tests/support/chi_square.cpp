@@ -6,7 +6,7 @@
 namespace fs::test {
 
 ChiSquare chi_square(const std::vector<std::int64_t>& observed, const std::vector<double>& p,
-                     std::int64_t n) {
+                     std::int64_t n, double pool_alpha) {
   double stat = 0, pooled_e = 0;
   std::int64_t pooled_o = 0;
   int cells = 0;
@@ -33,7 +33,7 @@ ChiSquare chi_square(const std::vector<std::int64_t>& observed, const std::vecto
       below += term;
       term *= pooled_e / static_cast<double>(k + 1);
     }
-    if (1.0 - below < 1e-3) return {INFINITY, std::max(cells - 1, 1)};
+    if (1.0 - below < pool_alpha) return {INFINITY, std::max(cells - 1, 1)};
   }
   return {stat, std::max(cells - 1, 1)};
 }

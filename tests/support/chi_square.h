@@ -17,9 +17,10 @@ struct ChiSquare {
 // Cells with an expected count below 5 are pooled into one cell, which is kept (none of its
 // observations is dropped) when its expectation is at least 1 (Cochran's rule); a pool below 1
 // is judged by the exact Poisson tail instead: observing its count or more must not be below
-// 0.1%. A draw the exact distribution gives no mass makes the statistic infinite.
+// `pool_alpha` (else the statistic is infinite). A draw the exact distribution gives no mass
+// makes the statistic infinite.
 ChiSquare chi_square(const std::vector<std::int64_t>& observed, const std::vector<double>& p,
-                     std::int64_t n);
+                     std::int64_t n, double pool_alpha = 1e-3);
 
 // The upper `alpha` point of chi-square with `df` degrees of freedom (Wilson-Hilferty; within
 // 1% of the exact point for df >= 3 at the levels the tests use).

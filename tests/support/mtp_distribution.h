@@ -52,8 +52,9 @@ struct SampledReport {
   double worst_ratio() const;
 };
 
-// `draws` seeded turns of `positions` tokens from clones of `base`; every statistic's critical
-// value is its upper `alpha` point.
+// `draws` seeded turns of `positions` tokens from clones of `base`; each statistic fails with
+// probability at most `alpha` when the decoder is exact (its critical value is the upper alpha/2
+// point, and a pool expected below one cell fails by its Poisson tail at alpha/2).
 SampledReport sample_against_exact(Model& model, const DecodeState& base,
                                    const SequenceDistribution& exact, const SampledCase& c,
                                    double alpha);
@@ -63,9 +64,9 @@ void print_report(const std::string& what, const SampledReport& report);
 // The invariant on one model, from `prompt`, with `sampler` (small support: see above), 4
 // positions, `draws` seeded turns per case:
 //   - TrunkDrafter (temperature x3) at depths 1, 2 and 3, and the model's MTP head at depth 3,
-//     must pass every statistic, each at alpha = 1e-3 / (the number of statistics): a correct
-//     decoder fails the test with probability at most 0.1% for a fresh seed set (Bonferroni,
-//     with the chi-square approximation Cochran's pooling keeps);
+//     must pass every statistic, each at alpha = 1e-3 / (the number of statistics, 28): a
+//     correct decoder fails the test with probability at most 0.1% for a fresh seed set
+//     (Bonferroni; up to the chi-square approximation, which Cochran's pooling keeps sound);
 //   - the trunk drafter must be accepted and rejected at every depth (both branches run);
 //   - the misreporting TrunkDrafter at depth 3 (a biased acceptance rule) must fail at least one
 //     statistic: the test has the power to see a wrong rule with this many draws.
