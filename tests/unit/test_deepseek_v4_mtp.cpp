@@ -111,6 +111,36 @@ TEST_F(DeepseekV4Mtp, GreedyMtpEmitsTheAutoregressiveTokens) {
   }
 }
 
+// The same under the official numerics (FP8 on the MTP block's own sliding rows too): the
+// verify's multi-token forwards and the autoregressive single-token ones agree on every token.
+TEST_F(DeepseekV4Mtp, GreedyMtpEmitsTheAutoregressiveTokensUnderOfficialNumerics) {
+  ASSERT_NE(model_, nullptr);
+  auto options = test::test_load_options();
+  options.numerics = "official";
+  auto loaded = load_model(dir_->file("ds4-mtp"), options);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  Model& m = **loaded;
+  const auto all = tokens();
+  for (std::size_t length : {5, 23, 61}) {
+    const std::span<const TokenId> prompt(all.data(), length);
+    GenerateOptions opt;
+    opt.max_tokens = 20;
+    DecodeState ar_state = new_decode_state(m);
+    ASSERT_TRUE(extend(m, ar_state, prompt).ok());
+    const auto ar = generate(m, ar_state, opt);
+    ASSERT_TRUE(ar.error.ok()) << ar.error.to_string();
+    for (int depth = 1; depth <= kMaxMtpDepth; ++depth) {
+      opt.mtp_depth = depth;
+      DecodeState s = new_decode_state(m);
+      ASSERT_TRUE(extend(m, s, prompt).ok());
+      const auto r = generate(m, s, opt);
+      ASSERT_TRUE(r.error.ok()) << r.error.to_string();
+      EXPECT_EQ(r.tokens, ar.tokens) << "prompt " << length << " depth " << depth;
+      EXPECT_TRUE(r.state_complete);
+    }
+  }
+}
+
 // Drafts from the model's own greedy continuation (accepted in greedy mode), wrong at one depth:
 // every verify keeps some drafts and rolls the rest back.
 ScriptedDrafter oracle(Model& model, int wrong_at) {
