@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/family.h"
+#include "model/numerics.h"
 #include "model/types.h"
 #include "tensor/tensor.h"
 #include "util/status.h"
@@ -145,6 +146,8 @@ struct ModelInfo {
   std::int64_t hidden_size = 0;
   std::vector<TokenId> eos_token_ids;
   bool has_mtp = false;
+  // The arithmetic it computes with: part of what a saved state is keyed by.
+  Numerics numerics = Numerics::kHf;
 };
 
 class MtpHead;

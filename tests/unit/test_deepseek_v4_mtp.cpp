@@ -95,6 +95,20 @@ TEST_F(DeepseekV4Mtp, GreedyMtpEmitsTheAutoregressiveTokens) {
   test::expect_greedy_mtp_is_autoregressive(*model_, tokens(), {5, 23, 61}, {1, 20}, 1e-4);
 }
 
+// The same under the official numerics (FP8 on the MTP block's own sliding rows too): the
+// verify's multi-token forwards and the autoregressive single-token ones agree on every token.
+// The state is not compared with the cold prefill: a different split moves an FP8 rounding by
+// one step now and then (DeepseekV4OfficialNumerics.SplitPrefillAgreesExceptForRareRoundingFlips
+// bounds that).
+TEST_F(DeepseekV4Mtp, GreedyMtpEmitsTheAutoregressiveTokensUnderOfficialNumerics) {
+  ASSERT_NE(model_, nullptr);
+  auto options = test::test_load_options();
+  options.numerics = "official";
+  auto loaded = load_model(dir_->file("ds4-mtp"), options);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  test::expect_greedy_mtp_is_autoregressive(**loaded, tokens(), {5, 23, 61}, {1, 20}, -1);
+}
+
 // Past the sliding window and several CSA/HCA windows, so rollbacks cross window closes.
 TEST_F(DeepseekV4Mtp, PartialAcceptanceRewindsInPlaceToTheColdPrefillState) {
   ASSERT_NE(model_, nullptr);
