@@ -34,6 +34,7 @@ struct BenchOptions {
   // the backend (each row's top comes back) and on the host (each row comes back).
   double temperature = 0;
   double top_p = 0.95;
+  std::int32_t top_k = 0;  // 0: off
 };
 
 // Runs every measurement; progress lines go to `log`.

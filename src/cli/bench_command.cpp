@@ -62,6 +62,8 @@ void add_bench_command(CLI::App& app, Action& action) {
   cmd->add_option("--top-p", o->bench.top_p, "top_p of the sampled runs")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  cmd->add_option("--top-k", o->bench.top_k, "top_k of the sampled runs (0: off)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-profile", o->no_profile, "Skip the op-group profiled pass");
   cmd->add_option("--json", o->json_path, "Also write the JSON result to this file");
   cmd->callback([o, &action] {

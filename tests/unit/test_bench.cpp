@@ -187,7 +187,7 @@ TEST(BenchRun, TemperatureAddsTheSampledFigureOnBothPaths) {
   EXPECT_GT(s["host_tokens_per_s"].get<double>(), 0);
   EXPECT_EQ(s["rows_from_top"].get<std::int64_t>(), o.decode_tokens - 1);
   EXPECT_EQ(s["rows_read_back"].get<std::int64_t>(), 0);
-  EXPECT_NE(bench_table(*r).find("sampled AR at context 20 (T 0.90, top_p 0.90)"),
+  EXPECT_NE(bench_table(*r).find("sampled AR at context 20 (T 0.90, top_p 0.90, top_k 0)"),
             std::string::npos);
   o.temperature = 0;
   auto greedy = run_bench(o, log);
