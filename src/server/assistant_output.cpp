@@ -108,9 +108,10 @@ std::string tool_call_prefix(ChatFamily family, std::string_view name) {
       // <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>
       return "<tool_call>" + std::string(name);
     case ChatFamily::kDeepSeekV4: {
-      // <｜DSML｜tool_calls>\n<｜DSML｜invoke name="NAME">\n<｜DSML｜parameter ...
+      // \n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="NAME">\n<｜DSML｜parameter ...: the
+      // encoding writes a turn's calls after "\n\n", so the next turn renders this prefix again.
       std::string p =
-          "<\xEF\xBD\x9C"
+          "\n\n<\xEF\xBD\x9C"
           "DSML\xEF\xBD\x9Ctool_calls>\n<\xEF\xBD\x9C"
           "DSML\xEF\xBD\x9Cinvoke name=\"";
       if (!name.empty()) p.append(name).append("\">\n");

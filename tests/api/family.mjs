@@ -15,7 +15,8 @@ export function modelProfile(modelDir, args) {
     family,
     trained,
     // The opening of a forced call that the server puts in the prompt and returns as text when
-    // the model does not complete the call (src/server/assistant_output.cpp tool_call_prefix).
+    // the model does not complete the call (src/server/assistant_output.cpp tool_call_prefix,
+    // less DeepSeek V4's leading "\n\n", which the output drops as the template's separator).
     forcedCallPrefix(name = '') {
       if (family === 'glm') return `<tool_call>${name}`;
       if (family === 'deepseek_v4')

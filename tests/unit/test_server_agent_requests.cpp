@@ -379,9 +379,9 @@ TEST(ServerAgentToolChoice, ForcingWritesTheCallPrefixIntoThePrompt) {
   EXPECT_EQ(tool_call_prefix(ChatFamily::kQwen, ""), "<tool_call>\n{\"name\": \"");
   EXPECT_EQ(tool_call_prefix(ChatFamily::kGlm, "f"), "<tool_call>f");
   EXPECT_EQ(tool_call_prefix(ChatFamily::kDeepSeekV4, "f"),
-            "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n");
+            "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n");
   EXPECT_EQ(tool_call_prefix(ChatFamily::kDeepSeekV4, ""),
-            "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"");
+            "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"");
   EXPECT_NE(tool_call_prefix(ChatFamily::kDeepSeek, "f")
                 .find("function<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>f\n```json\n"),
             std::string::npos);
