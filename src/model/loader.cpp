@@ -15,39 +15,18 @@ using LoadFn = Expected<std::unique_ptr<Model>> (*)(const ModelDescription& d,
                                                     std::unique_ptr<Backend> backend,
                                                     DType matrix_dtype);
 
-Expected<std::unique_ptr<Model>> load_qwen_next(const ModelDescription& d, const std::string& dir,
-                                                std::unique_ptr<Backend> backend,
-                                                DType matrix_dtype) {
-  const auto& config = std::get<QwenNextConfig>(d.config);
-  auto weights = load_qwen_next_weights(config, dir);
+// One family's load: its weights read from `dir` and uploaded to the backend, and the model over
+// them. The weights are read and checked completely before anything is uploaded.
+template <typename Config, typename FamilyModel, auto load_weights, auto upload_weights>
+Expected<std::unique_ptr<Model>> load_family(const ModelDescription& d, const std::string& dir,
+                                             std::unique_ptr<Backend> backend, DType matrix_dtype) {
+  const auto& config = std::get<Config>(d.config);
+  auto weights = load_weights(config, dir);
   if (!weights.ok()) return weights.status();
-  if (Status s = upload_qwen_next_weights(*weights, *backend, matrix_dtype); !s.ok())
+  if (Status s = upload_weights(*weights, *backend, matrix_dtype); !s.ok())
     return s.with_context("uploading " + dir + " to the " + backend->name() + " backend");
   return std::unique_ptr<Model>(
-      std::make_unique<QwenNextModel>(config, std::move(weights).value(), std::move(backend)));
-}
-
-Expected<std::unique_ptr<Model>> load_glm5(const ModelDescription& d, const std::string& dir,
-                                           std::unique_ptr<Backend> backend, DType matrix_dtype) {
-  const auto& config = std::get<Glm5Config>(d.config);
-  auto weights = load_glm5_weights(config, dir);
-  if (!weights.ok()) return weights.status();
-  if (Status s = upload_glm5_weights(*weights, *backend, matrix_dtype); !s.ok())
-    return s.with_context("uploading " + dir + " to the " + backend->name() + " backend");
-  return std::unique_ptr<Model>(
-      std::make_unique<Glm5Model>(config, std::move(weights).value(), std::move(backend)));
-}
-
-Expected<std::unique_ptr<Model>> load_deepseek_v4(const ModelDescription& d, const std::string& dir,
-                                                  std::unique_ptr<Backend> backend,
-                                                  DType matrix_dtype) {
-  const auto& config = std::get<DeepseekV4Config>(d.config);
-  auto weights = load_deepseek_v4_weights(config, dir);
-  if (!weights.ok()) return weights.status();
-  if (Status s = upload_deepseek_v4_weights(*weights, *backend, matrix_dtype); !s.ok())
-    return s.with_context("uploading " + dir + " to the " + backend->name() + " backend");
-  return std::unique_ptr<Model>(
-      std::make_unique<DeepseekV4Model>(config, std::move(weights).value(), std::move(backend)));
+      std::make_unique<FamilyModel>(config, std::move(weights).value(), std::move(backend)));
 }
 
 // The runnable families' constructors (the rest of what a family is lives in family_table.cpp).
@@ -55,9 +34,12 @@ struct FamilyLoader {
   Family family;
   LoadFn load;
 };
-constexpr FamilyLoader kLoaders[] = {{Family::kQwenNext, load_qwen_next},
-                                     {Family::kGlm5, load_glm5},
-                                     {Family::kDeepseekV4, load_deepseek_v4}};
+constexpr FamilyLoader kLoaders[] = {
+    {Family::kQwenNext,
+     load_family<QwenNextConfig, QwenNextModel, load_qwen_next_weights, upload_qwen_next_weights>},
+    {Family::kGlm5, load_family<Glm5Config, Glm5Model, load_glm5_weights, upload_glm5_weights>},
+    {Family::kDeepseekV4, load_family<DeepseekV4Config, DeepseekV4Model, load_deepseek_v4_weights,
+                                      upload_deepseek_v4_weights>}};
 
 }  // namespace
 

@@ -1,24 +1,24 @@
-// The backend a model test runs on. The same test sources build twice: as `test_x` on the CPU,
-// and as `test_x_cuda` (compiled with FLASHSERVE_TEST_BACKEND="cuda", ctest label `gpu`, test
-// names prefixed `cuda.`) on the GPU, where every test is skipped, saying why, when no CUDA
-// device is present. Weights load as f32 so that both answer to the same fixtures and bounds.
+// The backend a model test runs on: the environment's FLASHSERVE_TEST_BACKEND, else the CPU. ctest
+// runs each backend test binary twice, plainly and, where CUDA is built, with
+// FLASHSERVE_TEST_BACKEND=cuda (label `gpu`, test names prefixed `cuda.`), where every test is
+// skipped, saying why, when no CUDA device is present. By hand:
+//   FLASHSERVE_TEST_BACKEND=cuda build/tests/unit/test_qwen
+// Weights load as f32 so that both answer to the same fixtures and bounds.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "backend/backend.h"
 #include "model/loader.h"
 
-#ifndef FLASHSERVE_TEST_BACKEND
-#define FLASHSERVE_TEST_BACKEND "cpu"
-#endif
-
 namespace fs::test {
 
 inline std::string test_backend() {
-  return FLASHSERVE_TEST_BACKEND;
+  const char* chosen = std::getenv("FLASHSERVE_TEST_BACKEND");
+  return chosen != nullptr && *chosen != '\0' ? chosen : "cpu";
 }
 
 inline LoadOptions test_load_options(const std::string& dtype = "f32") {

@@ -45,29 +45,40 @@ constexpr double kParityTolerance = 1e-3;
 // rounding.
 constexpr double kSplitTolerance = 1e-4;
 
-TEST(DeepseekV4Parity, FullAndIncrementalMatchReference) {
-  auto m = tiny_model();
-  ASSERT_NE(m, nullptr);
-  EXPECT_EQ(m->info().family, Family::kDeepseekV4);
-  const auto V = m->info().vocab_size;
-  const auto cases = test::qwen_cases(fixture());
+// The shared hf-tiny fixture, and tests/fixtures/deepseek_v4_variant (tools/oracle/
+// family_variant_oracle.py: a 16-token window, HCA ratio 8 over 280 tokens, YaRN on the compressed
+// branches, 4 hyper-connection streams, 4 output groups, single-token and straddling schedules).
+class DeepseekV4ParityAll : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DeepseekV4ParityAll, FullAndIncrementalMatchReference) {
+  const auto dir = GetParam() == "shared"
+                       ? fixture()
+                       : std::string(FLASHSERVE_SOURCE_DIR) + "/tests/fixtures/deepseek_v4_variant";
+  auto m = load_model(dir, test::test_load_options());
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ((*m)->info().family, Family::kDeepseekV4);
+  const auto V = (*m)->info().vocab_size;
+  const auto cases = test::qwen_cases(dir);
   ASSERT_FALSE(cases.empty());
   for (const auto& c : cases) {
     const auto L = static_cast<std::int64_t>(c.tokens.size());
-    auto full_state = m->new_state();
-    const auto full = run_splits(*m, *full_state, c.tokens, {L});
+    auto full_state = (*m)->new_state();
+    const auto full = run_splits(**m, *full_state, c.tokens, {L});
     const auto df = diff_logits(full, c.full, V);
-    auto inc_state = m->new_state();
-    const auto inc = run_splits(*m, *inc_state, c.tokens, c.splits);
+    auto inc_state = (*m)->new_state();
+    const auto inc = run_splits(**m, *inc_state, c.tokens, c.splits);
     const auto di = diff_logits(inc, c.inc, V);
-    std::printf("[ds4 parity %s] L=%lld full max|d|=%.3g inc max|d|=%.3g\n",
-                test::test_backend().c_str(), static_cast<long long>(L), df.max_abs, di.max_abs);
+    std::printf("[ds4 parity %s %s] L=%lld full max|d|=%.3g inc max|d|=%.3g\n",
+                test::test_backend().c_str(), GetParam().c_str(), static_cast<long long>(L),
+                df.max_abs, di.max_abs);
     EXPECT_LE(df.max_abs, kParityTolerance);
     EXPECT_LE(di.max_abs, kParityTolerance);
     EXPECT_EQ(df.argmax_mismatches, 0);
     EXPECT_EQ(di.argmax_mismatches, 0);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, DeepseekV4ParityAll, ::testing::Values("shared", "variant"));
 
 // Prefill in two chunks (cut inside a CSA window, an HCA window and past the sliding window), or
 // token by token, equals one call: the logits of every row and every state tensor.

@@ -41,29 +41,40 @@ std::unique_ptr<Model> load() {
 // well below it (printed by the test).
 constexpr double kTolerance = 1e-3;
 
-TEST(Glm5Parity, FullAndIncrementalMatchReference) {
-  auto m = load();
-  ASSERT_NE(m, nullptr);
-  EXPECT_EQ(m->info().family, Family::kGlm5);
-  const auto V = m->info().vocab_size;
-  const auto cases = test::qwen_cases(fixture());
+// The shared hf-tiny fixture, and tests/fixtures/glm5_next_variant (tools/oracle/
+// family_variant_oracle.py: six layers with four DSA layers and a shared indexer, group-limited
+// routing, KDA with 2 heads of 32, 280 tokens under single-token and straddling schedules).
+class Glm5ParityAll : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Glm5ParityAll, FullAndIncrementalMatchReference) {
+  const auto dir = GetParam() == "shared"
+                       ? fixture()
+                       : std::string(FLASHSERVE_SOURCE_DIR) + "/tests/fixtures/glm5_next_variant";
+  auto m = load_model(dir, test::test_load_options());
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ((*m)->info().family, Family::kGlm5);
+  const auto V = (*m)->info().vocab_size;
+  const auto cases = test::qwen_cases(dir);
   ASSERT_EQ(cases.size(), 2u);
   for (const auto& c : cases) {
-    auto full_state = m->new_state();
+    auto full_state = (*m)->new_state();
     const auto full =
-        run_splits(*m, *full_state, c.tokens, {static_cast<std::int64_t>(c.tokens.size())});
+        run_splits(**m, *full_state, c.tokens, {static_cast<std::int64_t>(c.tokens.size())});
     const auto df = diff_logits(full, c.full, V);
-    auto inc_state = m->new_state();
-    const auto inc = run_splits(*m, *inc_state, c.tokens, c.splits);
+    auto inc_state = (*m)->new_state();
+    const auto inc = run_splits(**m, *inc_state, c.tokens, c.splits);
     const auto di = diff_logits(inc, c.inc, V);
-    std::printf("[glm5 parity %s] L=%zu full max|d|=%.3g inc max|d|=%.3g\n",
-                test::test_backend().c_str(), c.tokens.size(), df.max_abs, di.max_abs);
+    std::printf("[glm5 parity %s %s] L=%zu full max|d|=%.3g inc max|d|=%.3g\n",
+                test::test_backend().c_str(), GetParam().c_str(), c.tokens.size(), df.max_abs,
+                di.max_abs);
     EXPECT_LE(df.max_abs, kTolerance);
     EXPECT_LE(di.max_abs, kTolerance);
     EXPECT_EQ(df.argmax_mismatches, 0);
     EXPECT_EQ(di.argmax_mismatches, 0);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Glm5ParityAll, ::testing::Values("shared", "variant"));
 
 // Any split of a prompt into calls gives the logits and the state of one call (up to the
 // rounding of a chunk boundary): single tokens from the start, a chunk boundary inside a call,

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "model/common/forward_inputs.h"
 #include "model/common/logits.h"
 #include "model/common/mhc.h"
 #include "model/common/moe.h"
@@ -135,27 +136,21 @@ Status DeepseekV4Model::forward(ModelState& state, std::span<const TokenId> toke
                                 ForwardOutput& out) {
   auto& be = *backend_;
   const auto S = static_cast<std::int64_t>(tokens.size());
-  for (const auto t : tokens) {
-    if (t < 0 || t >= config_.vocab_size)
-      return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
-                              std::to_string(config_.vocab_size) + ")");
-  }
+  if (Status s = check_token_ids(tokens, config_.vocab_size); !s.ok()) return s;
   auto covered = state.covered_tokens();
   if (!covered.ok()) return covered.status();
   const Position first = *covered;
   out = ForwardOutput{};
   if (S == 0) return {};
   // Bind every layer to its cache before touching any, so a foreign state changes nothing.
-  if (state.cache_count() != weights_.layers.size())
-    return invalid_argument("state has " + std::to_string(state.cache_count()) +
-                            " caches, this model has " + std::to_string(weights_.layers.size()) +
-                            " layers");
+  if (Status s = check_cache_count(state, weights_.layers.size()); !s.ok()) return s;
   std::vector<DsAttentionCache*> caches;
   for (std::size_t i = 0; i < weights_.layers.size(); ++i) {
-    auto* c = dynamic_cast<DsAttentionCache*>(&state.cache(i));
-    if (c == nullptr || c->layer_kind != weights_.layers[i].kind)
+    auto c = typed_cache<DsAttentionCache>(state, i);
+    if (!c.ok()) return c.status();
+    if ((*c)->layer_kind != weights_.layers[i].kind)
       return invalid_argument("state cache " + std::to_string(i) + " has the wrong type");
-    caches.push_back(c);
+    caches.push_back(*c);
   }
   if (Status s = state.check_allocated(); !s.ok()) return s;
 

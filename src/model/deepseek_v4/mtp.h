@@ -8,29 +8,25 @@
 // position t-1: attention only sees relative positions, so the offset changes nothing.
 #pragma once
 
+#include "model/common/mtp_head_base.h"
 #include "model/deepseek_v4/weights.h"
-#include "model/mtp.h"
 
 namespace fs {
 
 class DeepseekV4Model;
 
-class DeepseekV4MtpHead final : public MtpHead {
+class DeepseekV4MtpHead final : public MtpHeadBase {
  public:
-  DeepseekV4MtpHead(DeepseekV4Model& model, const DsMtpWeights& weights)
-      : model_(model), w_(weights) {}
+  DeepseekV4MtpHead(DeepseekV4Model& model, const DsMtpWeights& weights);
 
   std::unique_ptr<ModelState> new_history() const override;
   std::int64_t hidden_width() const override;
   Status forward(ModelState& history, std::span<const float> hidden,
                  std::span<const TokenId> tokens, LogitsRows rows, ForwardOutput& out) override;
-  Status set_draft_vocabulary(std::int64_t n) override;
-  std::int64_t draft_vocabulary() const override;
 
  private:
   DeepseekV4Model& model_;
   const DsMtpWeights& w_;
-  std::int64_t draft_vocab_ = 0;  // 0: the whole vocabulary
 };
 
 }  // namespace fs

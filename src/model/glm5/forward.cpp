@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "model/common/forward_inputs.h"
 #include "model/common/logits.h"
 #include "model/common/mhc.h"
 #include "model/common/moe.h"
@@ -9,16 +10,6 @@
 
 namespace fs {
 namespace {
-
-template <typename T>
-Expected<T*> typed_cache(ModelState& state, std::size_t index) {
-  if (index >= state.cache_count())
-    return invalid_argument("state has too few caches for this model");
-  auto* c = dynamic_cast<T*>(&state.cache(index));
-  if (c == nullptr)
-    return invalid_argument("state cache " + std::to_string(index) + " has the wrong type");
-  return c;
-}
 
 float inv_sqrt(std::int64_t n) {
   return 1.0f / std::sqrt(static_cast<float>(n));
@@ -213,11 +204,7 @@ Status Glm5Model::forward(ModelState& state, std::span<const TokenId> tokens, Lo
                           ForwardOutput& out) {
   auto& be = *backend_;
   const auto S = static_cast<std::int64_t>(tokens.size());
-  for (const auto t : tokens) {
-    if (t < 0 || t >= config_.vocab_size)
-      return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
-                              std::to_string(config_.vocab_size) + ")");
-  }
+  if (Status s = check_token_ids(tokens, config_.vocab_size); !s.ok()) return s;
   auto covered = state.covered_tokens();
   if (!covered.ok()) return covered.status();
   const Position first = *covered;
@@ -225,9 +212,7 @@ Status Glm5Model::forward(ModelState& state, std::span<const TokenId> tokens, Lo
   if (S == 0) return {};
   // Bind every layer to its cache before touching any, so a foreign state changes nothing.
   std::vector<LayerCaches> bound(weights_.layers.size());
-  if (state.cache_count() != weights_.layers.size())
-    return invalid_argument("state has " + std::to_string(state.cache_count()) +
-                            " caches, this model " + std::to_string(weights_.layers.size()));
+  if (Status s = check_cache_count(state, weights_.layers.size()); !s.ok()) return s;
   for (std::size_t i = 0; i < weights_.layers.size(); ++i) {
     if (weights_.layers[i].kind == GlmAttentionKind::kLinearAttention) {
       auto c = typed_cache<KdaCache>(state, i);

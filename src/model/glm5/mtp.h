@@ -9,28 +9,25 @@
 // history (t >= 1) sits at position t-1.
 #pragma once
 
+#include "model/common/mtp_head_base.h"
 #include "model/glm5/weights.h"
-#include "model/mtp.h"
 
 namespace fs {
 
 class Glm5Model;
 
-class Glm5MtpHead final : public MtpHead {
+class Glm5MtpHead final : public MtpHeadBase {
  public:
-  Glm5MtpHead(Glm5Model& model, const Glm5MtpWeights& weights) : model_(model), w_(weights) {}
+  Glm5MtpHead(Glm5Model& model, const Glm5MtpWeights& weights);
 
   std::unique_ptr<ModelState> new_history() const override;
   std::int64_t hidden_width() const override;
   Status forward(ModelState& history, std::span<const float> hidden,
                  std::span<const TokenId> tokens, LogitsRows rows, ForwardOutput& out) override;
-  Status set_draft_vocabulary(std::int64_t n) override;
-  std::int64_t draft_vocabulary() const override;
 
  private:
   Glm5Model& model_;
   const Glm5MtpWeights& w_;
-  std::int64_t draft_vocab_ = 0;  // 0: the whole vocabulary
 };
 
 }  // namespace fs

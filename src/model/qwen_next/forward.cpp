@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "model/common/forward_inputs.h"
 #include "model/common/hyper_connection.h"
 #include "model/common/logits.h"
 #include "model/common/moe.h"
@@ -14,16 +15,6 @@ namespace {
 
 Activation gate_activation(const std::string& name) {
   return name == "silu" ? Activation::kSilu : Activation::kSigmoid;
-}
-
-template <typename T>
-Expected<T*> typed_cache(ModelState& state, std::size_t index) {
-  if (index >= state.cache_count())
-    return invalid_argument("state has too few caches for this model");
-  auto* c = dynamic_cast<T*>(&state.cache(index));
-  if (c == nullptr)
-    return invalid_argument("state cache " + std::to_string(index) + " has the wrong type");
-  return c;
 }
 
 // A step graph's buffers in the state: every cache tensor a recorded kernel reads or writes, by
@@ -281,11 +272,7 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
                               ForwardOutput& out) {
   auto& be = *backend_;
   const auto S = static_cast<std::int64_t>(tokens.size());
-  for (const auto t : tokens) {
-    if (t < 0 || t >= config_.vocab_size)
-      return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
-                              std::to_string(config_.vocab_size) + ")");
-  }
+  if (Status s = check_token_ids(tokens, config_.vocab_size); !s.ok()) return s;
   auto covered = state.covered_tokens();
   if (!covered.ok()) return covered.status();
   const Position first = *covered;
@@ -344,11 +331,11 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
   hyper_connection_read(be, weights_.final_mixer, h, mixed, nullptr);
   // The MTP head reads the widened stream (all hc streams), before the mixer.
   Tensor logits, picked;
-  lm_head_rows(mixed, rows, logits, picked, weights_.lm_head);
+  lm_head_rows(be, mixed, rows, weights_.lm_head, logits, picked);
   if (graph) be.launch_step_graph();
   // The one check of the step: any op that failed (out of memory, a launch error, an op the
   // backend lacks) makes the whole forward fail, and the state must not be used.
-  if (Status s = take_backend_status(); !s.ok()) return s;
+  if (Status s = take_backend_status(be); !s.ok()) return s;
   if (graph) {
     // The key named these buffers: one reallocated inside the step would be the graph's.
     if (cache_identity(bound) != identity)
@@ -364,21 +351,7 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
   // stream (all hc streams, before the mixer), which the MTP head reads.
   out.hidden_width = config_.stream_width();
   out.hidden = h.to_host_vector();
-  return logits_to_output(rows, std::move(logits), picked, out);
-}
-
-void QwenNextModel::lm_head_rows(const Tensor& mixed, LogitsRows rows, Tensor& logits, Tensor& ids,
-                                 const Weight& head) {
-  fs::lm_head_rows(*backend_, mixed, rows, head, logits, ids);
-}
-
-Status QwenNextModel::logits_to_output(LogitsRows rows, Tensor logits, const Tensor& ids,
-                                       ForwardOutput& out) {
-  return fs::logits_to_output(*backend_, rows, std::move(logits), ids, out);
-}
-
-Status QwenNextModel::take_backend_status() {
-  return fs::take_backend_status(*backend_);
+  return logits_to_output(be, rows, std::move(logits), picked, out);
 }
 
 }  // namespace fs

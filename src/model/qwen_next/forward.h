@@ -59,16 +59,6 @@ class QwenNextModel final : public Model {
   // int32 in backend memory; updates the cache's raw keys and pooled blocks.
   void qsa_indexer(const QsaWeights& w, QsaCache& cache, Position first, const Tensor& x,
                    Tensor& picked);
-  // logits = lm_head of the requested rows of `mixed`; for the *Argmax forms also their argmax
-  // ids [rows, 1] on the backend.
-  void lm_head_rows(const Tensor& mixed, LogitsRows rows, Tensor& logits, Tensor& ids,
-                    const Weight& head);
-  // Moves what `rows` asks for into `out`: the logits to the host, or the ids to the host and the
-  // logits kept on the backend.
-  Status logits_to_output(LogitsRows rows, Tensor logits, const Tensor& ids, ForwardOutput& out);
-  // The backend's first failure since the last call (cleared), with context.
-  Status take_backend_status();
-
   QwenNextConfig config_;
   QwenNextWeights weights_;
   std::unique_ptr<Backend> backend_;

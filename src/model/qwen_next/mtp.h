@@ -8,29 +8,25 @@
 // Row t of the history (t >= 1) sits at position t-1.
 #pragma once
 
-#include "model/mtp.h"
+#include "model/common/mtp_head_base.h"
 #include "model/qwen_next/weights.h"
 
 namespace fs {
 
 class QwenNextModel;
 
-class QwenNextMtpHead final : public MtpHead {
+class QwenNextMtpHead final : public MtpHeadBase {
  public:
-  QwenNextMtpHead(QwenNextModel& model, const QwenMtpWeights& weights)
-      : model_(model), w_(weights) {}
+  QwenNextMtpHead(QwenNextModel& model, const QwenMtpWeights& weights);
 
   std::unique_ptr<ModelState> new_history() const override;
   std::int64_t hidden_width() const override;
   Status forward(ModelState& history, std::span<const float> hidden,
                  std::span<const TokenId> tokens, LogitsRows rows, ForwardOutput& out) override;
-  Status set_draft_vocabulary(std::int64_t n) override;
-  std::int64_t draft_vocabulary() const override;
 
  private:
   QwenNextModel& model_;
   const QwenMtpWeights& w_;
-  std::int64_t draft_vocab_ = 0;  // 0: the whole vocabulary
 };
 
 }  // namespace fs
