@@ -264,6 +264,12 @@ void Backend::sink_attention(const Tensor&, const Tensor&, std::int64_t, std::in
 void Backend::grouped_linear(const Tensor&, const Weight&, std::int64_t, Tensor&) {
   unimplemented("grouped_linear");
 }
+void Backend::fp8_e4m3_simulate(Tensor&, std::int64_t, std::int64_t) {
+  unimplemented("fp8_e4m3_simulate");
+}
+void Backend::hadamard_fp4_simulate(Tensor&, std::int64_t, std::int64_t) {
+  unimplemented("hadamard_fp4_simulate");
+}
 void Backend::block_mean(const Tensor&, std::int64_t, std::int64_t, std::int64_t, Tensor&) {
   unimplemented("block_mean");
 }

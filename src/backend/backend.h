@@ -241,6 +241,22 @@ class Backend {
   // w [G*Out, In]; y[s, g*Out + o] = x[s, g*In : (g+1)*In] . w[g*Out + o, :].
   virtual void grouped_linear(const Tensor& x, const Weight& w, std::int64_t groups, Tensor& y);
 
+  // --- the official graph's numerics (DeepSeek V4, arch-dsv4.md 7; backend/quant_simulation.h)
+  // Both are in place, row by row, and give the same bits on every backend.
+  // FP8 E4M3 simulation of the columns [0, cols) of each row of x (the KV rows' non-RoPE dims),
+  // in blocks of `block` columns from column 0 (the last block is shorter when `block` does not
+  // divide cols, so a narrower span is one block): per block amax = max(max |x|, 1e-4), scale
+  // 2^ceil(log2(amax / 448)), x <- E4M3(x / scale) * scale, round to nearest, ties to even.
+  // Columns from `cols` on are untouched.
+  virtual void fp8_e4m3_simulate(Tensor& x, std::int64_t cols, std::int64_t block);
+  // The indexer's rotation and FP4 simulation: each row of x is cut into `block`-wide groups
+  // (block a power of two dividing the row), each multiplied by the orthonormal Walsh-Hadamard
+  // matrix H_block / sqrt(block) (Sylvester order: the butterflies of strides 1, 2, 4 ...); then,
+  // unless fp4_block is 0, each group's columns in blocks of fp4_block from the group's start (the
+  // last shorter when fp4_block does not divide block) get FP4 E2M1: scale 2^ceil(log2(amax/6)),
+  // x <- E2M1(x / scale) * scale (values 0, .5, 1, 1.5, 2, 3, 4, 6, signed; ties to even).
+  virtual void hadamard_fp4_simulate(Tensor& x, std::int64_t block, std::int64_t fp4_block);
+
   // --- indexers and routing --------------------------------------------------------------------
   // Mean of each complete group of `group` consecutive rows of x[first_row ...]: out [n, cols].
   virtual void block_mean(const Tensor& x, std::int64_t first_row, std::int64_t blocks,

@@ -76,13 +76,16 @@ struct Bench {
     GenerateResult result;
     double seconds = 0;
   };
-  Expected<Run> decode(const DecodeState& base, std::int64_t tokens, int depth, Drafter* drafter) {
+  Expected<Run> decode(const DecodeState& base, std::int64_t tokens, int depth, Drafter* drafter,
+                       const SamplerConfig& sampler = {}, PickOn pick_on = PickOn::kAuto) {
     DecodeState s = base.clone();
     GenerateOptions g;
     g.max_tokens = tokens;
     g.mtp_depth = depth;
     g.drafter = drafter;
     g.seed = o.seed;
+    g.sampler = sampler;
+    g.pick_on = pick_on;
     const auto t0 = Clock::now();
     Run r;
     r.result = generate(*model, s, g);
@@ -213,6 +216,28 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
       log << "bench: context " << ctx
           << " step graphs: " << graphs_after.captures - graphs_before.captures << " captures, "
           << replays << " replays, walk " << walk_us << " us per replay\n";
+    }
+    if (o.temperature > 0) {
+      // Sampled autoregressive decoding: where the rows go is the only difference.
+      SamplerConfig sampler;
+      sampler.temperature = o.temperature;
+      sampler.top_p = o.top_p;
+      json sampled = {{"temperature", o.temperature}, {"top_p", o.top_p}};
+      for (const auto& [name, where] :
+           {std::pair{"backend", PickOn::kBackend}, std::pair{"host", PickOn::kHost}}) {
+        if (auto w = b.decode(base, 3, 0, nullptr, sampler, where); !w.ok()) return w.status();
+        auto r = b.decode(base, n, 0, nullptr, sampler, where);
+        if (!r.ok()) return r.status();
+        const double tps = static_cast<double>(r->result.tokens.size()) / r->seconds;
+        sampled[std::string(name) + "_tokens_per_s"] = tps;
+        if (where == PickOn::kBackend) {
+          sampled["rows_from_top"] = r->result.stats.rows_from_top;
+          sampled["rows_read_back"] = r->result.stats.rows_read_back;
+        }
+        log << "bench: context " << ctx << " sampled autoregressive, picks on the " << name << " "
+            << tps << " tok/s\n";
+      }
+      row["sampled"] = sampled;
     }
     for (int d = 1; d <= o.max_depth; ++d) {
       if (!model->mtp()) break;
@@ -360,6 +385,20 @@ std::string bench_table(const json& r) {
                     gbps, frac);
       t << line;
     }
+  }
+  for (const auto& d : r["decode"]) {
+    if (!d.contains("sampled")) continue;
+    const auto& s = d["sampled"];
+    const double dev = s["backend_tokens_per_s"].get<double>(),
+                 host = s["host_tokens_per_s"].get<double>();
+    std::snprintf(line, sizeof line,
+                  "sampled AR at context %lld (T %.2f, top_p %.2f): picks on the backend %.1f "
+                  "tok/s (%lld rows from their top, %lld read back), rows to the host %.1f "
+                  "tok/s: %.2fx\n",
+                  d["context"].get<long long>(), s["temperature"].get<double>(),
+                  s["top_p"].get<double>(), dev, s["rows_from_top"].get<long long>(),
+                  s["rows_read_back"].get<long long>(), host, dev / host);
+    t << line;
   }
   if (r.contains("profile")) {
     const auto& p = r["profile"];

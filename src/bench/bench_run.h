@@ -30,6 +30,10 @@ struct BenchOptions {
   // Matrices: "bf16", or "fp8" (the projections FP8 E4M3 with 128x128 f32 block scales, the
   // rest bf16: what `convert --quantize fp8` and the FP8 releases hold).
   std::string dtype = "bf16";
+  // > 0: also sampled autoregressive decoding at this temperature and top_p, with the picks on
+  // the backend (each row's top comes back) and on the host (each row comes back).
+  double temperature = 0;
+  double top_p = 0.95;
 };
 
 // Runs every measurement; progress lines go to `log`.

@@ -1,4 +1,4 @@
-// --backend and --dtype, the same on every command that runs a model.
+// --backend, --dtype, --draft-vocab and --numerics, the same on every command that runs a model.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -19,6 +19,10 @@ inline void add_backend_options(CLI::App* cmd, LoadOptions& o) {
                   "MTP drafts over token ids [0, N) only: a cheaper draft head, the same output "
                   "(0: the whole vocabulary)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--numerics", o.numerics,
+                  "hf (HF's plain arithmetic) or official (DeepSeek V4 only: the official graph's "
+                  "FP8 KV and Hadamard + FP4 indexer simulations, as ds4 computes)")
+      ->capture_default_str();
 }
 
 }  // namespace fs::cli

@@ -55,6 +55,13 @@ void add_bench_command(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
   cmd->add_option("--seed", o->bench.seed, "Seed of the synthetic weights")->capture_default_str();
+  cmd->add_option("--temperature", o->bench.temperature,
+                  "Also sampled autoregressive decoding at this temperature, picks on the "
+                  "backend and on the host (0: not run)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", o->bench.top_p, "top_p of the sampled runs")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   cmd->add_flag("--no-profile", o->no_profile, "Skip the op-group profiled pass");
   cmd->add_option("--json", o->json_path, "Also write the JSON result to this file");
   cmd->callback([o, &action] {

@@ -38,7 +38,7 @@ Expected<std::vector<TokenId>> token_ids(const std::string& text, const Model& m
 
 Status save_state(const std::string& path, const std::string& model_dir, const Model& model,
                   const DecodeState& state) {
-  auto fingerprint = model_fingerprint(model_dir);
+  auto fingerprint = state_fingerprint(model_dir, model.info());
   if (!fingerprint.ok()) return fingerprint.status();
   return save_checkpoint(path, state, {model.info().family, *fingerprint});
 }

@@ -1,5 +1,7 @@
 #include "decode/drafter.h"
 
+#include "decode/row_sampling.h"
+
 namespace fs {
 
 Status MtpDrafter::propose(DecodeState& state, TokenId primary, int depth,
@@ -11,15 +13,19 @@ Status MtpDrafter::propose(DecodeState& state, TokenId primary, int depth,
     return failed_precondition("MTP drafting needs a trunk hidden state");
   std::vector<float> hidden = state.last_hidden;
   TokenId next = primary;
-  const bool on_backend = pick_on_backend_ && sampler.greedy();
+  const bool on_backend = pick_on_backend_ && (sampler.greedy() || model_.backend() != nullptr);
   for (int d = 0; d < depth; ++d) {
     ForwardOutput o;
     const TokenId in[1] = {next};
     const auto rows = on_backend ? LogitsRows::kLastArgmax : LogitsRows::kLast;
     if (auto s = head->forward(*state.mtp_history, hidden, in, rows, o); !s.ok()) return s;
     DraftToken draft;
-    if (on_backend) {
+    if (on_backend && sampler.greedy()) {
       draft.q = TokenDistribution::point(o.argmax.at(0));
+    } else if (on_backend) {
+      auto q = distributions_on_backend(*model_.backend(), o.device_logits, 0, 1, sampler);
+      if (!q.ok()) return q.status().with_context("MTP draft");
+      draft.q = std::move(q->front());
     } else {
       draft.q = target_distribution(o.logits, sampler);
     }

@@ -33,8 +33,9 @@ class Drafter {
 // differs from p lowers acceptance but never exactness).
 class MtpDrafter : public Drafter {
  public:
-  // `pick_on_backend`: greedy drafts take the head's argmax computed on the backend (only the id
-  // comes back), the same token fs::argmax picks from the host copy.
+  // `pick_on_backend`: the head's logits stay on the backend (generator.h PickOn): greedy drafts
+  // take its argmax (only the id comes back), sampled drafts draw from the distribution of the
+  // row's top (decode/row_sampling.h); the same tokens the host copy gives.
   explicit MtpDrafter(Model& model, bool pick_on_backend = false)
       : model_(model), pick_on_backend_(pick_on_backend) {}
   Status propose(DecodeState& state, TokenId primary, int depth, const SamplerConfig& sampler,

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <optional>
 
+#include "decode/row_sampling.h"
+
 namespace fs {
 
 std::string finish_reason_name(FinishReason r) {
@@ -81,7 +83,7 @@ class Turn {
         opt_(options),
         rng_(options.seed),
         prompt_length_(state.tokens.size()),
-        on_backend_(greedy_pick_on_backend(model, options)),
+        on_backend_(picks_on_backend(model, options)),
         last_rows_(on_backend_ ? LogitsRows::kLastArgmax : LogitsRows::kLast) {}
 
   GenerateResult run() {
@@ -109,7 +111,18 @@ class Turn {
         primary = *pending;
         pending.reset();
       } else if (on_backend_ && state_.next_argmax && state_.next_logits.empty()) {
-        primary = *state_.next_argmax;  // the logits never left the backend
+        // The logits never left the backend.
+        if (opt_.sampler.greedy()) {
+          primary = *state_.next_argmax;
+        } else {
+          auto p = backend_distributions(state_.next_logits_device, state_.next_logits_row, 1);
+          if (!p.ok()) {
+            failure = p.status();
+            exit = ExitPath::kError;
+            break;
+          }
+          primary = sample(p->front(), rng_);
+        }
         emit(primary, {});
       } else {
         state_.materialize_logits();
@@ -210,6 +223,28 @@ class Turn {
     return sample(target_distribution(penalised, opt_.sampler), rng_);
   }
 
+  // The speculative-sampling test of a draft against its row's target distribution p: accepted
+  // with probability min(1, p(x) / q(x)); on rejection the correction is drawn from the residual
+  // max(0, p - q), renormalised, so the emitted token has distribution p whatever q was.
+  bool accept_draft(const TokenDistribution& p, const DraftToken& draft, RoundOutcome& outcome) {
+    const double px = p.prob(draft.token), qx = draft.q.prob(draft.token);
+    const double accept_prob = qx > 0 ? std::min(1.0, px / qx) : (px > 0 ? 1.0 : 0.0);
+    if (rng_.uniform() <= accept_prob) return true;
+    outcome.correction = sample(residual_distribution(p, draft.q), rng_);
+    return false;
+  }
+
+  // The target distributions of rows [first, first + count) of logits left on the backend.
+  Expected<std::vector<TokenDistribution>> backend_distributions(const Tensor& logits,
+                                                                 std::int64_t first,
+                                                                 std::int64_t count) {
+    RowSamplingStats rows;
+    auto p = distributions_on_backend(*model_.backend(), logits, first, count, opt_.sampler, &rows);
+    result_.stats.rows_from_top += rows.from_top;
+    result_.stats.rows_read_back += rows.read_back;
+    return p;
+  }
+
   Status autoregressive_step(TokenId primary) {
     const TokenId in[1] = {primary};
     return extend(model_, state_, in, 0, last_rows_);
@@ -235,14 +270,24 @@ class Turn {
     const auto verify_rows = on_backend_ ? LogitsRows::kAllArgmax : LogitsRows::kAll;
     if (auto s = model_.forward(*state_.trunk, verify_in, verify_rows, verify); !s.ok()) return s;
     const auto vocab = static_cast<std::size_t>(model_.info().vocab_size);
+    // Sampled on the backend: the target distributions of the drafts' rows, from their tops.
+    std::vector<TokenDistribution> p_rows;
+    if (on_backend_ && !opt_.sampler.greedy()) {
+      auto p =
+          backend_distributions(verify.device_logits, 0, static_cast<std::int64_t>(drafts.size()));
+      if (!p.ok()) return p.status();
+      p_rows = std::move(p).value();
+    }
 
     std::size_t accepted = 0;
     TokenCounts row_counts = counts_;
     for (std::size_t j = 0; j < drafts.size(); ++j) ++result_.stats.drafted[j];
     for (std::size_t j = 0; j < drafts.size(); ++j) {
       const TokenId x = drafts[j].token;
-      if (on_backend_) {  // greedy on the backend: verify row j's argmax, nothing else
-        if (verify.argmax.at(j) != x) break;
+      if (on_backend_) {  // verify row j's argmax (greedy) or its distribution from the top
+        if (opt_.sampler.greedy() ? verify.argmax.at(j) != x
+                                  : !accept_draft(p_rows[j], drafts[j], outcome))
+          break;
         ++result_.stats.accepted[j];
         ++accepted;
         ++row_counts[x];
@@ -259,14 +304,8 @@ class Turn {
       if (opt_.sampler.greedy()) {
         accept = argmax(penalised) == x;
       } else {
-        const auto p = target_distribution(penalised, opt_.sampler);
-        const double px = p.prob(x), qx = drafts[j].q.prob(x);
-        const double accept_prob = qx > 0 ? std::min(1.0, px / qx) : (px > 0 ? 1.0 : 0.0);
-        accept = rng_.uniform() <= accept_prob;
-        if (!accept) {
-          outcome.correction = sample(residual_distribution(p, drafts[j].q), rng_);
-          if (opt_.on_logprobs) outcome.correction_row = penalised;
-        }
+        accept = accept_draft(target_distribution(penalised, opt_.sampler), drafts[j], outcome);
+        if (!accept && opt_.on_logprobs) outcome.correction_row = penalised;
       }
       if (!accept) break;
       ++result_.stats.accepted[j];
@@ -329,7 +368,7 @@ class Turn {
   const GenerateOptions& opt_;
   Rng rng_;
   std::size_t prompt_length_;
-  bool on_backend_;       // greedy picks on the backend (greedy_pick_on_backend)
+  bool on_backend_;       // picks on the backend (picks_on_backend)
   LogitsRows last_rows_;  // what a one-position forward returns: kLast or kLastArgmax
   TokenCounts counts_;
   GenerateResult result_;
@@ -337,15 +376,15 @@ class Turn {
 
 }  // namespace
 
-bool greedy_pick_on_backend(const Model& model, const GenerateOptions& options) {
-  const bool eligible =
-      options.sampler.greedy() && !options.sampler.has_penalties() && !options.on_logprobs;
-  switch (options.greedy_pick) {
-    case GreedyPick::kHost:
+bool picks_on_backend(Model& model, const GenerateOptions& options) {
+  const bool eligible = !options.sampler.has_penalties() && !options.on_logprobs &&
+                        (options.sampler.greedy() || model.backend() != nullptr);
+  switch (options.pick_on) {
+    case PickOn::kHost:
       return false;
-    case GreedyPick::kBackend:
+    case PickOn::kBackend:
       return eligible;
-    case GreedyPick::kAuto:
+    case PickOn::kAuto:
       break;
   }
   if (!eligible || model.info().backend == "cpu") return false;

@@ -67,11 +67,15 @@ struct TokenLogprobs {
   std::vector<std::pair<TokenId, double>> top;  // most likely first, ties by lower id
 };
 
-// Where greedy decoding picks its tokens. On the backend, each forward returns only the argmax
-// ids and the logits stay on the device (DESIGN "On the GPU", rule 3); on the host, the logits
-// rows come back and fs::argmax picks. Both pick the same token (same ties). The backend is used
-// only when the pick needs nothing else from the row: greedy, no penalties, no logprobs.
-enum class GreedyPick {
+// Where decoding picks its tokens. On the backend, the logits stay on the device (DESIGN "On the
+// GPU", rule 3): a forward returns only the argmax ids, which greedy decoding picks; sampled
+// decoding reads back each row's top and softmax denominator and draws from the distribution they
+// give (decode/row_sampling.h; a row whose top-k/top-p/min-p reach past its top comes back
+// whole). On the host, every logits row comes back and the sampler sees it all. Both give the
+// same tokens (the same ties; for sampled rows the same distribution, bit for bit on the CPU
+// backend). The backend is used only when the pick needs nothing else from the row: no
+// penalties, no logprobs.
+enum class PickOn {
   kAuto,     // on the backend for device backends, unless FLASHSERVE_DEVICE_SAMPLING=0
   kBackend,  // on the backend whenever eligible (also the CPU backend: how tests reach it)
   kHost,     // always on the host (the original path)
@@ -97,11 +101,11 @@ struct GenerateOptions {
   // token is not part of it). Sessions persist long generations from here.
   std::function<void(const DecodeState&)> on_commit;
   Drafter* drafter = nullptr;  // depth > 0 without one: the model's MTP head
-  GreedyPick greedy_pick = GreedyPick::kAuto;
+  PickOn pick_on = PickOn::kAuto;
 };
 
-// Whether a turn with these options picks its greedy tokens on the backend.
-bool greedy_pick_on_backend(const Model& model, const GenerateOptions& options);
+// Whether a turn with these options picks its tokens on the backend (PickOn).
+bool picks_on_backend(Model& model, const GenerateOptions& options);
 
 struct GenerateStats {
   std::int64_t rounds = 0;
@@ -111,6 +115,9 @@ struct GenerateStats {
   std::int64_t rollbacks = 0;                         // verifies that kept fewer tokens than fed
   // Of those, rolled back in place (the verify kept every position: no second forward).
   std::int64_t rewinds = 0;
+  // Sampled picks on the backend: rows drawn from their top, rows read back whole.
+  std::int64_t rows_from_top = 0;
+  std::int64_t rows_read_back = 0;
 };
 
 struct GenerateResult {

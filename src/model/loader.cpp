@@ -1,7 +1,10 @@
 #include "model/loader.h"
 
+#include <type_traits>
 #include "backend/backend.h"
+
 #include "model/deepseek_v4/forward.h"
+#include "model/deepseek_v4/numerics.h"
 #include "model/family.h"
 #include "model/glm5/forward.h"
 #include "model/mtp.h"
@@ -13,20 +16,26 @@ namespace {
 using LoadFn = Expected<std::unique_ptr<Model>> (*)(const ModelDescription& d,
                                                     const std::string& dir,
                                                     std::unique_ptr<Backend> backend,
-                                                    DType matrix_dtype);
+                                                    DType matrix_dtype, Numerics numerics);
 
 // One family's load: its weights read from `dir` and uploaded to the backend, and the model over
-// them. The weights are read and checked completely before anything is uploaded.
+// them. The weights are read and checked completely before anything is uploaded. Only DeepSeek V4
+// takes a numerics (load_model refuses kOfficial for the other families).
 template <typename Config, typename FamilyModel, auto load_weights, auto upload_weights>
 Expected<std::unique_ptr<Model>> load_family(const ModelDescription& d, const std::string& dir,
-                                             std::unique_ptr<Backend> backend, DType matrix_dtype) {
+                                             std::unique_ptr<Backend> backend, DType matrix_dtype,
+                                             [[maybe_unused]] Numerics numerics) {
   const auto& config = std::get<Config>(d.config);
   auto weights = load_weights(config, dir);
   if (!weights.ok()) return weights.status();
   if (Status s = upload_weights(*weights, *backend, matrix_dtype); !s.ok())
     return s.with_context("uploading " + dir + " to the " + backend->name() + " backend");
-  return std::unique_ptr<Model>(
-      std::make_unique<FamilyModel>(config, std::move(weights).value(), std::move(backend)));
+  if constexpr (std::is_same_v<FamilyModel, DeepseekV4Model>)
+    return std::unique_ptr<Model>(std::make_unique<FamilyModel>(config, std::move(weights).value(),
+                                                                std::move(backend), numerics));
+  else
+    return std::unique_ptr<Model>(
+        std::make_unique<FamilyModel>(config, std::move(weights).value(), std::move(backend)));
 }
 
 // The runnable families' constructors (the rest of what a family is lives in family_table.cpp).
@@ -54,6 +63,15 @@ Expected<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOp
     return unsupported(desc->model_type + ": no forward pass for this family yet");
   if (options.dtype != "auto" && options.dtype != "f32" && options.dtype != "bf16")
     return invalid_argument("unknown --dtype '" + options.dtype + "' (expected f32, bf16 or auto)");
+  auto numerics = parse_numerics(options.numerics);
+  if (!numerics.ok()) return numerics.status();
+  if (*numerics == Numerics::kOfficial) {
+    if (desc->family != Family::kDeepseekV4)
+      return invalid_argument("--numerics official: " + desc->model_type +
+                              " has no official-graph numerics (only deepseek_v4 does)");
+    if (Status s = check_official_numerics(std::get<DeepseekV4Config>(desc->config)); !s.ok())
+      return s.with_context(dir);
+  }
   auto backend = make_backend(options.backend);
   if (!backend.ok()) return backend.status();
   // On the CPU "auto" is f32, which keeps every matrix as stored: the CPU widens bf16 tiles
@@ -61,7 +79,7 @@ Expected<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOp
   const bool host = (*backend)->memory()->device() == Device::kHost;
   const DType dtype =
       options.dtype == "bf16" || (options.dtype == "auto" && !host) ? DType::kBF16 : DType::kF32;
-  auto model = load(*desc, dir, std::move(backend).value(), dtype);
+  auto model = load(*desc, dir, std::move(backend).value(), dtype, *numerics);
   if (!model.ok() || options.draft_vocab == 0) return model;
   MtpHead* head = (*model)->mtp();
   if (head == nullptr)

@@ -18,6 +18,9 @@ struct LoadOptions {
   // MTP drafts over token ids [0, n) only (MtpHead::set_draft_vocabulary); 0: the whole
   // vocabulary. An error for a model without an MTP head or an n past the vocabulary.
   std::int64_t draft_vocab = 0;
+  // "hf" (HF's plain arithmetic) or "official" (the official graph's FP8 KV and FP4 indexer
+  // simulations, model/numerics.h); official is DeepSeek V4's only, an error for other families.
+  std::string numerics = "hf";
 };
 
 // A family without a forward pass is `unsupported`.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/family.h"
+#include "model/numerics.h"
 #include "model/types.h"
 #include "tensor/tensor.h"
 #include "util/status.h"
@@ -145,9 +146,12 @@ struct ModelInfo {
   std::int64_t hidden_size = 0;
   std::vector<TokenId> eos_token_ids;
   bool has_mtp = false;
+  // The arithmetic it computes with: part of what a saved state is keyed by.
+  Numerics numerics = Numerics::kHf;
 };
 
 class MtpHead;
+class Backend;
 
 class Model {
  public:
@@ -162,6 +166,10 @@ class Model {
                          ForwardOutput& out) = 0;
   // The checkpoint's multi-token-prediction head, or nullptr when it has none.
   virtual MtpHead* mtp() { return nullptr; }
+  // The backend the forward computes on, whose memory holds the logits the *Argmax forms leave
+  // there: the decoder runs its sampling ops on them (decode/row_sampling.h). nullptr for a model
+  // without one (test doubles); the decoder then reads rows back.
+  virtual Backend* backend() { return nullptr; }
 };
 
 }  // namespace fs

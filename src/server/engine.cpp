@@ -48,7 +48,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(EngineOptions options,
                             ": the model has no MTP head");
   std::unique_ptr<DiskStore> disk;
   if (!options.session_dir.empty()) {
-    auto fingerprint = model_fingerprint(options.model_dir);
+    auto fingerprint = state_fingerprint(options.model_dir, model->info());
     if (!fingerprint.ok()) return fingerprint.status();
     DiskStoreOptions d;
     d.dir = options.session_dir;

@@ -106,6 +106,11 @@ Expected<LoadedCheckpoint> load_checkpoint(const std::string& path, Model& model
 // (names, dtypes, shapes) and the weights' bytes (weights_hash). Two folders with equal
 // fingerprints load each other's checkpoints.
 Expected<std::string> model_fingerprint(const std::string& model_dir);
+// The fingerprint a saved state of `info`'s model is bound to (what the engine, `generate
+// --save-state` and every checkpoint identity use): model_fingerprint(model_dir), followed by
+// the numerics when they are not HF's, so that a state computed under one arithmetic is never
+// resumed under the other. HF's is the plain fingerprint (earlier checkpoints stay valid).
+Expected<std::string> state_fingerprint(const std::string& model_dir, const ModelInfo& info);
 // xxh3 of every shard's bytes, cached beside the model keyed by each shard's stat (see
 // fingerprint.cpp for the cost).
 Expected<std::string> weights_hash(const std::string& model_dir);

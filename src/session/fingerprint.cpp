@@ -114,4 +114,10 @@ Expected<std::string> model_fingerprint(const std::string& model_dir) {
   return hex64(xxh3_64(*config)) + hex64(xxh3_64(index)) + *weights;
 }
 
+Expected<std::string> state_fingerprint(const std::string& model_dir, const ModelInfo& info) {
+  auto fingerprint = model_fingerprint(model_dir);
+  if (!fingerprint.ok() || info.numerics == Numerics::kHf) return fingerprint;
+  return *fingerprint + "+numerics=" + numerics_name(info.numerics);
+}
+
 }  // namespace fs

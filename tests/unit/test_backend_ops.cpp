@@ -1485,6 +1485,66 @@ std::vector<Case> compressed_attention_cases() {
           };
         });
   }
+  // The official graph's numerics (exact on every backend: a max, butterflies in one order,
+  // power-of-two scaling and the shared rounding). Rows of very different magnitudes, an all-zero
+  // block and near-zero blocks (the FP8 floor), ties (values on E4M3's and E2M1's midpoints).
+  auto varied = [](Shape shape, Rng& rng) {
+    Tensor t = random_tensor(std::move(shape), rng);
+    for (std::int64_t r = 0; r < t.rows(); ++r) {
+      const float magnitude = std::ldexp(1.0f, static_cast<int>(rng.below(40)) - 24);
+      float* p = t.row(r);
+      for (std::int64_t c = 0; c < t.cols(); ++c) p[c] *= magnitude;
+      if (r == 1)
+        for (std::int64_t c = 0; c < std::min<std::int64_t>(t.cols(), 70); ++c) p[c] = 0;
+      if (r == 2)  // midpoints of the 448-scaled grid: 17, 19, 1.0625, -2.5 ...
+        for (std::int64_t c = 0; c < t.cols(); ++c)
+          p[c] = c == 0 ? 448.0f : static_cast<float>(rng.below(64) * 2 + 1) / 16.0f;
+    }
+    return t;
+  };
+  struct Fp8Shape {
+    std::int64_t rows, width, cols, block;
+  };
+  // The fixture's KV rows (24 non-RoPE dims of 32: one short block), Flash's (448 of 512), a
+  // span that ends in a short block, and a span of the whole row.
+  for (const auto& c : std::vector<Fp8Shape>{{6, 32, 24, 64},
+                                             {7, 512, 448, 64},
+                                             {300, 512, 448, 64},
+                                             {5, 100, 90, 64},
+                                             {4, 64, 64, 16}}) {
+    add("fp8_e4m3_simulate_" + n(c.rows) + "x" + n(c.width) + "_cols" + n(c.cols) + "_b" +
+            n(c.block),
+        kExact, [=](Rng& rng) -> OpRun {
+          auto x = varied({c.rows, c.width}, rng);
+          return [=](const Feed& f) {
+            auto t = f.in(x);
+            f.be.fp8_e4m3_simulate(t, c.cols, c.block);
+            return std::vector<Tensor>{t};
+          };
+        });
+  }
+  struct HadamardShape {
+    std::int64_t rows, width, block, fp4_block;
+  };
+  // The fixture's indexer queries (16 heads of 16) and compressed rows, Flash's (64 heads of 128,
+  // FP4 blocks of 32), the rotation alone, and groups of a wider head.
+  for (const auto& c : std::vector<HadamardShape>{{5, 256, 16, 32},
+                                                  {6, 16, 16, 32},
+                                                  {4, 64 * 128, 128, 32},
+                                                  {200, 128, 128, 32},
+                                                  {3, 128, 128, 0},
+                                                  {2, 512, 128, 48}}) {
+    add("hadamard_fp4_simulate_" + n(c.rows) + "x" + n(c.width) + "_h" + n(c.block) + "_fp4_" +
+            n(c.fp4_block),
+        kExact, [=](Rng& rng) -> OpRun {
+          auto x = varied({c.rows, c.width}, rng);
+          return [=](const Feed& f) {
+            auto t = f.in(x);
+            f.be.hadamard_fp4_simulate(t, c.block, c.fp4_block);
+            return std::vector<Tensor>{t};
+          };
+        });
+  }
   return cases;
 }
 

@@ -166,6 +166,35 @@ TEST(BenchRun, DraftVocabularyCutsTheDraftBytesAndStaysExact) {
 
 // `--dtype fp8`: synthetic block-scaled FP8 projections (bf16 for the rest), the same harness;
 // MTP stays exact on them, and the bytes per token count one byte per projection weight.
+// --temperature adds sampled autoregressive decoding with the picks on the backend and with the
+// rows on the host; top_p 0.9 over the tiny vocabulary is decided inside every row's top, so the
+// backend run reads no row back and picks every token after the first from a row's top.
+TEST(BenchRun, TemperatureAddsTheSampledFigureOnBothPaths) {
+  BenchOptions o;
+  o.backend = "cpu";
+  o.prefill = {8};
+  o.contexts = {20};
+  o.decode_tokens = 9;
+  o.max_depth = 0;
+  o.profile = false;
+  o.temperature = 0.9;
+  o.top_p = 0.9;
+  std::ostringstream log;
+  auto r = run_bench(o, log);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const auto& s = (*r)["decode"][0]["sampled"];
+  EXPECT_GT(s["backend_tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(s["host_tokens_per_s"].get<double>(), 0);
+  EXPECT_EQ(s["rows_from_top"].get<std::int64_t>(), o.decode_tokens - 1);
+  EXPECT_EQ(s["rows_read_back"].get<std::int64_t>(), 0);
+  EXPECT_NE(bench_table(*r).find("sampled AR at context 20 (T 0.90, top_p 0.90)"),
+            std::string::npos);
+  o.temperature = 0;
+  auto greedy = run_bench(o, log);
+  ASSERT_TRUE(greedy.ok());
+  EXPECT_FALSE((*greedy)["decode"][0].contains("sampled"));
+}
+
 TEST(BenchRun, Fp8WeightsRunAndCountOneBytePerProjectionWeight) {
   BenchOptions o;
   o.backend = "cpu";

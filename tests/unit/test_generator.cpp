@@ -8,12 +8,15 @@
 #include <map>
 #include <set>
 
+#include "chi_square.h"
 #include "decode/generator.h"
 #include "toy_model.h"
 
 namespace fs {
 namespace {
 
+using test::chi_square;
+using test::chi_square_critical;
 using test::ToyConfig;
 using test::ToyModel;
 
@@ -393,44 +396,6 @@ std::vector<double> exact_marginal(ToyModel& model, const std::vector<TokenId>& 
   return out;
 }
 
-// Pearson's chi-square of observed counts against expected probabilities. Cells with an
-// expected count below 5 are pooled into one cell, which is kept (none of its observations is
-// dropped) when its expectation is at least 1 (Cochran's rule); a pool below 1 is judged by
-// the exact Poisson tail instead: observing its count or more must not be below 0.1%. A draw
-// the exact distribution gives no mass makes the statistic infinite. Returns (statistic,
-// degrees of freedom).
-std::pair<double, int> chi_square(const std::vector<std::int64_t>& observed,
-                                  const std::vector<double>& p, std::int64_t n) {
-  double stat = 0, pooled_e = 0;
-  std::int64_t pooled_o = 0;
-  int cells = 0;
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    const double e = p[i] * static_cast<double>(n);
-    if (e == 0 && observed[i] > 0) return {INFINITY, 1};
-    if (e < 5) {
-      pooled_e += e;
-      pooled_o += observed[i];
-      continue;
-    }
-    stat += (static_cast<double>(observed[i]) - e) * (static_cast<double>(observed[i]) - e) / e;
-    ++cells;
-  }
-  if (pooled_e >= 1) {
-    stat += (static_cast<double>(pooled_o) - pooled_e) *
-            (static_cast<double>(pooled_o) - pooled_e) / pooled_e;
-    ++cells;
-  } else if (pooled_o > 0) {
-    // P(X >= pooled_o) for X ~ Poisson(pooled_e).
-    double term = std::exp(-pooled_e), below = 0;
-    for (std::int64_t k = 0; k < pooled_o; ++k) {
-      below += term;
-      term *= pooled_e / static_cast<double>(k + 1);
-    }
-    if (1.0 - below < 1e-3) return {INFINITY, std::max(cells - 1, 1)};
-  }
-  return {stat, cells - 1};
-}
-
 // Exact joint distribution of the first two generated tokens, as a V*V table (t1 * V + t2).
 std::vector<double> exact_joint_first_two(ToyModel& model, const std::vector<TokenId>& prompt,
                                           const SamplerConfig& c) {
@@ -453,8 +418,6 @@ std::vector<double> exact_joint_first_two(ToyModel& model, const std::vector<Tok
   return out;
 }
 
-double chi_square_critical(int df);
-
 TEST(Generator, ChiSquareCountsEveryObservation) {
   // Two rare cells (expected 2 each) hold 44 observations: their pool (expected 4) used to be
   // dropped for being under 5, so this passed; counted now, it fails, as it must.
@@ -465,14 +428,12 @@ TEST(Generator, ChiSquareCountsEveryObservation) {
   EXPECT_LT(fair, chi_square_critical(fair_df));
   // A pool expected below 1 that holds many observations fails by its Poisson tail.
   const std::vector<double> q = {0.4998, 0.4998, 0.0002, 0.0002};
-  EXPECT_TRUE(std::isinf(chi_square({494, 494, 6, 6}, q, 1000).first));  // pool expects 0.4
-  EXPECT_FALSE(std::isinf(chi_square({499, 500, 1, 0}, q, 1000).first));
-}
-
-// Upper 0.1% point of chi-square (Wilson-Hilferty approximation).
-double chi_square_critical(int df) {
-  const double z = 3.0902, a = 2.0 / (9.0 * df);
-  return df * std::pow(1 - a + z * std::sqrt(a), 3);
+  EXPECT_TRUE(std::isinf(chi_square({494, 494, 6, 6}, q, 1000).statistic));  // pool expects 0.4
+  EXPECT_FALSE(std::isinf(chi_square({499, 500, 1, 0}, q, 1000).statistic));
+  // The critical values against the tables' upper 0.1% and 5% points.
+  EXPECT_NEAR(chi_square_critical(10), 29.588, 0.3);  // Wilson-Hilferty: within 1%
+  EXPECT_NEAR(chi_square_critical(30), 59.703, 0.3);
+  EXPECT_NEAR(chi_square_critical(10, 0.05), 18.307, 0.05);
 }
 
 TEST(Generator, SampledMtpHasTheAutoregressiveDistribution) {

@@ -136,12 +136,12 @@ TEST_F(Gpu, GreedyDecodePicksOnTheDeviceAndEmitsTheHostPicksTokens) {
     GenerateOptions opt;
     opt.max_tokens = 256;
     opt.mtp_depth = depth;
-    ASSERT_TRUE(greedy_pick_on_backend(*gpu, opt) ||
+    ASSERT_TRUE(picks_on_backend(*gpu, opt) ||
                 std::getenv("FLASHSERVE_DEVICE_SAMPLING") != nullptr);
     DecodeState device_state = prefill(*gpu, std::span(all).first(31));
     const auto device = generate(*gpu, device_state, opt);
     ASSERT_TRUE(device.error.ok()) << device.error.to_string();
-    opt.greedy_pick = GreedyPick::kHost;
+    opt.pick_on = PickOn::kHost;
     DecodeState host_state = prefill(*gpu, std::span(all).first(31));
     const auto host = generate(*gpu, host_state, opt);
     ASSERT_TRUE(host.error.ok()) << host.error.to_string();

@@ -11,6 +11,7 @@
 #include "decode/generator.h"
 #include "decode/stop_tokens.h"
 #include "model/loader.h"
+#include "mtp_harness.h"
 #include "session/live_session.h"
 #include "test_backend.h"
 #include "test_support.h"
@@ -125,27 +126,7 @@ TEST_F(EmbeddedModel, TrunkAndMtpLogitsMatchTheTrainingFramework) {
 }
 
 TEST_F(EmbeddedModel, GreedyMtpEmitsTheAutoregressiveTokens) {
-  const auto all = parity_tokens();
-  for (std::size_t length : {5, 23, 61}) {
-    const std::span<const TokenId> prompt(all.data(), length);
-    for (std::int64_t max_tokens : {1, 9, 40}) {
-      GenerateOptions opt;
-      opt.max_tokens = max_tokens;
-      DecodeState ar_state = prefill(prompt);
-      const auto ar = generate(*model_, ar_state, opt);
-      ASSERT_TRUE(ar.error.ok()) << ar.error.to_string();
-      for (int depth = 1; depth <= kMaxMtpDepth; ++depth) {
-        opt.mtp_depth = depth;
-        DecodeState s = prefill(prompt);
-        const auto r = generate(*model_, s, opt);
-        ASSERT_TRUE(r.error.ok()) << r.error.to_string();
-        EXPECT_EQ(r.tokens, ar.tokens)
-            << "prompt " << length << " depth " << depth << " max " << max_tokens;
-        EXPECT_TRUE(r.state_complete);
-        EXPECT_EQ(r.stats.final_commits, 1);
-      }
-    }
-  }
+  test::expect_greedy_mtp_is_autoregressive(*model_, parity_tokens(), {5, 23, 61}, {1, 9, 40}, -1);
 }
 
 // The *Argmax forward forms pick on the backend what fs::argmax picks from the host rows, and
@@ -188,13 +169,13 @@ TEST_F(EmbeddedModel, GreedyPicksOnTheBackendEqualTheHostPicks) {
     GenerateOptions opt;
     opt.max_tokens = 48;
     opt.mtp_depth = depth;
-    opt.greedy_pick = GreedyPick::kHost;
-    ASSERT_FALSE(greedy_pick_on_backend(*model_, opt));
+    opt.pick_on = PickOn::kHost;
+    ASSERT_FALSE(picks_on_backend(*model_, opt));
     DecodeState host_state = prefill(prompt);
     const auto host = generate(*model_, host_state, opt);
     ASSERT_TRUE(host.error.ok()) << host.error.to_string();
-    opt.greedy_pick = GreedyPick::kBackend;
-    ASSERT_TRUE(greedy_pick_on_backend(*model_, opt));
+    opt.pick_on = PickOn::kBackend;
+    ASSERT_TRUE(picks_on_backend(*model_, opt));
     DecodeState device_state = prefill(prompt);
     // Inside the turn no logits row comes back: every committed state holds only the argmax.
     int commits = 0, rows_on_host = 0;
@@ -235,34 +216,78 @@ TEST_F(EmbeddedModel, GreedyPicksOnTheBackendEqualTheHostPicks) {
   }
   // Penalties or logprobs need the row: the pick stays on the host.
   GenerateOptions opt;
-  opt.greedy_pick = GreedyPick::kBackend;
+  opt.pick_on = PickOn::kBackend;
   opt.sampler.presence_penalty = 0.5;
-  EXPECT_FALSE(greedy_pick_on_backend(*model_, opt));
+  EXPECT_FALSE(picks_on_backend(*model_, opt));
   opt.sampler.presence_penalty = 0;
   opt.on_logprobs = [](const TokenLogprobs&) {};
-  EXPECT_FALSE(greedy_pick_on_backend(*model_, opt));
+  EXPECT_FALSE(picks_on_backend(*model_, opt));
 }
 
-// Drafts from the model's own greedy continuation (accepted in greedy mode), optionally wrong at
-// one depth: reaches the exit paths on demand.
-ScriptedDrafter oracle(Model& model, int wrong_at) {
-  return ScriptedDrafter(
-      [&model, wrong_at](const std::vector<TokenId>& committed, TokenId primary, int depth) {
-        auto state = model.new_state();
-        ForwardOutput out;
-        std::vector<TokenId> seq = committed;
-        seq.push_back(primary);
-        EXPECT_TRUE(model.forward(*state, seq, LogitsRows::kLast, out).ok());
-        std::vector<TokenId> drafts;
-        for (int d = 0; d < depth; ++d) {
-          TokenId t = argmax(out.logits);
-          if (d == wrong_at) t = (t + 1) % static_cast<TokenId>(model.info().vocab_size);
-          drafts.push_back(t);
-          const TokenId in[1] = {t};
-          EXPECT_TRUE(model.forward(*state, in, LogitsRows::kLast, out).ok());
-        }
-        return drafts;
-      });
+// Sampled decoding with the picks on the backend (each row's top and softmax denominator come
+// back, decode/row_sampling.h) draws the host picks' tokens at every MTP depth, seed for seed:
+// the distributions are the host sampler's (bit for bit on the CPU backend), so the same
+// uniforms pick the same tokens and accept the same drafts. top_k decides inside the top (no row
+// comes back); top_p mostly does (a flat row reaches past its top and comes back whole); without a
+// prefix rule every row comes back.
+TEST_F(EmbeddedModel, SampledPicksOnTheBackendEqualTheHostPicks) {
+  const auto all = parity_tokens();
+  const std::span<const TokenId> prompt(all.data(), 23);
+  enum class Rows { kAllFromTop, kSomeFromTop, kAllReadBack };
+  struct Config {
+    const char* name;
+    SamplerConfig sampler;
+    Rows rows;
+  };
+  std::vector<Config> configs(3);
+  configs[0] = {"T 0.8 top_p 0.95", {}, Rows::kSomeFromTop};
+  configs[0].sampler.temperature = 0.8;
+  configs[0].sampler.top_p = 0.95;
+  configs[1] = {"T 1.2 top_k 40", {}, Rows::kAllFromTop};
+  configs[1].sampler.temperature = 1.2;
+  configs[1].sampler.top_k = 40;
+  configs[2] = {"T 0.7 (no prefix rule)", {}, Rows::kAllReadBack};
+  configs[2].sampler.temperature = 0.7;
+  for (const auto& c : configs) {
+    for (int depth = 0; depth <= kMaxMtpDepth; ++depth) {
+      SCOPED_TRACE(std::string(c.name) + ", depth " + std::to_string(depth));
+      GenerateOptions opt;
+      opt.max_tokens = 24;
+      opt.mtp_depth = depth;
+      opt.sampler = c.sampler;
+      opt.seed = 100 + static_cast<std::uint64_t>(depth);
+      opt.pick_on = PickOn::kHost;
+      DecodeState host_state = prefill(prompt);
+      const auto host = generate(*model_, host_state, opt);
+      ASSERT_TRUE(host.error.ok()) << host.error.to_string();
+      EXPECT_EQ(host.stats.rows_from_top + host.stats.rows_read_back, 0);
+      opt.pick_on = PickOn::kBackend;
+      ASSERT_TRUE(picks_on_backend(*model_, opt));
+      DecodeState device_state = prefill(prompt);
+      const auto device = generate(*model_, device_state, opt);
+      ASSERT_TRUE(device.error.ok()) << device.error.to_string();
+      EXPECT_EQ(device.tokens, host.tokens);
+      EXPECT_EQ(device.stats.accepted, host.stats.accepted);
+      EXPECT_EQ(device.stats.rollbacks, host.stats.rollbacks);
+      EXPECT_TRUE(device.state_complete);
+      EXPECT_EQ(device_state.next_logits, host_state.next_logits);
+      // Rows picked on the backend: the turn's primaries after its first, the verify rows and
+      // the drafts' rows.
+      const auto from_top = device.stats.rows_from_top, read_back = device.stats.rows_read_back;
+      EXPECT_GT(from_top + read_back, 0);
+      switch (c.rows) {
+        case Rows::kAllFromTop:
+          EXPECT_EQ(read_back, 0);
+          break;
+        case Rows::kSomeFromTop:
+          EXPECT_GT(from_top, read_back);
+          break;
+        case Rows::kAllReadBack:
+          EXPECT_EQ(from_top, 0);
+          break;
+      }
+    }
+  }
 }
 
 // A verify keeps every position of its recurrent caches, so each partial acceptance truncates the
@@ -270,116 +295,14 @@ ScriptedDrafter oracle(Model& model, int wrong_at) {
 // cold-prefill state.
 TEST_F(EmbeddedModel, PartialAcceptanceRewindsInPlace) {
   const auto all = parity_tokens();
-  const std::span<const TokenId> prompt(all.data(), 37);
-  GenerateOptions opt;
-  opt.max_tokens = 24;
-  DecodeState ar_state = prefill(prompt);
-  const auto ar = generate(*model_, ar_state, opt);
-  ASSERT_TRUE(ar.error.ok()) << ar.error.to_string();
-  for (int depth = 1; depth <= kMaxMtpDepth; ++depth) {
-    for (const int wrong_at : {0, 1, 2}) {
-      if (wrong_at >= depth) continue;
-      opt.mtp_depth = depth;
-      ScriptedDrafter scripted = oracle(*model_, wrong_at);
-      opt.drafter = &scripted;
-      DecodeState s = prefill(prompt);
-      const auto r = generate(*model_, s, opt);
-      ASSERT_TRUE(r.error.ok()) << r.error.to_string();
-      EXPECT_EQ(r.tokens, ar.tokens) << "depth " << depth << " wrong at " << wrong_at;
-      EXPECT_GT(r.stats.rollbacks, 0) << "depth " << depth;
-      EXPECT_EQ(r.stats.rewinds, r.stats.rollbacks) << "depth " << depth;
-      ASSERT_TRUE(r.state_complete);
-      DecodeState cold = prefill(s.tokens);
-      EXPECT_LE(max_difference(compare_states(*s.trunk, *cold.trunk)), 1e-4) << "depth " << depth;
-      EXPECT_LE(max_difference(compare_states(*s.mtp_history, *cold.mtp_history)), 1e-4);
-    }
-  }
+  test::expect_partial_acceptance_rewinds_to_cold(*model_, std::span(all).first(37), 24, 1e-4);
 }
 
 TEST_F(EmbeddedModel, EveryExitLeavesTheColdPrefillState) {
-  const auto all = parity_tokens();
-  // Stop candidates come from the greedy continuation, and a stop three tokens in is reachable
-  // only if its token does not occur earlier (a model that repeats a token would stop there
-  // first): take the first prompt length whose continuation has tokens first seen at 1 and 3.
-  const auto first_seen_at = [](const std::vector<TokenId>& c, std::size_t i) {
-    return i < c.size() && std::find(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(i), c[i]) ==
-                               c.begin() + static_cast<std::ptrdiff_t>(i);
-  };
-  std::size_t prompt_len = 0;
-  std::vector<TokenId> continuation;
-  for (std::size_t n = 30; n + 2 < all.size() && prompt_len == 0; n += 3) {
-    GenerateOptions probe;
-    probe.max_tokens = 6;
-    DecodeState probe_state = prefill(std::span<const TokenId>(all.data(), n));
-    continuation = generate(*model_, probe_state, probe).tokens;
-    if (first_seen_at(continuation, 1) && first_seen_at(continuation, 3)) prompt_len = n;
-  }
-  ASSERT_GT(prompt_len, 0u) << "no prompt of the parity tokens has a varied greedy continuation";
-  const std::span<const TokenId> prompt(all.data(), prompt_len);
-  double worst_state = 0, worst_logits = 0;
-  int runs = 0;
-  for (const bool sampled : {false, true}) {
-    std::set<std::pair<ExitPath, bool>> seen;
-    for (int depth = 1; depth <= kMaxMtpDepth; ++depth) {
-      for (std::int64_t max_tokens : {1, 3, 6}) {
-        // Sampled drafts are accepted with probability p(draft): a stop one token in is reached
-        // after a full acceptance far more often than one three tokens in.
-        for (int stop_index : {-1, 0, sampled ? 1 : 3}) {
-          for (int drafter_kind = 0; drafter_kind < 3;
-               ++drafter_kind) {  // MTP head, oracle, wrong at 1
-            GenerateOptions opt;
-            opt.max_tokens = max_tokens;
-            opt.mtp_depth = depth;
-            opt.seed = 7 + static_cast<std::uint64_t>(depth * 100 + max_tokens);
-            if (sampled) opt.sampler.temperature = 0.6;
-            if (stop_index >= 0)
-              opt.stop_tokens = {continuation[static_cast<std::size_t>(stop_index)]};
-            ScriptedDrafter scripted = oracle(*model_, drafter_kind == 2 ? 1 : -1);
-            if (drafter_kind > 0) opt.drafter = &scripted;
-            DecodeState warm = prefill(prompt);
-            const auto r = generate(*model_, warm, opt);
-            ++runs;
-            ASSERT_TRUE(r.error.ok()) << r.error.to_string();
-            ASSERT_EQ(r.stats.final_commits, 1);
-            ASSERT_TRUE(r.state_complete) << exit_path_name(r.exit_path);
-            seen.insert({r.exit_path, r.exit_after_full_accept});
-            // Against the cold, teacher-forced prefill of the same key.
-            DecodeState cold = prefill(warm.tokens);
-            worst_state =
-                std::max({worst_state, max_difference(compare_states(*warm.trunk, *cold.trunk)),
-                          max_difference(compare_states(*warm.mtp_history, *cold.mtp_history))});
-            for (std::size_t i = 0; i < cold.next_logits.size(); ++i) {
-              worst_logits = std::max(
-                  worst_logits,
-                  std::fabs(static_cast<double>(warm.next_logits[i]) - cold.next_logits[i]));
-            }
-            // The next turn from both.
-            const std::vector<TokenId> more = {all[40], all[41]};
-            ASSERT_TRUE(extend(*model_, warm, more).ok());
-            ASSERT_TRUE(extend(*model_, cold, more).ok());
-            for (std::size_t i = 0; i < cold.next_logits.size(); ++i) {
-              worst_logits = std::max(
-                  worst_logits,
-                  std::fabs(static_cast<double>(warm.next_logits[i]) - cold.next_logits[i]));
-            }
-          }
-        }
-      }
-    }
-    for (const auto& need : std::vector<std::pair<ExitPath, bool>>{{ExitPath::kHeadStop, false},
-                                                                   {ExitPath::kHeadCap, false},
-                                                                   {ExitPath::kHeadCap, true},
-                                                                   {ExitPath::kDraftStop, true},
-                                                                   {ExitPath::kLoopCap, true}}) {
-      EXPECT_TRUE(seen.count(need))
-          << (sampled ? "sampled: " : "greedy: ") << "never reached " << exit_path_name(need.first)
-          << (need.second ? " after full acceptance" : "");
-    }
-  }
-  std::printf("%d turns: max |warm - cold| state %.3g, logits %.3g\n", runs, worst_state,
-              worst_logits);
-  EXPECT_LE(worst_state, 1e-5);
-  EXPECT_LE(worst_logits, 1e-4);
+  const auto sweep = test::sweep_exit_paths(*model_, parity_tokens());
+  test::expect_every_exit_reached(sweep, "embedded qwen " + test::test_backend());
+  EXPECT_LE(sweep.worst_state, 1e-5);
+  EXPECT_LE(sweep.worst_logits, 1e-4);
 }
 
 TEST_F(EmbeddedModel, DraftsAreAcceptedOnHeldOutCode) {

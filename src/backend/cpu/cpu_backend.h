@@ -96,6 +96,9 @@ class CpuBackend final : public Backend {
                       const Tensor& comp, std::int64_t ratio, const Tensor* picked,
                       const Weight& sinks, std::int64_t first, float scale, Tensor& out) override;
   void grouped_linear(const Tensor& x, const Weight& w, std::int64_t groups, Tensor& y) override;
+  // The official graph's numerics (cpu_quant_simulation.cpp).
+  void fp8_e4m3_simulate(Tensor& x, std::int64_t cols, std::int64_t block) override;
+  void hadamard_fp4_simulate(Tensor& x, std::int64_t block, std::int64_t fp4_block) override;
 
   void block_mean(const Tensor& x, std::int64_t first_row, std::int64_t blocks, std::int64_t group,
                   Tensor& out) override;

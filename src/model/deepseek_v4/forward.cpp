@@ -7,17 +7,22 @@
 #include "model/common/mhc.h"
 #include "model/common/moe.h"
 #include "model/deepseek_v4/mtp.h"
+#include "model/deepseek_v4/numerics.h"
 
 namespace fs {
 
 DeepseekV4Model::DeepseekV4Model(DeepseekV4Config config, DeepseekV4Weights weights,
-                                 std::unique_ptr<Backend> backend)
-    : config_(std::move(config)), weights_(std::move(weights)), backend_(std::move(backend)) {
+                                 std::unique_ptr<Backend> backend, Numerics numerics)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      backend_(std::move(backend)),
+      official_numerics_(numerics == Numerics::kOfficial) {
   info_.family = Family::kDeepseekV4;
   info_.backend = backend_->name();
   info_.dtype = weights_.dtype;
   info_.vocab_size = config_.vocab_size;
   info_.hidden_size = config_.hidden_size;
+  info_.numerics = numerics;
   for (const auto e : config_.eos_token_ids) info_.eos_token_ids.push_back(static_cast<TokenId>(e));
   if (weights_.mtp) mtp_ = std::make_unique<DeepseekV4MtpHead>(*this, *weights_.mtp);
   info_.has_mtp = mtp_ != nullptr;
@@ -67,12 +72,13 @@ void DeepseekV4Model::attention(const DsLayerWeights& lw, DsAttentionCache& cach
   be.linear(x, a.kv_proj, kv);
   be.rms_norm(kv, a.kv_norm, D, eps, false, kv);
   be.rope_interleaved(kv, D, f, first, 1, false);
+  if (official_numerics_) simulate_kv_fp8(be, config_, kv);
   const auto kv_first = cache.raw_first();
   be.append_rows(cache.raw, kv);
 
   Tensor picked;
   const Tensor* picks = nullptr;
-  if (a.compressor) compressor(*a.compressor, *cache.compressor, first, x);
+  if (a.compressor) compressor(*a.compressor, *cache.compressor, first, x, CompressedRows::kKv);
   if (a.indexer) {
     indexer(*a.indexer, *cache.indexer, first, x, q_latent, picked);
     // Before the first window closes there is nothing to pick (and no compressed row).
@@ -95,7 +101,7 @@ void DeepseekV4Model::attention(const DsLayerWeights& lw, DsAttentionCache& cach
 // HF DeepseekV4{HCA,CSA}Compressor (HF 375-436, 617-690): gate-softmax pooling of every closed
 // window, kv_norm, RoPE at the window's first position (compress rope).
 void DeepseekV4Model::compressor(const DsCompressorWeights& w, DsCompressorState& state,
-                                 Position first, const Tensor& x) {
+                                 Position first, const Tensor& x, CompressedRows kind) {
   auto& be = *backend_;
   Tensor kv, gate;
   be.linear(x, w.kv_proj, kv);
@@ -111,6 +117,12 @@ void DeepseekV4Model::compressor(const DsCompressorWeights& w, DsCompressorState
   const auto width = pooled.cols();
   be.rms_norm(pooled, w.kv_norm, width, static_cast<float>(config_.rms_norm_eps), false, pooled);
   be.rope_interleaved(pooled, width, weights_.compress_inv_freq, done * w.ratio, w.ratio, false);
+  if (official_numerics_) {
+    if (kind == CompressedRows::kKv)
+      simulate_kv_fp8(be, config_, pooled);
+    else
+      simulate_indexer_fp4(be, config_, pooled);
+  }
   be.append_rows(state.rows, pooled);
 }
 
@@ -120,12 +132,13 @@ void DeepseekV4Model::compressor(const DsCompressorWeights& w, DsCompressorState
 void DeepseekV4Model::indexer(const DsIndexerWeights& w, DsCompressorState& state, Position first,
                               const Tensor& x, const Tensor& q_latent, Tensor& picked) {
   auto& be = *backend_;
-  compressor(w.compressor, state, first, x);
+  compressor(w.compressor, state, first, x, CompressedRows::kIndexer);
   if (state.rows.rows() == 0) return;
   const auto di = config_.index_head_dim, Hi = config_.index_n_heads;
   Tensor q, weights, scores;
   be.linear(q_latent, w.q_b_proj, q);
   be.rope_interleaved(q, di, weights_.compress_inv_freq, first, 1, false);
+  if (official_numerics_) simulate_indexer_fp4(be, config_, q);
   be.linear(x, w.weights_proj, weights);
   be.weighted_index_scores(q, state.rows, weights, 1.0f / std::sqrt(static_cast<float>(di * Hi)),
                            scores);

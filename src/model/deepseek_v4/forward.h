@@ -19,8 +19,10 @@ namespace fs {
 
 class DeepseekV4Model final : public Model {
  public:
+  // `numerics` kOfficial adds the official graph's quantisation simulations (numerics.h); the
+  // config must pass check_official_numerics.
   DeepseekV4Model(DeepseekV4Config config, DeepseekV4Weights weights,
-                  std::unique_ptr<Backend> backend);
+                  std::unique_ptr<Backend> backend, Numerics numerics = Numerics::kHf);
   ~DeepseekV4Model() override;
 
   const ModelInfo& info() const override { return info_; }
@@ -33,6 +35,7 @@ class DeepseekV4Model final : public Model {
   const DeepseekV4Config& config() const { return config_; }
   const Backend& backend() const { return *backend_; }
   MtpHead* mtp() override { return mtp_.get(); }
+  Backend* backend() override { return backend_.get(); }
 
  private:
   friend class DeepseekV4MtpHead;
@@ -44,9 +47,11 @@ class DeepseekV4Model final : public Model {
   void attention(const DsLayerWeights& lw, DsAttentionCache& cache, Position first, const Tensor& x,
                  Tensor& y);
   // Appends this call's projections to the frontier and the rows of the windows it closes
-  // (pooled, kv_norm, rotated at the window's first position) to `state.rows`.
+  // (pooled, kv_norm, rotated at the window's first position; under the official numerics
+  // FP8'd as KV rows, or Hadamard + FP4'd as the indexer's) to `state.rows`.
+  enum class CompressedRows { kKv, kIndexer };
   void compressor(const DsCompressorWeights& w, DsCompressorState& state, Position first,
-                  const Tensor& x);
+                  const Tensor& x, CompressedRows kind);
   // The lightning indexer's picks [S, index_topk] int32 (-1: none) among the visible rows.
   void indexer(const DsIndexerWeights& w, DsCompressorState& state, Position first, const Tensor& x,
                const Tensor& q_latent, Tensor& picked);
@@ -56,6 +61,7 @@ class DeepseekV4Model final : public Model {
   DeepseekV4Weights weights_;
   std::unique_ptr<Backend> backend_;
   ModelInfo info_;
+  bool official_numerics_ = false;
   std::unique_ptr<MtpHead> mtp_;
 };
 

@@ -30,6 +30,7 @@ class Glm5Model final : public Model {
 
   const Glm5Config& config() const { return config_; }
   MtpHead* mtp() override { return mtp_.get(); }
+  Backend* backend() override { return backend_.get(); }
 
  private:
   friend class Glm5MtpHead;

@@ -34,6 +34,7 @@ class QwenNextModel final : public Model {
   // Mutable access for tests and tools that switch backend modes (step graphs on or off).
   Backend& mutable_backend() { return *backend_; }
   MtpHead* mtp() override { return mtp_.get(); }
+  Backend* backend() override { return backend_.get(); }
 
  private:
   friend class QwenNextMtpHead;

@@ -1,0 +1,35 @@
+// Sampling from logits rows that stay on the backend (issue 14: a 248,320-float row per token
+// need not cross to the host). The backend ranks each row's top kTopOfRow entries and sums its
+// softmax denominator at the request's temperature; only those (~8 KB a row) come back, and the
+// host builds each row's target distribution from them (sampler.h target_distribution_from_top:
+// the same kept set with the same probabilities, bit for bit on the CPU backend, which sums in
+// the host sampler's order; to the rounding of a double sum on a GPU). A row whose rules are not
+// decided inside its top (no top-k/top-p/min-p, or a row flatter than the top) is read back and
+// sampled on the host as before: the same distribution either way, one more copy.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "decode/sampler.h"
+
+namespace fs {
+
+// Wide enough for the samplers agents send (top_k <= 1024, or top_p reached inside it); small
+// enough that the copy back is negligible next to a decode step.
+inline constexpr std::int64_t kTopOfRow = 1024;
+
+// How many rows needed the whole row read back, for the stats.
+struct RowSamplingStats {
+  std::int64_t from_top = 0;
+  std::int64_t read_back = 0;
+};
+
+// The target distributions of rows [first, first + count) of `logits` ([rows, vocab] in `be`'s
+// memory), under a sampled (not greedy) config without penalties.
+Expected<std::vector<TokenDistribution>> distributions_on_backend(
+    Backend& be, const Tensor& logits, std::int64_t first, std::int64_t count,
+    const SamplerConfig& config, RowSamplingStats* stats = nullptr);
+
+}  // namespace fs
