@@ -14,6 +14,7 @@
 #include "model/loader.h"
 #include "session/live_session.h"
 #include "tokenizer/chat/chat.h"
+#include "tokenizer/chat/output_parser.h"
 #include "tokenizer/metadata.h"
 #include "tokenizer/stream_decoder.h"
 
@@ -129,7 +130,8 @@ int run(RunOptions o) {
     auto request = parse_chat_request(nlohmann::ordered_json{{"messages", conversation}});
     if (!request.ok()) return request.status();
     request->add_generation_prompt = true;
-    auto text = render_chat(*family, *request, {});
+    auto text =
+        render_chat(*family, *request, ChatSpecialTokens{tok->metadata.bos_token.value_or("")});
     if (!text.ok()) return text.status();
     auto ids = tok->tokenizer.encode(*text);
     if (!ids.ok()) return ids.status();
@@ -137,7 +139,21 @@ int run(RunOptions o) {
     if (!out.ok()) return out.status();
     auto reply = tok->tokenizer.decode(*out, /*skip_special=*/true);
     if (!reply.ok()) return reply.status();
-    conversation.push_back({{"role", "assistant"}, {"content", *reply}});
+    // The reply as the next turn's template renders what was generated, so that the next turn
+    // continues the banked state: as written when the model opened any think block itself (the
+    // templates split <think>...</think> out of the content), split into reasoning and content
+    // when the prompt opened it (GLM 5.3, DeepSeek V4 thinking: the reply starts inside it).
+    nlohmann::ordered_json message = {{"role", "assistant"}, {"content", *reply}};
+    if (prompt_opens_reasoning(*text)) {
+      OutputParserOptions parse;
+      parse.family = *family;
+      parse.parse_tool_calls = false;
+      parse.starts_in_reasoning = true;
+      ParsedOutput parsed = parse_chat_output(*reply, parse);
+      message["content"] = parsed.content;
+      message["reasoning_content"] = parsed.reasoning;
+    }
+    conversation.push_back(std::move(message));
     std::printf("\n");
     return {};
   };

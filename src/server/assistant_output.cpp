@@ -104,14 +104,27 @@ std::string tool_call_prefix(ChatFamily family, std::string_view name) {
       if (!name.empty()) p.append(name).append("\n```json\n");
       return p;
     }
-    case ChatFamily::kGlm: {
-      // \n<tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>...\n</tool_call>
-      std::string p = "\n<tool_call>";
-      p.append(name);
+    case ChatFamily::kGlm:
+      // <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>
+      return "<tool_call>" + std::string(name);
+    case ChatFamily::kDeepSeekV4: {
+      // \n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="NAME">\n<｜DSML｜parameter ...: the
+      // encoding writes a turn's calls after "\n\n", so the next turn renders this prefix again.
+      std::string p =
+          "\n\n<\xEF\xBD\x9C"
+          "DSML\xEF\xBD\x9Ctool_calls>\n<\xEF\xBD\x9C"
+          "DSML\xEF\xBD\x9Cinvoke name=\"";
+      if (!name.empty()) p.append(name).append("\">\n");
       return p;
     }
   }
   return {};
+}
+
+std::string forced_call_feed(ChatFamily family, std::string_view name) {
+  std::string feed = tool_call_prefix(family, name);
+  if (family == ChatFamily::kGlm && !name.empty()) feed += '\n';
+  return feed;
 }
 
 OutputPlan plan_output(ChatFamily family, const GenerationRequest& request,
@@ -126,18 +139,21 @@ OutputPlan plan_output(ChatFamily family, const GenerationRequest& request,
   plan.output.parser.parse_tool_calls = !request.chat.tools.empty();
   plan.output.parser.parse_reasoning = true;
   plan.output.max_tool_calls = request.tool_choice.parallel ? 0 : 1;
-  // Qwen: "<think>\nREASONING\n</think>\n\n"; GLM: "<think>REASONING</think>"; DeepSeek V3's
-  // template has no thinking.
-  plan.reasoning_close = family == ChatFamily::kQwen  ? "\n</think>\n\n"
-                         : family == ChatFamily::kGlm ? "</think>"
-                                                      : "";
+  // Qwen: "<think>\nREASONING\n</think>\n\n"; GLM 5.3 and DeepSeek V4: "<think>REASONING</think>";
+  // DeepSeek V3's template has no thinking.
+  plan.reasoning_close = family == ChatFamily::kQwen       ? "\n</think>\n\n"
+                         : family == ChatFamily::kDeepSeek ? ""
+                                                           : "</think>";
   // A template that opens the think block itself: the output starts inside it.
   plan.output.parser.starts_in_reasoning = prompt_opens_reasoning(rendered);
   if (forces_call(request.tool_choice) && !request.chat.tools.empty()) {
     const std::string name =
         request.tool_choice.mode == ToolChoice::Mode::kFunction ? request.tool_choice.name : "";
-    plan.prompt_suffix = tool_call_prefix(family, name);
-    plan.output.forced_prefix = plan.prompt_suffix;
+    plan.output.forced_prefix = forced_call_feed(family, name);
+    // A prompt that opened a think block (GLM 5.3, DeepSeek V4 thinking) closes it first: the
+    // forced call is the turn's visible output.
+    plan.prompt_suffix = (plan.output.parser.starts_in_reasoning ? plan.reasoning_close : "") +
+                         tool_call_prefix(family, name);
     plan.output.parser.starts_in_reasoning = false;
   }
   return plan;

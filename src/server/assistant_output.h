@@ -68,6 +68,11 @@ class AssistantOutput {
 // The text that opens a tool call in `family`'s output format, as its template writes an assistant
 // tool call, up to and including the name when `name` is not empty (then the arguments follow).
 std::string tool_call_prefix(ChatFamily family, std::string_view name);
+// What the output parser is fed for a forced call: the opening and, where the family's syntax
+// does not close the name (GLM's runs up to a newline or the next tag), a newline that closes
+// it, so that a call forced by name keeps that name whatever the model writes next. The prompt
+// gets tool_call_prefix alone.
+std::string forced_call_feed(ChatFamily family, std::string_view name);
 
 // The parts of a turn that depend on the request's tools and thinking: what to append to the
 // rendered prompt and how to read the output. `rendered` is the prompt as rendered.

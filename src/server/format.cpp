@@ -364,7 +364,8 @@ json complete_response(ApiKind kind, const ResponseMeta& meta, const ParsedOutpu
         content.push_back({{"type", "thinking"},
                            {"thinking", message.reasoning},
                            {"signature", thinking_signature(message.reasoning)}});
-      if (!message.content.empty() || !calls)
+      // An empty text block only for a turn with no other block, as the stream sends it.
+      if (!message.content.empty() || (!calls && message.reasoning.empty()))
         content.push_back({{"type", "text"}, {"text", message.content}});
       for (const auto& c : message.tool_calls)
         content.push_back({{"type", "tool_use"},

@@ -321,6 +321,7 @@ std::optional<ApiError> read_openai_thinking(Fields& f, GenerationRequest& r) {
   std::string effort;
   f.string("reasoning_effort", effort);
   if (effort == "none") r.chat.enable_thinking = false;
+  if (!effort.empty()) r.chat.reasoning_effort = effort;
   bool enable = false;
   if (f.get("enable_thinking")) {
     f.boolean("enable_thinking", enable);
@@ -387,8 +388,10 @@ ParsedRequest parse_openai_chat(std::string_view body, const RequestLimits& limi
   auto c = parse_chat_messages(std::move(j["messages"]), std::move(tools));
   if (!c.ok()) return ApiError::invalid("messages", "'messages': " + c.status().message());
   const auto thinking = r.chat.enable_thinking;
+  auto effort = std::move(r.chat.reasoning_effort);
   r.chat = std::move(*c);
   r.chat.enable_thinking = thinking;
+  r.chat.reasoning_effort = std::move(effort);
   r.chat.add_generation_prompt = true;
   if (auto e = read_openai_tool_choice(j, r)) return *e;
   return finish(f, std::move(r));
@@ -602,10 +605,10 @@ std::optional<ApiError> read_assistant_blocks(json& content, const std::string& 
       if (input == b.end() || !input->is_object())
         return ApiError::invalid(at + ".input", "'" + at + ".input' must be an object");
       ChatToolCall call;
+      call.id = std::get<std::string>(std::move(id));
       call.name = std::get<std::string>(name);
       call.arguments = std::move(*input);
       msg.tool_calls.push_back(std::move(call));
-      (void)id;  // the template has no call ids; tool results are matched by position
     } else {
       return unsupported_block(at, t);
     }

@@ -10,7 +10,7 @@ namespace {
 // renders a call turn without a think block, so a forced turn's prompt is exactly what a
 // follow-up re-renders.
 AssistantOutputOptions output_options(ChatFamily family, const ResponsesRequest& r, bool use_tools,
-                                      std::string_view rendered) {
+                                      std::string_view rendered, std::string& prompt_suffix) {
   AssistantOutputOptions o;
   o.parser.family = family;
   o.parser.parse_tool_calls = use_tools;
@@ -20,7 +20,11 @@ AssistantOutputOptions output_options(ChatFamily family, const ResponsesRequest&
   if (use_tools && (mode == ToolChoice::Mode::kRequired || mode == ToolChoice::Mode::kFunction)) {
     std::string name = mode == ToolChoice::Mode::kFunction ? r.tool_choice.name : std::string();
     if (name.empty() && r.function_names.size() == 1) name = r.function_names[0];
-    o.forced_prefix = tool_call_prefix(family, name);
+    o.forced_prefix = forced_call_feed(family, name);
+    // The prompt gets the opening, after closing the think block that the template opened
+    // (GLM 5.3, DeepSeek V4 thinking).
+    prompt_suffix =
+        (o.parser.starts_in_reasoning ? "</think>" : "") + tool_call_prefix(family, name);
     o.parser.starts_in_reasoning = false;
   }
   return o;
@@ -48,13 +52,15 @@ std::variant<ResponsesPrompt, ApiError> build_responses_prompt(const Tokenizer& 
   ResponsesPrompt p;
   p.tools_offered = r.tool_choice.mode != ToolChoice::Mode::kNone && !r.function_names.empty();
   const std::vector<ResponseItem> none;
-  const ChatRequest chat = conversation_chat(
+  ChatRequest chat = conversation_chat(
       r.instructions, previous ? previous->conversation : none, r.input,
       p.tools_offered ? r.tools : nlohmann::ordered_json::array(), r.enable_thinking);
+  chat.reasoning_effort = r.reasoning_effort;
   auto rendered = render_chat(family, chat, special);
   if (!rendered.ok()) return ApiError::invalid("input", rendered.status().message());
-  p.output = output_options(family, r, p.tools_offered, *rendered);
-  p.text = std::move(*rendered) + p.output.forced_prefix;
+  std::string suffix;
+  p.output = output_options(family, r, p.tools_offered, *rendered, suffix);
+  p.text = std::move(*rendered) + suffix;
 
   if (previous && !previous->tokens.empty() && p.text.size() > previous->text.size() &&
       std::string_view(p.text).substr(0, previous->text.size()) == previous->text) {

@@ -587,6 +587,7 @@ ChatRequest conversation_chat(const std::optional<std::string>& instructions,
         break;
       case ItemKind::kFunctionCall: {
         ChatToolCall call;
+        call.id = item.call_id;
         call.name = item.name;
         call.arguments = item.arguments;
         assistant().tool_calls.push_back(std::move(call));

@@ -4,14 +4,15 @@
 // cached_tokens), stored responses (retrieve, input_items, delete, store: false), forced function calls,
 // client-side tool loops, malformed requests, and the real Codex requests of tests/agents.
 //
-//   node responses.mjs --binary build/src/flashserve [--model DIR]
+//   node responses.mjs --binary build/src/flashserve [--model DIR] [--random-weights]
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import { spawnServer } from './server.mjs';
-import { figures, results, test } from './harness.mjs';
+import { figures, summary, test } from './harness.mjs';
+import { modelProfile } from './family.mjs';
 
 const args = process.argv.slice(2);
 const argOf = (name, dflt) => {
@@ -25,6 +26,8 @@ if (!binary) {
   process.exit(2);
 }
 const here = dirname(fileURLToPath(import.meta.url));
+const profile = modelProfile(model, args);
+console.log(`model ${model ?? '(embedded)'}: family ${profile.family}, ${profile.trained ? 'trained' : 'random'} weights`);
 
 let server = null;
 const globalTimer = setTimeout(() => {
@@ -258,7 +261,7 @@ await test('function tools: a forced call is a function_call item (or, malformed
     assert.equal(typeof JSON.parse(call.arguments), 'object');
   } else {
     // The embedded model did not write a valid call: the forced opening comes back as text.
-    assert.ok(r.output_text.startsWith('<tool_call>\n{"name": "get_weather", "arguments": '), r.output_text);
+    assert.ok(r.output_text.startsWith(profile.forcedCallPrefix('get_weather')), r.output_text);
   }
   // Streamed: the same output.
   const stream = client.responses.stream(body);
@@ -419,6 +422,6 @@ server.proc.kill('SIGTERM');
 const code = await exited;
 await test('server stops cleanly', async () => assert.equal(code, 0, server.log()));
 clearTimeout(globalTimer);
-const failed = results.filter((r) => !r.ok).length;
-console.log(JSON.stringify({ passed: results.length - failed, failed, figures }));
-process.exit(failed ? 1 : 0);
+const s = summary();
+console.log(JSON.stringify(s));
+process.exit(s.failed ? 1 : 0);

@@ -377,7 +377,11 @@ TEST(ServerAgentToolChoice, ForcingWritesTheCallPrefixIntoThePrompt) {
   EXPECT_EQ(tool_call_prefix(ChatFamily::kQwen, "get_weather"),
             "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ");
   EXPECT_EQ(tool_call_prefix(ChatFamily::kQwen, ""), "<tool_call>\n{\"name\": \"");
-  EXPECT_EQ(tool_call_prefix(ChatFamily::kGlm, "f"), "\n<tool_call>f");
+  EXPECT_EQ(tool_call_prefix(ChatFamily::kGlm, "f"), "<tool_call>f");
+  EXPECT_EQ(tool_call_prefix(ChatFamily::kDeepSeekV4, "f"),
+            "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n");
+  EXPECT_EQ(tool_call_prefix(ChatFamily::kDeepSeekV4, ""),
+            "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"");
   EXPECT_NE(tool_call_prefix(ChatFamily::kDeepSeek, "f")
                 .find("function<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>f\n```json\n"),
             std::string::npos);
@@ -403,7 +407,7 @@ TEST(ServerAgentToolChoice, ForcingWritesTheCallPrefixIntoThePrompt) {
   ChatMessage call;
   call.role = "assistant";
   call.tool_calls.push_back(
-      {"function", "get_weather", nlohmann::ordered_json::parse(R"({"location": "Paris"})")});
+      {"function", "get_weather", nlohmann::ordered_json::parse(R"({"location": "Paris"})"), ""});
   next.messages.push_back(call);
   ChatMessage result;
   result.role = "tool";
@@ -432,6 +436,21 @@ TEST(ServerAgentToolChoice, ForcingWritesTheCallPrefixIntoThePrompt) {
           "tool_choice": {"type": "any"}, "messages": [{"role": "user", "content": "x"}]})",
       kLimits));
   EXPECT_EQ(plan_output(ChatFamily::kQwen, any2, "").prompt_suffix, "<tool_call>\n{\"name\": \"");
+  // GLM 5.3 opens the think block in its generation prompt: a forced call closes it first, and the
+  // output (the call) starts outside it.
+  {
+    ChatRequest glm = r.chat;
+    glm.enable_thinking.reset();
+    const auto glm_prompt = render_chat(ChatFamily::kGlm, glm, {});
+    ASSERT_TRUE(glm_prompt.ok());
+    ASSERT_TRUE(glm_prompt->ends_with("<|assistant|><think>")) << *glm_prompt;
+    const OutputPlan g = plan_output(ChatFamily::kGlm, r, *glm_prompt);
+    EXPECT_EQ(g.prompt_suffix, "</think><tool_call>get_weather");
+    EXPECT_EQ(g.output.forced_prefix,
+              "<tool_call>get_weather\n");  // the name closed for the parser
+    EXPECT_FALSE(g.output.parser.starts_in_reasoning);
+    EXPECT_EQ(g.reasoning_close, "</think>");
+  }
   // A template that opens the think block itself starts the output in reasoning.
   EXPECT_TRUE(plan_output(ChatFamily::kQwen, a, "...<|im_start|>assistant\n<think>\n")
                   .output.parser.starts_in_reasoning);

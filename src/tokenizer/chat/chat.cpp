@@ -40,6 +40,8 @@ Expected<std::optional<std::string>> parse_content(const ojson& m, std::size_t i
 Expected<ChatToolCall> parse_tool_call(ojson& t, const std::string& where) {
   if (!t.is_object()) return invalid_argument(where + ": a tool call must be an object");
   ChatToolCall call;
+  if (const auto id = t.find("id"); id != t.end() && id->is_string())
+    call.id = id->get<std::string>();
   if (t.contains("type")) {
     if (!t["type"].is_string())
       return invalid_argument(where + ": tool call 'type' must be a string");
@@ -135,6 +137,8 @@ std::string_view chat_family_name(ChatFamily f) {
       return "deepseek";
     case ChatFamily::kGlm:
       return "glm";
+    case ChatFamily::kDeepSeekV4:
+      return "deepseek_v4";
   }
   return "?";
 }
@@ -143,8 +147,9 @@ Expected<ChatFamily> chat_family_from_name(std::string_view name) {
   if (name == "qwen") return ChatFamily::kQwen;
   if (name == "deepseek") return ChatFamily::kDeepSeek;
   if (name == "glm") return ChatFamily::kGlm;
+  if (name == "deepseek_v4") return ChatFamily::kDeepSeekV4;
   return invalid_argument("unknown chat family '" + std::string(name) +
-                          "' (qwen, deepseek or glm)");
+                          "' (qwen, deepseek, deepseek_v4 or glm)");
 }
 
 Expected<ChatFamily> detect_chat_family(const std::string& dir, const std::string& chat_template) {
@@ -156,6 +161,7 @@ Expected<ChatFamily> detect_chat_family(const std::string& dir, const std::strin
     if (type.ok()) {
       const std::string& t = *type;
       if (t.rfind("qwen", 0) == 0) return ChatFamily::kQwen;
+      if (t.rfind("deepseek_v4", 0) == 0) return ChatFamily::kDeepSeekV4;
       if (t.rfind("deepseek", 0) == 0) return ChatFamily::kDeepSeek;
       if (t.rfind("glm", 0) == 0) return ChatFamily::kGlm;
     }
@@ -178,6 +184,8 @@ Expected<std::string> render_chat(ChatFamily family, const ChatRequest& request,
       return render_deepseek_v3(request, tokens);
     case ChatFamily::kGlm:
       return render_glm(request);
+    case ChatFamily::kDeepSeekV4:
+      return render_deepseek_v4(request, tokens);
   }
   return internal_error("unknown chat family");
 }

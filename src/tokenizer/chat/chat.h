@@ -24,6 +24,7 @@ struct ChatToolCall {
   std::string name;
   // A JSON string as OpenAI sends it, or an object; rendered as the template renders each.
   nlohmann::ordered_json arguments;
+  std::string id;  // the call's id when the client sent one (DeepSeek V4 orders results by it)
 };
 
 struct ChatMessage {
@@ -46,6 +47,9 @@ struct ChatRequest {
       nlohmann::ordered_json::array();  // OpenAI tool definitions, as given
   bool add_generation_prompt = false;
   std::optional<bool> enable_thinking;  // nullopt: the template's default
+  // The client's reasoning effort as given (OpenAI reasoning_effort, Responses reasoning.effort);
+  // GLM 5.3's template writes it into the prompt. nullopt: none given.
+  std::optional<std::string> reasoning_effort;
 };
 
 // Parses a message list and the tool list (null: none), taking both by value so that a caller
@@ -56,12 +60,15 @@ Expected<ChatRequest> parse_chat_messages(nlohmann::ordered_json messages,
 Expected<ChatRequest> parse_chat_request(const nlohmann::ordered_json& j);
 Expected<ChatRequest> parse_chat_request_file(const std::string& path);
 
-enum class ChatFamily { kQwen, kDeepSeek, kGlm };
+// kDeepSeek is DeepSeek V3's Jinja template, kDeepSeekV4 the V4 encoding (deepseek_v4.cpp), kGlm
+// GLM 5.3's template (glm.cpp).
+enum class ChatFamily { kQwen, kDeepSeek, kGlm, kDeepSeekV4 };
 std::string_view chat_family_name(ChatFamily f);
 Expected<ChatFamily> chat_family_from_name(std::string_view name);
 
-// Picks the family of a tokenizer folder: config.json's model_type when present, else the
-// template's marker tokens (<|im_start|>, <｜User｜>, [gMASK]) in the chat template.
+// Picks the family of a tokenizer folder: config.json's model_type when present (deepseek_v4:
+// kDeepSeekV4, other deepseek*: kDeepSeek), else the template's marker tokens (<|im_start|>,
+// <｜User｜>, [gMASK]) in the chat template.
 Expected<ChatFamily> detect_chat_family(const std::string& dir, const std::string& chat_template);
 
 struct ChatSpecialTokens {
@@ -75,6 +82,8 @@ Expected<std::string> render_chat(ChatFamily family, const ChatRequest& request,
 // The family renderers (one file each).
 Expected<std::string> render_qwen3(const ChatRequest& request);
 Expected<std::string> render_deepseek_v3(const ChatRequest& request,
+                                         const ChatSpecialTokens& tokens);
+Expected<std::string> render_deepseek_v4(const ChatRequest& request,
                                          const ChatSpecialTokens& tokens);
 Expected<std::string> render_glm(const ChatRequest& request);
 

@@ -41,6 +41,7 @@ std::vector<CallOpener> openers_for(ChatFamily family) {
     case ChatFamily::kQwen:
       return chat_detail::qwen_call_openers();
     case ChatFamily::kDeepSeek:
+    case ChatFamily::kDeepSeekV4:
       return chat_detail::deepseek_call_openers();
     case ChatFamily::kGlm:
       return chat_detail::glm_call_openers();
