@@ -16,41 +16,7 @@ import os
 import random
 import struct
 
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    body = data[8 + n:]
-    tensors = {}
-    for name, meta in header.items():
-        if name == "__metadata__":
-            continue
-        lo, hi = meta["data_offsets"]
-        tensors[name] = (meta["dtype"], meta["shape"], body[lo:hi])
-    return tensors, header.get("__metadata__")
-
-
-def write_safetensors(path, tensors, metadata):
-    header, chunks, offset = {}, [], 0
-    for name, (dtype, shape, raw) in tensors.items():
-        pad = (-offset) % 8
-        if pad:
-            chunks.append(b"\0" * pad)
-            offset += pad
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(raw)]}
-        chunks.append(raw)
-        offset += len(raw)
-    if metadata:
-        header["__metadata__"] = metadata
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * ((-len(text)) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for c in chunks:
-            f.write(c)
+from safetensors_io import read_safetensors, write_safetensors
 
 
 def mtp_shapes(c):
@@ -107,7 +73,7 @@ def main():
         config = json.load(f)
     if config.get("model_type") != "deepseek_v4":
         raise SystemExit(a.model + " is not a deepseek_v4 folder")
-    tensors, metadata = read_safetensors(os.path.join(a.model, "model.safetensors"))
+    metadata, tensors = read_safetensors(os.path.join(a.model, "model.safetensors"))
     rng = random.Random(a.seed)
     for name, (shape, kind) in sorted(mtp_shapes(config).items()):
         v = values(rng, shape, kind)
