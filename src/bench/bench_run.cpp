@@ -181,7 +181,10 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
       return s.with_context("context " + std::to_string(ctx));
     if (auto w = b.decode(base, 3, 0, nullptr); !w.ok()) return w.status();  // warm-up
     const auto graphs_before = timing->step_graph_stats();
+    const bool profiled = ctx == o.contexts.front();
+    if (profiled) profiler_range_begin();
     auto ar = b.decode(base, n + o.max_depth + 1, 0, nullptr);
+    if (profiled) profiler_range_end();
     if (!ar.ok()) return ar.status();
     const auto graphs_after = timing->step_graph_stats();
     const auto& ref = ar->result.tokens;

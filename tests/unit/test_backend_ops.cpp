@@ -894,6 +894,23 @@ std::vector<Case> make_cases() {
       return std::vector<Tensor>{ids};
     };
   });
+  // Rows long enough for the two-pass form (slices of 4,096 merged in order): equal maxima in
+  // different slices, NaN entries (never picked), an all-NaN row (0, as the CPU's).
+  add("argmax_rows_ties_wide", kExact, [=](Rng&) -> OpRun {
+    constexpr std::int64_t V = 100000;
+    const float nan = std::nanf("");
+    std::vector<float> v(3 * V, 0.5f);
+    v[70000] = v[5000] = v[99999] = 3.0f;  // row 0: 5000
+    for (std::int64_t c = 0; c < V; c += 3) v[V + c] = nan;
+    v[V + 8191] = v[V + 4097] = 1.0f;  // row 1: 4097 (not a NaN index)
+    for (std::int64_t c = 0; c < V; ++c) v[2 * V + c] = nan;  // row 2: 0
+    const Tensor x({3, V}, std::move(v));
+    return [=](const Feed& f) {
+      Tensor ids;
+      f.be.argmax_rows(f.in(x), ids);
+      return std::vector<Tensor>{ids};
+    };
+  });
   for (const auto& [S, B, first, top] :
        std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>>{
            {5, 3, 8, 2},
@@ -1181,6 +1198,8 @@ std::vector<Case> make_cases() {
                                                {2, 2560, 512, 10, true, BF16},
                                                {4, 2560, 512, 10, false, BF16},
                                                {3, 72, 8, 2, true, F32},
+                                               {2, 256, 1024, 8, true, F32},
+                                               {1, 256, 1500, 6, false, F32},
                                                {64, 256, 512, 10, true, BF16}}) {
     add("route_experts_S" + n(c.S) + "_H" + n(c.H) + "_E" + n(c.E) + "_k" + n(c.k) +
             (c.normalize ? "_norm_" : "_") + dt(c.dtype),

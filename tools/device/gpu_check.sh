@@ -40,7 +40,7 @@ ln -sf "$lib/openblas-pthread/libblas.so.3" "$lib/libblas.so.3" 2>/dev/null
 
 configure_and_build() {
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHSERVE_CUDA=ON \
-    -DFLASHSERVE_FIXTURES="$PWD/.device/fixtures" >"$out/configure.log" 2>&1 ||
+    -DFLASHSERVE_FIXTURES="${FLASHSERVE_DEVICE_FIXTURES:-$PWD/.device/fixtures}" >"$out/configure.log" 2>&1 ||
     { tail -30 "$out/configure.log"; return 1; }
   grep -E "flashserve:" "$out/configure.log"
   # TARGETS (space-separated) builds only those, e.g. the GPU tests and flashserve.

@@ -113,6 +113,7 @@ __global__ void __launch_bounds__(kSplitMaxThreads)
                            std::int64_t rep, std::int64_t D, std::int64_t kv_stride,
                            std::int64_t block, StepScalar first, float scale, std::int64_t splits,
                            std::int64_t chunk, float* part_acc, float* part_ml, float* out) {
+  release_dependents();  // the next kernel, if overlapped, may start (cuda_common.h)
   extern __shared__ float4 kv_tile4[];  // K [kTileKeys][D], then V [kTileKeys][D]
   float* k_tile = reinterpret_cast<float*>(kv_tile4);
   float* v_tile = k_tile + kTileKeys * D;
@@ -205,22 +206,33 @@ __global__ void __launch_bounds__(kSplitMaxThreads)
 
 // out[s, h] = sum_j acc_j * exp(m_j - M) / sum_j l_j * exp(m_j - M), the splits in order (a
 // deterministic merge); a block per (query, head). Splits that saw no key (m_j = -inf) weigh 0.
+// The splits' (m, l) are read by as many threads, and the weighted sums run over shared
+// weights with their loads in flight together: the form that walked the splits in one thread
+// took 14 us a layer at 65 splits (bench/NOTES.md, 2026-12-02). The sums are in split order, as
+// before.
 __global__ void attention_merge_kernel(const float* part_acc, const float* part_ml,
                                        std::int64_t splits, std::int64_t D, float* out) {
+  release_dependents();  // the next kernel, if overlapped, may start (cuda_common.h)
   __shared__ float weight[kMaxSplits];
+  __shared__ float ls[kMaxSplits];
+  __shared__ float red[32];
   const std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * splits;
-  float M = -INFINITY;
-  for (std::int64_t j = 0; j < splits; ++j) M = fmaxf(M, part_ml[(base + j) * 2]);
+  float m = -INFINITY;
+  for (std::int64_t j = threadIdx.x; j < splits; j += blockDim.x)
+    m = fmaxf(m, part_ml[(base + j) * 2]);
+  const float M = block_max(m, red);
   for (std::int64_t j = threadIdx.x; j < splits; j += blockDim.x) {
     const float mj = part_ml[(base + j) * 2];
     weight[j] = mj == -INFINITY ? 0.0f : expf(mj - M);
+    ls[j] = part_ml[(base + j) * 2 + 1];
   }
   __syncthreads();
   float L = 0;
-  for (std::int64_t j = 0; j < splits; ++j) L += part_ml[(base + j) * 2 + 1] * weight[j];
+  for (std::int64_t j = 0; j < splits; ++j) L = fmaf(ls[j], weight[j], L);
   float* os = out + static_cast<std::int64_t>(blockIdx.x) * D;
   for (std::int64_t d = threadIdx.x; d < D; d += blockDim.x) {
     float o = 0;
+#pragma unroll 8
     for (std::int64_t j = 0; j < splits; ++j) o += part_acc[(base + j) * D + d] * weight[j];
     os[d] = L > 0 ? o / L : 0.0f;
   }

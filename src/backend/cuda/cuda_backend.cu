@@ -11,6 +11,15 @@
 
 namespace fs {
 namespace cuda {
+
+bool overlap_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("FLASHSERVE_CUDA_OVERLAP");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
 namespace {
 
 constexpr std::size_t kCublasWorkspace = std::size_t{32} << 20;

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 #include "backend/backend.h"
 
@@ -15,6 +16,42 @@ constexpr int kWarp = 32;
 // Blocks of `threads` covering n items (n > 0).
 inline unsigned grid_for(std::int64_t n, int threads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
+// Overlapped launches (programmatic dependent launch, sm_90; docs/GPU.md "Step 4"). A decode step
+// is hundreds of kernels, and each one used to start only once the one before had finished and
+// its launch had gone through. A kernel launched with `launch_overlapped` is scheduled while the
+// kernel before it still runs (as soon as that one calls `release_dependents`), does its setup,
+// and waits in `wait_for_inputs` until the kernel before it has finished and its writes are
+// visible; only then does it read or write memory. Kernels call `release_dependents` after their
+// own wait (or first thing, when launched the ordinary way), so at most one kernel runs ahead.
+// Both are no-ops for a kernel launched the ordinary way. FLASHSERVE_CUDA_OVERLAP=0 launches
+// everything the ordinary way. (Fetching the next kernel's weights into L2 before its wait was
+// measured too: slower, bench/NOTES.md 2026-12-02.)
+__device__ __forceinline__ void wait_for_inputs() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+__device__ __forceinline__ void release_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+bool overlap_enabled();  // FLASHSERVE_CUDA_OVERLAP, read once (default on)
+
+// kernel<<<grid, block, smem, stream>>>(args...), allowed to overlap the kernel before it as
+// described above (the kernel must call wait_for_inputs before it touches memory).
+template <typename... Params, typename... Args>
+cudaError_t launch_overlapped(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
+                              cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = overlap_enabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 template <typename T>

@@ -17,6 +17,7 @@ int reduce_threads(std::int64_t n) {
 
 template <typename F>
 __global__ void map_kernel(std::int64_t n, F f) {
+  release_dependents();  // the next kernel, if overlapped, may start (cuda_common.h)
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
     f(i);
@@ -152,6 +153,7 @@ void launch_map(std::int64_t n, F f, cudaStream_t stream) {
 __global__ void rms_norm_kernel(const float* x, const float* w, std::int64_t wn, std::int64_t group,
                                 std::int64_t cols, float eps, bool unit_offset, const float* gate,
                                 Activation act, float* y) {
+  release_dependents();  // the next kernel, if overlapped, may start (cuda_common.h)
   __shared__ double red[32];
   const std::int64_t groups = cols / group;
   const std::int64_t base = (blockIdx.x / groups) * cols + (blockIdx.x % groups) * group;
@@ -239,6 +241,7 @@ struct RopeFreqs {
 __global__ void rope_kernel(float* x, std::int64_t cols, std::int64_t head_dim,
                             std::int64_t rotary_dim, StepScalar first, std::int64_t stride,
                             const RopeFreqs freqs) {
+  release_dependents();  // the next kernel, if overlapped, may start (cuda_common.h)
   extern __shared__ float cs[];  // cos[half], sin[half]
   const std::int64_t half = rotary_dim / 2, heads = cols / head_dim;
   const std::int64_t pos = first.get() + static_cast<std::int64_t>(blockIdx.x) * stride;
@@ -263,6 +266,7 @@ __global__ void rope_kernel(float* x, std::int64_t cols, std::int64_t head_dim,
 // dst + at bytes <- src: n elements of T (the rows append_rows adds to a cache).
 template <typename T>
 __global__ void append_kernel(const void* src, void* dst, StepScalar at, std::int64_t n) {
+  release_dependents();  // the next kernel, if overlapped, may start (cuda_common.h)
   const T* s = static_cast<const T*>(src);
   T* d = reinterpret_cast<T*>(static_cast<std::uint8_t*>(dst) + at.get());
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;

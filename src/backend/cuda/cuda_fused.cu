@@ -127,6 +127,8 @@ __global__ void __launch_bounds__(kGemvThreads)
                         ? segs.s[i].scales + (local[r] / kFp8Block) * segs.s[i].grid_cols
                         : nullptr;
   }
+  wait_for_inputs();
+  release_dependents();
   float acc[kR][kS] = {};
   rows_dot<T, true, kS, kR, kG, kU, true>(rows, xs, scale_rows, in, in / WeightChunk<T, true>::kN,
                                           lane, acc);
@@ -146,8 +148,8 @@ __global__ void __launch_bounds__(kGemvThreads)
 template <typename T, int kS, int kR, int kG>
 void launch_multi_gemv(const float* x, const Segments& segs, std::int64_t in, cudaStream_t stream) {
   const auto groups = (segs.total + kR - 1) / kR;
-  multi_gemv_kernel<T, kS, kR, kG>
-      <<<grid_for(groups * kG, kGemvThreads), kGemvThreads, 0, stream>>>(x, segs, in);
+  launch_overlapped(multi_gemv_kernel<T, kS, kR, kG>, grid_for(groups * kG, kGemvThreads),
+                    kGemvThreads, 0, stream, x, segs, in);
 }
 
 template <typename T, int kS>
@@ -200,6 +202,8 @@ __global__ void __launch_bounds__(kGemvThreads)
   const Segment& sg = segs.s[i];
   const std::int64_t local = row - base;
   const T* w = static_cast<const T*>(sg.w) + local * in;
+  wait_for_inputs();
+  release_dependents();
   const std::int64_t chunks = in / kN, per_group = W / kN;
   float acc[kMixStreams][kS] = {};
   double ss[kMixStreams][kS] = {};
@@ -293,6 +297,8 @@ __global__ void __launch_bounds__(kGemvThreads)
     rows[k] = c < W ? up + (k * W + c) * rank : nullptr;
     xs[k] = u;
   }
+  wait_for_inputs();
+  release_dependents();
   float acc[kMixStreams][kS] = {};
   // The group count is a quarter of a plain GEMV's over these rows, so each thread keeps more of
   // its rows in flight: rank 320 in bf16 is 5 chunks a lane, all 4 rows' issued at once.
@@ -324,14 +330,17 @@ void launch_hc_read(const float* h, const float* nw, const Segments& segs, const
                     const T* up, std::int64_t rank, std::int64_t W, float eps, float* inv,
                     float* out, cudaStream_t stream) {
   const auto in = kMixStreams * W;
-  hc_down_kernel<T, kS><<<static_cast<unsigned>(segs.total), kGemvThreads, 0, stream>>>(
-      h, nw, segs, in, W, eps, inv);
+  launch_overlapped(hc_down_kernel<T, kS>, static_cast<unsigned>(segs.total), kGemvThreads, 0,
+                    stream, h, nw, segs, in, W, eps, inv);
+  // Blocks of 64 threads: 2,560 columns in groups of 8 lanes make 320 blocks, every SM busy (at
+  // 256 threads they were 80).
+  constexpr int kMixThreads = 64;
   if (gemv_short_rows(rank / WeightChunk<T, true>::kN)) {
-    stream_mix_kernel<T, kS, 8><<<grid_for(W * 8, kGemvThreads), kGemvThreads, 0, stream>>>(
-        h, inv, nw, u, up, rank, W, out);
+    launch_overlapped(stream_mix_kernel<T, kS, 8>, grid_for(W * 8, kMixThreads), kMixThreads, 0,
+                      stream, h, inv, nw, u, up, rank, W, out);
   } else {
-    stream_mix_kernel<T, kS, kWarp><<<grid_for(W * kWarp, kGemvThreads), kGemvThreads, 0, stream>>>(
-        h, inv, nw, u, up, rank, W, out);
+    launch_overlapped(stream_mix_kernel<T, kS, kWarp>, grid_for(W * kWarp, kMixThreads),
+                      kMixThreads, 0, stream, h, inv, nw, u, up, rank, W, out);
   }
 }
 
@@ -345,6 +354,8 @@ __global__ void __launch_bounds__(kGemvThreads)
   const int lane = static_cast<int>(threadIdx.x % kG);
   const T* rows[2] = {r < I ? gate + r * H : (r == I ? expert_gate : nullptr),
                       r < I ? up + r * H : nullptr};
+  wait_for_inputs();
+  release_dependents();
   const float* xs[2] = {x, x};
   float acc[2][kS] = {};
   rows_dot<T, true, kS, 2, kG, 4, true>(rows, xs, H, H / WeightChunk<T, true>::kN, lane, acc);
@@ -366,12 +377,11 @@ void launch_shared_gate_up(const float* x, const T* gate, const T* up, const T* 
                            cudaStream_t stream) {
   const auto units = I + 1;
   if (gemv_short_rows(H / WeightChunk<T, true>::kN)) {
-    shared_gate_up_kernel<T, kS, 8><<<grid_for(units * 8, kGemvThreads), kGemvThreads, 0, stream>>>(
-        x, gate, up, expert_gate, H, I, act, logit);
+    launch_overlapped(shared_gate_up_kernel<T, kS, 8>, grid_for(units * 8, kGemvThreads),
+                      kGemvThreads, 0, stream, x, gate, up, expert_gate, H, I, act, logit);
   } else {
-    shared_gate_up_kernel<T, kS, kWarp>
-        <<<grid_for(units * kWarp, kGemvThreads), kGemvThreads, 0, stream>>>(
-            x, gate, up, expert_gate, H, I, act, logit);
+    launch_overlapped(shared_gate_up_kernel<T, kS, kWarp>, grid_for(units * kWarp, kGemvThreads),
+                      kGemvThreads, 0, stream, x, gate, up, expert_gate, H, I, act, logit);
   }
 }
 
@@ -445,6 +455,7 @@ __global__ void gdn_conv_kernel(const float* qkv, const T* w, float* tail, std::
                                 std::int64_t C, std::int64_t K, std::int64_t key_dim,
                                 std::int64_t head_dim, float q_scale, float* q, float* k,
                                 float* v) {
+  release_dependents();  // the next kernel, if overlapped, may start (cuda_common.h)
   __shared__ double red[32];
   const std::int64_t heads = key_dim / head_dim, L = K - 1, value_dim = C - 2 * key_dim;
   const std::int64_t b = blockIdx.x;

@@ -19,7 +19,9 @@ template <typename T, bool kVec, int kS, int kR, int kG>
 __global__ void __launch_bounds__(kGemvThreads)
     gemv_kernel(const float* x, const T* w, const float* scales, std::int64_t grid_cols, float* y,
                 std::int64_t in, std::int64_t out) {
-  constexpr int kU = kR == 1 ? 8 : (kR == 2 ? 4 : 2);  // 8 chunks of W in flight per thread
+  // 8 chunks of W in flight per thread (12 at one row a thread measured slower in the decode step,
+  // bench/NOTES.md 2026-12-02). The order of a row's sum does not depend on it.
+  constexpr int kU = kR == 1 ? 8 : (kR == 2 ? 4 : 2);
   const std::int64_t group =
       (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kG;
   const int lane = static_cast<int>(threadIdx.x % kG);
@@ -33,6 +35,8 @@ __global__ void __launch_bounds__(kGemvThreads)
     xs[r] = x;
     scale_rows[r] = scales != nullptr ? scales + ((r0 + r) / kFp8Block) * grid_cols : nullptr;
   }
+  wait_for_inputs();
+  release_dependents();
   float acc[kR][kS] = {};
   rows_dot<T, kVec, kS, kR, kG, kU, true>(rows, xs, scale_rows, in, in / WeightChunk<T, kVec>::kN,
                                           lane, acc);
@@ -55,9 +59,8 @@ template <typename T, bool kVec, int kS, int kR, int kG>
 void launch_gemv(const float* x, const T* w, GemvScales sc, float* y, std::int64_t in,
                  std::int64_t out, cudaStream_t stream) {
   const auto groups = (out + kR - 1) / kR;
-  gemv_kernel<T, kVec, kS, kR, kG>
-      <<<grid_for(groups * kG, kGemvThreads), kGemvThreads, 0, stream>>>(x, w, sc.data,
-                                                                         sc.grid_cols, y, in, out);
+  launch_overlapped(gemv_kernel<T, kVec, kS, kR, kG>, grid_for(groups * kG, kGemvThreads),
+                    kGemvThreads, 0, stream, x, w, sc.data, sc.grid_cols, y, in, out);
 }
 
 // Lanes per row as gemv_short_rows says. Several tokens share each thread's W chunks over up to 4

@@ -1,15 +1,13 @@
 // The routed experts of a sparse MoE (Backend::moe_experts).
 //
-// One token: the fused path, two kernels, no host sync, no atomics (its kernels take up to
-// kFusedMaxTokens tokens; see kFusedTokens for why the op uses them at one only).
-//  1. gate_up: a block per (I-row tile, distinct expert); the expert ids are read on the device
-//     and their distinct set, ascending, is rebuilt by every block (at most 256 ids, a few
-//     hundred cycles), so an expert routed by several tokens is read once, for all of them:
-//     act[u, s, r] = silu(gate_up[e_u] row r · x[s]) * (gate_up[e_u] row I+r · x[s]).
-//  2. down + weighted sum: a group of threads per output column c loops over the distinct experts
-//     in ascending id (two at a time, so both rows' loads are in flight together) and adds
-//     weight(s, e) * (down[e] row c · act[u, s]) into registers: the sum over the top-k is in a
-//     fixed order, and only routed experts' rows are read.
+// One token (decode): the fused path, three kernels, no host sync, no atomics, expert ids read on
+// the device. A block's slot is one of the token's k pairs (slot_expert).
+//  1. gate_up: a block per (I-row tile, slot):
+//     act[u, r] = silu(gate_up[e_u] row r · x) * (gate_up[e_u] row I+r · x).
+//  2. down: a block per (column tile, slot): part[u, c] = down[e_u] row c · act[u].
+//  3. combine: y[c] = the sum of weight_u * part[u, c] over the slots in top-k order.
+// The kernels also take 2-4 tokens, where a slot is a distinct expert (read once for all the
+// tokens routed to it); the op does not use them there (see kFusedTokens).
 // More tokens: GEMVs over (token, expert) pairs, then a combine pass in the CPU's order; grouping
 // tokens by expert into GEMMs is a later step.
 #include <algorithm>
@@ -24,17 +22,17 @@ namespace fs::cuda {
 namespace {
 
 constexpr int kMaxTopK = 64;
-// The fused path is kept for one token only: on the H200 (bench/NOTES.md, 2026-12-01) it matched
-// the pair path at 1 token (40.6 vs 39.9 us for 98 MB) but its down kernel walks the distinct
-// experts serially per column group, one memory round trip per two experts, and fell behind at
-// 2-4 tokens (20-40 distinct experts: 79-278 us against 63-108 us).
-// Its kernels take up to kFusedMaxTokens tokens (all verified on the device in that run).
+// The fused path runs one token (its slots are the pairs: no distinct-expert pass). At 2-4 tokens
+// the pair kernels were faster on the H200 than the fused kernels with their distinct-expert
+// prologue (cuda_kernel_bench, bench/NOTES.md 2026-12-02: 63 vs 83 us at 2 tokens, 87 vs 144 at
+// 3): random routings share few experts, so reading each once saves little.
 constexpr int kFusedTokens = 1;
 constexpr int kFusedMaxTokens = 4;
 constexpr int kMaxPairs = kFusedMaxTokens * kMaxTopK;
 constexpr int kGateUpThreads = 256;  // 8 warps, one I-row (its gate and up rows) each
-constexpr int kDownThreads = 64;     // small blocks: 2560 columns make 640 blocks, ~5 per SM
-constexpr int kDownLanes = 16;       // 640-wide down rows: 5 chunks of 16 bytes per lane
+constexpr int kDownThreads = 256;  // 16 groups of kDownLanes, kDownRows columns each
+constexpr int kDownLanes = 16;     // 640-wide down rows: 5 chunks of 16 bytes per lane
+constexpr int kDownRows = 2;       // columns per group: 10 loads in flight per lane
 
 // silu(gate) * up, clamped first when limit > 0 (gate <= L, up in [-L, L]: DeepSeek V4, GLM 5.3).
 __device__ __forceinline__ float clamped_swiglu(float g, float up, float limit) {
@@ -90,16 +88,35 @@ __device__ void route(const std::int32_t* ids, int P, std::int64_t E, Routing& r
   __syncthreads();
 }
 
+// The expert of a block's slot u: at one token the slot is the pair (a token's top-k ids are
+// distinct), read directly: one load, no barrier, the sum later in the top-k order as the CPU's;
+// at 2-4 tokens the u-th distinct id ascending (route), so an expert is read once for all tokens.
+// False: the slot has no expert (an id outside [0, E), or fewer distinct experts than pairs).
+template <int kS>
+__device__ __forceinline__ bool slot_expert(const std::int32_t* ids, int P, std::int64_t E, int u,
+                                            std::int64_t& e) {
+  if constexpr (kS == 1) {
+    e = ids[u];
+    return e >= 0 && e < E;
+  } else {
+    __shared__ Routing routing;
+    route(ids, P, E, routing);
+    if (u >= routing.count) return false;
+    e = routing.distinct[u];
+    return true;
+  }
+}
+
 template <typename T, bool kVec, int kS>
 __global__ void __launch_bounds__(kGateUpThreads)
     moe_gate_up_fused_kernel(const float* x, const T* gate_up, const float* scales,
                              const std::int32_t* ids, int P, std::int64_t E, std::int64_t H,
                              std::int64_t I, float limit, float* act) {
-  __shared__ Routing routing;
-  route(ids, P, E, routing);
+  wait_for_inputs();  // the ids and x are the kernels' before
+  release_dependents();
   const int u = static_cast<int>(blockIdx.y);
-  if (u >= routing.count) return;  // the whole block: fewer distinct experts than pairs
-  const std::int64_t e = routing.distinct[u];
+  std::int64_t e = 0;
+  if (!slot_expert<kS>(ids, P, E, u, e)) return;  // the whole block
   const std::int64_t r = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kWarp;
   const int lane = static_cast<int>(threadIdx.x % kWarp);
   const T* base = gate_up + e * 2 * I * H;
@@ -112,7 +129,8 @@ __global__ void __launch_bounds__(kGateUpThreads)
     scale_rows[1] = g.row(scales, e, I + r);
   }
   float acc[2][kS] = {};
-  rows_dot<T, kVec, kS, 2, kWarp, 4, true>(rows, xs, scale_rows, H, H / WeightChunk<T, kVec>::kN,
+  // 5 chunks of each row in flight: a 2560-wide bf16 row is two round trips per lane (three at 4).
+  rows_dot<T, kVec, kS, 2, kWarp, 5, true>(rows, xs, scale_rows, H, H / WeightChunk<T, kVec>::kN,
                                            lane, acc);
 #pragma unroll
   for (int s = 0; s < kS; ++s) {
@@ -121,61 +139,93 @@ __global__ void __launch_bounds__(kGateUpThreads)
   }
 }
 
+// Down, one (column tile, distinct expert) per block, all tiles of all experts at once: a group
+// of kDownLanes lanes per output column c of distinct expert u writes
+// part[u, s, c] = down[e_u] row c · act[u, s]. The walk over the experts in a column's own loop
+// (the form before, two experts in flight per group) kept too few loads in flight: 1.34 TB/s on
+// the H200 under ncu against 2.5 for gate_up (bench/NOTES.md, 2026-12-02). Each row's sum is the
+// one that form computed (the same lanes, chunks and order).
 template <typename T, bool kVec, int kS>
 __global__ void __launch_bounds__(kDownThreads)
-    moe_down_fused_kernel(const float* act, const T* down, const float* scales,
-                          const std::int32_t* ids, const float* weights, int P, int k,
-                          std::int64_t E, std::int64_t H, std::int64_t I, float* y) {
-  __shared__ Routing routing;
-  __shared__ float weight[kMaxPairs][kS];  // token s's weight on distinct expert u
-  __shared__ unsigned routed[kMaxPairs];   // bit s: token s routed to distinct expert u
-  route(ids, P, E, routing);
-  for (int u = threadIdx.x; u < routing.count; u += blockDim.x) {
-    unsigned bits = 0;
-    for (int s = 0; s < kS; ++s) {
-      float sum = 0.0f;
-      for (int j = 0; j < k; ++j) {
-        if (routing.ids[s * k + j] != routing.distinct[u]) continue;
-        sum += weights[s * k + j];
-        bits |= 1u << s;
-      }
-      weight[u][s] = sum;
-    }
-    routed[u] = bits;
-  }
-  __syncthreads();
-  const std::int64_t c =
-      (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kDownLanes;
+    moe_down_part_kernel(const float* act, const T* down, const float* scales,
+                         const std::int32_t* ids, int P, std::int64_t E, std::int64_t H,
+                         std::int64_t I, float* part) {
+  wait_for_inputs();  // the ids and act are the kernels' before
+  release_dependents();
+  const int u = static_cast<int>(blockIdx.y);
+  std::int64_t e = 0;
+  if (!slot_expert<kS>(ids, P, E, u, e)) return;  // the whole block
   const int lane = static_cast<int>(threadIdx.x % kDownLanes);
-  const std::int64_t chunks = I / WeightChunk<T, kVec>::kN;
-  float out[kS] = {};
-  for (int u = 0; u < routing.count; u += 2) {
-    const bool second = u + 1 < routing.count;
-    const T* rows[2] = {
-        c < H ? down + routing.distinct[u] * H * I + c * I : nullptr,
-        c < H && second ? down + routing.distinct[second ? u + 1 : u] * H * I + c * I : nullptr};
-    const float* xs[2] = {act + u * kS * I, act + (second ? u + 1 : u) * kS * I};
-    const float* scale_rows[2] = {nullptr, nullptr};
-    if (scales != nullptr && c < H) {
-      const ExpertGrid g{H, I};
-      scale_rows[0] = g.row(scales, routing.distinct[u], c);
-      scale_rows[1] = g.row(scales, routing.distinct[second ? u + 1 : u], c);
-    }
-    float part[2][kS] = {};
-    rows_dot<T, kVec, kS, 2, kDownLanes, 8, false>(rows, xs, scale_rows, I, chunks, lane, part);
+  const std::int64_t c0 =
+      (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kDownLanes * kDownRows;
+  const T* rows[kDownRows];
+  const float* xs[kDownRows];
+  const float* scale_rows[kDownRows];
 #pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      if (q == 1 && !second) break;
-#pragma unroll
-      for (int s = 0; s < kS; ++s) {
-        const float v = group_sum<kDownLanes>(part[q][s]);
-        if ((routed[u + q] >> s) & 1u) out[s] = fmaf(weight[u + q][s], v, out[s]);
-      }
-    }
+  for (int r = 0; r < kDownRows; ++r) {
+    const std::int64_t c = c0 + r;
+    rows[r] = c < H ? down + e * H * I + c * I : nullptr;
+    xs[r] = act + u * kS * I;
+    scale_rows[r] = scales != nullptr && c < H ? ExpertGrid{H, I}.row(scales, e, c) : nullptr;
   }
-  if (lane == 0 && c < H)
+  float acc[kDownRows][kS] = {};
+  rows_dot<T, kVec, kS, kDownRows, kDownLanes, 8, true>(rows, xs, scale_rows, I,
+                                                        I / WeightChunk<T, kVec>::kN, lane, acc);
+#pragma unroll
+  for (int r = 0; r < kDownRows; ++r)
+#pragma unroll
+    for (int s = 0; s < kS; ++s) {
+      const float v = group_sum<kDownLanes>(acc[r][s]);
+      if (lane == 0 && c0 + r < H) part[(u * kS + s) * H + c0 + r] = v;
+    }
+}
+
+// y[s, c] = sum over the distinct experts u in ascending id of weight(s, u) * part[u, s, c], for
+// those token s routed to: a thread per (s, c).
+// y[s, c] = the sum over the slots u (see slot_expert; at 2-4 tokens the distinct experts in
+// ascending id) of weight(s, u) * part[u, s, c], for the tokens s routed there: a thread per
+// (s, c).
+template <int kS>
+__global__ void moe_combine_fused_kernel(const float* part, const std::int32_t* ids,
+                                         const float* weights, int P, int k, std::int64_t E,
+                                         std::int64_t H, float* y) {
+  wait_for_inputs();
+  release_dependents();
+  const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if constexpr (kS == 1) {
+    if (c >= H) return;
+    float out = 0.0f;
+    for (int j = 0; j < P; ++j)
+      if (ids[j] >= 0 && ids[j] < E) out = fmaf(weights[j], part[j * H + c], out);
+    y[c] = out;
+  } else {
+    __shared__ Routing routing;
+    __shared__ float weight[kMaxPairs][kS];  // token s's weight on distinct expert u
+    __shared__ unsigned routed[kMaxPairs];   // bit s: token s routed to distinct expert u
+    route(ids, P, E, routing);
+    for (int u = threadIdx.x; u < routing.count; u += blockDim.x) {
+      unsigned bits = 0;
+      for (int s = 0; s < kS; ++s) {
+        float sum = 0.0f;
+        for (int j = 0; j < k; ++j) {
+          if (routing.ids[s * k + j] != routing.distinct[u]) continue;
+          sum += weights[s * k + j];
+          bits |= 1u << s;
+        }
+        weight[u][s] = sum;
+      }
+      routed[u] = bits;
+    }
+    __syncthreads();
+    if (c >= H) return;
+    float out[kS] = {};
+    for (int u = 0; u < routing.count; ++u)
+#pragma unroll
+      for (int s = 0; s < kS; ++s)
+        if ((routed[u] >> s) & 1u) out[s] = fmaf(weight[u][s], part[(u * kS + s) * H + c], out[s]);
 #pragma unroll
     for (int s = 0; s < kS; ++s) y[s * H + c] = out[s];
+  }
 }
 
 // --- the pair path (more than kFusedTokens tokens) ---------------------------------------------
@@ -475,8 +525,9 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
   Tensor& act = scratch(moe_act_);
   Tensor& outp = scratch(moe_out_);
   if (S <= kFusedTokens && !env_flag("FLASHSERVE_CUDA_MOE_PAIRS")) {
-    // act [distinct expert slot, token, I]; at most P distinct experts.
-    if (!ensure(act, {P * S, I})) return;
+    // act [distinct expert slot, token, I], the down products [slot, token, H]; at most P
+    // distinct experts.
+    if (!ensure(act, {P * S, I}) || !ensure(outp, {P * S, H})) return;
     if (walking()) return;
     const int pairs = static_cast<int>(P);
     with_count<kFusedTokens>(S, [&](auto tokens) {
@@ -485,27 +536,32 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
         using T = decltype(t);
         const dim3 grid(grid_for(I * kWarp, kGateUpThreads), static_cast<unsigned>(P));
         if (vec_ok<T>(x.data(), gate_up.data, H))
-          moe_gate_up_fused_kernel<T, true, kS><<<grid, kGateUpThreads, 0, stream()>>>(
-              x.data(), as<T>(gate_up), scales_of(gate_up), ids, pairs, E, H, I, swiglu_limit,
-              act.data());
+          launch_overlapped(moe_gate_up_fused_kernel<T, true, kS>, grid, kGateUpThreads, 0,
+                            stream(), x.data(), as<T>(gate_up), scales_of(gate_up), ids, pairs, E,
+                            H, I, swiglu_limit, act.data());
         else
-          moe_gate_up_fused_kernel<T, false, kS><<<grid, kGateUpThreads, 0, stream()>>>(
-              x.data(), as<T>(gate_up), scales_of(gate_up), ids, pairs, E, H, I, swiglu_limit,
-              act.data());
+          launch_overlapped(moe_gate_up_fused_kernel<T, false, kS>, grid, kGateUpThreads, 0,
+                            stream(), x.data(), as<T>(gate_up), scales_of(gate_up), ids, pairs, E,
+                            H, I, swiglu_limit, act.data());
       });
       if (!launched(kOp)) return;
       with_dtype(down, [&](auto t) {
         using T = decltype(t);
-        const unsigned grid = grid_for(H * kDownLanes, kDownThreads);
+        const dim3 grid(grid_for(H * kDownLanes / kDownRows, kDownThreads),
+                        static_cast<unsigned>(P));
         if (vec_ok<T>(act.data(), down.data, I))
-          moe_down_fused_kernel<T, true, kS><<<grid, kDownThreads, 0, stream()>>>(
-              act.data(), as<T>(down), scales_of(down), ids, weights.data(), pairs,
-              static_cast<int>(k), E, H, I, y.data());
+          launch_overlapped(moe_down_part_kernel<T, true, kS>, grid, kDownThreads, 0, stream(),
+                            act.data(), as<T>(down), scales_of(down), ids, pairs, E, H, I,
+                            outp.data());
         else
-          moe_down_fused_kernel<T, false, kS><<<grid, kDownThreads, 0, stream()>>>(
-              act.data(), as<T>(down), scales_of(down), ids, weights.data(), pairs,
-              static_cast<int>(k), E, H, I, y.data());
+          launch_overlapped(moe_down_part_kernel<T, false, kS>, grid, kDownThreads, 0, stream(),
+                            act.data(), as<T>(down), scales_of(down), ids, pairs, E, H, I,
+                            outp.data());
       });
+      if (!launched(kOp)) return;
+      launch_overlapped(moe_combine_fused_kernel<kS>, grid_for(H, 256), 256, 0, stream(),
+                        outp.data(), ids, weights.data(), pairs, static_cast<int>(k), E, H,
+                        y.data());
       launched(kOp);
     });
     return;

@@ -15,32 +15,36 @@ __device__ __forceinline__ bool beats(float v, std::int32_t i, float bv, std::in
   return i >= 0 && (bi < 0 || v > bv || (v == bv && i < bi));
 }
 
-// A block per row: each thread keeps the best of its strided entries (scanned in increasing
-// index, so a strict > keeps the lowest of equals), then warps and the block merge by `beats`.
-__global__ void argmax_rows_kernel(const float* x, std::int64_t cols, std::int32_t* ids) {
+// (v, i) <- the better of itself and the other lanes' pairs, over the whole warp.
+__device__ __forceinline__ void merge_warp(float& v, std::int32_t& i) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const std::int32_t oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (beats(ov, oi, v, i)) {
+      v = ov;
+      i = oi;
+    }
+  }
+}
+
+// The best of p[begin, end) by `beats` (NaN never wins; bi < 0: none), to thread 0. Each thread
+// keeps the best of its strided entries (scanned in increasing index, so a strict > keeps the
+// lowest of equals), then warps and the block merge by `beats`. The whole block calls it.
+__device__ void block_best(const float* p, std::int64_t begin, std::int64_t end, float& bv,
+                           std::int32_t& bi) {
   __shared__ float best_v[kArgmaxThreads / kWarp];
   __shared__ std::int32_t best_i[kArgmaxThreads / kWarp];
-  const float* p = x + blockIdx.x * cols;
-  float bv = 0;
-  std::int32_t bi = -1;
-  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+  bv = 0;
+  bi = -1;
+#pragma unroll 8
+  for (std::int64_t c = begin + threadIdx.x; c < end; c += blockDim.x) {
     const float v = p[c];
     if (v == v && (bi < 0 || v > bv)) {  // v == v: NaN never wins
       bv = v;
       bi = static_cast<std::int32_t>(c);
     }
   }
-  const auto merge_warp = [](float& v, std::int32_t& i) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-      const std::int32_t oi = __shfl_xor_sync(0xffffffffu, i, o);
-      if (beats(ov, oi, v, i)) {
-        v = ov;
-        i = oi;
-      }
-    }
-  };
   merge_warp(bv, bi);
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   if (lane == 0) {
@@ -53,8 +57,54 @@ __global__ void argmax_rows_kernel(const float* x, std::int64_t cols, std::int32
     bv = lane < warps ? best_v[lane] : 0.0f;
     bi = lane < warps ? best_i[lane] : -1;
     merge_warp(bv, bi);
-    if (lane == 0) ids[blockIdx.x] = bi < 0 ? 0 : bi;  // an all-NaN row: 0, as the CPU's
   }
+}
+
+// A block per row (short rows).
+__global__ void argmax_rows_kernel(const float* x, std::int64_t cols, std::int32_t* ids) {
+  float bv;
+  std::int32_t bi;
+  block_best(x + blockIdx.x * cols, 0, cols, bv, bi);
+  if (threadIdx.x == 0) ids[blockIdx.x] = bi < 0 ? 0 : bi;  // an all-NaN row: 0, as the CPU's
+}
+
+// Long rows (a vocabulary) in two passes, so that the whole GPU reads the row, not one
+// multiprocessor (97 us for 248,320 logits with one block, bench/NOTES.md 2026-12-02): a block
+// per slice of kArgmaxSlice entries writes its best; then a warp per row merges the slices in
+// order. Slices are contiguous and merged by `beats`, so the pick is the one-block pick.
+constexpr int kSliceThreads = 256;
+constexpr std::int64_t kArgmaxSlice = 4096;
+
+__global__ void argmax_slices_kernel(const float* x, std::int64_t cols, float* part_v,
+                                     std::int32_t* part_i) {
+  const std::int64_t row = blockIdx.y, slice = blockIdx.x;
+  const std::int64_t begin = slice * kArgmaxSlice;
+  const std::int64_t end = begin + kArgmaxSlice < cols ? begin + kArgmaxSlice : cols;
+  float bv;
+  std::int32_t bi;
+  block_best(x + row * cols, begin, end, bv, bi);
+  if (threadIdx.x == 0) {
+    part_v[row * gridDim.x + slice] = bv;
+    part_i[row * gridDim.x + slice] = bi;
+  }
+}
+
+__global__ void argmax_merge_kernel(const float* part_v, const std::int32_t* part_i,
+                                    std::int64_t slices, std::int32_t* ids) {
+  const std::int64_t row = blockIdx.x;
+  const int lane = static_cast<int>(threadIdx.x);
+  float bv = 0;
+  std::int32_t bi = -1;
+  for (std::int64_t j = lane; j < slices; j += kWarp) {
+    const float v = part_v[row * slices + j];
+    const std::int32_t i = part_i[row * slices + j];
+    if (beats(v, i, bv, bi)) {
+      bv = v;
+      bi = i;
+    }
+  }
+  merge_warp(bv, bi);
+  if (lane == 0) ids[row] = bi < 0 ? 0 : bi;
 }
 
 constexpr int kTotalThreads = 1024;
@@ -115,6 +165,19 @@ void CudaBackend::argmax_rows(const Tensor& x, Tensor& ids) {
   if (rows == 0) return;
   if (x.cols() == 0) {
     cuda_memory_->zero(ids.raw(), ids.bytes());
+    return;
+  }
+  const auto slices = (x.cols() + kArgmaxSlice - 1) / kArgmaxSlice;
+  if (slices >= 4 && rows <= 65535) {
+    Tensor part_v, part_i;
+    if (!ensure(part_v, {rows, slices}) || !ensure(part_i, {rows, slices}, DType::kI32)) return;
+    if (walking()) return;
+    argmax_slices_kernel<<<dim3(static_cast<unsigned>(slices), static_cast<unsigned>(rows)),
+                           kSliceThreads, 0, stream()>>>(x.data(), x.cols(), part_v.data(),
+                                                         part_i.data_as<std::int32_t>());
+    argmax_merge_kernel<<<static_cast<unsigned>(rows), kWarp, 0, stream()>>>(
+        part_v.data(), part_i.data_as<std::int32_t>(), slices, ids.data_as<std::int32_t>());
+    launched(kOp);
     return;
   }
   if (walking()) return;

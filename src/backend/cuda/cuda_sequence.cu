@@ -53,6 +53,7 @@ __global__ void __launch_bounds__(kDeltaThreads)
                       const float* beta, std::int64_t S, std::int64_t Hv, std::int64_t dk,
                       std::int64_t dv, std::int64_t rep, std::int64_t qk_stride, float* state,
                       float* out, float* states) {
+  release_dependents();  // the next kernel, if overlapped, may start (cuda_common.h)
   __shared__ float part[2][kDeltaGroups][kWarp + 1];
   const int lane = threadIdx.x, grp = threadIdx.y;
   const std::int64_t h = blockIdx.x, j = blockIdx.y * static_cast<std::int64_t>(kWarp) + lane;
