@@ -661,6 +661,7 @@ std::vector<Case> make_cases() {
     bool chunked;
     bool positions = false;    // gated_delta_rule_positions: also the state after every token
     bool per_channel = false;  // KDA: the log decay g is [S, Hv*dk], one per key channel
+    bool strong = false;       // g in (-5, 0) (GLM's bound) instead of (-0.3, 0]
   };
   for (const auto& c : std::vector<DeltaShape>{{70, 4, 8, 32, 32, true},
                                                {1, 4, 8, 32, 32, false},
@@ -676,17 +677,34 @@ std::vector<Case> make_cases() {
                                                {1, 4, 4, 16, 16, false, false, true},
                                                {4, 4, 4, 16, 16, false, true, true},
                                                {1, 64, 64, 128, 128, false, false, true},
-                                               {130, 64, 64, 128, 128, true, false, true}}) {
+                                               {130, 64, 64, 128, 128, true, false, true},
+                                               // The chunk kernels (from 16 tokens): lengths
+                                               // around a chunk and over several, both decays,
+                                               // Qwen's heads, GLM's, 16 and 32 state columns.
+                                               {1, 16, 48, 128, 128, true},
+                                               {64, 16, 48, 128, 128, true},
+                                               {65, 16, 48, 128, 128, true},
+                                               {300, 16, 48, 128, 128, true},
+                                               {65, 16, 48, 128, 128, true, false, true},
+                                               {300, 16, 48, 128, 128, true, false, true, true},
+                                               {1, 64, 64, 128, 128, true, false, true},
+                                               {64, 64, 64, 128, 128, true, false, true, true},
+                                               {300, 64, 64, 128, 128, true, false, true},
+                                               {300, 4, 8, 32, 32, true, false, true, true},
+                                               {65, 4, 4, 16, 16, true},
+                                               {100, 4, 4, 16, 16, true, false, true}}) {
     const char* form = c.positions ? "positions" : c.chunked ? "chunked" : "recurrent";
     add(std::string(c.per_channel ? "kimi_delta_rule_" : "gated_delta_rule_") + form + "_S" +
-            n(c.S) + "_Hk" + n(c.Hk) + "_Hv" + n(c.Hv) + "_d" + n(c.dk),
+            n(c.S) + "_Hk" + n(c.Hk) + "_Hv" + n(c.Hv) + "_d" + n(c.dk) +
+            (c.strong ? "_strong" : ""),
         kDeltaRule, [=](Rng& rng) -> OpRun {
           auto q = random_tensor({c.S, c.Hk * c.dk}, rng),
                k = random_tensor({c.S, c.Hk * c.dk}, rng);
           auto v = random_tensor({c.S, c.Hv * c.dv}, rng);
           auto g = random_tensor({c.S, c.per_channel ? c.Hv * c.dk : c.Hv}, rng),
                beta = random_tensor({c.S, c.Hv}, rng);
-          for (auto& e : g.span()) e = -std::fabs(e) * 0.3f;  // log decay <= 0
+          for (auto& e : g.span())  // log decay <= 0
+            e = c.strong ? -5.0f / (1.0f + std::exp(-3.0f * e)) : -std::fabs(e) * 0.3f;
           for (auto& e : beta.span()) e = 1.0f / (1.0f + std::exp(-3.0f * e));
           // l2-normed q and k, q scaled by 1/sqrt(dk), as the model feeds them.
           for (auto* t : {&q, &k})
