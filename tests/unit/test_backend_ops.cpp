@@ -680,7 +680,7 @@ std::vector<Case> make_cases() {
                                                {130, 64, 64, 128, 128, true, false, true},
                                                // The chunk kernels (from 16 tokens): lengths
                                                // around a chunk and over several, both decays,
-                                               // Qwen's heads, GLM's, 16 and 32 state columns.
+                                               // Qwen's heads, GLM's, 16 and 32 state columns,
                                                {1, 16, 48, 128, 128, true},
                                                {64, 16, 48, 128, 128, true},
                                                {65, 16, 48, 128, 128, true},
@@ -692,7 +692,10 @@ std::vector<Case> make_cases() {
                                                {300, 64, 64, 128, 128, true, false, true},
                                                {300, 4, 8, 32, 32, true, false, true, true},
                                                {65, 4, 4, 16, 16, true},
-                                               {100, 4, 4, 16, 16, true, false, true}}) {
+                                               {100, 4, 4, 16, 16, true, false, true},
+                                               // over one segment of 16 chunks
+                                               {1100, 2, 4, 32, 32, true},
+                                               {1100, 4, 8, 32, 32, true, false, true, true}}) {
     const char* form = c.positions ? "positions" : c.chunked ? "chunked" : "recurrent";
     add(std::string(c.per_channel ? "kimi_delta_rule_" : "gated_delta_rule_") + form + "_S" +
             n(c.S) + "_Hk" + n(c.Hk) + "_Hv" + n(c.Hv) + "_d" + n(c.dk) +

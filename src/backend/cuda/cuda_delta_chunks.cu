@@ -8,7 +8,7 @@
 //   W = T (beta k o exp(G)),  U = T (beta v)
 //   Vn = U - W S;  O = (q o exp(G)) S + QK Vn;  S <- diag(exp(G_last)) S + (k o exp(G_last - G))^T
 //   Vn
-// Two kernels per segment of at most 32 chunks (which bounds the scratch):
+// Two kernels per segment of at most 16 chunks (which bounds the scratch: 150 MB at 64 heads):
 // - chunk_prepare_kernel, a block per (chunk, value head), every chunk of the segment at once:
 //   the in-chunk products, T by blocks of 16, and the chunk's W, U, QK, Qe = q o exp(G),
 //   Kd = k o exp(G_last - G) and exp(G_last) into scratch;
@@ -23,6 +23,8 @@
 // FMAs: the state's precision is what the CPU parity asks for).
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
+#include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
@@ -34,7 +36,7 @@ constexpr int kChunk = 64;          // tokens per chunk (the reference's chunk_s
 constexpr int kSub = 16;            // rows per sub-chunk and per block of T's inverse
 constexpr int kThreads = 256;       // both kernels; the inverse's 16 x 16 steps assume it
 constexpr int kMaxHead = 128;       // dk, dv
-constexpr int kSegmentChunks = 32;  // chunks per pair of launches (2048 tokens)
+constexpr int kSegmentChunks = 16;  // chunks per pair of launches (1024 tokens)
 constexpr int kLdA = kChunk + 1;    // row stride of the 64 x 64 tiles (odd: no bank conflicts)
 
 // C(m, n) = sum over p < K, in increasing order, of A(m, p) B(p, n) for m < M, n < N, the
@@ -353,6 +355,28 @@ bool allow_smem(Kernel kernel, std::int64_t floats) {
                               static_cast<int>(floats * sizeof(float))) == cudaSuccess;
 }
 
+// The most shared memory each kernel takes (heads of 128), reserved once per device, so that a
+// call inside a stream capture makes no attribute calls.
+bool reserve_smem() {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  static std::mutex mutex;
+  static std::vector<bool> reserved;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto d = static_cast<std::size_t>(device);
+  if (d < reserved.size() && reserved[d]) return true;
+  const std::int64_t ld = kMaxHead + 1;
+  const bool ok = allow_smem(chunk_prepare_kernel<true>, prepare_smem_floats(true, ld)) &&
+                  allow_smem(chunk_prepare_kernel<false>, prepare_smem_floats(false, ld)) &&
+                  allow_smem(chunk_state_kernel<32>, state_smem_floats(kMaxHead, 32)) &&
+                  allow_smem(chunk_state_kernel<16>, state_smem_floats(kMaxHead, 16));
+  if (ok) {
+    if (reserved.size() <= d) reserved.resize(d + 1, false);
+    reserved[d] = true;
+  }
+  return ok;
+}
+
 }  // namespace
 
 // Below 16 tokens the token-by-token kernel is as fast (a chunk costs two launches and a
@@ -379,9 +403,7 @@ void CudaBackend::delta_rule_chunks(const Tensor& q, const Tensor& k, const Tens
   const auto state_floats = state_smem_floats(dk, cols);
   auto prepare = per_channel ? chunk_prepare_kernel<true> : chunk_prepare_kernel<false>;
   auto walk = cols == 32 ? chunk_state_kernel<32> : chunk_state_kernel<16>;
-  if (!check(allow_smem(prepare, prep_floats) && allow_smem(walk, state_floats), kOp,
-             "cannot reserve the chunk kernels' shared memory"))
-    return;
+  if (!check(reserve_smem(), kOp, "cannot reserve the chunk kernels' shared memory")) return;
   const std::int64_t qk_stride = k.cols(), g_stride = g.cols();
   for (std::int64_t s0 = 0; s0 < S; s0 += segment_chunks * kChunk) {
     const auto n = std::min(segment_chunks * kChunk, S - s0);
