@@ -35,8 +35,9 @@
 //   gated_delta_rule_chunked runs the chunked (WY) form (cuda_delta_chunks.cu): a kernel per
 //   (chunk of 64, value head) for the in-chunk products and the triangular inverse, all chunks at
 //   once, then a kernel per (value head, 16 or 32 state columns) that walks the chunks with its
-//   slice of the state in shared memory; fp32 throughout. FLASHSERVE_CUDA_OLD_DELTA=1 keeps it
-//   token by token (cuda_switches.h).
+//   slice of the state in shared memory, its products on the tensor cores as 3xTF32 (fp32
+//   precision; fp32 state). FLASHSERVE_CUDA_OLD_DELTA=1 keeps it token by token
+//   (cuda_switches.h).
 // - block_sparse_attention (cuda_attention.cu): split-K over the selected keys, a block per
 //   (query, KV head, chunk) loading each K/V tile once for the query heads that share it, then a
 //   merge of the partials in a fixed order; FLASHSERVE_CUDA_OLD_ATTENTION=1 keeps the older kernel

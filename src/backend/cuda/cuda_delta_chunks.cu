@@ -6,8 +6,8 @@
 //   A[i][j] = beta_i sum_x k_i[x] k_j[x] exp(G_i[x] - G_j[x]) for j < i;  T = (I + A)^-1
 //   QK[i][j] = sum_x q_i[x] k_j[x] exp(G_i[x] - G_j[x]) for j <= i, else 0
 //   W = T (beta k o exp(G)),  U = T (beta v)
-//   Vn = U - W S;  O = (q o exp(G)) S + QK Vn;  S <- diag(exp(G_last)) S + (k o exp(G_last - G))^T
-//   Vn
+//   Vn = U - W S;  O = (q o exp(G)) S + QK Vn
+//   S <- diag(exp(G_last)) S + (k o exp(G_last - G))^T Vn
 // Two kernels per segment of at most 16 chunks (which bounds the scratch: 150 MB at 64 heads):
 // - chunk_prepare_kernel, a block per (chunk, value head), every chunk of the segment at once:
 //   the in-chunk products, T by blocks of 16, and the chunk's W, U, QK, Qe = q o exp(G),
@@ -19,11 +19,15 @@
 // bound of -5 per token). So, as on the CPU, rows are taken in sub-chunks of 16 relative to the
 // sub-chunk's first row r: for j < r, exp(G_i - G_j) = exp(G_i - G_r) exp(G_r - G_j), both
 // factors <= 1, one product per sub-chunk; pairs inside a sub-chunk take exp(G_i - G_j) as it
-// is. No positive exponent is formed for a log decay <= 0. fp32 throughout (products in fp32
-// FMAs: the state's precision is what the CPU parity asks for).
+// is. No positive exponent is formed for a log decay <= 0. The products run on the tensor cores
+// as 3xTF32 (fp32 in precision, see below): the state stays fp32 and within the CPU parity's
+// tolerance (a single TF32 product is not: 4e-4 on the state).
+#include <mma.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -37,37 +41,56 @@ constexpr int kSub = 16;            // rows per sub-chunk and per block of T's i
 constexpr int kThreads = 256;       // both kernels; the inverse's 16 x 16 steps assume it
 constexpr int kMaxHead = 128;       // dk, dv
 constexpr int kSegmentChunks = 16;  // chunks per pair of launches (1024 tokens)
-constexpr int kLdA = kChunk + 1;    // row stride of the 64 x 64 tiles (odd: no bank conflicts)
+// Row strides in shared memory: multiples of 4 floats (the tensor-core loads), 4 mod 32 so that
+// rows fall on different banks.
+constexpr int kLdA = kChunk + 4;                                // the 64 x 64 tiles
+__host__ __device__ constexpr int row_stride(int dk, int dv) {  // the [64][dk or dv] rows
+  return (dk > dv ? dk : dv) + 4;
+}
 
-// C(m, n) = sum over p < K, in increasing order, of A(m, p) B(p, n) for m < M, n < N, the
-// operands in shared memory with element strides: A(m, p) = A[m*am + p*ap], B(p, n) =
-// B[p*bp + n*bn]. A thread computes a TM x TN tile, rows m = tm + r*(M/TM) and columns
-// n = tn + c*(N/TN), so neighbouring threads read neighbouring columns of B and mostly the same
-// row of A. M % TM == 0 and N % TN == 0. out(m, n, sum) takes each result; the same (M, N, TM,
-// TN) give every (m, n) to the same thread, so consecutive calls need no barrier between them
-// for elements a thread owns.
-template <int TM, int TN, typename Out>
-__device__ __forceinline__ void block_gemm(int M, int N, int K, const float* A, int am, int ap,
-                                           const float* B, int bp, int bn, Out out) {
-  const int Mg = M / TM, Ng = N / TN;
-  for (int tile = threadIdx.x; tile < Mg * Ng; tile += blockDim.x) {
-    const int tm = tile / Ng, tn = tile % Ng;
-    float acc[TM][TN] = {};
-    for (int p = 0; p < K; ++p) {
-      float a[TM], b[TN];
-#pragma unroll
-      for (int r = 0; r < TM; ++r) a[r] = A[(tm + r * Mg) * am + p * ap];
-#pragma unroll
-      for (int c = 0; c < TN; ++c) b[c] = B[p * bp + (tn + c * Ng) * bn];
-#pragma unroll
-      for (int r = 0; r < TM; ++r)
-#pragma unroll
-        for (int c = 0; c < TN; ++c) acc[r][c] = fmaf(a[r], b[c], acc[r][c]);
-    }
-#pragma unroll
-    for (int r = 0; r < TM; ++r)
-#pragma unroll
-      for (int c = 0; c < TN; ++c) out(tm + r * Mg, tn + c * Ng, acc[r][c]);
+// The products on the tensor cores: 16 x 16 x 8 TF32 tiles (WMMA), each operand split as
+// x = hi + lo with both parts rounded to TF32, and hi*lo + lo*hi + hi*hi accumulated in fp32
+// ("3xTF32": the dropped lo*lo term is below fp32's rounding), so the state keeps fp32
+// precision. Fragments are loaded from shared memory or straight from scratch (global memory,
+// L2 resident); every pointer is 32-byte aligned and every leading dimension a multiple of 4
+// floats. A warp computes whole tiles, so a tile loop is per warp and needs no block barrier
+// between loading and storing a tile it owns.
+namespace wm = nvcuda::wmma;
+using FragA = wm::fragment<wm::matrix_a, 16, 16, 8, wm::precision::tf32, wm::row_major>;
+using FragAt = wm::fragment<wm::matrix_a, 16, 16, 8, wm::precision::tf32, wm::col_major>;
+using FragB = wm::fragment<wm::matrix_b, 16, 16, 8, wm::precision::tf32, wm::row_major>;
+using FragBt = wm::fragment<wm::matrix_b, 16, 16, 8, wm::precision::tf32, wm::col_major>;
+using FragC = wm::fragment<wm::accumulator, 16, 16, 8, float>;
+constexpr int kWarps = kThreads / kWarp;
+
+// f <- sign * f rounded to TF32 (hi), lo <- the rest rounded to TF32.
+template <typename Frag>
+__device__ __forceinline__ void split_tf32(Frag& f, Frag& lo, float sign) {
+  for (int i = 0; i < f.num_elements; ++i) {
+    const float x = sign * f.x[i];
+    const float hi = wm::__float_to_tf32(x);
+    f.x[i] = hi;
+    lo.x[i] = wm::__float_to_tf32(x - hi);
+  }
+}
+
+// c += sign * A B for one 16 x 16 tile over K (a multiple of 8), a and b at the tile's origin:
+// A(m, p) = a[m*lda + p] (FragA) or a[m + p*lda] (FragAt, a transposed operand); B(p, n) =
+// b[p*ldb + n] (FragB) or b[p + n*ldb] (FragBt).
+template <typename FragAType, typename FragBType>
+__device__ __forceinline__ void mma_3xtf32(FragC& c, const float* a, unsigned lda, const float* b,
+                                           unsigned ldb, int K, float sign) {
+  constexpr bool kAt = std::is_same_v<FragAType, FragAt>, kBt = std::is_same_v<FragBType, FragBt>;
+  for (int p = 0; p < K; p += 8) {
+    FragAType ah, al;
+    FragBType bh, bl;
+    wm::load_matrix_sync(ah, a + (kAt ? p * lda : p), lda);
+    wm::load_matrix_sync(bh, b + (kBt ? p : p * ldb), ldb);
+    split_tf32(ah, al, sign);
+    split_tf32(bh, bl, 1.0f);
+    wm::mma_sync(c, ah, bl, c);
+    wm::mma_sync(c, al, bh, c);
+    wm::mma_sync(c, ah, bh, c);
   }
 }
 
@@ -154,14 +177,14 @@ __global__ void __launch_bounds__(kThreads)
     chunk_prepare_kernel(const float* q, const float* k, const float* v, const float* g,
                          const float* beta, std::int64_t S, std::int64_t Hv, int dk, int dv,
                          std::int64_t rep, std::int64_t qk_stride, ChunkScratch sc) {
-  extern __shared__ float smem[];
-  const int tid = threadIdx.x;
+  extern __shared__ __align__(32) float smem[];
+  const int tid = threadIdx.x, warp = tid / kWarp;
   const int chunk = blockIdx.x;
   const std::int64_t h = blockIdx.y, kh = h / rep, t0 = static_cast<std::int64_t>(chunk) * kChunk;
   const int C = static_cast<int>(S - t0 < kChunk ? S - t0 : kChunk);
   const std::int64_t b = static_cast<std::int64_t>(chunk) * Hv + h;
   const std::int64_t v_stride = Hv * dv, g_stride = kPerChannel ? Hv * dk : Hv;
-  const int ld = (dk > dv ? dk : dv) + 1;
+  const int ld = row_stride(dk, dv);
   float* Ks = smem;                                      // [64][ld]
   float* Qs = Ks + kChunk * ld;                          // [64][ld]: q, then beta v
   float* Gs = Qs + kChunk * ld;                          // [64][ld] per channel, [64] scalar
@@ -209,7 +232,8 @@ __global__ void __launch_bounds__(kThreads)
   // A (times beta below) and QK.
   if constexpr (kPerChannel) {
     for (int r = kSub; r < C; r += kSub) {
-      // F rows 0..r-1: k_j exp(G_r - G_j); r..r+15: k_i exp(G_i - G_r); r+16..r+31: q_i ...
+      // F rows 0..r-1: k_j exp(G_r - G_j); r..r+15: beta_i k_i exp(G_i - G_r); r+16..r+31:
+      // q_i exp(G_i - G_r). Then A and QK rows r..r+15, columns 0..r-1, in 16 x 16 tiles.
       for (int e = tid; e < (r + 2 * kSub) * dk; e += blockDim.x) {
         const int row = e / dk, x = e % dk;
         float f;
@@ -217,7 +241,7 @@ __global__ void __launch_bounds__(kThreads)
           f = Ks[row * ld + x] * expf(G(r, x) - G(row, x));
         } else if (row < r + kSub) {
           const int i = row;
-          f = Ks[i * ld + x] * expf(G(i, x) - G(r, x));
+          f = bs[i] * Ks[i * ld + x] * expf(G(i, x) - G(r, x));
         } else {
           const int i = row - kSub;
           f = Qs[i * ld + x] * expf(G(i, x) - G(r, x));
@@ -225,13 +249,16 @@ __global__ void __launch_bounds__(kThreads)
         F[row * ld + x] = f;
       }
       __syncthreads();
-      block_gemm<2, 2>(2 * kSub, r, dk, F + r * ld, ld, 1, F, 1, ld, [&](int m, int n, float s) {
-        if (m < kSub) {
-          A[(r + m) * kLdA + n] = bs[r + m] * s;
-        } else {
-          QKs[(r + m - kSub) * kLdA + n] = s;
-        }
-      });
+      const int col_tiles = r / kSub;
+      for (int t = warp; t < 2 * col_tiles; t += kWarps) {
+        const bool is_q = t >= col_tiles;
+        const int n0 = t % col_tiles * kSub;
+        FragC c;
+        wm::fill_fragment(c, 0.0f);
+        mma_3xtf32<FragA, FragBt>(c, F + (r + (is_q ? kSub : 0)) * ld, ld, F + n0 * ld, ld, dk,
+                                  1.0f);
+        wm::store_matrix_sync((is_q ? QKs : A) + r * kLdA + n0, c, kLdA, wm::mem_row_major);
+      }
       __syncthreads();
     }
     // The pairs inside each sub-chunk, j <= i, a thread per pair, the sum over x in order.
@@ -252,12 +279,23 @@ __global__ void __launch_bounds__(kThreads)
       QKs[i * kLdA + j] = qa;
     }
   } else {
-    block_gemm<4, 4>(kChunk, kChunk, dk, Ks, ld, 1, Ks, 1, ld, [&](int m, int n, float s) {
-      A[m * kLdA + n] = n < m ? bs[m] * s * expf(Gs[m] - Gs[n]) : 0.0f;
-    });
-    block_gemm<4, 4>(kChunk, kChunk, dk, Qs, ld, 1, Ks, 1, ld, [&](int m, int n, float s) {
-      QKs[m * kLdA + n] = n <= m ? s * expf(Gs[m] - Gs[n]) : 0.0f;
-    });
+    // K K^T and Q K^T in 16 x 16 tiles, then the decay, beta and the masks.
+    constexpr int kTiles = (kChunk / 16) * (kChunk / 16);
+    for (int t = warp; t < 2 * kTiles; t += kWarps) {
+      const bool is_q = t >= kTiles;
+      const int m0 = t % kTiles / (kChunk / 16) * 16, n0 = t % (kChunk / 16) * 16;
+      FragC c;
+      wm::fill_fragment(c, 0.0f);
+      mma_3xtf32<FragA, FragBt>(c, (is_q ? Qs : Ks) + m0 * ld, ld, Ks + n0 * ld, ld, dk, 1.0f);
+      wm::store_matrix_sync((is_q ? QKs : A) + m0 * kLdA + n0, c, kLdA, wm::mem_row_major);
+    }
+    __syncthreads();
+    for (int e = tid; e < kChunk * kChunk; e += blockDim.x) {
+      const int m = e / kChunk, n = e % kChunk;
+      const float decay = n <= m ? expf(Gs[m] - Gs[n]) : 0.0f;
+      A[m * kLdA + n] = n < m ? bs[m] * A[m * kLdA + n] * decay : 0.0f;
+      QKs[m * kLdA + n] *= decay;
+    }
   }
   __syncthreads();
   unit_lower_inverse(A, T, X);
@@ -275,74 +313,93 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   float* W = sc.W + b * kChunk * dk;
   float* U = sc.U + b * kChunk * dv;
-  block_gemm<4, 4>(kChunk, dk, kChunk, T, kLdA, 1, Ks, ld, 1,
-                   [&](int m, int n, float s) { W[m * dk + n] = s; });
-  block_gemm<4, 4>(kChunk, dv, kChunk, T, kLdA, 1, Qs, ld, 1,
-                   [&](int m, int n, float s) { U[m * dv + n] = s; });
+  // W = T (beta k o exp(G)) and U = T (beta v), tiles stored straight to scratch.
+  const int w_tiles = (kChunk / 16) * (dk / 16), u_tiles = (kChunk / 16) * (dv / 16);
+  for (int t = warp; t < w_tiles + u_tiles; t += kWarps) {
+    const bool is_u = t >= w_tiles;
+    const int cols = is_u ? dv : dk, tt = is_u ? t - w_tiles : t;
+    const int m0 = tt / (cols / 16) * 16, n0 = tt % (cols / 16) * 16;
+    FragC c;
+    wm::fill_fragment(c, 0.0f);
+    mma_3xtf32<FragA, FragB>(c, T + m0 * kLdA, kLdA, (is_u ? Qs : Ks) + n0, ld, kChunk, 1.0f);
+    wm::store_matrix_sync((is_u ? U : W) + m0 * cols + n0, c, static_cast<unsigned>(cols),
+                          wm::mem_row_major);
+  }
 }
 
-// The second kernel's shared memory, in floats: the state slice [dk][cols+1], one [64][dk+1]
-// operand (W, then Qe, then Kd), Vn and the outputs [64][cols+1], QK, exp(G_last).
+// The second kernel's shared memory, in floats: the state slice [dk][cols+4], Vn and the outputs
+// [64][cols+4], exp(G_last).
 std::int64_t state_smem_floats(std::int64_t dk, int cols) {
-  return dk * (cols + 1) + kChunk * (dk + 1) + 2 * kChunk * (cols + 1) + kChunk * kLdA + dk;
+  return dk * (cols + 4) + 2 * kChunk * (cols + 4) + dk;
 }
 
 // Value head blockIdx.x, state columns n0 .. n0 + kCols - 1 (n0 = blockIdx.y * kCols), over the
-// segment's chunks in order.
+// segment's chunks in order. Warp w computes 16 x 16 output tiles w, w + 8, ... of each product.
 template <int kCols>
 __global__ void __launch_bounds__(kThreads)
     chunk_state_kernel(ChunkScratch sc, std::int64_t S, std::int64_t Hv, int dk, int dv,
                        float* state, float* out) {
-  extern __shared__ float smem[];
-  constexpr int kLdS = kCols + 1;
-  const int tid = threadIdx.x;
+  extern __shared__ __align__(32) float smem[];
+  constexpr int kLdS = kCols + 4, kColTiles = kCols / 16;
+  const int tid = threadIdx.x, warp = tid / kWarp;
   const std::int64_t h = blockIdx.x;
-  const int n0 = blockIdx.y * kCols, ldb = dk + 1;
+  const int n0 = blockIdx.y * kCols;
   const std::int64_t o_stride = Hv * dv;
-  float* Ss = smem;                 // [dk][kLdS]
-  float* Buf = Ss + dk * kLdS;      // [64][dk + 1]
-  float* Vn = Buf + kChunk * ldb;   // [64][kLdS]
-  float* Os = Vn + kChunk * kLdS;   // [64][kLdS]
-  float* QKs = Os + kChunk * kLdS;  // [64][kLdA]
-  float* eg = QKs + kChunk * kLdA;  // [dk]
+  float* Ss = smem;                // [dk][kLdS]
+  float* Vn = Ss + dk * kLdS;      // [64][kLdS]
+  float* Os = Vn + kChunk * kLdS;  // [64][kLdS]
+  float* eg = Os + kChunk * kLdS;  // [dk]
   float* St = state + h * dk * dv;
   for (int e = tid; e < dk * kCols; e += blockDim.x)
     Ss[(e / kCols) * kLdS + e % kCols] = St[(e / kCols) * dv + n0 + e % kCols];
-  auto load_rows = [&](const float* src) {  // [64][dk] from scratch into Buf
-    for (int e = tid; e < kChunk * dk; e += blockDim.x) Buf[(e / dk) * ldb + e % dk] = src[e];
-  };
+  __syncthreads();
   const std::int64_t chunks = (S + kChunk - 1) / kChunk;
+  constexpr int kRowTiles = kChunk / 16;  // of Vn and O
   for (std::int64_t chunk = 0; chunk < chunks; ++chunk) {
     const std::int64_t b = chunk * Hv + h, t0 = chunk * kChunk;
     const int C = static_cast<int>(S - t0 < kChunk ? S - t0 : kChunk);
-    load_rows(sc.W + b * kChunk * dk);
-    for (int e = tid; e < kChunk * kCols; e += blockDim.x)
-      Vn[(e / kCols) * kLdS + e % kCols] = sc.U[(b * kChunk + e / kCols) * dv + n0 + e % kCols];
-    for (int e = tid; e < kChunk * kChunk; e += blockDim.x)
-      QKs[(e / kChunk) * kLdA + e % kChunk] = sc.QK[b * kChunk * kChunk + e];
+    const float* W = sc.W + b * kChunk * dk;
+    const float* U = sc.U + b * kChunk * dv + n0;
+    const float* QK = sc.QK + b * kChunk * kChunk;
+    const float* Qe = sc.Qe + b * kChunk * dk;
+    const float* Kd = sc.Kd + b * kChunk * dk;
     for (int e = tid; e < dk; e += blockDim.x) eg[e] = sc.EG[b * dk + e];
-    __syncthreads();
     // Vn = U - W S.
-    block_gemm<4, kCols / 16>(kChunk, kCols, dk, Buf, ldb, 1, Ss, kLdS, 1,
-                              [&](int m, int n, float s) { Vn[m * kLdS + n] -= s; });
-    __syncthreads();
-    load_rows(sc.Qe + b * kChunk * dk);
+    for (int t = warp; t < kRowTiles * kColTiles; t += kWarps) {
+      const int m0 = t / kColTiles * 16, c0 = t % kColTiles * 16;
+      FragC c;
+      wm::load_matrix_sync(c, U + m0 * dv + c0, static_cast<unsigned>(dv), wm::mem_row_major);
+      mma_3xtf32<FragA, FragB>(c, W + m0 * dk, static_cast<unsigned>(dk), Ss + c0, kLdS, dk, -1.0f);
+      wm::store_matrix_sync(Vn + m0 * kLdS + c0, c, kLdS, wm::mem_row_major);
+    }
     __syncthreads();
     // O = Qe S + QK Vn.
-    block_gemm<4, kCols / 16>(kChunk, kCols, dk, Buf, ldb, 1, Ss, kLdS, 1,
-                              [&](int m, int n, float s) { Os[m * kLdS + n] = s; });
-    block_gemm<4, kCols / 16>(kChunk, kCols, kChunk, QKs, kLdA, 1, Vn, kLdS, 1,
-                              [&](int m, int n, float s) {
-                                if (m < C)
-                                  out[(t0 + m) * o_stride + h * dv + n0 + n] = Os[m * kLdS + n] + s;
-                              });
+    for (int t = warp; t < kRowTiles * kColTiles; t += kWarps) {
+      const int m0 = t / kColTiles * 16, c0 = t % kColTiles * 16;
+      FragC c;
+      wm::fill_fragment(c, 0.0f);
+      mma_3xtf32<FragA, FragB>(c, Qe + m0 * dk, static_cast<unsigned>(dk), Ss + c0, kLdS, dk, 1.0f);
+      mma_3xtf32<FragA, FragB>(c, QK + m0 * kChunk, kChunk, Vn + c0, kLdS, kChunk, 1.0f);
+      wm::store_matrix_sync(Os + m0 * kLdS + c0, c, kLdS, wm::mem_row_major);
+    }
     __syncthreads();
-    load_rows(sc.Kd + b * kChunk * dk);
+    for (int e = tid; e < kChunk * kCols; e += blockDim.x) {
+      const int m = e / kCols, n = e % kCols;
+      if (m < C) out[(t0 + m) * o_stride + h * dv + n0 + n] = Os[m * kLdS + n];
+    }
+    // S <- diag(exp(G_last)) S + Kd^T Vn: the decay first, in place, then the product.
+    for (int e = tid; e < dk * kCols; e += blockDim.x) {
+      const int x = e / kCols, n = e % kCols;
+      Ss[x * kLdS + n] *= eg[x];
+    }
     __syncthreads();
-    // S <- diag(exp(G_last)) S + Kd^T Vn.
-    block_gemm<4, 4>(dk, kCols, kChunk, Buf, 1, ldb, Vn, kLdS, 1, [&](int m, int n, float s) {
-      Ss[m * kLdS + n] = fmaf(eg[m], Ss[m * kLdS + n], s);
-    });
+    for (int t = warp; t < (dk / 16) * kColTiles; t += kWarps) {
+      const int x0 = t / kColTiles * 16, c0 = t % kColTiles * 16;
+      FragC c;
+      wm::load_matrix_sync(c, Ss + x0 * kLdS + c0, kLdS, wm::mem_row_major);
+      mma_3xtf32<FragAt, FragB>(c, Kd + x0, static_cast<unsigned>(dk), Vn + c0, kLdS, kChunk, 1.0f);
+      wm::store_matrix_sync(Ss + x0 * kLdS + c0, c, kLdS, wm::mem_row_major);
+    }
     __syncthreads();
   }
   for (int e = tid; e < dk * kCols; e += blockDim.x)
@@ -365,7 +422,7 @@ bool reserve_smem() {
   const std::lock_guard<std::mutex> lock(mutex);
   const auto d = static_cast<std::size_t>(device);
   if (d < reserved.size() && reserved[d]) return true;
-  const std::int64_t ld = kMaxHead + 1;
+  const std::int64_t ld = row_stride(kMaxHead, kMaxHead);
   const bool ok = allow_smem(chunk_prepare_kernel<true>, prepare_smem_floats(true, ld)) &&
                   allow_smem(chunk_prepare_kernel<false>, prepare_smem_floats(false, ld)) &&
                   allow_smem(chunk_state_kernel<32>, state_smem_floats(kMaxHead, 32)) &&
@@ -397,7 +454,7 @@ void CudaBackend::delta_rule_chunks(const Tensor& q, const Tensor& k, const Tens
   if (!ensure(tmp, {scratch_floats(segment_chunks * Hv, dk, dv)})) return;
   if (walking()) return;
   const auto sc = scratch_views(tmp.data(), segment_chunks * Hv, dk, dv);
-  const std::int64_t ld = std::max(dk, dv) + 1;
+  const std::int64_t ld = row_stride(static_cast<int>(dk), static_cast<int>(dv));
   const auto prep_floats = prepare_smem_floats(per_channel, ld);
   const int cols = dv % 32 == 0 ? 32 : 16;
   const auto state_floats = state_smem_floats(dk, cols);
