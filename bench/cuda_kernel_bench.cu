@@ -6,9 +6,12 @@
 // backend's earlier kernels, chosen with FLASHSERVE_CUDA_OLD_CONTEXT=1). Prints a table and writes
 // JSON; it never passes or fails on time.
 //
-//   cuda_kernel_bench [--json PATH] [--quick] [--fp8]
+//   cuda_kernel_bench [--json PATH] [--quick] [--fp8 | --delta]
 //
 // --fp8: only the products on block-scaled FP8 E4M3 weights (issue 15) beside their bf16 forms.
+// --delta: only the gated delta rule's prefill form (gated_delta_rule_chunked at S = 512 and
+// 4096): the chunk kernels beside the token-by-token kernel, us, tokens/s and their ratio (also
+// at the end of a full run).
 //
 // Timing: each measurement is a CUDA graph of many calls on the backend's stream, replayed 5
 // times (best kept), so launch overhead is that of graph replay, as in a graph-captured decode
@@ -566,15 +569,85 @@ void bench_context(fs::Backend& be, cudaStream_t s, std::int64_t T, std::vector<
   if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
 }
 
+// --- the gated delta rule's prefill form (issue 14: the chunked GDN kernel) ------------------
+
+struct DeltaRow {
+  std::string shape, decay;
+  std::int64_t tokens;
+  double t_chunks, t_tokens, max_diff;
+};
+
+// gated_delta_rule_chunked over a prefill of S tokens, the chunk kernels beside the token-by-
+// token kernel (the same op with FLASHSERVE_CUDA_OLD_DELTA=1), on the same inputs: q and k
+// l2-normed (q scaled by dk^-1/2), beta in (0, 1), the log decay in (-5, 0) (GLM's bound; GDN's
+// softplus decays are as strong), one per head (GDN) or per key channel (KDA). Each timed call
+// continues from the state the last one left; the diff compares one call each from a zero state.
+void bench_delta(fs::Backend& be, cudaStream_t s, std::int64_t S, std::int64_t Hk, std::int64_t Hv,
+                 std::int64_t d, bool per_channel, std::vector<DeltaRow>& rows, bool quick) {
+  std::mt19937 rng(static_cast<std::uint32_t>(S * 7 + Hv + per_channel));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto host = [&](fs::Shape shape) {
+    fs::Tensor t(std::move(shape));
+    for (auto& e : t.span()) e = u(rng);
+    return t;
+  };
+  fs::Tensor q = host({S, Hk * d}), k = host({S, Hk * d}), v = host({S, Hv * d});
+  fs::Tensor g = host({S, per_channel ? Hv * d : Hv}), beta = host({S, Hv});
+  for (auto* t : {&q, &k})
+    for (std::int64_t r = 0; r < S * Hk; ++r) {
+      float* p = t->data() + r * d;
+      double ss = 0;
+      for (std::int64_t i = 0; i < d; ++i) ss += static_cast<double>(p[i]) * p[i];
+      const double inv = 1.0 / std::sqrt(ss + 1e-6) / (t == &q ? std::sqrt(double(d)) : 1.0);
+      for (std::int64_t i = 0; i < d; ++i) p[i] = static_cast<float>(p[i] * inv);
+    }
+  for (auto& e : g.span()) e = -5.0f / (1.0f + std::exp(-3.0f * e));
+  for (auto& e : beta.span()) e = 1.0f / (1.0f + std::exp(-3.0f * e));
+  const auto dq = q.to(be.memory()), dkk = k.to(be.memory()), dv = v.to(be.memory()),
+             dg = g.to(be.memory()), db = beta.to(be.memory());
+  const fs::Tensor zero({Hv, d, d});
+  const int calls = quick ? 2 : 5;
+  double t[2] = {0, 0};
+  fs::Tensor outs[2];
+  for (int old = 0; old < 2; ++old) {
+    if (old) setenv("FLASHSERVE_CUDA_OLD_DELTA", "1", 1);
+    fs::Tensor state = zero.to(be.memory()), out;
+    be.gated_delta_rule_chunked(dq, dkk, dv, dg, db, Hk, state, outs[old]);
+    t[old] = time_calls(
+        s, calls, [&](int) { be.gated_delta_rule_chunked(dq, dkk, dv, dg, db, Hk, state, out); });
+    unsetenv("FLASHSERVE_CUDA_OLD_DELTA");
+  }
+  cudaStreamSynchronize(s);
+  const double diff =
+      max_rel_diff(outs[0], outs[1].data(), static_cast<std::size_t>(outs[1].numel()));
+  const std::string shape =
+      "Hk" + std::to_string(Hk) + " Hv" + std::to_string(Hv) + " d" + std::to_string(d);
+  rows.push_back({shape, per_channel ? "KDA" : "GDN", S, t[0], t[1], diff});
+  if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
+}
+
+void print_delta(const std::vector<DeltaRow>& rows) {
+  std::printf("\n%-22s %-15s %-5s %6s %10s %11s %10s %11s %7s %9s\n", "op", "shape", "decay", "S",
+              "chunks_us", "chunks_tok/s", "tokens_us", "tokens_tok/s", "ratio", "maxdiff");
+  for (const auto& r : rows) {
+    const double n = static_cast<double>(r.tokens);
+    std::printf("%-22s %-15s %-5s %6lld %10.1f %11.0f %10.1f %11.0f %6.2fx %9.2e\n",
+                "gated_delta_rule", r.shape.c_str(), r.decay.c_str(),
+                static_cast<long long>(r.tokens), r.t_chunks * 1e6, n / r.t_chunks,
+                r.t_tokens * 1e6, n / r.t_tokens, r.t_tokens / r.t_chunks, r.max_diff);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string json_path;
-  bool quick = false, fp8_only = false;
+  bool quick = false, fp8_only = false, delta_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--fp8")) fp8_only = true;
+    if (!std::strcmp(argv[i], "--delta")) delta_only = true;
   }
   auto made = fs::make_cuda_backend();
   if (!made.ok()) {
@@ -591,6 +664,21 @@ int main(int argc, char** argv) {
   std::printf("device %s, %d SMs, L2 %d MB; D2D copy %.0f GB/s (read + written, best of 5)\n",
               prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, copy * 1e-9);
   std::vector<Row> rows;
+  std::vector<DeltaRow> delta_rows;
+  // Qwen 3.8 Flash Next's GDN heads (16 key / 48 value of 128), both decays; GLM 5.3's KDA heads
+  // (64 of 128).
+  auto run_delta = [&] {
+    for (const std::int64_t S : {std::int64_t{512}, std::int64_t{4096}}) {
+      bench_delta(be, s, S, 16, 48, 128, false, delta_rows, quick);
+      bench_delta(be, s, S, 16, 48, 128, true, delta_rows, quick);
+      bench_delta(be, s, S, 64, 64, 128, true, delta_rows, quick);
+    }
+  };
+  if (delta_only) {
+    run_delta();
+    print_delta(delta_rows);
+    return be.status().ok() ? 0 : 1;
+  }
   // The released shapes: attention q+gate 24x256x2, k/v 2x256, o 6144 -> 2560; GDN qkv
   // 16x128x2 + 48x128, z 48x128, b/a 48, out 6144 -> 2560; router 512; shared expert 1280 / 640.
   struct G {
@@ -617,6 +705,7 @@ int main(int argc, char** argv) {
     bench_moe(be, s, rows, quick);
     for (const std::int64_t T : {std::int64_t{1024}, std::int64_t{16384}, std::int64_t{65536}})
       bench_context(be, s, T, rows, quick);
+    run_delta();
   }
 
   std::printf("\n%-15s %-26s %-7s %2s %10s %9s %9s %7s %9s\n", "kernel", "shape", "impl", "S", "MB",
@@ -625,6 +714,7 @@ int main(int argc, char** argv) {
     std::printf("%-15s %-26s %-7s %2d %10.2f %9.2f %9.0f %6.1f%% %9.2e\n", r.kernel.c_str(),
                 r.shape.c_str(), r.impl.c_str(), r.tokens, r.bytes * 1e-6, r.seconds * 1e6,
                 r.bytes / r.seconds * 1e-9, 100.0 * r.bytes / r.seconds / copy, r.max_diff);
+  if (!delta_rows.empty()) print_delta(delta_rows);
   if (!json_path.empty()) {
     FILE* f = std::fopen(json_path.c_str(), "w");
     if (f) {
@@ -639,6 +729,17 @@ int main(int argc, char** argv) {
                      r.kernel.c_str(), r.shape.c_str(), r.impl.c_str(), r.tokens, r.bytes,
                      r.seconds * 1e6, r.bytes / r.seconds * 1e-9, r.bytes / r.seconds / copy,
                      r.max_diff, i + 1 < rows.size() ? "," : "");
+      }
+      std::fprintf(f, "], \"delta_rule\": [\n");
+      for (std::size_t i = 0; i < delta_rows.size(); ++i) {
+        const auto& r = delta_rows[i];
+        std::fprintf(f,
+                     "  {\"shape\": \"%s\", \"decay\": \"%s\", \"tokens\": %lld, "
+                     "\"chunks_us\": %.3f, \"tokens_us\": %.3f, \"ratio\": %.3f, "
+                     "\"max_rel_diff\": %.3e}%s\n",
+                     r.shape.c_str(), r.decay.c_str(), static_cast<long long>(r.tokens),
+                     r.t_chunks * 1e6, r.t_tokens * 1e6, r.t_tokens / r.t_chunks, r.max_diff,
+                     i + 1 < delta_rows.size() ? "," : "");
       }
       std::fprintf(f, "]}\n");
       std::fclose(f);

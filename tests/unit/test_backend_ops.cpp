@@ -661,6 +661,7 @@ std::vector<Case> make_cases() {
     bool chunked;
     bool positions = false;    // gated_delta_rule_positions: also the state after every token
     bool per_channel = false;  // KDA: the log decay g is [S, Hv*dk], one per key channel
+    bool strong = false;       // g in (-5, 0) (GLM's bound) instead of (-0.3, 0]
   };
   for (const auto& c : std::vector<DeltaShape>{{70, 4, 8, 32, 32, true},
                                                {1, 4, 8, 32, 32, false},
@@ -676,17 +677,37 @@ std::vector<Case> make_cases() {
                                                {1, 4, 4, 16, 16, false, false, true},
                                                {4, 4, 4, 16, 16, false, true, true},
                                                {1, 64, 64, 128, 128, false, false, true},
-                                               {130, 64, 64, 128, 128, true, false, true}}) {
+                                               {130, 64, 64, 128, 128, true, false, true},
+                                               // The chunk kernels (from 16 tokens): lengths
+                                               // around a chunk and over several, both decays,
+                                               // Qwen's heads, GLM's, 16 and 32 state columns,
+                                               {1, 16, 48, 128, 128, true},
+                                               {64, 16, 48, 128, 128, true},
+                                               {65, 16, 48, 128, 128, true},
+                                               {300, 16, 48, 128, 128, true},
+                                               {65, 16, 48, 128, 128, true, false, true},
+                                               {300, 16, 48, 128, 128, true, false, true, true},
+                                               {1, 64, 64, 128, 128, true, false, true},
+                                               {64, 64, 64, 128, 128, true, false, true, true},
+                                               {300, 64, 64, 128, 128, true, false, true},
+                                               {300, 4, 8, 32, 32, true, false, true, true},
+                                               {65, 4, 4, 16, 16, true},
+                                               {100, 4, 4, 16, 16, true, false, true},
+                                               // over one segment of 16 chunks
+                                               {1100, 2, 4, 32, 32, true},
+                                               {1100, 4, 8, 32, 32, true, false, true, true}}) {
     const char* form = c.positions ? "positions" : c.chunked ? "chunked" : "recurrent";
     add(std::string(c.per_channel ? "kimi_delta_rule_" : "gated_delta_rule_") + form + "_S" +
-            n(c.S) + "_Hk" + n(c.Hk) + "_Hv" + n(c.Hv) + "_d" + n(c.dk),
+            n(c.S) + "_Hk" + n(c.Hk) + "_Hv" + n(c.Hv) + "_d" + n(c.dk) +
+            (c.strong ? "_strong" : ""),
         kDeltaRule, [=](Rng& rng) -> OpRun {
           auto q = random_tensor({c.S, c.Hk * c.dk}, rng),
                k = random_tensor({c.S, c.Hk * c.dk}, rng);
           auto v = random_tensor({c.S, c.Hv * c.dv}, rng);
           auto g = random_tensor({c.S, c.per_channel ? c.Hv * c.dk : c.Hv}, rng),
                beta = random_tensor({c.S, c.Hv}, rng);
-          for (auto& e : g.span()) e = -std::fabs(e) * 0.3f;  // log decay <= 0
+          for (auto& e : g.span())  // log decay <= 0
+            e = c.strong ? -5.0f / (1.0f + std::exp(-3.0f * e)) : -std::fabs(e) * 0.3f;
           for (auto& e : beta.span()) e = 1.0f / (1.0f + std::exp(-3.0f * e));
           // l2-normed q and k, q scaled by 1/sqrt(dk), as the model feeds them.
           for (auto* t : {&q, &k})
@@ -2085,6 +2106,62 @@ TEST_F(CpuOps, PerChannelDecayDeltaRule) {
   be->gated_delta_rule_recurrent(q, k, v, gc, beta, Hk, s5, o5);
   EXPECT_EQ(max_abs_diff(o4.span(), o5.span()), 0.0);
   EXPECT_EQ(max_abs_diff(s4.span(), s5.span()), 0.0);
+}
+
+// KDA's chunk form (heads above the recurrence's size on the CPU: dk = dv = 128, GLM 5.3's, and
+// an odd 72 x 80) against the recurrence: lengths around the chunk of 64, GQA 1 and 2, and a
+// strong decay (GLM's bound, g in (-5, 0): the cumulative log decay reaches -300 in a chunk, so
+// any exp(-G) would overflow) and a weak one, with some channels not decaying at all. fp32 in
+// both: within 2e-5 of the recurrence (outputs of unit size, state 0.1), and finite.
+TEST_F(CpuOps, PerChannelChunkFormEqualsRecurrent) {
+  auto rows = [&](const Tensor& t, std::int64_t a, std::int64_t n) {
+    Tensor r;
+    be->slice_rows(t, a, n, r);
+    return r;
+  };
+  auto finite = [](const Tensor& t) {
+    return std::all_of(t.span().begin(), t.span().end(), [](float e) { return std::isfinite(e); });
+  };
+  for (const auto& [dk, dv] : {std::pair<std::int64_t, std::int64_t>{128, 128}, {72, 80}})
+    for (const std::int64_t rep : {1, 2})
+      for (const bool strong : {true, false})
+        for (const std::int64_t S : {1, 63, 64, 65, 200}) {
+          if (dk != 128 && (rep != 2 || S < 64)) continue;  // the odd shape: a few cases
+          SCOPED_TRACE("dk " + std::to_string(dk) + " rep " + std::to_string(rep) +
+                       (strong ? " strong" : " weak") + " S " + std::to_string(S));
+          const std::int64_t Hv = 2, Hk = Hv / rep;
+          auto q = normal_tensor({S, Hk * dk}, rng), k = normal_tensor({S, Hk * dk}, rng);
+          const auto v = normal_tensor({S, Hv * dv}, rng);
+          auto g = normal_tensor({S, Hv * dk}, rng), beta = normal_tensor({S, Hv}, rng);
+          for (std::int64_t i = 0; i < g.numel(); ++i) {
+            float& e = g.data()[i];
+            e = strong ? -5.0f * sigmoid(2.0f * e) : -0.02f * std::fabs(e);
+            if (i % dk == 3) e = 0.0f;  // a channel that keeps its memory
+          }
+          for (auto& e : beta.span()) e = sigmoid(e);
+          be->l2_norm(q, dk, 1e-6f);
+          be->l2_norm(k, dk, 1e-6f);
+          be->scale(q, 1.0f / std::sqrt(static_cast<float>(dk)));
+          const auto init = normal_tensor({Hv, dk, dv}, rng, 0.1f);
+          Tensor s1 = init, s2 = init, o1, o2;
+          be->gated_delta_rule_chunked(q, k, v, g, beta, Hk, s1, o1);
+          be->gated_delta_rule_recurrent(q, k, v, g, beta, Hk, s2, o2);
+          EXPECT_TRUE(finite(o1) && finite(s1));
+          EXPECT_LE(max_abs_diff(o1.span(), o2.span()), 2e-5);
+          EXPECT_LE(max_abs_diff(s1.span(), s2.span()), 2e-5);
+          if (S < 65) continue;
+          // Split at 40 (chunks counted from each call's first token): the same function.
+          Tensor s3 = init, oa, ob;
+          be->gated_delta_rule_chunked(rows(q, 0, 40), rows(k, 0, 40), rows(v, 0, 40),
+                                       rows(g, 0, 40), rows(beta, 0, 40), Hk, s3, oa);
+          be->gated_delta_rule_chunked(rows(q, 40, S - 40), rows(k, 40, S - 40),
+                                       rows(v, 40, S - 40), rows(g, 40, S - 40),
+                                       rows(beta, 40, S - 40), Hk, s3, ob);
+          std::vector<float> o3(oa.span().begin(), oa.span().end());
+          o3.insert(o3.end(), ob.span().begin(), ob.span().end());
+          EXPECT_LE(max_abs_diff(o3, o2.span()), 2e-5);
+          EXPECT_LE(max_abs_diff(s3.span(), s2.span()), 2e-5);
+        }
 }
 
 // LayerNorm and the k-pool compression (GLM 5.3's DSA indexer) against direct computations.

@@ -257,6 +257,15 @@ FS_CPU_CLONES void exp_diff(float a, const float* x, float* out, std::int64_t n)
   for (std::int64_t j = 0; j < n; ++j) out[j] = exp_approx(a - x[j]);
 }
 
+FS_CPU_CLONES void mul_exp_diff(const float* x, const float* a, const float* b, float* out,
+                                std::int64_t n) {
+  if (b == nullptr) {
+    for (std::int64_t j = 0; j < n; ++j) out[j] = x[j] * exp_approx(a[j]);
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) out[j] = x[j] * exp_approx(a[j] - b[j]);
+  }
+}
+
 FS_CPU_CLONES void unit_lower_inverse64(const float* A, std::int64_t n, float* T) {
   constexpr int L = 64, V = 4;  // 4 vectors of 16 per row
   for (std::int64_t i = 0; i < L; ++i) {

@@ -56,6 +56,8 @@ void causal_conv_rows(const float* x, const float* wt, std::int64_t C, std::int6
 
 // out[j] = exp(a - x[j]) for j < n (the vectorised expf above).
 void exp_diff(float a, const float* x, float* out, std::int64_t n);
+// out[j] = x[j] * exp(a[j] - b[j]) for j < n (b null: x[j] * exp(a[j])).
+void mul_exp_diff(const float* x, const float* a, const float* b, float* out, std::int64_t n);
 
 // T = (I + A)^-1 for the unit lower-triangular I + A, A strictly lower in the first n <= 64 rows
 // of a [64][64] row-major matrix (its diagonal and upper part are not read); T is written as a

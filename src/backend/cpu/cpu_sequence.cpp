@@ -177,10 +177,116 @@ void delta_rule_chunks(const DeltaRuleHead& h, float* state) {
   }
 }
 
+// The chunked form for a per-channel decay (KDA; HF M:483-581), G the chunk's cumulative log
+// decay per key channel, G_i[x] = sum over t <= i of g_t[x]:
+//   A[i][j] = beta_i sum_x k_i[x] k_j[x] exp(G_i[x] - G_j[x]) for j < i;  T = (I + A)^-1
+//   QK[i][j] = sum_x q_i[x] k_j[x] exp(G_i[x] - G_j[x]) for j <= i, else 0
+//   [U | W] = T [beta v | beta (k o exp(G))]
+//   Vn = U - W S;  O = (Q o exp(G)) S + QK Vn
+//   S <- diag(exp(G_last)) S + (K o exp(G_last - G))^T Vn
+// The decay does not factor out of the dot products as a scalar does, and splitting
+// exp(G_i - G_j) into exp(G_i) exp(-G_j) overflows (G falls to -320 over a chunk at GLM's bound
+// of -5 per token). So the rows are taken in sub-chunks of 16 relative to the sub-chunk's first
+// row r (as FLA's chunk_kda does): for j < r, exp(G_i - G_j) = exp(G_i - G_r) exp(G_r - G_j),
+// both factors <= 1 for a log decay <= 0, and the sub-chunk's rows against all earlier ones are
+// one BLAS product; pairs inside a sub-chunk take exp(G_i - G_j) as it is. No positive exponent
+// is ever formed.
+void delta_rule_chunks_per_channel(const DeltaRuleHead& h, float* state) {
+  constexpr std::int64_t Cm = 64, Cs = 16;
+  const auto dk = h.dk, dv = h.dv, ldr = dv + dk;
+  thread_local std::vector<float> scratch;
+  const auto need =
+      static_cast<std::size_t>(3 * Cm * Cm + 2 * Cm * ldr + 3 * Cm * dk + 4 * Cs * dk);
+  if (scratch.size() < need) scratch.resize(need);
+  float* KK = scratch.data();  // [C][Cm]: A before beta
+  float* QK = KK + Cm * Cm;    // [C][Cm]
+  float* T = QK + Cm * Cm;     // [Cm][Cm]: (I + A)^-1
+  float* B = T + Cm * Cm;      // [C][dv + dk]: [beta v | beta k o exp(G)]
+  float* R = B + Cm * ldr;     // [C][dv + dk]: [U | W], then [Vn | W]
+  float* G = R + Cm * ldr;     // [C][dk]
+  float* Kr = G + Cm * dk;     // [C][dk]: k_j exp(G_r - G_j), later k_j exp(G_last - G_j)
+  float* Qe = Kr + Cm * dk;    // [C][dk]: q_i exp(G_i)
+  float* Kl = Qe + Cm * dk;    // [Cs][dk]: k_i exp(G_i - G_r), then k_i exp(G_i - G_j)
+  float* Ql = Kl + Cs * dk;    // [Cs][dk]: q_i exp(G_i - G_r), then q_i exp(G_i - G_j)
+  for (std::int64_t c0 = 0; c0 < h.tokens; c0 += Cm) {
+    const auto C = std::min(Cm, h.tokens - c0);
+    const float* K = h.k + c0 * h.ldk;
+    const float* Q = h.q + c0 * h.ldq;
+    float* O = h.out + c0 * h.ldo;
+    std::copy_n(h.g + c0 * h.ldg, dk, G);
+    for (std::int64_t i = 1; i < C; ++i) {
+      const float* gt = h.g + (c0 + i) * h.ldg;
+      for (std::int64_t x = 0; x < dk; ++x) G[i * dk + x] = G[(i - 1) * dk + x] + gt[x];
+    }
+    for (std::int64_t r = 0; r < C; r += Cs) {
+      const auto n = std::min(Cs, C - r);
+      if (r > 0) {
+        for (std::int64_t j = 0; j < r; ++j)
+          cpu::mul_exp_diff(K + j * h.ldk, G + r * dk, G + j * dk, Kr + j * dk, dk);
+        for (std::int64_t i = 0; i < n; ++i) {
+          cpu::mul_exp_diff(K + (r + i) * h.ldk, G + (r + i) * dk, G + r * dk, Kl + i * dk, dk);
+          cpu::mul_exp_diff(Q + (r + i) * h.ldq, G + (r + i) * dk, G + r * dk, Ql + i * dk, dk);
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i32(n), i32(r), i32(dk), 1.0f, Kl,
+                    i32(dk), Kr, i32(dk), 0.0f, KK + r * Cm, i32(Cm));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i32(n), i32(r), i32(dk), 1.0f, Ql,
+                    i32(dk), Kr, i32(dk), 0.0f, QK + r * Cm, i32(Cm));
+      }
+      // Column j of the sub-chunk's own pairs: rows i >= j against k_j.
+      for (auto j = r; j < r + n; ++j) {
+        const auto m = r + n - j;
+        for (std::int64_t i = 0; i < m; ++i) {
+          cpu::mul_exp_diff(K + (j + i) * h.ldk, G + (j + i) * dk, G + j * dk, Kl + i * dk, dk);
+          cpu::mul_exp_diff(Q + (j + i) * h.ldq, G + (j + i) * dk, G + j * dk, Ql + i * dk, dk);
+        }
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, i32(m), i32(dk), 1.0f, Kl, i32(dk), K + j * h.ldk,
+                    1, 0.0f, KK + j * Cm + j, i32(Cm));
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, i32(m), i32(dk), 1.0f, Ql, i32(dk), K + j * h.ldk,
+                    1, 0.0f, QK + j * Cm + j, i32(Cm));
+      }
+    }
+    for (std::int64_t i = 0; i < C; ++i) {
+      const float b = h.beta[(c0 + i) * h.ldb];
+      float* kk = KK + i * Cm;
+      for (std::int64_t j = 0; j < i; ++j) kk[j] *= b;  // the diagonal is not read (unit)
+      std::fill(QK + i * Cm + i + 1, QK + i * Cm + C, 0.0f);
+      float* row = B + i * ldr;
+      const float* vt = h.v + (c0 + i) * h.ldv;
+      for (std::int64_t x = 0; x < dv; ++x) row[x] = b * vt[x];
+      cpu::mul_exp_diff(K + i * h.ldk, G + i * dk, nullptr, row + dv, dk);
+      for (std::int64_t x = 0; x < dk; ++x) row[dv + x] *= b;
+      cpu::mul_exp_diff(Q + i * h.ldq, G + i * dk, nullptr, Qe + i * dk, dk);
+    }
+    cpu::unit_lower_inverse64(KK, C, T);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i32(C), i32(ldr), i32(C), 1.0f, T,
+                i32(Cm), B, i32(ldr), 0.0f, R, i32(ldr));
+    // Vn = U - W S, in place of U.
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i32(C), i32(dv), i32(dk), -1.0f, R + dv,
+                i32(ldr), state, i32(dv), 1.0f, R, i32(ldr));
+    // O = (Q o exp(G)) S + QK Vn.
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i32(C), i32(dv), i32(dk), 1.0f, Qe,
+                i32(dk), state, i32(dv), 0.0f, O, i32(h.ldo));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i32(C), i32(dv), i32(C), 1.0f, QK,
+                i32(Cm), R, i32(ldr), 1.0f, O, i32(h.ldo));
+    // S <- diag(exp(G_last)) S + (K o exp(G_last - G))^T Vn.
+    const float* Gl = G + (C - 1) * dk;
+    for (std::int64_t x = 0; x < dk; ++x) {
+      const float e = std::exp(Gl[x]);
+      for (std::int64_t y = 0; y < dv; ++y) state[x * dv + y] *= e;
+    }
+    for (std::int64_t j = 0; j < C; ++j)
+      cpu::mul_exp_diff(K + j * h.ldk, Gl, G + j * dk, Kr + j * dk, dk);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i32(dk), i32(dv), i32(C), 1.0f, Kr,
+                i32(dk), R, i32(ldr), 1.0f, state, i32(dv));
+  }
+}
+
 // Which form computes a head faster on a CPU. The chunk form's products carry C*(dk + dv) work
 // per token beside the recurrence's ~7*dk*dv, and the recurrence's state tile stays in L1 while
 // it is small: measured on the 2-core development VM (S = 512, 8 heads, per call), dk = dv = 32:
-// recurrence 0.5-1 ms, chunks 3.6 ms; 64: 3.8 vs 5.5 ms; 128: 26-31 vs 21 ms.
+// recurrence 0.5-1 ms, chunks 3.6 ms; 64: 3.8 vs 5.5 ms; 128: 26-31 vs 21 ms. KDA's chunk form
+// (with its per-channel exps) the same way on a loaded VM: 128 x 128 about 3.4x and 64 x 128
+// about 3x faster than the recurrence, so the same rule serves both decays.
 bool recurrence_is_cheaper(std::int64_t dk, std::int64_t dv) {
   return dk * dv <= 64 * 64;
 }
@@ -199,12 +305,13 @@ void CpuBackend::gated_delta_rule_chunked(const Tensor& q, const Tensor& k, cons
   if (d.S == 0) return;
   cpu_parallel_for(d.Hv, static_cast<double>(d.S * d.dk * d.dv * 8), [&](std::int64_t h) {
     const auto head = head_of(d, h, q, k, v, g, beta, out);
-    // A per-channel decay does not factor out of the chunk's k_i . k_j products, so KDA runs
-    // the recurrence, the same function.
-    if (d.per_channel || recurrence_is_cheaper(d.dk, d.dv)) {
-      cpu::delta_rule_recurrent_head(head, state.data() + h * d.dk * d.dv);
+    float* st = state.data() + h * d.dk * d.dv;
+    if (recurrence_is_cheaper(d.dk, d.dv)) {
+      cpu::delta_rule_recurrent_head(head, st);
+    } else if (d.per_channel) {
+      delta_rule_chunks_per_channel(head, st);
     } else {
-      delta_rule_chunks(head, state.data() + h * d.dk * d.dv);
+      delta_rule_chunks(head, st);
     }
   });
 }

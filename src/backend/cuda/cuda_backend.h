@@ -29,9 +29,15 @@
 //   weighted sum over the k experts in a fixed order); at 2+ tokens grouped GEMVs over (token,
 //   routed expert) pairs and a separate deterministic combine. Expert ids are read on the device,
 //   only routed experts' rows are read, no atomics.
-// - gated_delta_rule_chunked runs the token-sequential recurrence, the same function: a block per
-//   (value head, 32 state columns) keeps that slice of the [dk, dv] state in registers across all
-//   tokens (dk <= 256). The chunked WY kernel is a tuning step, not a correctness one.
+// - The gated delta rule: the recurrent form (and _positions, and the chunked op below 16 tokens
+//   or for heads over 128) runs token by token, a block per (value head, 32 state columns) with
+//   that slice of the [dk, dv] state in registers across all tokens (dk <= 256). From 16 tokens
+//   gated_delta_rule_chunked runs the chunked (WY) form (cuda_delta_chunks.cu): a kernel per
+//   (chunk of 64, value head) for the in-chunk products and the triangular inverse, all chunks at
+//   once, then a kernel per (value head, 16 or 32 state columns) that walks the chunks with its
+//   slice of the state in shared memory, its products on the tensor cores as 3xTF32 (fp32
+//   precision; fp32 state). FLASHSERVE_CUDA_OLD_DELTA=1 keeps it token by token
+//   (cuda_switches.h).
 // - block_sparse_attention (cuda_attention.cu): split-K over the selected keys, a block per
 //   (query, KV head, chunk) loading each K/V tile once for the query heads that share it, then a
 //   merge of the partials in a fixed order; FLASHSERVE_CUDA_OLD_ATTENTION=1 keeps the older kernel
@@ -282,9 +288,14 @@ class CudaBackend final : public Backend {
   // y[:, col0 : col0 + n] (leading dimension ldy) = x[S, in] · w[n, in]^T, all f32.
   bool sgemm(const float* x, std::int64_t S, std::int64_t in, const float* w, std::int64_t n,
              float* y, std::int64_t ldy);
+  // `chunks`: the chunked op, which takes delta_rule_chunks where delta_chunks_take says so.
   void delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                   const Tensor& beta, std::int64_t key_heads, Tensor& state, Tensor& out,
-                  Tensor* states, const char* op);
+                  Tensor* states, const char* op, bool chunks = false);
+  static bool delta_chunks_take(std::int64_t S, std::int64_t dk, std::int64_t dv);
+  // The chunk kernels on shapes delta_rule has checked (out sized); queues nothing when walking.
+  void delta_rule_chunks(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                         const Tensor& beta, std::int64_t key_heads, Tensor& state, Tensor& out);
   void run_topk(const Tensor& x, std::int64_t k, std::int64_t first, std::int64_t block,
                 Tensor& idx, Tensor* val, const char* op);
 
@@ -307,11 +318,12 @@ class CudaBackend final : public Backend {
   std::deque<Tensor> step_scratch_;  // scratch() inside a step, released at its end
   StepGraphs graphs_;
   // Pooled scratch, kept between calls so warm ops allocate nothing.
-  Tensor widened_;   // bf16 weight tiles widened to f32 for cuBLAS
-  Tensor embed_in_;  // embedding row descriptors and host-gathered rows
-  Tensor moe_act_;   // [S*k, I]
-  Tensor moe_out_;   // [S*k, H]
-  Tensor conv_tmp_;  // causal_conv1d output when y aliases x
+  Tensor widened_;       // bf16 weight tiles widened to f32 for cuBLAS
+  Tensor embed_in_;      // embedding row descriptors and host-gathered rows
+  Tensor moe_act_;       // [S*k, I]
+  Tensor moe_out_;       // [S*k, H]
+  Tensor conv_tmp_;      // causal_conv1d output when y aliases x
+  Tensor delta_chunks_;  // the chunk kernels' per-(chunk, head) W, U, QK, Qe, Kd, exp(G_last)
 };
 
 }  // namespace fs::cuda

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_switches.h"
 
 namespace fs::cuda {
 namespace {
@@ -164,7 +165,7 @@ void CudaBackend::causal_conv1d(const Tensor& x, const Weight& w, std::int64_t d
 
 void CudaBackend::delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                              const Tensor& beta, std::int64_t key_heads, Tensor& state, Tensor& out,
-                             Tensor* states, const char* op) {
+                             Tensor* states, const char* op, bool chunks) {
   if (failed() || !on_device(op, {&q, &k, &v, &g, &beta, &state})) return;
   const auto S = k.rows(), Hv = beta.cols();
   if (!check(key_heads > 0 && Hv > 0 && Hv % key_heads == 0 && k.cols() % key_heads == 0 &&
@@ -180,7 +181,12 @@ void CudaBackend::delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, 
   if (!check(&out != &v, op, "out may not be v")) return;
   if (!ensure(out, v.shape())) return;
   if (states != nullptr && !ensure(*states, {S, state.numel()})) return;
-  if (S == 0 || dv == 0 || walking()) return;
+  if (S == 0 || dv == 0) return;
+  if (chunks && delta_chunks_take(S, dk, dv) && !env_flag("FLASHSERVE_CUDA_OLD_DELTA")) {
+    delta_rule_chunks(q, k, v, g, beta, key_heads, state, out);
+    return;
+  }
+  if (walking()) return;
   float* states_data = states != nullptr ? states->data() : nullptr;
   const dim3 grid(static_cast<unsigned>(Hv), grid_for(dv, kWarp));
   const dim3 threads(kWarp, kDeltaGroups);
@@ -221,11 +227,12 @@ void CudaBackend::gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, c
   delta_rule(q, k, v, g, beta, key_heads, state, out, nullptr, "gated_delta_rule_recurrent");
 }
 
-// The same function as the chunked (WY) form, computed token by token (see cuda_backend.h).
+// The chunk kernels (cuda_delta_chunks.cu), or token by token where they do not apply (see
+// cuda_backend.h): the same function.
 void CudaBackend::gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v,
                                            const Tensor& g, const Tensor& beta,
                                            std::int64_t key_heads, Tensor& state, Tensor& out) {
-  delta_rule(q, k, v, g, beta, key_heads, state, out, nullptr, "gated_delta_rule_chunked");
+  delta_rule(q, k, v, g, beta, key_heads, state, out, nullptr, "gated_delta_rule_chunked", true);
 }
 
 void CudaBackend::gated_delta_rule_positions(const Tensor& q, const Tensor& k, const Tensor& v,
