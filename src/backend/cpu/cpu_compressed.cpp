@@ -189,7 +189,8 @@ void CpuBackend::sink_attention(const Tensor& q, const Tensor& kv, std::int64_t 
 // One product per group on a contiguous copy of its columns (the weight's rows of a group are
 // contiguous), written into the group's output columns.
 void CpuBackend::grouped_linear(const Tensor& x, const Weight& w, std::int64_t groups, Tensor& y) {
-  if (failed()) return;
+  // The groups are slices of element rows; a scaled weight's grid would need slicing too.
+  if (failed() || !check_elements(w, "grouped_linear")) return;
   const auto S = x.rows(), in = x.cols() / groups, out = w.rows() / groups;
   assert(in * groups == x.cols() && w.cols() == in && out * groups == w.rows());
   if (!ensure(y, {S, groups * out})) return;

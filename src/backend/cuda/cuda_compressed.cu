@@ -243,6 +243,8 @@ void CudaBackend::sink_attention(const Tensor& q, const Tensor& kv, std::int64_t
 void CudaBackend::grouped_linear(const Tensor& x, const Weight& w, std::int64_t groups, Tensor& y) {
   constexpr const char* kOp = "grouped_linear";
   if (failed() || !on_device(kOp, {&x}) || !on_device(kOp, w)) return;
+  // The groups are slices of plain rows; a scaled weight's grid would need slicing too.
+  if (!w.plain()) return fail(unsupported_format("cuda: grouped_linear", w, "F32/BF16 weights"));
   const auto S = x.rows(), in = groups > 0 ? x.cols() / groups : 0;
   const auto out = groups > 0 ? w.rows() / groups : 0;
   if (!check(groups > 0 && in * groups == x.cols() && w.cols() == in && out * groups == w.rows(),
