@@ -370,10 +370,10 @@ class QuantOps : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<Backend> cpu_ = make_cpu_backend();
 };
 
-// The formats the CUDA kernels decode (IQ2_XXS only on the CPU so far).
+// The formats the CUDA kernels decode: all of them.
 const std::vector<QuantType> kDeviceTypes = {
     QuantType::kF4E2M1x2, QuantType::kF8E4M3, QuantType::kQ8_0, QuantType::kQ4_K,
-    QuantType::kQ6_K,     QuantType::kQ5_K,   QuantType::kQ2_K};
+    QuantType::kQ6_K,     QuantType::kQ5_K,   QuantType::kQ2_K, QuantType::kIQ2_XXS};
 
 // The GEMV at 1-4 rows (8-lane groups for short rows, warps for long ones) and the dequantised
 // tiles + sgemm beyond.
@@ -402,7 +402,7 @@ TEST_P(QuantOps, MoeExpertsMatchDequantisedF32) {
   std::mt19937 g(32);
   const std::int64_t E = 8, k = 3;
   for (const auto t : {QuantType::kF4E2M1x2, QuantType::kQ4_K, QuantType::kQ8_0, QuantType::kQ6_K,
-                       QuantType::kF8E4M3})
+                       QuantType::kQ2_K, QuantType::kIQ2_XXS, QuantType::kF8E4M3})
     for (const auto& [S, H, I] :
          std::vector<std::array<std::int64_t, 3>>{{1, 512, 256}, {3, 256, 512}}) {
       SCOPED_TRACE(std::string(quant::quant_name(t)) + " S " + std::to_string(S));
@@ -453,17 +453,26 @@ TEST_P(QuantOps, RefusesFormatsItCannotReadByName) {
   EXPECT_FALSE(be_->status().ok());
   EXPECT_NE(be_->status().to_string().find("Q4_K"), std::string::npos) << be_->status().to_string();
   if (GetParam() == "cuda") {
-    // IQ2_XXS has no device decoder yet: linear refuses it by name.
+    // FP4 rows that end in a partial 32-block: the CPU reads them, the CUDA decoder does not.
     std::string why;
     auto fresh = backend_named("cuda", &why);
     ASSERT_TRUE(fresh);
-    const auto iq2 = random_quant(QuantType::kIQ2_XXS, {8, 512}, g);
-    const auto x2 = random_x({2, 512}, g);
-    auto w = fresh->upload(iq2.view(), DType::kBF16);
+    const auto fp4 = random_quant(QuantType::kF4E2M1x2, {8, 48}, g);
+    const auto x48 = random_x({2, 48}, g);
+    auto w = fresh->upload(fp4.view(), DType::kBF16);
     ASSERT_TRUE(w.ok()) << w.status().to_string();
-    fresh->linear(x2.to(fresh->memory()), *w, y);
-    EXPECT_NE(fresh->status().to_string().find("IQ2_XXS"), std::string::npos)
+    fresh->linear(x48.to(fresh->memory()), *w, y);
+    EXPECT_NE(fresh->status().to_string().find("F4_E2M1"), std::string::npos)
         << fresh->status().to_string();
+    // A packed table on the device is refused by embedding (host tables are read).
+    auto fresh2 = backend_named("cuda", &why);
+    ASSERT_TRUE(fresh2);
+    auto table = fresh2->upload(q4.view(), DType::kBF16);
+    ASSERT_TRUE(table.ok()) << table.status().to_string();
+    const std::vector<std::int64_t> ids = {1};
+    fresh2->embedding({&*table, 1}, ids, y);
+    EXPECT_NE(fresh2->status().to_string().find("Q4_K"), std::string::npos)
+        << fresh2->status().to_string();
   }
 }
 

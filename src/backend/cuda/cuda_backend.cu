@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
+#include "tensor/quant/iq2_xxs_grid.h"
 
 namespace fs {
 namespace cuda {
@@ -418,7 +419,28 @@ Expected<Weight> CudaBackend::upload_stored(const Weight& w) {
     src.scales.format = quant::ScaleFormat::kF32;
     src.scales.data = reinterpret_cast<const std::uint8_t*>(widened_scales.data());
   }
+  if (w.storage() == quant::QuantType::kIQ2_XXS && iq2_grid() == nullptr) return status();
   return copy_stored(src);
+}
+
+const std::uint8_t* CudaBackend::iq2_grid() {
+  const std::lock_guard lock(weights_mutex_);
+  if (iq2_grid_) return static_cast<const std::uint8_t*>(iq2_grid_.get());
+  constexpr std::size_t kBytes = sizeof(quant::kIq2XxsGrid);
+  void* dst = nullptr;
+  if (const auto e = cudaMalloc(&dst, kBytes); e != cudaSuccess) {
+    cudaGetLastError();
+    fail(out_of_range(std::string("cuda: the IQ2_XXS codebook: ") + cudaGetErrorString(e)));
+    return nullptr;
+  }
+  DeviceBuffer buffer(dst);
+  if (const auto e = cudaMemcpy(dst, quant::kIq2XxsGrid.data(), kBytes, cudaMemcpyHostToDevice);
+      e != cudaSuccess) {
+    fail(internal_error(cuda_message("the IQ2_XXS codebook", e)));
+    return nullptr;
+  }
+  iq2_grid_ = std::move(buffer);
+  return static_cast<const std::uint8_t*>(dst);
 }
 
 // The copy upload_stored makes: `w`'s bytes and scales into two device buffers.

@@ -251,6 +251,9 @@ class CudaBackend final : public Backend {
   // scales of 128x128 FP8 blocks become f32, exact, so every FP8 kernel reads one scale type).
   Expected<Weight> upload_stored(const Weight& w);
   Expected<Weight> copy_stored(const Weight& w);
+  // The IQ2_XXS codebook on the device (allocated and copied on first use; null on failure,
+  // recorded).
+  const std::uint8_t* iq2_grid();
   // y = x · W^T for a block-scaled FP8 W (cuda_linear.cu): GEMV for few rows, else widened
   // tiles and sgemm.
   void linear_fp8(const Tensor& x, const Weight& w, Tensor& y);
@@ -307,6 +310,9 @@ class CudaBackend final : public Backend {
   DeviceBuffer cublas_workspace_;
   std::mutex weights_mutex_;
   std::vector<DeviceBuffer> weights_;  // uploaded weights, alive as long as the backend
+  // IQ2_XXS's codebook (quant::kIq2XxsGrid, 2 KB) in device memory, copied there by the first
+  // IQ2_XXS upload (at load, never inside a step graph); the packed kernels read it.
+  DeviceBuffer iq2_grid_;
   HostStaging staging_;
   // Step graphs (docs/GPU.md): off unless FLASHSERVE_CUDA_GRAPHS=1 at construction (with the
   // fused decode ops eager steps are as fast and MTP rounds faster: bench/NOTES.md). mode_ says

@@ -62,17 +62,17 @@ __global__ void packed_dequantize_kernel(const std::uint8_t* w, std::int64_t row
 }
 
 template <typename F, int kS>
-void launch_packed_gemv(const float* x, const Weight& w, float* y, cudaStream_t stream) {
+void launch_packed_gemv(const float* x, const Weight& w, packed::SideData side, float* y,
+                        cudaStream_t stream) {
   const auto in = w.cols(), out = w.rows();
   const auto row_bytes = static_cast<std::int64_t>(w.row_bytes());
-  const auto scale_bytes = packed::scale_row_bytes(w);
   if (packed::short_rows(F::chunks(in)))
     packed_gemv_kernel<F, kS, 8><<<grid_for(out * 8, kGemvThreads), kGemvThreads, 0, stream>>>(
-        x, w.data, row_bytes, w.scales.data, scale_bytes, y, in, out);
+        x, w.data, row_bytes, side.base, side.row_bytes, y, in, out);
   else
     packed_gemv_kernel<F, kS, kWarp>
         <<<grid_for(out * kWarp, kGemvThreads), kGemvThreads, 0, stream>>>(
-            x, w.data, row_bytes, w.scales.data, scale_bytes, y, in, out);
+            x, w.data, row_bytes, side.base, side.row_bytes, y, in, out);
 }
 
 }  // namespace
@@ -85,7 +85,10 @@ void CudaBackend::linear_packed(const Tensor& x, const Weight& w, Tensor& y) {
   if (!packed::decodable(w))
     return fail(unsupported_format("cuda: linear", w,
                                    "F32/BF16, FP8, FP4 E2M1 in rows of whole 32-blocks and "
-                                   "Q8_0/Q2_K/Q4_K/Q5_K/Q6_K weights"));
+                                   "Q8_0/Q2_K/Q4_K/Q5_K/Q6_K/IQ2_XXS weights"));
+  const std::uint8_t* codebook = nullptr;
+  if (w.storage() == quant::QuantType::kIQ2_XXS && (codebook = iq2_grid()) == nullptr) return;
+  const auto side = packed::side_data(w, codebook);
   if (!check(&x != &y, kOp, "y may not be x")) return;
   Shape shape = x.shape();
   shape.back() = out;
@@ -105,7 +108,7 @@ void CudaBackend::linear_packed(const Tensor& x, const Weight& w, Tensor& y) {
     packed::with_format(w, [&](auto f) {
       using F = decltype(f);
       with_count<kPackedGemvRows>(S, [&](auto tokens) {
-        launch_packed_gemv<F, decltype(tokens)::value>(x.data(), w, y.data(), stream());
+        launch_packed_gemv<F, decltype(tokens)::value>(x.data(), w, side, y.data(), stream());
       });
     });
     launched(kOp);
@@ -117,14 +120,13 @@ void CudaBackend::linear_packed(const Tensor& x, const Weight& w, Tensor& y) {
   Tensor& widened = scratch(widened_);
   if (!ensure(widened, {tile, in})) return;
   const auto row_bytes = static_cast<std::int64_t>(w.row_bytes());
-  const auto scale_bytes = packed::scale_row_bytes(w);
   for (std::int64_t r0 = 0; r0 < out && !failed(); r0 += tile) {
     const auto n = std::min(tile, out - r0);
     packed::with_format(w, [&](auto f) {
       using F = decltype(f);
       packed_dequantize_kernel<F>
           <<<std::min<unsigned>(grid_for(n * F::chunks(in), 256), 8192), 256, 0, stream()>>>(
-              w.data, row_bytes, w.scales.data, scale_bytes, r0, n, in, widened.data());
+              w.data, row_bytes, side.base, side.row_bytes, r0, n, in, widened.data());
     });
     if (!launched(kOp)) return;
     sgemm(x.data(), S, in, widened.data(), n, y.data() + r0, out);

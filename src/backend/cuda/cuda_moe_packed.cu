@@ -18,7 +18,8 @@ constexpr int kPackedMoeThreads = 256;
 // Where expert e's rows of a stacked packed [E, rows, in] tensor and their scales start.
 struct PackedExperts {
   const std::uint8_t* data;
-  const std::uint8_t* scales;  // FP4's [E, rows, in/32] E8M0 bytes; null for GGUF
+  const std::uint8_t* scales;  // the side data (packed::SideData): FP4's [E, rows, in/32] E8M0
+                               // bytes, IQ2_XXS's codebook (row_bytes 0); else null
   std::int64_t rows, row_bytes, scale_row_bytes;
   __device__ __forceinline__ const std::uint8_t* row(std::int64_t e, std::int64_t r) const {
     return data + (e * rows + r) * row_bytes;
@@ -28,9 +29,10 @@ struct PackedExperts {
   }
 };
 
-PackedExperts packed_experts(const Weight& w) {
-  return {w.data, w.scales.data, w.shape[1], static_cast<std::int64_t>(w.row_bytes()),
-          packed::scale_row_bytes(w)};
+PackedExperts packed_experts(const Weight& w, const std::uint8_t* iq2_grid) {
+  const auto side = packed::side_data(w, iq2_grid);
+  return {w.data, side.base, w.shape[1], static_cast<std::int64_t>(w.row_bytes()),
+          side.row_bytes};
 }
 
 // act[p, r] = swiglu(gate_up[e] row r · x[s], gate_up[e] row I + r · x[s]), p = (s, j),
@@ -97,8 +99,13 @@ void CudaBackend::moe_experts_packed(const Tensor& x, const Weight& gate_up, con
     if (!packed::decodable(*w))
       return fail(unsupported_format("cuda: moe_experts", *w,
                                      "packed experts in FP4 E2M1 (rows of whole 32-blocks) or "
-                                     "Q8_0/Q2_K/Q4_K/Q5_K/Q6_K, both gate_up and down"));
+                                     "Q8_0/Q2_K/Q4_K/Q5_K/Q6_K/IQ2_XXS, both gate_up and down"));
   }
+  const std::uint8_t* codebook = nullptr;
+  if ((gate_up.storage() == quant::QuantType::kIQ2_XXS ||
+       down.storage() == quant::QuantType::kIQ2_XXS) &&
+      (codebook = iq2_grid()) == nullptr)
+    return;
   const auto k = experts.cols();
   if (!check(experts.dtype() == DType::kI32 && experts.rows() == S &&
                  weights.dtype() == DType::kF32 && weights.rows() == S && weights.cols() == k,
@@ -126,7 +133,7 @@ void CudaBackend::moe_experts_packed(const Tensor& x, const Weight& gate_up, con
       constexpr int kG = decltype(lanes)::value;
       const dim3 grid(static_cast<unsigned>(P), grid_for(I * kG, kPackedMoeThreads));
       moe_gate_up_packed_kernel<F, kG><<<grid, kPackedMoeThreads, 0, stream()>>>(
-          x.data(), packed_experts(gate_up), ids, k, E, H, I, swiglu_limit, act.data());
+          x.data(), packed_experts(gate_up, codebook), ids, k, E, H, I, swiglu_limit, act.data());
     });
   });
   if (!launched(kOp)) return;
@@ -136,7 +143,7 @@ void CudaBackend::moe_experts_packed(const Tensor& x, const Weight& gate_up, con
       constexpr int kG = decltype(lanes)::value;
       const dim3 grid(static_cast<unsigned>(P), grid_for(H * kG, kPackedMoeThreads));
       moe_down_packed_kernel<F, kG><<<grid, kPackedMoeThreads, 0, stream()>>>(
-          act.data(), packed_experts(down), ids, E, H, I, outp.data());
+          act.data(), packed_experts(down, codebook), ids, E, H, I, outp.data());
     });
   });
   if (!launched(kOp)) return;

@@ -32,6 +32,9 @@ bool with_format(const Weight& w, Fn&& f) {
     case quant::QuantType::kQ6_K:
       f(Q6_K{});
       return true;
+    case quant::QuantType::kIQ2_XXS:
+      f(IQ2_XXS{});
+      return true;
     default:
       return false;
   }
@@ -48,9 +51,17 @@ inline bool decodable(const Weight& w) {
   return known && whole;
 }
 
-// Bytes of one row's separate scales (FP4: one E8M0 byte per 32 inputs; GGUF: none).
-inline std::int64_t scale_row_bytes(const Weight& w) {
-  return w.block_scaled() ? w.scales.grid_cols(w.cols()) : 0;
+// The side data a format's rows read (the decoders' `load` argument): FP4's E8M0 scales, one
+// byte per 32 inputs a row; IQ2_XXS's codebook (`iq2_grid`), the same for every row; none for the
+// other GGUF types.
+struct SideData {
+  const std::uint8_t* base = nullptr;
+  std::int64_t row_bytes = 0;
+};
+inline SideData side_data(const Weight& w, const std::uint8_t* iq2_grid) {
+  if (w.storage() == quant::QuantType::kIQ2_XXS) return {iq2_grid, 0};
+  if (w.block_scaled()) return {w.scales.data, w.scales.grid_cols(w.cols())};
+  return {};
 }
 
 // Rows of many chunks take a warp, shorter ones 8 lanes (gemv_short_rows' rule, in chunks).

@@ -1,5 +1,6 @@
 // The packed weight formats as the CUDA kernels decode them, in registers (backend/weight.h):
-// FP4 E2M1 with per-32 E8M0 scales and the GGUF block types Q8_0, Q2_K, Q4_K, Q5_K, Q6_K.
+// FP4 E2M1 with per-32 E8M0 scales and the GGUF block types Q8_0, Q2_K, Q4_K, Q5_K, Q6_K and
+// IQ2_XXS.
 //
 // A row of a packed matrix is cut into chunks, the unit one thread loads and decodes at a time:
 // `load` reads a chunk's bytes (all its loads issued together, so several chunks can be in
@@ -13,14 +14,19 @@
 // bit; only the dot product's summation order differs from the CPU's sgemm.
 #pragma once
 
-#include <cuda_fp16.h>
-
 #include <cstdint>
 
 namespace fs::cuda::packed {
 
+// An f16's value, exactly (by its bits: once per block, so the integer form costs nothing, and
+// the header needs no CUDA types, which lets tests/unit/test_packed_decoders.cpp run it on the
+// host).
 __device__ __forceinline__ float f16(unsigned short h) {
-  return __half2float(__ushort_as_half(h));
+  const unsigned sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (m << 13));  // inf, NaN
+  if (e != 0) return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+  const float v = static_cast<float>(m) * 0x1p-24f;  // subnormal or zero: m * 2^-24, exact
+  return sign != 0 ? -v : v;
 }
 __device__ __forceinline__ unsigned byte_of(const uint4& v, int i) {
   const unsigned w = i < 4 ? v.x : i < 8 ? v.y : i < 12 ? v.z : v.w;
@@ -260,6 +266,56 @@ struct Q2_K {
         const unsigned byte = (r.q[n / 4] >> (8 * (n % 4))) & 0xffu;
         const unsigned q = (byte >> (2 * r.j)) & 3u;
         w[n] = __fsub_rn(__fmul_rn(dl, static_cast<float>(q)), ml);
+      }
+    }
+  }
+  __device__ __forceinline__ static std::int64_t column(std::int64_t c, int) { return 32 * c; }
+};
+
+// IQ2_XXS, 66 bytes / 256: d, then 8 groups of 8 bytes, one per 32 weights (tensor/quant/
+// iq2_xxs.cpp): four codebook indices, then a u32 of four 7-bit sign fields and a 4-bit scale s;
+// w = ±((d * (0.5 + s) * 0.25) * m). A chunk is a group (2-byte aligned: halfword loads); the
+// codebook points are read from `grid` (the 2 KB table, cached).
+struct IQ2_XXS {
+  static constexpr int kChunk = 32;
+  static constexpr int kUnroll = 4;
+  struct Raw {
+    unsigned short q[4];
+    unsigned short d;
+    const std::uint64_t* grid;
+  };
+  __host__ __device__ static std::int64_t chunks(std::int64_t in) { return in / 32; }
+  __device__ __forceinline__ static Raw load(const std::uint8_t* row, const std::uint8_t* grid,
+                                             std::int64_t c) {
+    const std::uint8_t* blk = row + (c / 8) * 66;
+    const auto* g = reinterpret_cast<const unsigned short*>(blk + 2 + 8 * (c % 8));
+    Raw r;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r.q[i] = __ldg(g + i);
+    r.d = __ldg(reinterpret_cast<const unsigned short*>(blk));
+    r.grid = reinterpret_cast<const std::uint64_t*>(grid);
+    return r;
+  }
+  __device__ __forceinline__ static void decode(const Raw& r, float (&w)[kChunk]) {
+    if (r.grid == nullptr) {  // a row that is not there (packed_rows_dot's zero Raw)
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) w[i] = 0.0f;
+      return;
+    }
+    const unsigned meta = r.q[2] | (static_cast<unsigned>(r.q[3]) << 16);
+    const float factor =
+        __fmul_rn(__fmul_rn(f16(r.d), 0.5f + static_cast<float>(meta >> 28)), 0.25f);
+#pragma unroll
+    for (int point = 0; point < 4; ++point) {
+      const unsigned index = (r.q[point / 2] >> (8 * (point % 2))) & 0xffu;
+      const std::uint64_t magnitudes = __ldg(r.grid + index);
+      const unsigned field = (meta >> (7 * point)) & 127u;
+      const unsigned signs = field | ((__popc(field) & 1u) << 7);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float v =
+            __fmul_rn(factor, static_cast<float>((magnitudes >> (8 * j)) & 0xffu));
+        w[8 * point + j] = ((signs >> j) & 1u) ? -v : v;
       }
     }
   }
