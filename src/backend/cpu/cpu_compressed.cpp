@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/weight_rows.h"
 
 namespace fs {
 namespace {
@@ -189,19 +190,17 @@ void CpuBackend::sink_attention(const Tensor& q, const Tensor& kv, std::int64_t 
 // One product per group on a contiguous copy of its columns (the weight's rows of a group are
 // contiguous), written into the group's output columns.
 void CpuBackend::grouped_linear(const Tensor& x, const Weight& w, std::int64_t groups, Tensor& y) {
-  // The groups are slices of element rows; a scaled weight's grid would need slicing too.
-  if (failed() || !check_elements(w, "grouped_linear")) return;
+  if (failed()) return;
   const auto S = x.rows(), in = x.cols() / groups, out = w.rows() / groups;
   assert(in * groups == x.cols() && w.cols() == in && out * groups == w.rows());
   if (!ensure(y, {S, groups * out})) return;
   Tensor xg, yg;
   for (std::int64_t g = 0; g < groups; ++g) {
     slice_cols(x, g * in, in, xg);
-    const Weight wg{w.dtype,
-                    {out, in},
-                    w.data + static_cast<std::size_t>(g * out * in) * dtype_size(w.dtype),
-                    w.device};
-    linear(xg, wg, yg);
+    // The group's rows in any storage (linear reads every format).
+    auto wg = weight_rows(w, g * out, out);
+    if (!wg.ok()) return fail(wg.status().with_context("cpu grouped_linear"));
+    linear(xg, *wg, yg);
     if (failed()) return;
     for (std::int64_t s = 0; s < S; ++s) std::copy_n(yg.row(s), out, y.row(s) + g * out);
   }
