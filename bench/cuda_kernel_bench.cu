@@ -6,9 +6,11 @@
 // backend's earlier kernels, chosen with FLASHSERVE_CUDA_OLD_CONTEXT=1). Prints a table and writes
 // JSON; it never passes or fails on time.
 //
-//   cuda_kernel_bench [--json PATH] [--quick] [--fp8 | --delta]
+//   cuda_kernel_bench [--json PATH] [--quick] [--fp8 | --quant | --delta]
 //
 // --fp8: only the products on block-scaled FP8 E4M3 weights (issue 15) beside their bf16 forms.
+// --quant: only the packed formats (issue 15: FP4 E2M1 + E8M0, Q8_0, Q4_K, Q5_K, Q6_K, Q2_K) in
+// the 2560 -> 10240 GEMV and DeepSeek V4-sized routed experts, beside bf16 and FP8.
 // --delta: only the gated delta rule's prefill form (gated_delta_rule_chunked at S = 512 and
 // 4096): the chunk kernels beside the token-by-token kernel, us, tokens/s and their ratio (also
 // at the end of a full run).
@@ -493,6 +495,130 @@ void bench_moe_fp8(fs::Backend& be, cudaStream_t s, std::vector<Row>& rows, bool
   if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
 }
 
+// Packed weights (backend/weight.h): random bytes (timing does not depend on them), FP4 with its
+// [out, in/32] E8M0 bytes. Bytes count the blocks and scales read.
+struct PackedFormat {
+  const char* name;
+  fs::quant::QuantType type;
+};
+const PackedFormat kPackedFormats[] = {{"fp4", fs::quant::QuantType::kF4E2M1x2},
+                                       {"q8_0", fs::quant::QuantType::kQ8_0},
+                                       {"q4_k", fs::quant::QuantType::kQ4_K},
+                                       {"q5_k", fs::quant::QuantType::kQ5_K},
+                                       {"q6_k", fs::quant::QuantType::kQ6_K},
+                                       {"q2_k", fs::quant::QuantType::kQ2_K},
+                                       {"iq2_xxs", fs::quant::QuantType::kIQ2_XXS}};
+
+struct PackedWeights {
+  DeviceBuffer data, scales;
+  std::size_t stride = 0, scale_stride = 0;
+  int copies = 1;
+  fs::quant::QuantType type{};
+  fs::Weight view(int i, fs::Shape shape) const {
+    fs::Weight w{fs::DType::kU8, std::move(shape),
+                 static_cast<const std::uint8_t*>(data.get()) + stride * static_cast<std::size_t>(i),
+                 fs::Device::kCuda};
+    w.packed = type;
+    if (type == fs::quant::QuantType::kF4E2M1x2) {
+      w.scales = {static_cast<const std::uint8_t*>(scales.get()) +
+                      scale_stride * static_cast<std::size_t>(i),
+                  fs::quant::ScaleFormat::kE8M0, 1, 32};
+    }
+    return w;
+  }
+  double bytes(const fs::Shape& shape) const { return static_cast<double>(view(0, shape).bytes() +
+                                                                          view(0, shape).scale_bytes()); }
+};
+
+PackedWeights make_packed(fs::quant::QuantType type, std::int64_t mats, std::int64_t out,
+                          std::int64_t in, std::size_t touch_bytes, cudaStream_t s,
+                          std::uint64_t seed) {
+  PackedWeights w;
+  w.type = type;
+  const fs::Weight probe = w.view(0, {mats, out, in});
+  const std::size_t bytes = probe.bytes();
+  const std::size_t sbytes =
+      type == fs::quant::QuantType::kF4E2M1x2 ? static_cast<std::size_t>(mats * out * in / 32) : 0;
+  w.stride = (bytes + 255) / 256 * 256;
+  w.scale_stride = (sbytes + 255) / 256 * 256;
+  w.copies = static_cast<int>(std::clamp<std::size_t>((touch_bytes + bytes - 1) / bytes, 1, 2048));
+  w.data = device_alloc(w.stride * static_cast<std::size_t>(w.copies));
+  fill(w.data.get(), w.stride * static_cast<std::size_t>(w.copies) / 2, true, 1.0f, seed, s);
+  if (sbytes > 0) {
+    w.scales = device_alloc(w.scale_stride * static_cast<std::size_t>(w.copies));
+    fill(w.scales.get(), w.scale_stride * static_cast<std::size_t>(w.copies) / 2, true, 1.0f,
+         seed + 1, s);
+  }
+  return w;
+}
+
+void bench_gemv_packed(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t out,
+                       const PackedFormat& f, const std::string& name, std::vector<Row>& rows) {
+  auto w = make_packed(f.type, 1, out, in, std::size_t{1} << 30, s, 41);
+  const double wbytes = w.bytes({out, in});
+  const int n = std::max(w.copies, 16);
+  for (int S = 1; S <= 4; ++S) {
+    fs::Tensor x = be.new_tensor({S, in});
+    fill(x.raw(), static_cast<std::size_t>(S * in), false, 1.0f, 99 + S, s);
+    fs::Tensor y;
+    be.linear(x, w.view(0, {out, in}), y);  // eagerly once: IQ2_XXS's codebook goes to the device
+    const double t = time_calls(s, n, [&](int i) {
+      be.linear(x, w.view(i % w.copies, {out, in}), y);
+    });
+    rows.push_back({name, std::to_string(in) + "->" + std::to_string(out) + " " + f.name, f.name,
+                    S, wbytes, t, 0});
+  }
+  if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
+}
+
+// DeepSeek V4-sized routed experts (E256 k6 H4096 I2048: the FP4 release's expert shape) on one
+// packed format, 1-4 tokens, a fresh random routing per call.
+void bench_moe_packed(fs::Backend& be, cudaStream_t s, const PackedFormat& f,
+                      std::vector<Row>& rows, bool quick) {
+  constexpr std::int64_t E = 256, K = 6, H = 4096, I = 2048;
+  auto gate_up = make_packed(f.type, E, 2 * I, H, 0, s, 51);
+  auto down = make_packed(f.type, E, H, I, 0, s, 57);
+  const fs::Weight gu = gate_up.view(0, {E, 2 * I, H}), dn = down.view(0, {E, H, I});
+  const double per_expert = (gate_up.bytes({E, 2 * I, H}) + down.bytes({E, H, I})) / E;
+  const int calls = quick ? 8 : 32;
+  std::mt19937 rng(4321);
+  for (int S = 1; S <= 4; ++S) {
+    std::vector<fs::Tensor> ids, wts;
+    double distinct_total = 0;
+    for (int c = 0; c < calls; ++c) {
+      std::vector<std::int32_t> id(static_cast<std::size_t>(S * K));
+      std::vector<float> wt(id.size());
+      std::vector<std::int32_t> all(E);
+      std::vector<bool> seen(E);
+      for (int t = 0; t < S; ++t) {
+        std::iota(all.begin(), all.end(), 0);
+        std::shuffle(all.begin(), all.end(), rng);
+        for (int j = 0; j < K; ++j) {
+          id[static_cast<std::size_t>(t * K + j)] = all[static_cast<std::size_t>(j)];
+          wt[static_cast<std::size_t>(t * K + j)] = 1.0f / K;
+          seen[static_cast<std::size_t>(all[static_cast<std::size_t>(j)])] = true;
+        }
+      }
+      distinct_total += static_cast<double>(std::count(seen.begin(), seen.end(), true));
+      fs::Tensor hi = fs::Tensor(fs::host_memory(), {S, K}, fs::DType::kI32);
+      std::memcpy(hi.raw(), id.data(), id.size() * sizeof(std::int32_t));
+      ids.push_back(hi.to(be.memory()));
+      wts.push_back(fs::Tensor({S, K}, wt).to(be.memory()));
+    }
+    fs::Tensor x = be.new_tensor({S, H});
+    fill(x.raw(), static_cast<std::size_t>(S * H), false, 1.0f, 7 + S, s);
+    fs::Tensor y;
+    be.moe_experts(x, gu, dn, ids[0], wts[0], 0, y);  // eagerly once (as bench_gemv_packed)
+    const double t = time_calls(s, calls, [&](int i) {
+      be.moe_experts(x, gu, dn, ids[static_cast<std::size_t>(i)], wts[static_cast<std::size_t>(i)],
+                     0, y);
+    });
+    rows.push_back({"moe_experts", std::string("E256 k6 H4096 I2048 ") + f.name, f.name, S,
+                    distinct_total / calls * per_expert, t, 0});
+  }
+  if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
+}
+
 // The QSA decode path at context T (block 4, indexer 4 heads of 128, budget 2048 = top 512
 // blocks; attention 24 query / 2 KV heads of 256) for 1-4 query rows: index_scores over the T/4
 // block keys, select_blocks over those scores, block_sparse_attention over the picks plus the
@@ -642,11 +768,12 @@ void print_delta(const std::vector<DeltaRow>& rows) {
 
 int main(int argc, char** argv) {
   std::string json_path;
-  bool quick = false, fp8_only = false, delta_only = false;
+  bool quick = false, fp8_only = false, quant_only = false, delta_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--fp8")) fp8_only = true;
+    if (!std::strcmp(argv[i], "--quant")) quant_only = true;
     if (!std::strcmp(argv[i], "--delta")) delta_only = true;
   }
   auto made = fs::make_cuda_backend();
@@ -690,7 +817,16 @@ int main(int argc, char** argv) {
                                 {"gdn_ba", 2560, 48},           {"router", 2560, 512},
                                 {"shared_gate_up", 2560, 1280}, {"shared_down", 640, 2560},
                                 {"o_proj", 6144, 2560},         {"lm_head", 2560, 248320}};
-  if (fp8_only) {
+  if (quant_only) {
+    // The decode GEMV on each packed format beside bf16 and FP8, then the routed experts.
+    bench_gemv(be, s, 2560, 10240, true, "gdn_qkv", rows);
+    bench_gemv_fp8(be, s, 2560, 10240, "gdn_qkv", rows);
+    for (const auto& f : kPackedFormats) bench_gemv_packed(be, s, 2560, 10240, f, "gdn_qkv", rows);
+    for (const auto& f : kPackedFormats)
+      if (f.type == fs::quant::QuantType::kF4E2M1x2 || f.type == fs::quant::QuantType::kQ4_K ||
+          f.type == fs::quant::QuantType::kIQ2_XXS || !quick)
+        bench_moe_packed(be, s, f, rows, quick);
+  } else if (fp8_only) {
     // The FP8 products beside their bf16 forms (the projections convert --quantize fp8 writes;
     // the router and lm_head stay bf16).
     for (const auto& g : gemvs) {

@@ -19,8 +19,11 @@ std::string gb(std::uint64_t bytes) {
 std::uint64_t device_bytes(const Weight& w, DType dtype) {
   const auto n = static_cast<std::uint64_t>(w.numel());
   if (w.dtype == DType::kI32 || w.dtype == DType::kI64) return n * 4;
-  // Block-scaled FP8 stays as stored (codes and scales), whatever `dtype` asks.
-  if (w.block_scaled()) return w.bytes() + w.scale_bytes();
+  // Block-scaled and packed weights stay as stored (codes or blocks, and scales), whatever
+  // `dtype` asks; E8M0 scales of 128x128 FP8 blocks become f32 on a device (upload_stored).
+  if (w.block_scaled() && !w.is_packed() && w.scales.format == quant::ScaleFormat::kE8M0)
+    return w.bytes() + w.scale_bytes() * sizeof(float);
+  if (w.block_scaled() || w.is_packed()) return w.bytes() + w.scale_bytes();
   return n * (w.shape.size() >= 2 ? dtype_size(dtype) : 4);
 }
 

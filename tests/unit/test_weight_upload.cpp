@@ -79,6 +79,18 @@ TEST(WeightUpload, DeviceBytesFollowUploadsRules) {
   fp8.scales.data = reinterpret_cast<const std::uint8_t*>(v.data());
   EXPECT_EQ(device_bytes(fp8, DType::kBF16), 120'000u + 2 * 6 * 4);
   EXPECT_EQ(device_bytes(fp8, DType::kF32), 120'000u + 2 * 6 * 4);
+  // E8M0 scales (DeepSeek V4) become f32 on a device: 4 bytes a block there.
+  fp8.scales.format = quant::ScaleFormat::kE8M0;
+  EXPECT_EQ(device_bytes(fp8, DType::kBF16), 120'000u + 2 * 6 * 4);
+  // Packed formats stay as stored: Q4_K rows of whole 144-byte blocks, FP4 with its per-32 E8M0
+  // bytes ([4, 64]: 32 bytes and 2 scales a row).
+  Weight q4{DType::kU8, {3, 512}, codes.data()};
+  q4.packed = quant::QuantType::kQ4_K;
+  EXPECT_EQ(device_bytes(q4, DType::kBF16), 3u * 2 * 144);
+  Weight fp4{DType::kU8, {4, 64}, codes.data()};
+  fp4.packed = quant::QuantType::kF4E2M1x2;
+  fp4.scales = {codes.data(), quant::ScaleFormat::kE8M0, 1, 32};
+  EXPECT_EQ(device_bytes(fp4, DType::kF32), 4u * 32 + 4 * 2);
 }
 
 TEST(WeightUpload, ARepeatIsUploadedOnceAndAViewOfFewerRowsIsNot) {

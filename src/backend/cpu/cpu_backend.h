@@ -123,6 +123,9 @@ class CpuBackend final : public Backend {
  private:
   // A vector op's weight must be an f32 host vector (`upload` makes one); false (recorded) if not.
   bool check_vector(const Weight& w, const char* op);
+  // An op that reads a matrix's elements (F32, BF16 or F16; no scales, not packed): false
+  // (recorded, naming the format) otherwise.
+  bool check_elements(const Weight& w, const char* op);
   // Records an invalid-argument failure naming `op` unless ok.
   bool check(bool ok, const char* op, const char* what);
 

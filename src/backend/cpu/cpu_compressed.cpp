@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/weight_rows.h"
 
 namespace fs {
 namespace {
@@ -196,11 +197,10 @@ void CpuBackend::grouped_linear(const Tensor& x, const Weight& w, std::int64_t g
   Tensor xg, yg;
   for (std::int64_t g = 0; g < groups; ++g) {
     slice_cols(x, g * in, in, xg);
-    const Weight wg{w.dtype,
-                    {out, in},
-                    w.data + static_cast<std::size_t>(g * out * in) * dtype_size(w.dtype),
-                    w.device};
-    linear(xg, wg, yg);
+    // The group's rows in any storage (linear reads every format).
+    auto wg = weight_rows(w, g * out, out);
+    if (!wg.ok()) return fail(wg.status().with_context("cpu grouped_linear"));
+    linear(xg, *wg, yg);
     if (failed()) return;
     for (std::int64_t s = 0; s < S; ++s) std::copy_n(yg.row(s), out, y.row(s) + g * out);
   }

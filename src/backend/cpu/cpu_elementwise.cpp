@@ -273,17 +273,10 @@ void CpuBackend::embedding(std::span<const Weight> shards, std::span<const std::
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const auto& w = shards[static_cast<std::size_t>(ids[i] / per_shard)];
     const auto row = ids[i] % per_shard;
-    if (w.block_scaled()) {
-      // FP8 rows with their block scales (the quant module's row dequantiser).
-      auto st = quant::dequantize_row(
-          w.scaled_matrix(), row,
-          {out.row(static_cast<std::int64_t>(i)), static_cast<std::size_t>(cols)});
-      if (!st.ok()) return fail(st.with_context("cpu embedding"));
-      continue;
-    }
-    const auto esize = dtype_size(w.dtype);
-    convert_to_f32(w.dtype, w.data + static_cast<std::size_t>(row * cols) * esize,
-                   out.row(static_cast<std::int64_t>(i)), static_cast<std::size_t>(cols));
+    // Every format through the quant module's row dequantiser (plain rows are a conversion).
+    auto st = w.dequantize_row(
+        row, {out.row(static_cast<std::int64_t>(i)), static_cast<std::size_t>(cols)});
+    if (!st.ok()) return fail(st.with_context("cpu embedding"));
   }
 }
 
@@ -320,7 +313,7 @@ void CpuBackend::add_scaled_streams(Tensor& h, const Tensor& y, const Tensor& w)
 }
 void CpuBackend::stream_mix(const Tensor& xn, const Tensor& u, const Weight& up,
                             std::int64_t streams, Tensor& out) {
-  if (failed()) return;
+  if (failed() || !check_elements(up, "stream_mix")) return;
   const auto SW = xn.cols(), rank = u.cols(), W = SW / streams;
   assert(up.rows() == SW && up.cols() == rank && u.rows() == xn.rows() &&
          up.device == Device::kHost);

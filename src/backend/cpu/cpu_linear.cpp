@@ -1,9 +1,9 @@
 // Dense products on OpenBLAS. f32 weights are read in place from the checkpoint mapping; bf16
 // weights are widened in tiles of at most 1 MiB (exact: bf16 -> f32 is a shift) into a
 // thread-local scratch buffer, then multiplied, so the CPU path never doubles the weight memory.
-// Block-scaled FP8 weights take the same tiles, each row dequantised by quant::dequantize_row
-// (e4m3 * its block's f32 scale), so a product equals the f32 product with the matrix
-// dequantised whole.
+// Block-scaled FP8/FP4 and the GGUF block types take the same tiles, each row dequantised by the
+// quant module (Weight::dequantize_row: e4m3 * its block's scale, a GGUF block by its definition),
+// so a product equals the f32 product with the matrix dequantised whole.
 // Also: `upload`, and the routed experts of a MoE (a product per expert).
 #include <cblas.h>
 
@@ -47,6 +47,15 @@ Expected<Weight> CpuBackend::upload(const Weight& w, DType matrix_dtype) {
                             " memory");
   // Index tables (DeepSeek V4's tid2eid) are read as they are stored, int32 or int64.
   if (w.dtype == DType::kI32 || w.dtype == DType::kI64) return w;
+  // Packed and block-scaled matrices stay as stored: `linear`, `moe_experts` and `embedding`
+  // dequantise their rows as they go; the other ops refuse them by name.
+  if (w.is_packed() || w.block_scaled()) {
+    if (auto st = w.check_storage(); !st.ok()) return st.with_context("cpu upload");
+    if (w.shape.size() < 2)
+      return unsupported("cpu upload: a " + w.format_name() + " vector of shape " +
+                         shape_to_string(w.shape) + " (vectors are F32, BF16 or F16)");
+    return w;
+  }
   if (matrix_dtype != DType::kF32 && matrix_dtype != DType::kBF16)
     return invalid_argument("cpu backend: matrices are stored as F32 or BF16, not " +
                             std::string(dtype_name(matrix_dtype)));
@@ -87,10 +96,16 @@ Expected<Weight> CpuBackend::upload(const Weight& w, DType matrix_dtype) {
 }
 
 bool CpuBackend::check_vector(const Weight& w, const char* op) {
-  if (w.dtype == DType::kF32 && w.device == Device::kHost) return true;
+  if (w.dtype == DType::kF32 && !w.is_packed() && w.device == Device::kHost) return true;
   fail(invalid_argument(std::string("cpu backend: ") + op + " needs an f32 host vector, got " +
-                        std::string(dtype_name(w.dtype)) + " in " + device_name(w.device) +
+                        w.format_name() + " in " + device_name(w.device) +
                         " memory (upload it first)"));
+  return false;
+}
+
+bool CpuBackend::check_elements(const Weight& w, const char* op) {
+  if (!w.is_packed() && !w.block_scaled() && dtype_is_float(w.dtype)) return true;
+  fail(unsupported_format(std::string("cpu backend: ") + op, w, "F32/BF16/F16 weights"));
   return false;
 }
 
@@ -110,13 +125,15 @@ void CpuBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
   const bool in_place =
       w.dtype == DType::kF32 && reinterpret_cast<std::uintptr_t>(w.data) % alignof(float) == 0;
   const auto esize = dtype_size(w.dtype);
-  const bool scaled = w.block_scaled();
-  if (scaled && w.shape.size() != 2)
-    return fail(invalid_argument("cpu linear: a block-scaled weight must be a 2-D matrix, not " +
-                                 shape_to_string(w.shape)));
-  const quant::ScaledMatrix matrix = scaled ? w.scaled_matrix() : quant::ScaledMatrix{};
-  if (scaled) {
-    if (auto st = quant::validate(matrix); !st.ok()) return fail(st.with_context("cpu linear"));
+  // Scaled or packed rows go through the quant module's dequantiser, the others are converted.
+  const bool decode = w.block_scaled() || w.is_packed();
+  if (decode && w.shape.size() != 2)
+    return fail(invalid_argument("cpu linear: a " + w.format_name() +
+                                 " weight must be a 2-D matrix, not " + shape_to_string(w.shape)));
+  if (decode) {
+    if (auto st = w.check_storage(); !st.ok()) return fail(st.with_context("cpu linear"));
+  } else if (!dtype_is_float(w.dtype)) {
+    return fail(unsupported_format("cpu linear", w, "float weights"));
   }
   const auto tile_rows = std::max(kTileRows, kTileFloats / std::max<std::int64_t>(in, 1));
   // Weight rows [n0, n1) times rows [r0, r1) of x.
@@ -126,12 +143,11 @@ void CpuBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
     for (auto t0 = n0; t0 < n1; t0 += tile_rows) {
       const auto n = std::min(tile_rows, n1 - t0);
       tile.resize(static_cast<std::size_t>(n * in));
-      if (scaled) {
-        // FP8 with block scales: each row by the quant module's row dequantiser (the reference).
+      if (decode) {
         for (std::int64_t r = 0; r < n; ++r) {
           auto row = std::span<float>(tile).subspan(static_cast<std::size_t>(r * in),
                                                     static_cast<std::size_t>(in));
-          if (auto st = quant::dequantize_row(matrix, t0 + r, row); !st.ok()) {
+          if (auto st = w.dequantize_row(t0 + r, row); !st.ok()) {
             const std::lock_guard lock(owned_mutex_);
             fail(st.with_context("cpu linear"));
             return;

@@ -15,7 +15,7 @@ namespace fs {
 
 void CpuBackend::causal_conv1d(const Tensor& x, const Weight& w, std::int64_t dilation,
                                Tensor& tail, Tensor& y) {
-  if (failed()) return;
+  if (failed() || !check_elements(w, "causal_conv1d")) return;
   const auto S = x.rows(), C = x.cols(), K = w.cols();
   const auto L = (K - 1) * dilation;
   assert(tail.rows() == L && tail.cols() == C && w.rows() == C && w.device == Device::kHost);

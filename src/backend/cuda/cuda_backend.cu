@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
+#include "tensor/quant/iq2_xxs_grid.h"
 
 namespace fs {
 namespace cuda {
@@ -382,7 +383,11 @@ bool CudaBackend::on_device(const char* op, std::initializer_list<const Tensor*>
   return true;
 }
 
-bool CudaBackend::on_device(const char* op, const Weight& w) {
+bool CudaBackend::on_device(const char* op, const Weight& w, bool packed_ok) {
+  if (w.is_packed() && !packed_ok) {
+    fail(unsupported_format(std::string("cuda: ") + op, w, "F32/BF16 or FP8 weights"));
+    return false;
+  }
   if (w.device == Device::kCuda && (w.data != nullptr || w.numel() == 0)) return true;
   fail(invalid_argument(std::string("cuda: ") + op +
                         ": the weight was not uploaded to the device (Backend::upload)"));
@@ -396,12 +401,59 @@ bool CudaBackend::check(bool ok, const char* op, const char* what) {
 
 // --- upload --------------------------------------------------------------------------------------
 
-// A block-scaled FP8 weight keeps its stored bytes on the device (the kernels decode them), and
-// its scales beside it: two buffers, nothing widened.
-Expected<Weight> CudaBackend::upload_block_scaled(const Weight& w) {
-  if (w.dtype != DType::kF8E4M3 || w.scales.format != quant::ScaleFormat::kF32 ||
-      w.scales.block_rows != 128 || w.scales.block_cols != 128)
-    return unsupported("cuda upload: block-scaled weights are F8_E4M3 with 128x128 f32 scales");
+// A block-scaled or packed weight keeps its stored bytes on the device (the kernels decode
+// them), and its scales beside it: two buffers, nothing widened. E8M0 scales of 128x128 FP8
+// blocks are widened to f32 on the way (2^(e-127) is exact in f32, and the grid is 1/16384 of
+// the weights), so the FP8 kernels read one scale type; FP4's per-32 E8M0 scales stay bytes.
+Expected<Weight> CudaBackend::upload_stored(const Weight& w) {
+  if (auto st = w.check_storage(); !st.ok()) return st.with_context("cuda upload");
+  const bool fp8 = !w.is_packed() && w.dtype == DType::kF8E4M3;
+  const bool fp4 = w.storage() == quant::QuantType::kF4E2M1x2;
+  if (fp8 && (w.scales.block_rows != 128 || w.scales.block_cols != 128))
+    return unsupported("cuda upload: " + w.format_name() + " weights (FP8 needs 128x128 blocks)");
+  if (fp4 && (w.scales.format != quant::ScaleFormat::kE8M0 || w.scales.block_rows != 1 ||
+              w.scales.block_cols != 32))
+    return unsupported("cuda upload: " + w.format_name() +
+                       " weights (FP4 needs 1x32 E8M0 scales)");
+  if (!fp8 && !w.is_packed())
+    return unsupported("cuda upload: " + w.format_name() + " weights");
+  std::vector<float> widened_scales;
+  Weight src = w;
+  if (fp8 && w.scales.format == quant::ScaleFormat::kE8M0) {
+    if (w.device != Device::kHost)
+      return unsupported("cuda upload: " + w.format_name() + " weights already on the device");
+    widened_scales.resize(w.scale_bytes());
+    for (std::size_t i = 0; i < widened_scales.size(); ++i)
+      widened_scales[i] = quant::e8m0_to_f32(w.scales.data[i]);
+    src.scales.format = quant::ScaleFormat::kF32;
+    src.scales.data = reinterpret_cast<const std::uint8_t*>(widened_scales.data());
+  }
+  if (w.storage() == quant::QuantType::kIQ2_XXS && iq2_grid() == nullptr) return status();
+  return copy_stored(src);
+}
+
+const std::uint8_t* CudaBackend::iq2_grid() {
+  const std::lock_guard lock(weights_mutex_);
+  if (iq2_grid_) return static_cast<const std::uint8_t*>(iq2_grid_.get());
+  constexpr std::size_t kBytes = sizeof(quant::kIq2XxsGrid);
+  void* dst = nullptr;
+  if (const auto e = cudaMalloc(&dst, kBytes); e != cudaSuccess) {
+    cudaGetLastError();
+    fail(out_of_range(std::string("cuda: the IQ2_XXS codebook: ") + cudaGetErrorString(e)));
+    return nullptr;
+  }
+  DeviceBuffer buffer(dst);
+  if (const auto e = cudaMemcpy(dst, quant::kIq2XxsGrid.data(), kBytes, cudaMemcpyHostToDevice);
+      e != cudaSuccess) {
+    fail(internal_error(cuda_message("the IQ2_XXS codebook", e)));
+    return nullptr;
+  }
+  iq2_grid_ = std::move(buffer);
+  return static_cast<const std::uint8_t*>(dst);
+}
+
+// The copy upload_stored makes: `w`'s bytes and scales into two device buffers.
+Expected<Weight> CudaBackend::copy_stored(const Weight& w) {
   Weight out = w;
   out.device = Device::kCuda;
   const std::size_t sizes[2] = {w.bytes(), w.scale_bytes()};
@@ -473,7 +525,7 @@ Expected<Weight> CudaBackend::upload_index_table(const Weight& w) {
 }
 
 Expected<Weight> CudaBackend::upload(const Weight& w, DType matrix_dtype) {
-  if (w.block_scaled() && w.numel() > 0) return upload_block_scaled(w);
+  if ((w.block_scaled() || w.is_packed()) && w.numel() > 0) return upload_stored(w);
   if (w.dtype == DType::kI32 || w.dtype == DType::kI64) return upload_index_table(w);
   const DType target = w.shape.size() >= 2 ? matrix_dtype : DType::kF32;
   if (target != DType::kF32 && target != DType::kBF16)
@@ -572,11 +624,14 @@ void CudaBackend::embedding(std::span<const Weight> shards, std::span<const std:
   if (n == 0 || cols == 0) return;
   if (!check(per_shard > 0, kOp, "the table shards have no rows")) return;
   for (const auto& w : shards) {
-    if (!check(w.cols() == cols && !w.block_scaled() &&
+    // Packed and block-scaled tables are read on the host (each row dequantised into the
+    // staging, as the CPU backend computes it): the PLE table stays memory-mapped there.
+    if (w.device == Device::kCuda && !w.plain())
+      return fail(unsupported_format("cuda: embedding", w,
+                                     "F32/BF16 device shards; other formats from host shards"));
+    if (!check(w.cols() == cols &&
                    (w.dtype == DType::kF32 || w.dtype == DType::kBF16 || w.device == Device::kHost),
-               kOp,
-               "shards differ in width, are block-scaled FP8, or a device shard is neither F32 "
-               "nor BF16"))
+               kOp, "shards differ in width, or a device shard is neither F32 nor BF16"))
       return;
     if (!check(w.data != nullptr, kOp, "a shard has no data")) return;
   }
@@ -612,8 +667,12 @@ void CudaBackend::embedding(std::span<const Weight> shards, std::span<const std:
       d.bf16 = w.dtype == DType::kBF16 ? 1 : 0;
       continue;
     }
-    const bool keep = w.dtype == DType::kBF16 || w.dtype == DType::kF32;
-    if (keep) {
+    const bool keep = w.plain();
+    if (w.is_packed() || w.block_scaled()) {
+      auto st = w.dequantize_row(row, {reinterpret_cast<float*>(staging + offset),
+                                       static_cast<std::size_t>(cols)});
+      if (!st.ok()) return fail(st.with_context("cuda: embedding"));
+    } else if (keep) {
       std::memcpy(staging + offset, src, static_cast<std::size_t>(cols) * esize);
     } else {
       convert_to_f32(w.dtype, src, reinterpret_cast<float*>(staging + offset),

@@ -253,10 +253,24 @@ class CudaBackend final : public Backend {
 
  private:
   explicit CudaBackend(std::shared_ptr<CudaMemory> memory) noexcept;
-  Expected<Weight> upload_block_scaled(const Weight& w);
+  // A block-scaled or packed weight as stored (its bytes and its scales, two buffers; E8M0
+  // scales of 128x128 FP8 blocks become f32, exact, so every FP8 kernel reads one scale type).
+  Expected<Weight> upload_stored(const Weight& w);
+  Expected<Weight> copy_stored(const Weight& w);
+  // The IQ2_XXS codebook on the device (allocated and copied on first use; null on failure,
+  // recorded).
+  const std::uint8_t* iq2_grid();
   // y = x · W^T for a block-scaled FP8 W (cuda_linear.cu): GEMV for few rows, else widened
   // tiles and sgemm.
   void linear_fp8(const Tensor& x, const Weight& w, Tensor& y);
+  // The same for a packed W (FP4 E2M1 + E8M0, GGUF blocks; cuda_linear_packed.cu): the packed
+  // GEMV for up to 4 rows, else tiles dequantised into the pooled scratch and sgemm.
+  void linear_packed(const Tensor& x, const Weight& w, Tensor& y);
+  // The routed experts with packed gate_up/down (cuda_moe_packed.cu): per (token, expert) pair
+  // the packed GEMV core, then the combine in the CPU's order.
+  void moe_experts_packed(const Tensor& x, const Weight& gate_up, const Weight& down,
+                          const Tensor& experts, const Tensor& weights, float swiglu_limit,
+                          Tensor& y);
 
   cudaStream_t stream() const { return cuda_memory_->stream(); }
   // Records "cuda: <op>: <error>" when the last launch failed; true when it did not.
@@ -264,7 +278,9 @@ class CudaBackend final : public Backend {
   bool cublas_ok(cublasStatus_t s, const char* op);
   // Records a failure unless every tensor lives in device memory / `w` was uploaded.
   bool on_device(const char* op, std::initializer_list<const Tensor*> tensors);
-  bool on_device(const char* op, const Weight& w);
+  // A packed weight is refused (naming its format) unless `packed_ok`: only the ops that decode
+  // packed formats pass it, so every other op fails clearly instead of misreading the bytes.
+  bool on_device(const char* op, const Weight& w, bool packed_ok = false);
   // Ends the open step; launches its graph when `run` and nothing failed.
   void end_step_graph(bool run);
   // Inside a replay's walk: an op does its host work (checks, outputs, step_scalar, staging) and
@@ -305,6 +321,9 @@ class CudaBackend final : public Backend {
   DeviceBuffer cublas_workspace_;
   std::mutex weights_mutex_;
   std::vector<DeviceBuffer> weights_;  // uploaded weights, alive as long as the backend
+  // IQ2_XXS's codebook (quant::kIq2XxsGrid, 2 KB) in device memory, copied there by the first
+  // IQ2_XXS upload (at load, never inside a step graph); the packed kernels read it.
+  DeviceBuffer iq2_grid_;
   HostStaging staging_;
   // Step graphs (docs/GPU.md): off unless FLASHSERVE_CUDA_GRAPHS=1 at construction (with the
   // fused decode ops eager steps are as fast and MTP rounds faster: bench/NOTES.md). mode_ says

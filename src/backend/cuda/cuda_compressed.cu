@@ -4,6 +4,7 @@
 // kernels (a block per row, window, query head); softmax normalisers in double as the CPU. They
 // run eagerly (DeepSeek V4 records no step graphs yet).
 #include "backend/cuda/cuda_backend.h"
+#include "backend/weight_rows.h"
 #include "backend/cuda/cuda_common.h"
 
 namespace fs::cuda {
@@ -242,7 +243,7 @@ void CudaBackend::sink_attention(const Tensor& q, const Tensor& kv, std::int64_t
 // One product per group on a contiguous copy of its columns, copied into the group's columns.
 void CudaBackend::grouped_linear(const Tensor& x, const Weight& w, std::int64_t groups, Tensor& y) {
   constexpr const char* kOp = "grouped_linear";
-  if (failed() || !on_device(kOp, {&x}) || !on_device(kOp, w)) return;
+  if (failed() || !on_device(kOp, {&x}) || !on_device(kOp, w, /*packed_ok=*/true)) return;
   const auto S = x.rows(), in = groups > 0 ? x.cols() / groups : 0;
   const auto out = groups > 0 ? w.rows() / groups : 0;
   if (!check(groups > 0 && in * groups == x.cols() && w.cols() == in && out * groups == w.rows(),
@@ -253,11 +254,10 @@ void CudaBackend::grouped_linear(const Tensor& x, const Weight& w, std::int64_t 
   Tensor xg, yg;
   for (std::int64_t g = 0; g < groups; ++g) {
     slice_cols(x, g * in, in, xg);
-    const Weight wg{w.dtype,
-                    {out, in},
-                    w.data + static_cast<std::size_t>(g * out * in) * dtype_size(w.dtype),
-                    w.device};
-    linear(xg, wg, yg);
+    // The group's rows in any storage (linear reads every format it can, refusing the rest).
+    auto wg = weight_rows(w, g * out, out);
+    if (!wg.ok()) return fail(wg.status().with_context("cuda: grouped_linear"));
+    linear(xg, *wg, yg);
     if (failed()) return;
     const auto row = static_cast<std::size_t>(out) * sizeof(float);
     if (cudaMemcpy2DAsync(y.data() + g * out, static_cast<std::size_t>(groups) * row, yg.data(),

@@ -531,7 +531,7 @@ bool fp8_matrix(const Weight& w) {
 // all bf16, or all block-scaled FP8).
 bool chunked(DType dtype, const void* x, std::initializer_list<const Weight*> ws, std::int64_t in) {
   for (const Weight* w : ws) {
-    if (w->dtype != dtype) return false;
+    if (w->dtype != dtype || w->is_packed()) return false;
     if (dtype == DType::kF8E4M3 ? !fp8_matrix(*w) || !vec_ok<e4m3_bits>(x, w->data, in)
         : dtype == DType::kBF16 ? !vec_ok<bf16_bits>(x, w->data, in)
                                 : !vec_ok<float>(x, w->data, in))

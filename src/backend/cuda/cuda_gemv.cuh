@@ -6,6 +6,7 @@
 #pragma once
 
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_packed_formats.cuh"
 
 namespace fs::cuda {
 
@@ -206,6 +207,52 @@ __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float
                                          float (&acc)[kR][kS]) {
   static_assert(!WeightChunk<T, kVec>::kScaled, "block-scaled weights need their scale rows");
   rows_dot<T, kVec, kS, kR, kG, kU, kSameX>(rows, xs, nullptr, x_stride, chunks, lane, acc);
+}
+
+// rows_dot for a packed format F (cuda_packed_formats.cuh): the same shape of loop, over F's
+// chunks. Each thread first issues the loads of kU chunks of each of its kR rows, then decodes
+// them in registers one chunk at a time and multiplies with x's columns (F::column runs of 32,
+// float4 reads). rows[r] null: nothing loaded, zeros added (a zero Raw decodes to zeros).
+// scale_rows[r]: the row's separate scales (FP4), ignored by the GGUF formats.
+template <typename F, int kS, int kR, int kG, int kU, bool kSameX>
+__device__ __forceinline__ void packed_rows_dot(const std::uint8_t* const (&rows)[kR],
+                                                const std::uint8_t* const (&scale_rows)[kR],
+                                                const float* const (&xs)[kR],
+                                                std::int64_t x_stride, std::int64_t chunks,
+                                                int lane, float (&acc)[kR][kS]) {
+  for (std::int64_t c0 = lane; c0 < chunks; c0 += static_cast<std::int64_t>(kG) * kU) {
+    typename F::Raw raw[kU][kR];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kG;
+#pragma unroll
+      for (int r = 0; r < kR; ++r)
+        raw[u][r] = c < chunks && rows[r] != nullptr ? F::load(rows[r], scale_rows[r], c)
+                                                     : typename F::Raw{};
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kG;
+      if (c >= chunks) break;
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        float w[F::kChunk];
+        F::decode(raw[u][r], w);
+        const float* x = kSameX ? xs[0] : xs[r];
+#pragma unroll
+        for (int run = 0; run < F::kChunk / 32; ++run) {
+          const std::int64_t col = F::column(c, run);
+#pragma unroll
+          for (int s = 0; s < kS; ++s) {
+            float xv[32];
+            load_x<32>(x + s * x_stride + col, xv);
+#pragma unroll
+            for (int q = 0; q < 32; ++q) acc[r][s] = fmaf(w[32 * run + q], xv[q], acc[r][s]);
+          }
+        }
+      }
+    }
+  }
 }
 
 // The sum of v over the kG consecutive lanes of this thread's group (kG a power of two <= 32),

@@ -140,12 +140,13 @@ bool CudaBackend::sgemm(const float* x, std::int64_t S, std::int64_t in, const f
 
 void CudaBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
   constexpr const char* kOp = "linear";
-  if (failed() || !on_device(kOp, w) || !on_device(kOp, {&x})) return;
+  if (failed() || !on_device(kOp, w, /*packed_ok=*/true) || !on_device(kOp, {&x})) return;
   const auto out = w.rows(), in = w.cols();
   if (!check(x.cols() == in, kOp, "x columns differ from the weight's input width")) return;
+  if (w.is_packed()) return linear_packed(x, w, y);
   if (w.block_scaled()) return linear_fp8(x, w, y);
-  if (!check(w.dtype == DType::kF32 || w.dtype == DType::kBF16, kOp, "weight is not F32/BF16"))
-    return;
+  if (w.dtype != DType::kF32 && w.dtype != DType::kBF16)
+    return fail(unsupported_format("cuda: linear", w, "F32/BF16, FP8 and packed weights"));
   if (!check(&x != &y, kOp, "y may not be x")) return;
   Shape shape = x.shape();
   shape.back() = out;
@@ -193,11 +194,12 @@ void CudaBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
 void CudaBackend::linear_fp8(const Tensor& x, const Weight& w, Tensor& y) {
   constexpr const char* kOp = "linear";
   const auto out = w.rows(), in = w.cols();
-  if (!check(w.dtype == DType::kF8E4M3 && w.shape.size() == 2 &&
-                 w.scales.format == quant::ScaleFormat::kF32 && w.scales.block_rows == kFp8Block &&
-                 w.scales.block_cols == kFp8Block,
-             kOp, "block-scaled weights must be 2-D F8_E4M3 with 128x128 f32 scales"))
-    return;
+  // E8M0 scales became f32 at upload (upload_stored).
+  if (w.dtype != DType::kF8E4M3 || w.shape.size() != 2 ||
+      w.scales.format != quant::ScaleFormat::kF32 || w.scales.block_rows != kFp8Block ||
+      w.scales.block_cols != kFp8Block)
+    return fail(unsupported_format("cuda: linear", w,
+                                   "2-D F8_E4M3 with 128x128 F32 scales as upload leaves them"));
   if (!check(&x != &y, kOp, "y may not be x")) return;
   Shape shape = x.shape();
   shape.back() = out;

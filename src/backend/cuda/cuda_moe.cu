@@ -16,12 +16,12 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_gemv.cuh"
+#include "backend/cuda/cuda_moe_common.cuh"
 #include "backend/cuda/cuda_switches.h"
 
 namespace fs::cuda {
 namespace {
 
-constexpr int kMaxTopK = 64;
 // The fused path runs one token (its slots are the pairs: no distinct-expert pass). At 2-4 tokens
 // the pair kernels were faster on the H200 than the fused kernels with their distinct-expert
 // prologue (cuda_kernel_bench, bench/NOTES.md 2026-12-02: 63 vs 83 us at 2 tokens, 87 vs 144 at
@@ -33,15 +33,6 @@ constexpr int kGateUpThreads = 256;  // 8 warps, one I-row (its gate and up rows
 constexpr int kDownThreads = 256;  // 16 groups of kDownLanes, kDownRows columns each
 constexpr int kDownLanes = 16;     // 640-wide down rows: 5 chunks of 16 bytes per lane
 constexpr int kDownRows = 2;       // columns per group: 10 loads in flight per lane
-
-// silu(gate) * up, clamped first when limit > 0 (gate <= L, up in [-L, L]: DeepSeek V4, GLM 5.3).
-__device__ __forceinline__ float clamped_swiglu(float g, float up, float limit) {
-  if (limit > 0.0f) {
-    g = fminf(g, limit);
-    up = fminf(fmaxf(up, -limit), limit);
-  }
-  return apply_act(g, Activation::kSilu) * up;
-}
 
 // The routing of a block's tokens, in shared memory.
 struct Routing {
@@ -394,39 +385,6 @@ __global__ void __launch_bounds__(kGateUpThreads)
   if (lane == 0) *o = v;
 }
 
-// y[s, c] = sum of weights[s, j] * out[s*k + j, c] over the token's valid pairs, added in the
-// CPU reference's order (its per-expert loop: expert id ascending, then j), without fused
-// multiply-adds. A block per (token, 256 columns).
-__global__ void moe_combine_kernel(const float* out, const float* weights,
-                                   const std::int32_t* experts, std::int64_t E, std::int64_t k,
-                                   std::int64_t H, float* y) {
-  __shared__ int order[kMaxTopK];
-  __shared__ int count;
-  const std::int64_t s = blockIdx.x;
-  const std::int32_t* ids = experts + s * k;
-  if (threadIdx.x == 0) {
-    int n = 0;
-    for (int j = 0; j < k; ++j) {
-      const std::int32_t e = ids[j];
-      if (e < 0 || e >= E) continue;
-      int at = n;
-      for (; at > 0 && ids[order[at - 1]] > e; --at) order[at] = order[at - 1];
-      order[at] = j;
-      ++n;
-    }
-    count = n;
-  }
-  __syncthreads();
-  const std::int64_t c = blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-  if (c >= H) return;
-  float acc = 0.0f;
-  for (int i = 0; i < count; ++i) {
-    const std::int64_t p = s * k + order[i];
-    acc = mul_add(weights[p], out[p * H + c], acc);
-  }
-  y[s * H + c] = acc;
-}
-
 template <typename T>
 bool pair_vec_ok(const void* a, const void* b, std::int64_t in) {
   return in % PairChunk<T>::kN == 0 && reinterpret_cast<std::uintptr_t>(a) % 16 == 0 &&
@@ -490,8 +448,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
                               const Tensor& experts, const Tensor& weights, float swiglu_limit,
                               Tensor& y) {
   constexpr const char* kOp = "moe_experts";
-  if (failed() || !on_device(kOp, gate_up) || !on_device(kOp, down) ||
-      !on_device(kOp, {&x, &experts, &weights}))
+  if (failed() || !on_device(kOp, gate_up, /*packed_ok=*/true) ||
+      !on_device(kOp, down, /*packed_ok=*/true) || !on_device(kOp, {&x, &experts, &weights}))
     return;
   if (!check(gate_up.shape.size() == 3 && down.shape.size() == 3, kOp,
              "expert weights must be [E, out, in]"))
@@ -501,12 +459,15 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
                  down.shape[2] == I && gate_up.shape[1] == 2 * I,
              kOp, "gate_up [E, 2I, H] and down [E, H, I] do not match x [S, H]"))
     return;
+  if (gate_up.is_packed() || down.is_packed())
+    return moe_experts_packed(x, gate_up, down, experts, weights, swiglu_limit, y);
   auto dtype_ok = [](const Weight& w) {
     return (!w.block_scaled() && (w.dtype == DType::kF32 || w.dtype == DType::kBF16)) || fp8_ok(w);
   };
-  if (!check(dtype_ok(gate_up) && dtype_ok(down), kOp,
-             "expert weights must be F32, BF16 or F8_E4M3 with 128x128 f32 scales"))
-    return;
+  for (const Weight* w : {&gate_up, &down})
+    if (!dtype_ok(*w))
+      return fail(unsupported_format("cuda: moe_experts", *w,
+                                     "F32, BF16, F8_E4M3 with 128x128 scales and packed experts"));
   const auto k = experts.cols();
   if (!check(experts.dtype() == DType::kI32 && experts.rows() == S &&
                  weights.dtype() == DType::kF32 && weights.rows() == S && weights.cols() == k,

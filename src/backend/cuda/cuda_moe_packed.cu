@@ -1,0 +1,155 @@
+// The routed experts on packed weights (FP4 E2M1 + E8M0 as DeepSeek V4 releases its experts, the
+// GGUF block types of ds4's and llama.cpp's files): the pair path of cuda_moe.cu over the packed
+// GEMV core. Per (token, expert) pair, kG lanes per output row decode the routed expert's rows
+// in registers (only routed experts' bytes are read), then the combine pass adds the pairs in
+// the CPU reference's order. gate_up and down may be packed in different formats.
+#include <string>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_moe_common.cuh"
+#include "backend/cuda/cuda_packed.cuh"
+
+namespace fs::cuda {
+namespace {
+
+constexpr int kPackedMoeThreads = 256;
+
+// Where expert e's rows of a stacked packed [E, rows, in] tensor and their scales start.
+struct PackedExperts {
+  const std::uint8_t* data;
+  const std::uint8_t* scales;  // the side data (packed::SideData): FP4's [E, rows, in/32] E8M0
+                               // bytes, IQ2_XXS's codebook (row_bytes 0); else null
+  std::int64_t rows, row_bytes, scale_row_bytes;
+  __device__ __forceinline__ const std::uint8_t* row(std::int64_t e, std::int64_t r) const {
+    return data + (e * rows + r) * row_bytes;
+  }
+  __device__ __forceinline__ const std::uint8_t* scale_row(std::int64_t e, std::int64_t r) const {
+    return scales != nullptr ? scales + (e * rows + r) * scale_row_bytes : nullptr;
+  }
+};
+
+PackedExperts packed_experts(const Weight& w, const std::uint8_t* iq2_grid) {
+  const auto side = packed::side_data(w, iq2_grid);
+  return {w.data, side.base, w.shape[1], static_cast<std::int64_t>(w.row_bytes()),
+          side.row_bytes};
+}
+
+// act[p, r] = swiglu(gate_up[e] row r · x[s], gate_up[e] row I + r · x[s]), p = (s, j),
+// e = experts[p]; kG lanes per r (no early exit: the group sums take whole warps).
+template <typename F, int kG>
+__global__ void __launch_bounds__(kPackedMoeThreads)
+    moe_gate_up_packed_kernel(const float* x, PackedExperts gu, const std::int32_t* experts,
+                              std::int64_t k, std::int64_t E, std::int64_t H, std::int64_t I,
+                              float limit, float* act) {
+  const std::int64_t p = blockIdx.x;
+  const std::int64_t r = (blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kG;
+  const int lane = static_cast<int>(threadIdx.x % kG);
+  const std::int64_t e = experts[p];
+  const bool live = r < I && e >= 0 && e < E;
+  const std::uint8_t* rows[2] = {live ? gu.row(e, r) : nullptr, live ? gu.row(e, I + r) : nullptr};
+  const std::uint8_t* scale_rows[2] = {live ? gu.scale_row(e, r) : nullptr,
+                                       live ? gu.scale_row(e, I + r) : nullptr};
+  const float* xs[2] = {x + (p / k) * H, x + (p / k) * H};
+  float acc[2][1] = {};
+  packed_rows_dot<F, 1, 2, kG, F::kUnroll, true>(rows, scale_rows, xs, H, F::chunks(H), lane,
+                                                 acc);
+  const float g = group_sum<kG>(acc[0][0]), u = group_sum<kG>(acc[1][0]);
+  if (lane == 0 && r < I) act[p * I + r] = live ? clamped_swiglu(g, u, limit) : 0.0f;
+}
+
+// out[p, c] = down[e] row c · act[p]; kG lanes per c.
+template <typename F, int kG>
+__global__ void __launch_bounds__(kPackedMoeThreads)
+    moe_down_packed_kernel(const float* act, PackedExperts down, const std::int32_t* experts,
+                           std::int64_t E, std::int64_t H, std::int64_t I, float* out) {
+  const std::int64_t p = blockIdx.x;
+  const std::int64_t c = (blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kG;
+  const int lane = static_cast<int>(threadIdx.x % kG);
+  const std::int64_t e = experts[p];
+  const bool live = c < H && e >= 0 && e < E;
+  const std::uint8_t* rows[1] = {live ? down.row(e, c) : nullptr};
+  const std::uint8_t* scale_rows[1] = {live ? down.scale_row(e, c) : nullptr};
+  const float* xs[1] = {act + p * I};
+  float acc[1][1] = {};
+  packed_rows_dot<F, 1, 1, kG, F::kUnroll, true>(rows, scale_rows, xs, I, F::chunks(I), lane,
+                                                 acc);
+  const float v = group_sum<kG>(acc[0][0]);
+  if (lane == 0 && c < H) out[p * H + c] = live ? v : 0.0f;
+}
+
+// Launches kernel<F, kG> for `rows` output rows of `in` inputs per pair, kG by the row length.
+template <typename F, typename Launch>
+void by_lanes(std::int64_t in, Launch&& launch) {
+  if (packed::short_rows(F::chunks(in)))
+    launch(std::integral_constant<int, 8>{});
+  else
+    launch(std::integral_constant<int, kWarp>{});
+}
+
+}  // namespace
+
+void CudaBackend::moe_experts_packed(const Tensor& x, const Weight& gate_up, const Weight& down,
+                                     const Tensor& experts, const Tensor& weights,
+                                     float swiglu_limit, Tensor& y) {
+  constexpr const char* kOp = "moe_experts";
+  const auto E = gate_up.shape[0], I = gate_up.shape[1] / 2, H = x.cols(), S = x.rows();
+  for (const Weight* w : {&gate_up, &down}) {
+    if (auto st = w->check_storage(); !st.ok()) return fail(st.with_context("cuda: moe_experts"));
+    if (!packed::decodable(*w))
+      return fail(unsupported_format("cuda: moe_experts", *w,
+                                     "packed experts in FP4 E2M1 (rows of whole 32-blocks) or "
+                                     "Q8_0/Q2_K/Q4_K/Q5_K/Q6_K/IQ2_XXS, both gate_up and down"));
+  }
+  const std::uint8_t* codebook = nullptr;
+  if ((gate_up.storage() == quant::QuantType::kIQ2_XXS ||
+       down.storage() == quant::QuantType::kIQ2_XXS) &&
+      (codebook = iq2_grid()) == nullptr)
+    return;
+  const auto k = experts.cols();
+  if (!check(experts.dtype() == DType::kI32 && experts.rows() == S &&
+                 weights.dtype() == DType::kF32 && weights.rows() == S && weights.cols() == k,
+             kOp, "experts must be int32 [S, k] and weights f32 [S, k]"))
+    return;
+  if (!check(k <= kMaxTopK, kOp, "more than 64 experts per token")) return;
+  if (!check(reinterpret_cast<std::uintptr_t>(x.data()) % 16 == 0, kOp,
+             "x must be 16-byte aligned for packed experts"))
+    return;
+  if (!ensure(y, {S, H})) return;
+  if (S == 0 || H == 0) return;
+  const auto P = S * k;
+  if (P == 0 || I == 0) {
+    memory_->zero(y.raw(), y.bytes());
+    return;
+  }
+  const auto* ids = experts.data_as<std::int32_t>();
+  Tensor& act = scratch(moe_act_);
+  Tensor& outp = scratch(moe_out_);
+  if (!ensure(act, {P, I}) || !ensure(outp, {P, H})) return;
+  if (walking()) return;
+  packed::with_format(gate_up, [&](auto f) {
+    using F = decltype(f);
+    by_lanes<F>(H, [&](auto lanes) {
+      constexpr int kG = decltype(lanes)::value;
+      const dim3 grid(static_cast<unsigned>(P), grid_for(I * kG, kPackedMoeThreads));
+      moe_gate_up_packed_kernel<F, kG><<<grid, kPackedMoeThreads, 0, stream()>>>(
+          x.data(), packed_experts(gate_up, codebook), ids, k, E, H, I, swiglu_limit, act.data());
+    });
+  });
+  if (!launched(kOp)) return;
+  packed::with_format(down, [&](auto f) {
+    using F = decltype(f);
+    by_lanes<F>(I, [&](auto lanes) {
+      constexpr int kG = decltype(lanes)::value;
+      const dim3 grid(static_cast<unsigned>(P), grid_for(H * kG, kPackedMoeThreads));
+      moe_down_packed_kernel<F, kG><<<grid, kPackedMoeThreads, 0, stream()>>>(
+          act.data(), packed_experts(down, codebook), ids, E, H, I, outp.data());
+    });
+  });
+  if (!launched(kOp)) return;
+  moe_combine_kernel<<<dim3(static_cast<unsigned>(P / k), grid_for(H, 256)), 256, 0, stream()>>>(
+      outp.data(), weights.data(), ids, E, k, H, y.data());
+  launched(kOp);
+}
+
+}  // namespace fs::cuda

@@ -1,0 +1,72 @@
+// Host-side helpers for the packed formats' kernels (cuda_linear_packed.cu, cuda_moe_packed.cu):
+// which formats the kernels decode, and the lanes a row takes.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_gemv.cuh"
+#include "backend/weight.h"
+
+namespace fs::cuda::packed {
+
+// Calls f(F{}) with F the device decoder of w's packed format; false when the kernels have none.
+template <typename Fn>
+bool with_format(const Weight& w, Fn&& f) {
+  if (!w.is_packed()) return false;
+  switch (*w.packed) {
+    case quant::QuantType::kF4E2M1x2:
+      f(Fp4{});
+      return true;
+    case quant::QuantType::kQ8_0:
+      f(Q8_0{});
+      return true;
+    case quant::QuantType::kQ2_K:
+      f(Q2_K{});
+      return true;
+    case quant::QuantType::kQ4_K:
+      f(Q4_K{});
+      return true;
+    case quant::QuantType::kQ5_K:
+      f(Q5_K{});
+      return true;
+    case quant::QuantType::kQ6_K:
+      f(Q6_K{});
+      return true;
+    case quant::QuantType::kIQ2_XXS:
+      f(IQ2_XXS{});
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Whether w's format has a device decoder and its rows are whole chunks (FP4 rows must be whole
+// 32-weight scale blocks; the GGUF types' rows are whole blocks already).
+inline bool decodable(const Weight& w) {
+  bool whole = false;
+  const bool known = with_format(w, [&](auto f) {
+    using F = decltype(f);
+    whole = F::chunks(w.cols()) * F::kChunk == w.cols();
+  });
+  return known && whole;
+}
+
+// The side data a format's rows read (the decoders' `load` argument): FP4's E8M0 scales, one
+// byte per 32 inputs a row; IQ2_XXS's codebook (`iq2_grid`), the same for every row; none for the
+// other GGUF types.
+struct SideData {
+  const std::uint8_t* base = nullptr;
+  std::int64_t row_bytes = 0;
+};
+inline SideData side_data(const Weight& w, const std::uint8_t* iq2_grid) {
+  if (w.storage() == quant::QuantType::kIQ2_XXS) return {iq2_grid, 0};
+  if (w.block_scaled()) return {w.scales.data, w.scales.grid_cols(w.cols())};
+  return {};
+}
+
+// Rows of many chunks take a warp, shorter ones 8 lanes (gemv_short_rows' rule, in chunks).
+inline bool short_rows(std::int64_t chunks) {
+  return chunks < 4 * kWarp;
+}
+
+}  // namespace fs::cuda::packed

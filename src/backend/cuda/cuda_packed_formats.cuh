@@ -1,0 +1,325 @@
+// The packed weight formats as the CUDA kernels decode them, in registers (backend/weight.h):
+// FP4 E2M1 with per-32 E8M0 scales and the GGUF block types Q8_0, Q2_K, Q4_K, Q5_K, Q6_K and
+// IQ2_XXS.
+//
+// A row of a packed matrix is cut into chunks, the unit one thread loads and decodes at a time:
+// `load` reads a chunk's bytes (all its loads issued together, so several chunks can be in
+// flight), `decode` turns them into kChunk floats, and `column(c, run)` says where run `run`
+// (32 consecutive weights) of chunk c sits in the row; decoded weight run * 32 + i is column
+// column(c, run) + i. Chunks follow the block layouts (tensor/quant/k_quants.cpp reads the same
+// bytes) so that a chunk's bytes are contiguous and its x columns come in runs of 32.
+//
+// Each weight is computed with the CPU dequantiser's products in its order, one rounding each
+// (__fmul_rn / __fsub_rn: no contraction into an FMA), so a decoded weight is the CPU's bit for
+// bit; only the dot product's summation order differs from the CPU's sgemm.
+#pragma once
+
+#include <cstdint>
+
+namespace fs::cuda::packed {
+
+// An f16's value, exactly (by its bits: once per block, so the integer form costs nothing, and
+// the header needs no CUDA types, which lets tests/unit/test_packed_decoders.cpp run it on the
+// host).
+__device__ __forceinline__ float f16(unsigned short h) {
+  const unsigned sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (m << 13));  // inf, NaN
+  if (e != 0) return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+  const float v = static_cast<float>(m) * 0x1p-24f;  // subnormal or zero: m * 2^-24, exact
+  return sign != 0 ? -v : v;
+}
+__device__ __forceinline__ unsigned byte_of(const uint4& v, int i) {
+  const unsigned w = i < 4 ? v.x : i < 8 ? v.y : i < 12 ? v.z : v.w;
+  return (w >> (8 * (i % 4))) & 0xffu;
+}
+__device__ __forceinline__ uint4 ldg16(const std::uint8_t* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+// k < 8: the 6-bit scale and min of sub-block k from Q4_K/Q5_K's 12 packed bytes (bytes 4..15 of
+// the block, `head` bytes 4..15), as tensor/quant/k_quants.cpp unpacks them.
+__device__ __forceinline__ void scale_min_6bit(const uint4& head, int k, int& scale, int& min) {
+  auto s = [&](int i) { return static_cast<int>(byte_of(head, 4 + i)); };
+  if (k < 4) {
+    scale = s(k) & 63;
+    min = s(k + 4) & 63;
+  } else {
+    scale = (s(k + 4) & 0x0f) | ((s(k - 4) >> 6) << 4);
+    min = (s(k + 4) >> 4) | ((s(k) >> 6) << 4);
+  }
+}
+
+// FP4 E2M1, two a byte (the first in the low nibble), with an E8M0 scale per 32 inputs: a chunk
+// is one scale block, 16 bytes and its scale byte (the row's scales are `scale_row`).
+struct Fp4 {
+  static constexpr int kChunk = 32;
+  static constexpr int kUnroll = 8;  // 16-byte loads in flight per thread
+  struct Raw {
+    uint4 q;
+    unsigned scale;
+  };
+  __host__ __device__ static std::int64_t chunks(std::int64_t in) { return in / 32; }
+  __device__ __forceinline__ static Raw load(const std::uint8_t* row, const std::uint8_t* scales,
+                                             std::int64_t c) {
+    return {ldg16(row + 16 * c), __ldg(scales + c)};
+  }
+  __device__ __forceinline__ static float e8m0(unsigned e) {
+    if (e == 0xffu) return __uint_as_float(0x7fc00000u);
+    return __uint_as_float(e == 0 ? 0x00400000u : e << 23);  // 2^-127 is a subnormal
+  }
+  __device__ __forceinline__ static float e2m1(unsigned code) {
+    // 0, 0.5, 1, 1.5, 2, 3, 4, 6: exponent field e (bias 1) and mantissa bit m.
+    const unsigned e = (code >> 1) & 3u, m = code & 1u;
+    const float mag = e == 0 ? 0.5f * static_cast<float>(m)
+                             : static_cast<float>(2u + m) * static_cast<float>(1u << e) * 0.25f;
+    return (code & 8u) ? -mag : mag;
+  }
+  __device__ __forceinline__ static void decode(const Raw& r, float (&w)[kChunk]) {
+    const float s = e8m0(r.scale);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const unsigned b = byte_of(r.q, i);
+      w[2 * i] = __fmul_rn(e2m1(b & 0x0fu), s);
+      w[2 * i + 1] = __fmul_rn(e2m1(b >> 4), s);
+    }
+  }
+  __device__ __forceinline__ static std::int64_t column(std::int64_t c, int) { return 32 * c; }
+};
+
+// Q8_0, 34-byte blocks of 32: an f16 scale d, 32 signed bytes; w = q * d. A chunk is a block
+// (2-byte aligned only: read as 17 halfwords).
+struct Q8_0 {
+  static constexpr int kChunk = 32;
+  static constexpr int kUnroll = 2;
+  struct Raw {
+    unsigned short h[17];
+  };
+  __host__ __device__ static std::int64_t chunks(std::int64_t in) { return in / 32; }
+  __device__ __forceinline__ static Raw load(const std::uint8_t* row, const std::uint8_t*,
+                                             std::int64_t c) {
+    const auto* p = reinterpret_cast<const unsigned short*>(row + 34 * c);
+    Raw r;
+#pragma unroll
+    for (int i = 0; i < 17; ++i) r.h[i] = __ldg(p + i);
+    return r;
+  }
+  __device__ __forceinline__ static void decode(const Raw& r, float (&w)[kChunk]) {
+    const float d = f16(r.h[0]);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const unsigned v = r.h[1 + i];
+      w[2 * i] = __fmul_rn(static_cast<float>(static_cast<signed char>(v & 0xffu)), d);
+      w[2 * i + 1] = __fmul_rn(static_cast<float>(static_cast<signed char>(v >> 8)), d);
+    }
+  }
+  __device__ __forceinline__ static std::int64_t column(std::int64_t c, int) { return 32 * c; }
+};
+
+// Q4_K (144 bytes / 256: d, dmin, 12 scale bytes, qs[128]) and Q5_K (176: the same with qh[32]
+// before qs). A chunk is sub-blocks 2p and 2p+1 (64 consecutive weights), which share qs bytes
+// 32p..32p+31 (low nibbles, high nibbles); w = (d * scale) * q - (dmin * min). Blocks are
+// 16-byte multiples, so every load is 16 bytes.
+template <bool kFifthBit>
+struct Q4Q5K {
+  static constexpr int kChunk = 64;
+  static constexpr int kUnroll = 2;
+  static constexpr int kBytes = kFifthBit ? 176 : 144;
+  struct Raw {
+    uint4 head;   // d, dmin, scales
+    uint4 q[2];   // qs bytes 32p..32p+31
+    uint4 qh[2];  // Q5_K: qh[32]
+    int p;
+  };
+  __host__ __device__ static std::int64_t chunks(std::int64_t in) { return in / 64; }
+  __device__ __forceinline__ static Raw load(const std::uint8_t* row, const std::uint8_t*,
+                                             std::int64_t c) {
+    const std::uint8_t* blk = row + (c / 4) * kBytes;
+    Raw r;
+    r.p = static_cast<int>(c % 4);
+    r.head = ldg16(blk);
+    const std::uint8_t* qs = blk + (kFifthBit ? 48 : 16) + 32 * r.p;
+    r.q[0] = ldg16(qs);
+    r.q[1] = ldg16(qs + 16);
+    if constexpr (kFifthBit) {
+      r.qh[0] = ldg16(blk + 16);
+      r.qh[1] = ldg16(blk + 32);
+    } else {
+      r.qh[0] = r.qh[1] = uint4{};
+    }
+    return r;
+  }
+  __device__ __forceinline__ static void decode(const Raw& r, float (&w)[kChunk]) {
+    const float d = f16(static_cast<unsigned short>(r.head.x & 0xffffu));
+    const float dmin = f16(static_cast<unsigned short>(r.head.x >> 16));
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int k = 2 * r.p + half;
+      int scale = 0, min = 0;
+      scale_min_6bit(r.head, k, scale, min);
+      const float dk = __fmul_rn(d, static_cast<float>(scale));
+      const float mk = __fmul_rn(dmin, static_cast<float>(min));
+#pragma unroll
+      for (int l = 0; l < 32; ++l) {
+        unsigned v = (byte_of(r.q[l / 16], l % 16) >> (4 * half)) & 0x0fu;
+        if constexpr (kFifthBit) v |= ((byte_of(r.qh[l / 16], l % 16) >> k) & 1u) << 4;
+        w[32 * half + l] = __fsub_rn(__fmul_rn(dk, static_cast<float>(v)), mk);
+      }
+    }
+  }
+  __device__ __forceinline__ static std::int64_t column(std::int64_t c, int run) {
+    return 64 * c + 32 * run;
+  }
+};
+using Q4_K = Q4Q5K<false>;
+using Q5_K = Q4Q5K<true>;
+
+// Q6_K, 210 bytes / 256: ql[128], qh[64], 16 signed scales, d; w = (d * scale) * (q - 32). A
+// chunk is groups g and g+2 (g < 2) of half h: the 32 ql bytes 64h + 32g.. (low nibbles for group
+// g, high for g+2) and the 32 qh bytes 32h.. (bits 2g and 2g+4); its weights are the runs at
+// 128h + 32g and 128h + 32g + 64. Blocks are 2-byte aligned: halfword loads.
+struct Q6_K {
+  static constexpr int kChunk = 64;
+  static constexpr int kUnroll = 2;
+  struct Raw {
+    unsigned short ql[16], qh[16];
+    unsigned short sc[2];  // scales 8h + 2g, +1 and 8h + 2g + 4, +5
+    unsigned short d;
+    int g;
+  };
+  __host__ __device__ static std::int64_t chunks(std::int64_t in) { return in / 64; }
+  __device__ __forceinline__ static Raw load(const std::uint8_t* row, const std::uint8_t*,
+                                             std::int64_t c) {
+    const std::uint8_t* blk = row + (c / 4) * 210;
+    const int h = static_cast<int>(c % 4) / 2;
+    Raw r;
+    r.g = static_cast<int>(c % 2);
+    const auto* ql = reinterpret_cast<const unsigned short*>(blk + 64 * h + 32 * r.g);
+    const auto* qh = reinterpret_cast<const unsigned short*>(blk + 128 + 32 * h);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      r.ql[i] = __ldg(ql + i);
+      r.qh[i] = __ldg(qh + i);
+    }
+    const auto* sc = reinterpret_cast<const unsigned short*>(blk + 192 + 8 * h + 2 * r.g);
+    r.sc[0] = __ldg(sc);
+    r.sc[1] = __ldg(sc + 2);
+    r.d = __ldg(reinterpret_cast<const unsigned short*>(blk + 208));
+    return r;
+  }
+  __device__ __forceinline__ static void decode(const Raw& r, float (&w)[kChunk]) {
+    const float d = f16(r.d);
+#pragma unroll
+    for (int run = 0; run < 2; ++run) {
+      const int g = r.g + 2 * run;
+#pragma unroll
+      for (int l = 0; l < 32; ++l) {
+        const unsigned low_byte = (r.ql[l / 2] >> (8 * (l % 2))) & 0xffu;
+        const unsigned low = run == 0 ? (low_byte & 0x0fu) : (low_byte >> 4);
+        const unsigned high = ((r.qh[l / 2] >> (8 * (l % 2))) >> (2 * g)) & 3u;
+        const int q = static_cast<int>(low | (high << 4)) - 32;
+        const auto sc = static_cast<signed char>((r.sc[run] >> (8 * (l / 16))) & 0xffu);
+        w[32 * run + l] = __fmul_rn(__fmul_rn(d, static_cast<float>(sc)), static_cast<float>(q));
+      }
+    }
+  }
+  __device__ __forceinline__ static std::int64_t column(std::int64_t c, int run) {
+    return 256 * (c / 4) + 128 * ((c % 4) / 2) + 32 * (c % 2) + 64 * run;
+  }
+};
+
+// Q2_K, 84 bytes / 256: scales[16] (low nibble scale, high nibble min), qs[64], d, dmin;
+// w = (d * scale) * q - (dmin * min). A chunk is the 32 weights 128h + 32j..: qs bytes 32h..
+// at bit 2j, scales 8h + 2j and +1. Blocks are 4-byte aligned: word loads.
+struct Q2_K {
+  static constexpr int kChunk = 32;
+  static constexpr int kUnroll = 4;
+  struct Raw {
+    unsigned q[8];
+    unsigned d_dmin;
+    unsigned short sc;
+    int j;
+  };
+  __host__ __device__ static std::int64_t chunks(std::int64_t in) { return in / 32; }
+  __device__ __forceinline__ static Raw load(const std::uint8_t* row, const std::uint8_t*,
+                                             std::int64_t c) {
+    const std::uint8_t* blk = row + (c / 8) * 84;
+    const int h = static_cast<int>(c % 8) / 4;
+    Raw r;
+    r.j = static_cast<int>(c % 4);
+    const auto* q = reinterpret_cast<const unsigned*>(blk + 16 + 32 * h);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) r.q[i] = __ldg(q + i);
+    r.d_dmin = __ldg(reinterpret_cast<const unsigned*>(blk + 80));
+    r.sc = __ldg(reinterpret_cast<const unsigned short*>(blk + 8 * h + 2 * r.j));
+    return r;
+  }
+  __device__ __forceinline__ static void decode(const Raw& r, float (&w)[kChunk]) {
+    const float d = f16(static_cast<unsigned short>(r.d_dmin & 0xffffu));
+    const float dmin = f16(static_cast<unsigned short>(r.d_dmin >> 16));
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const unsigned sc = (r.sc >> (8 * half)) & 0xffu;
+      const float dl = __fmul_rn(d, static_cast<float>(sc & 0x0fu));
+      const float ml = __fmul_rn(dmin, static_cast<float>(sc >> 4));
+#pragma unroll
+      for (int l = 0; l < 16; ++l) {
+        const int n = 16 * half + l;
+        const unsigned byte = (r.q[n / 4] >> (8 * (n % 4))) & 0xffu;
+        const unsigned q = (byte >> (2 * r.j)) & 3u;
+        w[n] = __fsub_rn(__fmul_rn(dl, static_cast<float>(q)), ml);
+      }
+    }
+  }
+  __device__ __forceinline__ static std::int64_t column(std::int64_t c, int) { return 32 * c; }
+};
+
+// IQ2_XXS, 66 bytes / 256: d, then 8 groups of 8 bytes, one per 32 weights (tensor/quant/
+// iq2_xxs.cpp): four codebook indices, then a u32 of four 7-bit sign fields and a 4-bit scale s;
+// w = ±((d * (0.5 + s) * 0.25) * m). A chunk is a group (2-byte aligned: halfword loads); the
+// codebook points are read from `grid` (the 2 KB table, cached).
+struct IQ2_XXS {
+  static constexpr int kChunk = 32;
+  static constexpr int kUnroll = 4;
+  struct Raw {
+    unsigned short q[4];
+    unsigned short d;
+    const std::uint64_t* grid;
+  };
+  __host__ __device__ static std::int64_t chunks(std::int64_t in) { return in / 32; }
+  __device__ __forceinline__ static Raw load(const std::uint8_t* row, const std::uint8_t* grid,
+                                             std::int64_t c) {
+    const std::uint8_t* blk = row + (c / 8) * 66;
+    const auto* g = reinterpret_cast<const unsigned short*>(blk + 2 + 8 * (c % 8));
+    Raw r;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r.q[i] = __ldg(g + i);
+    r.d = __ldg(reinterpret_cast<const unsigned short*>(blk));
+    r.grid = reinterpret_cast<const std::uint64_t*>(grid);
+    return r;
+  }
+  __device__ __forceinline__ static void decode(const Raw& r, float (&w)[kChunk]) {
+    if (r.grid == nullptr) {  // a row that is not there (packed_rows_dot's zero Raw)
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) w[i] = 0.0f;
+      return;
+    }
+    const unsigned meta = r.q[2] | (static_cast<unsigned>(r.q[3]) << 16);
+    const float factor =
+        __fmul_rn(__fmul_rn(f16(r.d), 0.5f + static_cast<float>(meta >> 28)), 0.25f);
+#pragma unroll
+    for (int point = 0; point < 4; ++point) {
+      const unsigned index = (r.q[point / 2] >> (8 * (point % 2))) & 0xffu;
+      const std::uint64_t magnitudes = __ldg(r.grid + index);
+      const unsigned field = (meta >> (7 * point)) & 127u;
+      const unsigned signs = field | ((__popc(field) & 1u) << 7);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float v =
+            __fmul_rn(factor, static_cast<float>((magnitudes >> (8 * j)) & 0xffu));
+        w[8 * point + j] = ((signs >> j) & 1u) ? -v : v;
+      }
+    }
+  }
+  __device__ __forceinline__ static std::int64_t column(std::int64_t c, int) { return 32 * c; }
+};
+
+}  // namespace fs::cuda::packed

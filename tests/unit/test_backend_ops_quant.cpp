@@ -1,0 +1,504 @@
+// Products on quantised weights as stored (backend/weight.h, issue 15): FP8 E4M3 with E8M0
+// 128x128 scales, FP4 E2M1 with E8M0 per-32 scales, and the GGUF block types.
+// - The CPU (the reference): `linear`, `moe_experts` and `embedding` on a packed weight equal the
+//   f32 op on the weight dequantised whole, bit for bit; on ggml's own blocks
+//   (tests/fixtures/quant/ggml_known_answers.safetensors) they equal the f32 op on ggml's
+//   dequantisation, so the whole chain answers to an independent implementation.
+// - Every backend (QuantOps, instantiated Cpu/ and Cuda/: FLASHSERVE_TEST_BACKEND is not needed,
+//   the Cuda/ cases skip without a GPU): the backend's op against the CPU's f32 op on the
+//   dequantised weight, within the parity suite's product bound; and the formats an op cannot
+//   read are refused with an error that names them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/weight.h"
+#include "format/safetensors.h"
+#include "tensor/quant/quant_type.h"
+#include "tensor/tensor.h"
+
+namespace fs {
+namespace {
+
+using quant::QuantType;
+
+// An f16's bits for 2^e * (1 + m/1024), e in the normal range.
+std::uint16_t f16_bits(int e, int m) {
+  return static_cast<std::uint16_t>(((e + 15) << 10) | (m & 1023));
+}
+
+// Where a GGUF type's f16 factors sit in its block, and the largest |scale * quant| they multiply
+// (so that d = 1 / (span * sqrt(in)) keeps weights near the usual 1/sqrt(in)).
+struct BlockFactors {
+  std::vector<int> offsets;
+  double span;
+};
+BlockFactors factors(QuantType t) {
+  switch (t) {
+    case QuantType::kQ8_0:
+      return {{0}, 128};
+    case QuantType::kQ2_K:
+      return {{80, 82}, 45};
+    case QuantType::kQ4_K:
+      return {{0, 2}, 945};
+    case QuantType::kQ5_K:
+      return {{0, 2}, 1953};
+    case QuantType::kQ6_K:
+      return {{208}, 4096};
+    case QuantType::kIQ2_XXS:
+      return {{0}, 170};
+    default:
+      return {{}, 1};
+  }
+}
+
+// A packed (or FP8 E8M0-scaled) weight in host memory: random codes, with finite factors of a
+// size that keeps products O(1).
+struct HostQuant {
+  QuantType type = QuantType::kQ8_0;
+  Shape shape;
+  std::vector<std::uint8_t> bytes, scales;
+
+  Weight view() const {
+    Weight w{DType::kU8, shape, bytes.data()};
+    if (type == QuantType::kF8E4M3) {
+      w.dtype = DType::kF8E4M3;
+      w.scales = {scales.data(), quant::ScaleFormat::kE8M0, 128, 128};
+      return w;
+    }
+    w.packed = type;
+    if (type == QuantType::kF4E2M1x2) w.scales = {scales.data(), quant::ScaleFormat::kE8M0, 1, 32};
+    return w;
+  }
+  std::vector<float> dequantized() const {
+    const Weight w = view();
+    std::vector<float> out(static_cast<std::size_t>(w.numel()));
+    for (std::int64_t r = 0; r < w.rows(); ++r) {
+      auto st = w.dequantize_row(r, std::span(out).subspan(static_cast<std::size_t>(r * w.cols()),
+                                                           static_cast<std::size_t>(w.cols())));
+      EXPECT_TRUE(st.ok()) << st.to_string();
+    }
+    return out;
+  }
+};
+
+HostQuant random_quant(QuantType t, Shape shape, std::mt19937& g) {
+  HostQuant h{t, std::move(shape), {}, {}};
+  const std::int64_t cols = h.shape.back();
+  const std::int64_t rows = shape_numel(h.shape) / cols;
+  const double target = 1.0 / std::sqrt(static_cast<double>(cols));
+  std::uniform_int_distribution<int> byte(0, 255), mant(0, 1023), wobble(-1, 1);
+  const auto e_for = [&](double v) { return static_cast<int>(std::floor(std::log2(v))); };
+  if (t == QuantType::kF8E4M3) {
+    h.bytes.resize(static_cast<std::size_t>(rows * cols));
+    for (auto& b : h.bytes) {
+      b = static_cast<std::uint8_t>(byte(g));
+      if ((b & 0x7f) == 0x7f) b &= 0xfe;  // not NaN
+    }
+    const std::int64_t per = h.shape.size() == 3 ? h.shape[1] : rows;
+    const std::int64_t matrices = rows / per;
+    h.scales.resize(
+        static_cast<std::size_t>(matrices * ((per + 127) / 128) * ((cols + 127) / 128)));
+    for (auto& s : h.scales) s = static_cast<std::uint8_t>(127 + e_for(target / 448) + wobble(g));
+    return h;
+  }
+  const auto& info = quant::quant_info(t);
+  const auto per_row = static_cast<std::size_t>(cols / info.block_elements * info.block_bytes);
+  h.bytes.resize(per_row * static_cast<std::size_t>(rows));
+  for (auto& b : h.bytes) b = static_cast<std::uint8_t>(byte(g));
+  if (t == QuantType::kF4E2M1x2) {
+    h.scales.resize(static_cast<std::size_t>(rows * ((cols + 31) / 32)));
+    for (auto& s : h.scales) s = static_cast<std::uint8_t>(127 + e_for(target / 6) + wobble(g));
+    return h;
+  }
+  const auto f = factors(t);
+  const int e = e_for(target / f.span);
+  for (std::size_t b = 0; b < h.bytes.size(); b += static_cast<std::size_t>(info.block_bytes))
+    for (const int off : f.offsets) {
+      // f16 normals only (exponents -14..15): a smaller target just gives larger weights.
+      const auto bits = f16_bits(std::clamp(e + wobble(g), -14, 15), mant(g));
+      std::memcpy(&h.bytes[b + static_cast<std::size_t>(off)], &bits, 2);
+    }
+  return h;
+}
+
+Tensor random_x(Shape shape, std::mt19937& g) {
+  Tensor t(std::move(shape));
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.data()[i] = d(g);
+  return t;
+}
+
+// An f32 weight over `values` one byte off alignment, so the CPU's linear takes its tile path (as
+// every decoded format does): both then run sgemm over the same tiles and agree bit for bit.
+struct UnalignedF32 {
+  std::vector<std::uint8_t> buf;
+  Shape shape;
+  UnalignedF32(const std::vector<float>& values, Shape s)
+      : buf(values.size() * sizeof(float) + 1), shape(std::move(s)) {
+    std::memcpy(buf.data() + 1, values.data(), values.size() * sizeof(float));
+  }
+  Weight view() const { return {DType::kF32, shape, buf.data() + 1}; }
+};
+
+Weight f32_view(const std::vector<float>& v, Shape shape) {
+  return {DType::kF32, std::move(shape), reinterpret_cast<const std::uint8_t*>(v.data())};
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.bytes()) == 0;
+}
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  double m = 0;
+  for (std::int64_t i = 0; i < a.numel(); ++i)
+    m = std::max(m, std::fabs(static_cast<double>(a.data()[i]) - b.data()[i]));
+  return m;
+}
+
+std::pair<Tensor, Tensor> routing(std::int64_t S, std::int64_t E, std::int64_t k, std::mt19937& g) {
+  Tensor ids(host_memory(), {S, k}, DType::kI32), w({S, k});
+  std::vector<std::int32_t> all(static_cast<std::size_t>(E));
+  for (std::int64_t s = 0; s < S; ++s) {
+    for (std::int64_t e = 0; e < E; ++e) all[static_cast<std::size_t>(e)] = static_cast<int>(e);
+    std::shuffle(all.begin(), all.end(), g);
+    for (std::int64_t j = 0; j < k; ++j) {
+      ids.data_as<std::int32_t>()[s * k + j] = all[static_cast<std::size_t>(j)];
+      w.data()[s * k + j] = 1.0f / static_cast<float>(k + j);
+    }
+  }
+  return {std::move(ids), std::move(w)};
+}
+
+const std::vector<QuantType> kPackedTypes = {
+    QuantType::kQ8_0, QuantType::kQ2_K,    QuantType::kQ4_K,    QuantType::kQ5_K,
+    QuantType::kQ6_K, QuantType::kIQ2_XXS, QuantType::kF4E2M1x2};
+
+// ---------------------------------------------------------------------------------------------
+// The CPU against the dequantised f32 ops.
+
+TEST(CpuQuantOps, LinearEqualsDequantisedF32BitForBit) {
+  auto be = make_cpu_backend();
+  std::mt19937 g(21);
+  std::vector<QuantType> types = kPackedTypes;
+  types.push_back(QuantType::kF8E4M3);
+  for (const auto t : types) {
+    for (const auto& [S, in, out] :
+         std::vector<std::array<std::int64_t, 3>>{{1, 512, 300}, {70, 256, 130}}) {
+      SCOPED_TRACE(std::string(quant::quant_name(t)) + " S " + std::to_string(S) + " in " +
+                   std::to_string(in) + " out " + std::to_string(out));
+      const auto w = random_quant(t, {out, in}, g);
+      auto up = be->upload(w.view(), DType::kBF16);
+      ASSERT_TRUE(up.ok()) << up.status().to_string();
+      EXPECT_EQ(up->data, w.bytes.data()) << "the CPU computes on the stored bytes in place";
+      EXPECT_EQ(up->storage(), t);
+      const UnalignedF32 ref(w.dequantized(), {out, in});
+      const auto x = random_x({S, in}, g);
+      Tensor yq, yf;
+      be->linear(x, *up, yq);
+      be->linear(x, ref.view(), yf);
+      ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+      EXPECT_TRUE(same_bits(yq, yf)) << "max |d| " << max_abs_diff(yq, yf);
+      // A prefix of the rows (first_rows) is the same product's first columns.
+      Tensor yn, yfn;
+      be->linear(x, up->first_rows(7), yn);
+      be->linear(x, ref.view().first_rows(7), yfn);
+      EXPECT_TRUE(same_bits(yn, yfn));
+    }
+  }
+}
+
+TEST(CpuQuantOps, MoeExpertsAndEmbeddingEqualDequantisedF32) {
+  auto be = make_cpu_backend();
+  std::mt19937 g(22);
+  const std::int64_t H = 256, I = 256, E = 5, S = 6, k = 2;
+  for (const auto t : {QuantType::kF4E2M1x2, QuantType::kQ4_K, QuantType::kQ8_0,
+                       QuantType::kIQ2_XXS, QuantType::kF8E4M3}) {
+    SCOPED_TRACE(std::string(quant::quant_name(t)));
+    const auto gate_up = random_quant(t, {E, 2 * I, H}, g);
+    const auto down = random_quant(t, {E, H, I}, g);
+    const auto gu = gate_up.dequantized(), dn = down.dequantized();
+    const auto x = random_x({S, H}, g);
+    auto [experts, weights] = routing(S, E, k, g);
+    Tensor yq, yf;
+    be->moe_experts(x, gate_up.view(), down.view(), experts, weights, 7.0f, yq);
+    const UnalignedF32 guf(gu, {E, 2 * I, H}), dnf(dn, {E, H, I});
+    be->moe_experts(x, guf.view(), dnf.view(), experts, weights, 7.0f, yf);
+    ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+    EXPECT_TRUE(same_bits(yq, yf)) << "max |d| " << max_abs_diff(yq, yf);
+    // expert(e) addresses expert e's rows (and scales): its row 3 is the stacked row E*2I + 3.
+    std::vector<float> row(static_cast<std::size_t>(H));
+    ASSERT_TRUE(gate_up.view().expert(4).dequantize_row(3, row).ok());
+    EXPECT_EQ(std::memcmp(row.data(), gu.data() + (4 * 2 * I + 3) * H, row.size() * sizeof(float)),
+              0);
+    // embedding: rows of a packed table (two row shards) are its dequantised rows.
+    const auto table = random_quant(t, {12, H}, g);
+    const auto dq = table.dequantized();
+    const Weight full = table.view();
+    Weight shards[2] = {full.first_rows(6), full.first_rows(6)};
+    shards[1].data += 6 * full.row_bytes();
+    if (full.block_scaled()) shards[1].scales.data += full.scales.grid_bytes(6, H);
+    if (t == QuantType::kF8E4M3) continue;  // 128-row scale blocks do not split at row 6
+    const std::vector<std::int64_t> ids = {11, 0, 6, 5};
+    Tensor emb;
+    be->embedding(shards, ids, emb);
+    ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      EXPECT_EQ(std::memcmp(emb.row(static_cast<std::int64_t>(i)), dq.data() + ids[i] * H,
+                            static_cast<std::size_t>(H) * 4),
+                0)
+          << "id " << ids[i];
+  }
+}
+
+// ggml's own blocks (quantised by ggml) as a weight: the CPU's product equals the f32 product on
+// ggml's dequantisation of them, bit for bit.
+TEST(CpuQuantOps, LinearOnGgmlBlocksEqualsGgmlDequantisation) {
+  auto f = SafetensorsFile::open(std::string(QUANT_FIXTURES) + "/ggml_known_answers.safetensors");
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  auto be = make_cpu_backend();
+  std::mt19937 g(23);
+  for (const auto t : {QuantType::kQ8_0, QuantType::kQ2_K, QuantType::kQ4_K, QuantType::kQ5_K,
+                       QuantType::kQ6_K, QuantType::kIQ2_XXS}) {
+    const std::string name(quant::quant_name(t));
+    SCOPED_TRACE(name);
+    const auto blocks = f->view(name + ".quantized.blocks");
+    const auto want = f->view(name + ".quantized.f32");
+    ASSERT_TRUE(blocks && want);
+    const std::int64_t rows = want->dim(0), cols = want->dim(1);
+    Weight w{DType::kU8, {rows, cols}, blocks->bytes.data()};
+    w.packed = t;
+    ASSERT_TRUE(w.check_storage().ok()) << w.check_storage().to_string();
+    ASSERT_EQ(w.bytes(), blocks->bytes.size());
+    std::vector<float> answer(static_cast<std::size_t>(rows * cols));
+    std::memcpy(answer.data(), want->bytes.data(), answer.size() * 4);
+    const UnalignedF32 ref(answer, {rows, cols});
+    const auto x = random_x({3, cols}, g);
+    Tensor yq, yf;
+    be->linear(x, w, yq);
+    be->linear(x, ref.view(), yf);
+    ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+    EXPECT_TRUE(same_bits(yq, yf)) << "max |d| " << max_abs_diff(yq, yf);
+  }
+}
+
+TEST(CpuQuantOps, FormatsAreNamedAndCheckedAgainstTheirShape) {
+  std::mt19937 g(24);
+  const auto q4 = random_quant(QuantType::kQ4_K, {4, 512}, g);
+  EXPECT_EQ(q4.view().format_name(), "Q4_K");
+  EXPECT_EQ(q4.view().dtype, DType::kU8);
+  EXPECT_EQ(q4.view().bytes(), 4u * 2 * 144);
+  const auto fp4 = random_quant(QuantType::kF4E2M1x2, {4, 64}, g);
+  EXPECT_EQ(fp4.view().format_name(), "F4_E2M1 with 1x32 E8M0 scales");
+  EXPECT_EQ(fp4.view().bytes(), 4u * 32);
+  EXPECT_EQ(fp4.view().scale_bytes(), 4u * 2);
+  const auto fp8 = random_quant(QuantType::kF8E4M3, {130, 200}, g);
+  EXPECT_EQ(fp8.view().format_name(), "F8_E4M3 with 128x128 E8M0 scales");
+  EXPECT_EQ(fp8.view().scale_at(129, 199), std::ldexp(1.0f, fp8.scales[3] - 127));
+  // A Q4_K row must be whole 256-weight blocks; FP4 needs its scales.
+  Weight bad = q4.view();
+  bad.shape = {8, 256 + 32};
+  EXPECT_NE(bad.check_storage().to_string().find("Q4_K"), std::string::npos);
+  Weight bare = fp4.view();
+  bare.scales = {};
+  EXPECT_NE(bare.check_storage().to_string().find("no scales"), std::string::npos);
+  auto be = make_cpu_backend();
+  Weight vec = q4.view();
+  vec.shape = {512};
+  auto up = be->upload(vec, DType::kF32);
+  ASSERT_FALSE(up.ok());
+  EXPECT_NE(up.status().to_string().find("Q4_K"), std::string::npos) << up.status().to_string();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every backend against the CPU's f32 ops on the dequantised weights.
+
+std::unique_ptr<Backend> backend_named(const std::string& name, std::string* why) {
+  if (name == "cpu") return make_cpu_backend();
+  if (!cuda_available()) {
+    *why = "no CUDA device: this build has no CUDA backend or the machine has no GPU";
+    return nullptr;
+  }
+  auto be = make_cuda_backend();
+  if (!be.ok()) {
+    *why = "no CUDA device: " + be.status().to_string();
+    return nullptr;
+  }
+  return std::move(*be);
+}
+
+// The parity suite's bound for products: max |got - ref| / max(1, max |ref|).
+constexpr double kProduct = 1e-4;
+
+::testing::AssertionResult close(const Tensor& got, const Tensor& ref) {
+  if (got.shape() != ref.shape()) return ::testing::AssertionFailure() << "shapes differ";
+  const auto g = got.to_host_vector();
+  double max_ref = 0, max_err = 0;
+  for (std::int64_t i = 0; i < ref.numel(); ++i) {
+    if (std::isnan(g[static_cast<std::size_t>(i)]))
+      return ::testing::AssertionFailure() << "NaN at " << i;
+    max_ref = std::max(max_ref, std::fabs(static_cast<double>(ref.data()[i])));
+    max_err = std::max(
+        max_err, std::fabs(static_cast<double>(g[static_cast<std::size_t>(i)]) - ref.data()[i]));
+  }
+  const double err = max_err / std::max(1.0, max_ref);
+  if (err <= kProduct) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "normalised max error " << err;
+}
+
+class QuantOps : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    be_ = backend_named(GetParam(), &why);
+    if (!be_) GTEST_SKIP() << why;
+  }
+  Weight up(const HostQuant& h) {
+    auto w = be_->upload(h.view(), DType::kBF16);
+    EXPECT_TRUE(w.ok()) << be_->name() << " upload: " << w.status().to_string();
+    EXPECT_TRUE(!w.ok() || w->is_packed() == h.view().is_packed()) << "upload changed the format";
+    return w.ok() ? *w : Weight{};
+  }
+  std::unique_ptr<Backend> be_;
+  std::unique_ptr<Backend> cpu_ = make_cpu_backend();
+};
+
+// The formats the CUDA kernels decode: all of them.
+const std::vector<QuantType> kDeviceTypes = {
+    QuantType::kF4E2M1x2, QuantType::kF8E4M3, QuantType::kQ8_0, QuantType::kQ4_K,
+    QuantType::kQ6_K,     QuantType::kQ5_K,   QuantType::kQ2_K, QuantType::kIQ2_XXS};
+
+// The GEMV at 1-4 rows (8-lane groups for short rows, warps for long ones) and the dequantised
+// tiles + sgemm beyond.
+TEST_P(QuantOps, LinearMatchesDequantisedF32) {
+  std::mt19937 g(31);
+  for (const auto t : kDeviceTypes)
+    for (const auto& [S, in, out] : std::vector<std::array<std::int64_t, 3>>{
+             {1, 2560, 1000}, {4, 512, 300}, {2, 8192, 64}, {3, 1024, 257}, {9, 512, 300}}) {
+      SCOPED_TRACE(std::string(quant::quant_name(t)) + " S " + std::to_string(S) + " in " +
+                   std::to_string(in) + " out " + std::to_string(out));
+      const auto w = random_quant(t, {out, in}, g);
+      const auto dq = w.dequantized();
+      const auto x = random_x({S, in}, g);
+      Tensor ref, y;
+      cpu_->linear(x, f32_view(dq, {out, in}), ref);
+      be_->linear(x.to(be_->memory()), up(w), y);
+      be_->synchronize();
+      ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
+      EXPECT_TRUE(close(y, ref));
+    }
+}
+
+// The pair path on packed experts (a token's routed experts only), FP8 E8M0 through the FP8
+// kernels (its scales widened at upload), with the clamped SwiGLU.
+TEST_P(QuantOps, MoeExpertsMatchDequantisedF32) {
+  std::mt19937 g(32);
+  const std::int64_t E = 8, k = 3;
+  for (const auto t : {QuantType::kF4E2M1x2, QuantType::kQ4_K, QuantType::kQ8_0, QuantType::kQ6_K,
+                       QuantType::kQ2_K, QuantType::kIQ2_XXS, QuantType::kF8E4M3})
+    for (const auto& [S, H, I] :
+         std::vector<std::array<std::int64_t, 3>>{{1, 512, 256}, {3, 256, 512}}) {
+      SCOPED_TRACE(std::string(quant::quant_name(t)) + " S " + std::to_string(S));
+      const auto gate_up = random_quant(t, {E, 2 * I, H}, g);
+      const auto down = random_quant(t, {E, H, I}, g);
+      const auto gu = gate_up.dequantized(), dn = down.dequantized();
+      const auto x = random_x({S, H}, g);
+      auto [experts, weights] = routing(S, E, k, g);
+      Tensor ref, y;
+      cpu_->moe_experts(x, f32_view(gu, {E, 2 * I, H}), f32_view(dn, {E, H, I}), experts, weights,
+                        7.0f, ref);
+      be_->moe_experts(x.to(be_->memory()), up(gate_up), up(down), experts.to(be_->memory()),
+                       weights.to(be_->memory()), 7.0f, y);
+      be_->synchronize();
+      ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
+      EXPECT_TRUE(close(y, ref));
+    }
+}
+
+// grouped_linear (DeepSeek V4's grouped output projection) on each format: a group's rows are a
+// weight of their own (weight_rows), FP8 groups of whole 128-row blocks.
+TEST_P(QuantOps, GroupedLinearMatchesDequantisedF32) {
+  std::mt19937 g(35);
+  const std::int64_t groups = 3, in = 256, out = 128;
+  for (const auto t : {QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kF4E2M1x2,
+                       QuantType::kIQ2_XXS, QuantType::kF8E4M3})
+    for (const std::int64_t S : {1, 6}) {
+      SCOPED_TRACE(std::string(quant::quant_name(t)) + " S " + std::to_string(S));
+      const auto w = random_quant(t, {groups * out, in}, g);
+      const auto dq = w.dequantized();
+      const auto x = random_x({S, groups * in}, g);
+      Tensor ref, y;
+      cpu_->grouped_linear(x, f32_view(dq, {groups * out, in}), groups, ref);
+      be_->grouped_linear(x.to(be_->memory()), up(w), groups, y);
+      be_->synchronize();
+      ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
+      EXPECT_TRUE(close(y, ref));
+    }
+}
+
+// A packed table on the host (the PLE table memory-mapped): each backend's embedding gives its
+// dequantised rows exactly (the CUDA backend dequantises host rows into its staging).
+TEST_P(QuantOps, EmbeddingOfAHostPackedTable) {
+  std::mt19937 g(34);
+  for (const auto t : {QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kF4E2M1x2}) {
+    SCOPED_TRACE(std::string(quant::quant_name(t)));
+    const auto table = random_quant(t, {10, 512}, g);
+    const auto dq = table.dequantized();
+    const Weight shard = table.view();
+    const std::vector<std::int64_t> ids = {9, 0, 3, 3};
+    Tensor emb;
+    be_->embedding({&shard, 1}, ids, emb);
+    be_->synchronize();
+    ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
+    const auto got = emb.to_host_vector();
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      EXPECT_EQ(std::memcmp(got.data() + i * 512, dq.data() + ids[i] * 512, 512 * 4), 0)
+          << "id " << ids[i];
+  }
+}
+
+// An op that cannot read a format fails naming it (never reads the bytes as something else).
+TEST_P(QuantOps, RefusesFormatsItCannotReadByName) {
+  std::mt19937 g(33);
+  const auto q4 = random_quant(QuantType::kQ4_K, {1, 256}, g);
+  const auto x = random_x({2, 256}, g);
+  Tensor y;
+  be_->rms_norm(x.to(be_->memory()), up(q4), 256, 1e-6f, false, y);
+  EXPECT_FALSE(be_->status().ok());
+  EXPECT_NE(be_->status().to_string().find("Q4_K"), std::string::npos) << be_->status().to_string();
+  if (GetParam() == "cuda") {
+    // FP4 rows that end in a partial 32-block: the CPU reads them, the CUDA decoder does not.
+    std::string why;
+    auto fresh = backend_named("cuda", &why);
+    ASSERT_TRUE(fresh);
+    const auto fp4 = random_quant(QuantType::kF4E2M1x2, {8, 48}, g);
+    const auto x48 = random_x({2, 48}, g);
+    auto w = fresh->upload(fp4.view(), DType::kBF16);
+    ASSERT_TRUE(w.ok()) << w.status().to_string();
+    fresh->linear(x48.to(fresh->memory()), *w, y);
+    EXPECT_NE(fresh->status().to_string().find("F4_E2M1"), std::string::npos)
+        << fresh->status().to_string();
+    // A packed table on the device is refused by embedding (host tables are read).
+    auto fresh2 = backend_named("cuda", &why);
+    ASSERT_TRUE(fresh2);
+    auto table = fresh2->upload(q4.view(), DType::kBF16);
+    ASSERT_TRUE(table.ok()) << table.status().to_string();
+    const std::vector<std::int64_t> ids = {1};
+    fresh2->embedding({&*table, 1}, ids, y);
+    EXPECT_NE(fresh2->status().to_string().find("Q4_K"), std::string::npos)
+        << fresh2->status().to_string();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, QuantOps, ::testing::Values(std::string("cpu")));
+INSTANTIATE_TEST_SUITE_P(Cuda, QuantOps, ::testing::Values(std::string("cuda")));
+
+}  // namespace
+}  // namespace fs
