@@ -678,7 +678,8 @@ std::vector<Case> make_cases() {
                                                {4, 4, 4, 16, 16, false, true, true},
                                                {1, 64, 64, 128, 128, false, false, true},
                                                {130, 64, 64, 128, 128, true, false, true},
-                                               // The chunk kernels (from 16 tokens): lengths
+                                               // The chunk kernels (from 16 tokens; a scalar
+                                               // decay from 1,024, so S 1100): lengths
                                                // around a chunk and over several, both decays,
                                                // Qwen's heads, GLM's, 16 and 32 state columns,
                                                {1, 16, 48, 128, 128, true},

@@ -25,12 +25,14 @@
 //   per thread group, 16-byte loads of W issued before use, f32 or bf16, fp32 accumulation) reads
 //   W once for all rows; more rows go to cublasSgemm in pedantic math mode (no TF32). A bf16 W is
 //   first widened (exactly) to f32 in pooled tiles of at most 64 MiB.
-// - moe_experts (cuda_moe.cu): at one token a fused path (gate/up + swiglu, then down and the
-//   weighted sum over the k experts in a fixed order); at 2+ tokens grouped GEMVs over (token,
-//   routed expert) pairs and a separate deterministic combine. Expert ids are read on the device,
-//   only routed experts' rows are read, no atomics.
-// - The gated delta rule: the recurrent form (and _positions, and the chunked op below 16 tokens
-//   or for heads over 128) runs token by token, a block per (value head, 32 state columns) with
+// - moe_experts (cuda_moe.cu): at one token a fused path of three kernels (gate/up + swiglu per
+//   (row tile, pair), down per (column tile, pair), then the weighted sum over the k pairs in
+//   top-k order); at 2+ tokens grouped GEMVs over (token, routed expert) pairs and a separate
+//   deterministic combine. Expert ids are read on the device, only routed experts' rows are read,
+//   no atomics. Packed formats (issue 15) run the pair path over the packed GEMV core
+//   (cuda_moe_packed.cu).
+// - The gated delta rule: the recurrent form (and _positions, and the chunked op below 16 tokens,
+//   a scalar (GDN) decay below 1,024 tokens, or heads over 128) runs token by token, a block per (value head, 32 state columns) with
 //   that slice of the [dk, dv] state in registers across all tokens (dk <= 256). From 16 tokens
 //   gated_delta_rule_chunked runs the chunked (WY) form (cuda_delta_chunks.cu): a kernel per
 //   (chunk of 64, value head) for the in-chunk products and the triangular inverse, all chunks at
@@ -48,8 +50,13 @@
 //   expert in two, at 1-4 rows (more rows run the unfused sequence). Each computes the unfused
 //   CUDA sequence's bits, except the hyper-connection read (its norm folded into its first
 //   product, within rounding).
-// - argmax_rows (greedy sampling): a block of 1024 threads per row, ties to the lower index; only
-//   the int32 ids are read back by the caller.
+// - argmax_rows (greedy sampling): ties to the lower index; a row of the vocabulary's length is
+//   read by a block per slice of 4,096 and the slices merged in order by one warp, a short row by
+//   one block; only the int32 ids are read back by the caller.
+// - Overlapped launches (cuda_common.h, docs/GPU.md "Step 4"): the decode GEMVs, the fused
+//   multi-GEMV, the hyper-connection read, the shared expert's gate/up and the one-token routed
+//   experts are launched with programmatic stream serialisation, so each is scheduled while the
+//   kernel before it runs and waits for its results inside (FLASHSERVE_CUDA_OVERLAP=0: off).
 // - topk / select_blocks (cuda_select.cu): a block per row finds the k-th largest by four 8-bit
 //   radix passes over the float bits, keeps what ranks above it (ties to the lower index) and
 //   sorts those k (value descending, index ascending); FLASHSERVE_CUDA_OLD_TOPK=1 keeps the k
@@ -58,8 +65,7 @@
 //   CUDA graph (docs/GPU.md) with FLASHSERVE_CUDA_GRAPHS=1; off by default (measured slower once
 //   the decode ops were fused: bench/NOTES.md).
 // - Prefill-sized work (many tokens) is correct but not yet fast: the MoE runs a GEMV per
-//   (token, expert) pair instead of grouping tokens by expert, the delta rule is sequential over
-//   tokens.
+//   (token, expert) pair instead of grouping tokens by expert.
 // - `upload` waits for its copy (load time); it may be called from several threads.
 //
 // The current device is set once, at construction; a process driving this backend from several

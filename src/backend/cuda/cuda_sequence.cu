@@ -182,7 +182,13 @@ void CudaBackend::delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, 
   if (!ensure(out, v.shape())) return;
   if (states != nullptr && !ensure(*states, {S, state.numel()})) return;
   if (S == 0 || dv == 0) return;
-  if (chunks && delta_chunks_take(S, dk, dv) && !env_flag("FLASHSERVE_CUDA_OLD_DELTA")) {
+  // A scalar decay (GDN) takes the chunks only from kScalarChunkTokens: on the H200 they were
+  // slower than the token-by-token kernel at 512 tokens (540 vs 463 us at Qwen's 48 heads) and
+  // 1.13x faster at 4,096 (bench/NOTES.md, 2026-12-02); a per-channel decay (KDA), whose token
+  // kernel is slower, gained 1.6-1.8x at both.
+  constexpr std::int64_t kScalarChunkTokens = 1024;
+  if (chunks && delta_chunks_take(S, dk, dv) && (per_channel || S >= kScalarChunkTokens) &&
+      !env_flag("FLASHSERVE_CUDA_OLD_DELTA")) {
     delta_rule_chunks(q, k, v, g, beta, key_heads, state, out);
     return;
   }
