@@ -293,6 +293,8 @@ __global__ void __launch_bounds__(kGateUpThreads)
     moe_gate_up_kernel(const float* x, const T* gate_up, const std::int32_t* experts,
                        std::int64_t k, std::int64_t E, std::int64_t H, std::int64_t I, float limit,
                        float* act) {
+  wait_for_inputs();  // overlapped (cuda_common.h): x/act and the ids are the kernels' before
+  release_dependents();
   const std::int64_t p = blockIdx.x;
   const std::int64_t r = (blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kWarp;
   if (r >= I) return;
@@ -316,6 +318,8 @@ template <typename T, bool kVec>
 __global__ void __launch_bounds__(kGateUpThreads)
     moe_down_kernel(const float* act, const T* down, const std::int32_t* experts, std::int64_t E,
                     std::int64_t H, std::int64_t I, float* out) {
+  wait_for_inputs();  // overlapped (cuda_common.h): x/act and the ids are the kernels' before
+  release_dependents();
   const std::int64_t p = blockIdx.x;
   const std::int64_t c = (blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kWarp;
   if (c >= H) return;
@@ -338,6 +342,8 @@ __global__ void __launch_bounds__(kGateUpThreads)
     moe_gate_up_fp8_kernel(const float* x, const e4m3_bits* gate_up, const float* scales,
                            const std::int32_t* experts, std::int64_t k, std::int64_t E,
                            std::int64_t H, std::int64_t I, float limit, float* act) {
+  wait_for_inputs();  // overlapped (cuda_common.h): x/act and the ids are the kernels' before
+  release_dependents();
   const std::int64_t p = blockIdx.x;
   const std::int64_t r = (blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kWarp;
   if (r >= I) return;
@@ -365,6 +371,8 @@ __global__ void __launch_bounds__(kGateUpThreads)
     moe_down_fp8_kernel(const float* act, const e4m3_bits* down, const float* scales,
                         const std::int32_t* experts, std::int64_t E, std::int64_t H, std::int64_t I,
                         float* out) {
+  wait_for_inputs();  // overlapped (cuda_common.h): x/act and the ids are the kernels' before
+  release_dependents();
   const std::int64_t p = blockIdx.x;
   const std::int64_t c = (blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kWarp;
   if (c >= H) return;
@@ -397,11 +405,11 @@ void launch_gate_up(const float* x, const T* w, const std::int32_t* experts, std
                     float* act, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(P), grid_for(I * kWarp, kGateUpThreads));
   if (pair_vec_ok<T>(x, w, H)) {
-    moe_gate_up_kernel<T, true>
-        <<<grid, kGateUpThreads, 0, stream>>>(x, w, experts, k, E, H, I, limit, act);
+    launch_overlapped(moe_gate_up_kernel<T, true>, grid, kGateUpThreads, 0, stream, x, w, experts,
+                      k, E, H, I, limit, act);
   } else {
-    moe_gate_up_kernel<T, false>
-        <<<grid, kGateUpThreads, 0, stream>>>(x, w, experts, k, E, H, I, limit, act);
+    launch_overlapped(moe_gate_up_kernel<T, false>, grid, kGateUpThreads, 0, stream, x, w, experts,
+                      k, E, H, I, limit, act);
   }
 }
 
@@ -410,9 +418,11 @@ void launch_down(const float* act, const T* w, const std::int32_t* experts, std:
                  std::int64_t E, std::int64_t H, std::int64_t I, float* out, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(P), grid_for(H * kWarp, kGateUpThreads));
   if (pair_vec_ok<T>(act, w, I)) {
-    moe_down_kernel<T, true><<<grid, kGateUpThreads, 0, stream>>>(act, w, experts, E, H, I, out);
+    launch_overlapped(moe_down_kernel<T, true>, grid, kGateUpThreads, 0, stream, act, w, experts, E,
+                      H, I, out);
   } else {
-    moe_down_kernel<T, false><<<grid, kGateUpThreads, 0, stream>>>(act, w, experts, E, H, I, out);
+    launch_overlapped(moe_down_kernel<T, false>, grid, kGateUpThreads, 0, stream, act, w, experts,
+                      E, H, I, out);
   }
 }
 
@@ -532,13 +542,13 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
   if (gate_up.block_scaled()) {
     const dim3 grid(static_cast<unsigned>(P), grid_for(I * kWarp, kGateUpThreads));
     if (vec_ok<e4m3_bits>(x.data(), gate_up.data, H))
-      moe_gate_up_fp8_kernel<true><<<grid, kGateUpThreads, 0, stream()>>>(
-          x.data(), as<e4m3_bits>(gate_up), scales_of(gate_up), ids, k, E, H, I, swiglu_limit,
-          act.data());
+      launch_overlapped(moe_gate_up_fp8_kernel<true>, grid, kGateUpThreads, 0, stream(), x.data(),
+                        as<e4m3_bits>(gate_up), scales_of(gate_up), ids, k, E, H, I, swiglu_limit,
+                        act.data());
     else
-      moe_gate_up_fp8_kernel<false><<<grid, kGateUpThreads, 0, stream()>>>(
-          x.data(), as<e4m3_bits>(gate_up), scales_of(gate_up), ids, k, E, H, I, swiglu_limit,
-          act.data());
+      launch_overlapped(moe_gate_up_fp8_kernel<false>, grid, kGateUpThreads, 0, stream(), x.data(),
+                        as<e4m3_bits>(gate_up), scales_of(gate_up), ids, k, E, H, I, swiglu_limit,
+                        act.data());
   } else if (gate_up.dtype == DType::kBF16)
     launch_gate_up(x.data(), as<bf16_bits>(gate_up), ids, P, k, E, H, I, swiglu_limit, act.data(),
                    stream());
@@ -549,18 +559,18 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
   if (down.block_scaled()) {
     const dim3 grid(static_cast<unsigned>(P), grid_for(H * kWarp, kGateUpThreads));
     if (vec_ok<e4m3_bits>(act.data(), down.data, I))
-      moe_down_fp8_kernel<true><<<grid, kGateUpThreads, 0, stream()>>>(
-          act.data(), as<e4m3_bits>(down), scales_of(down), ids, E, H, I, outp.data());
+      launch_overlapped(moe_down_fp8_kernel<true>, grid, kGateUpThreads, 0, stream(), act.data(),
+                        as<e4m3_bits>(down), scales_of(down), ids, E, H, I, outp.data());
     else
-      moe_down_fp8_kernel<false><<<grid, kGateUpThreads, 0, stream()>>>(
-          act.data(), as<e4m3_bits>(down), scales_of(down), ids, E, H, I, outp.data());
+      launch_overlapped(moe_down_fp8_kernel<false>, grid, kGateUpThreads, 0, stream(), act.data(),
+                        as<e4m3_bits>(down), scales_of(down), ids, E, H, I, outp.data());
   } else if (down.dtype == DType::kBF16)
     launch_down(act.data(), as<bf16_bits>(down), ids, P, E, H, I, outp.data(), stream());
   else
     launch_down(act.data(), as<float>(down), ids, P, E, H, I, outp.data(), stream());
   if (!launched(kOp)) return;
-  moe_combine_kernel<<<dim3(static_cast<unsigned>(S), grid_for(H, 256)), 256, 0, stream()>>>(
-      outp.data(), weights.data(), ids, E, k, H, y.data());
+  launch_overlapped(moe_combine_kernel, dim3(static_cast<unsigned>(S), grid_for(H, 256)), 256, 0,
+                    stream(), outp.data(), weights.data(), ids, E, k, H, y.data());
   launched(kOp);
 }
 

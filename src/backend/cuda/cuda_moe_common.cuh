@@ -28,6 +28,8 @@ __global__ void moe_combine_kernel(const float* out, const float* weights,
                                    std::int64_t H, float* y) {
   __shared__ int order[kMaxTopK];
   __shared__ int count;
+  wait_for_inputs();  // when launched overlapped (cuda_common.h)
+  release_dependents();
   const std::int64_t s = blockIdx.x;
   const std::int32_t* ids = experts + s * k;
   if (threadIdx.x == 0) {
