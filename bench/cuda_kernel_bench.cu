@@ -501,13 +501,11 @@ struct PackedFormat {
   const char* name;
   fs::quant::QuantType type;
 };
-const PackedFormat kPackedFormats[] = {{"fp4", fs::quant::QuantType::kF4E2M1x2},
-                                       {"q8_0", fs::quant::QuantType::kQ8_0},
-                                       {"q4_k", fs::quant::QuantType::kQ4_K},
-                                       {"q5_k", fs::quant::QuantType::kQ5_K},
-                                       {"q6_k", fs::quant::QuantType::kQ6_K},
-                                       {"q2_k", fs::quant::QuantType::kQ2_K},
-                                       {"iq2_xxs", fs::quant::QuantType::kIQ2_XXS}};
+const PackedFormat kPackedFormats[] = {
+    {"fp4", fs::quant::QuantType::kF4E2M1x2},   {"q8_0", fs::quant::QuantType::kQ8_0},
+    {"q4_k", fs::quant::QuantType::kQ4_K},      {"q5_k", fs::quant::QuantType::kQ5_K},
+    {"q6_k", fs::quant::QuantType::kQ6_K},      {"q2_k", fs::quant::QuantType::kQ2_K},
+    {"iq2_xxs", fs::quant::QuantType::kIQ2_XXS}};
 
 struct PackedWeights {
   DeviceBuffer data, scales;
@@ -515,9 +513,10 @@ struct PackedWeights {
   int copies = 1;
   fs::quant::QuantType type{};
   fs::Weight view(int i, fs::Shape shape) const {
-    fs::Weight w{fs::DType::kU8, std::move(shape),
-                 static_cast<const std::uint8_t*>(data.get()) + stride * static_cast<std::size_t>(i),
-                 fs::Device::kCuda};
+    fs::Weight w{
+        fs::DType::kU8, std::move(shape),
+        static_cast<const std::uint8_t*>(data.get()) + stride * static_cast<std::size_t>(i),
+        fs::Device::kCuda};
     w.packed = type;
     if (type == fs::quant::QuantType::kF4E2M1x2) {
       w.scales = {static_cast<const std::uint8_t*>(scales.get()) +
@@ -526,8 +525,9 @@ struct PackedWeights {
     }
     return w;
   }
-  double bytes(const fs::Shape& shape) const { return static_cast<double>(view(0, shape).bytes() +
-                                                                          view(0, shape).scale_bytes()); }
+  double bytes(const fs::Shape& shape) const {
+    return static_cast<double>(view(0, shape).bytes() + view(0, shape).scale_bytes());
+  }
 };
 
 PackedWeights make_packed(fs::quant::QuantType type, std::int64_t mats, std::int64_t out,
@@ -565,8 +565,8 @@ void bench_gemv_packed(fs::Backend& be, cudaStream_t s, std::int64_t in, std::in
     const double t = time_calls(s, n, [&](int i) {
       be.linear(x, w.view(i % w.copies, {out, in}), y);
     });
-    rows.push_back({name, std::to_string(in) + "->" + std::to_string(out) + " " + f.name, f.name,
-                    S, wbytes, t, 0});
+    rows.push_back({name, std::to_string(in) + "->" + std::to_string(out) + " " + f.name, f.name, S,
+                    wbytes, t, 0});
   }
   if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
 }

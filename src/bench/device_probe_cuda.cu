@@ -61,7 +61,11 @@ Expected<double> copy_bandwidth(std::size_t bytes, int repeats) {
 }
 
 // Errors are ignored: with no profiler attached the calls have nothing to do.
-void profiler_range_begin() { static_cast<void>(cudaProfilerStart()); }
-void profiler_range_end() { static_cast<void>(cudaProfilerStop()); }
+void profiler_range_begin() {
+  static_cast<void>(cudaProfilerStart());
+}
+void profiler_range_end() {
+  static_cast<void>(cudaProfilerStop());
+}
 
 }  // namespace fs::bench

@@ -6,7 +6,22 @@
 #include <cmath>
 #include <cstdio>
 
+#include "model/loader.h"
+#include "test_backend.h"
+
 namespace fs::test {
+
+Status ToolMadeModel::make(const std::string& command, const std::string& name) {
+  dir_ = std::make_unique<ScratchDir>();
+  folder_ = dir_->file(name);
+  std::string text;
+  if (run_command(command + " --out " + folder_, &text) != 0)
+    return internal_error("'" + command + "' failed (it needs python3): " + text);
+  auto m = load_model(folder_, test_load_options());
+  if (!m.ok()) return m.status();
+  model_ = std::move(m).value();
+  return {};
+}
 
 DecodeState prefill(Model& model, std::span<const TokenId> tokens) {
   DecodeState s = new_decode_state(model);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <span>
 #include <string>
@@ -15,8 +16,31 @@
 
 #include "decode/drafter.h"
 #include "decode/generator.h"
+#include "model/model.h"
+#include "test_support.h"
 
 namespace fs::test {
+
+// A model with an MTP head that a tools/ script writes from a fixture (HF has no MTP module for
+// DeepSeek V4 or GLM 5.3): the script runs once per test suite, in a scratch folder, and the model
+// loads on the backend under test. A suite holds one as a static member, calls make() from
+// SetUpTestSuite and reset() from TearDownTestSuite (before the CUDA runtime shuts down).
+class ToolMadeModel {
+ public:
+  // Runs `command --out <scratch>/<name>` and loads the result; the error says which step failed.
+  Status make(const std::string& command, const std::string& name);
+  Model* get() const { return model_.get(); }
+  const std::string& folder() const { return folder_; }  // the script's output, to load again
+  void reset() {
+    model_.reset();
+    dir_.reset();
+  }
+
+ private:
+  std::unique_ptr<ScratchDir> dir_;
+  std::string folder_;
+  std::unique_ptr<Model> model_;
+};
 
 // A fresh decode state with `tokens` prefilled (one call).
 DecodeState prefill(Model& model, std::span<const TokenId> tokens);

@@ -924,7 +924,7 @@ std::vector<Case> make_cases() {
     std::vector<float> v(3 * V, 0.5f);
     v[70000] = v[5000] = v[99999] = 3.0f;  // row 0: 5000
     for (std::int64_t c = 0; c < V; c += 3) v[V + c] = nan;
-    v[V + 8191] = v[V + 4097] = 1.0f;  // row 1: 4097 (not a NaN index)
+    v[V + 8191] = v[V + 4097] = 1.0f;                         // row 1: 4097 (not a NaN index)
     for (std::int64_t c = 0; c < V; ++c) v[2 * V + c] = nan;  // row 2: 0
     const Tensor x({3, V}, std::move(v));
     return [=](const Feed& f) {

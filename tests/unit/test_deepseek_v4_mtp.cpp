@@ -25,33 +25,24 @@ namespace {
 class DeepseekV4Mtp : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new test::ScratchDir;  // NOLINT: suite-lifetime fixture
-    const auto out = dir_->file("ds4-mtp");
-    std::string text;
-    ASSERT_EQ(test::run_command("python3 " FLASHSERVE_SOURCE_DIR "/tools/make_ds4_mtp.py --model " +
-                                    test::hf_tiny("deepseek_v4") + " --out " + out,
-                                &text),
-              0)
-        << text;
-    auto m = load_model(out, test::test_load_options());
-    ASSERT_TRUE(m.ok()) << m.status().to_string();
-    model_ = std::move(m).value().release();
+    const Status made =
+        made_.make("python3 " FLASHSERVE_SOURCE_DIR "/tools/make_ds4_mtp.py --model " +
+                       test::hf_tiny("deepseek_v4"),
+                   "ds4-mtp");
+    ASSERT_TRUE(made.ok()) << made.to_string();
+    model_ = made_.get();
   }
   static void TearDownTestSuite() {
-    delete model_;  // NOLINT: suite-lifetime fixture
     model_ = nullptr;
-    delete dir_;  // NOLINT
-    dir_ = nullptr;
+    made_.reset();
   }
-  static Model* model_;
-  static test::ScratchDir* dir_;
+  static inline test::ToolMadeModel made_;
+  static inline Model* model_ = nullptr;
 
   static std::vector<TokenId> tokens() {
     return test::qwen_cases(test::hf_tiny("deepseek_v4")).back().tokens;
   }
 };
-Model* DeepseekV4Mtp::model_ = nullptr;
-test::ScratchDir* DeepseekV4Mtp::dir_ = nullptr;
 
 TEST_F(DeepseekV4Mtp, HeadLoadsAndDrafts) {
   ASSERT_NE(model_, nullptr);
@@ -104,7 +95,7 @@ TEST_F(DeepseekV4Mtp, GreedyMtpEmitsTheAutoregressiveTokensUnderOfficialNumerics
   ASSERT_NE(model_, nullptr);
   auto options = test::test_load_options();
   options.numerics = "official";
-  auto loaded = load_model(dir_->file("ds4-mtp"), options);
+  auto loaded = load_model(made_.folder(), options);
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   test::expect_greedy_mtp_is_autoregressive(**loaded, tokens(), {5, 23, 61}, {1, 20}, -1);
 }

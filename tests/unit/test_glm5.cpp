@@ -269,31 +269,22 @@ TEST(Glm5State, CheckpointRoundtripAndRejection) {
 class Glm5Mtp : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new test::ScratchDir;  // NOLINT: suite-lifetime fixture
-    std::string text;
-    ASSERT_EQ(test::run_command("python3 " + std::string(FLASHSERVE_SOURCE_DIR) +
-                                    "/tools/glm5_mtp_weights.py --model " + fixture() + " --out " +
-                                    dir_->file("mtp") + " --seed 3",
-                                &text),
-              0)
-        << "tools/glm5_mtp_weights.py needs python3: " << text;
-    auto m = load_model(dir_->file("mtp"), test::test_load_options());
-    ASSERT_TRUE(m.ok()) << m.status().to_string();
-    model_ = std::move(m).value().release();
+    const Status made =
+        made_.make("python3 " + std::string(FLASHSERVE_SOURCE_DIR) +
+                       "/tools/glm5_mtp_weights.py --model " + fixture() + " --seed 3",
+                   "mtp");
+    ASSERT_TRUE(made.ok()) << made.to_string();
+    model_ = made_.get();
   }
   static void TearDownTestSuite() {
-    delete model_;  // NOLINT: suite-lifetime fixture
     model_ = nullptr;
-    delete dir_;  // NOLINT
-    dir_ = nullptr;
+    made_.reset();
   }
   void SetUp() override { ASSERT_NE(model_, nullptr); }
   static std::vector<TokenId> tokens() { return test::qwen_cases(fixture()).front().tokens; }
-  static Model* model_;
-  static test::ScratchDir* dir_;
+  static inline test::ToolMadeModel made_;
+  static inline Model* model_ = nullptr;
 };
-Model* Glm5Mtp::model_ = nullptr;
-test::ScratchDir* Glm5Mtp::dir_ = nullptr;
 
 TEST_F(Glm5Mtp, GreedyMtpEmitsTheAutoregressiveTokens) {
   ASSERT_TRUE(model_->info().has_mtp);

@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kSplitMaxThreads)
                            std::int64_t rep, std::int64_t D, std::int64_t kv_stride,
                            std::int64_t block, StepScalar first, float scale, std::int64_t splits,
                            std::int64_t chunk, float* part_acc, float* part_ml, float* out) {
-  release_dependents();  // the next kernel, if overlapped, may start (cuda_common.h)
+  release_dependents();                 // the next kernel, if overlapped, may start (cuda_common.h)
   extern __shared__ float4 kv_tile4[];  // K [kTileKeys][D], then V [kTileKeys][D]
   float* k_tile = reinterpret_cast<float*>(kv_tile4);
   float* v_tile = k_tile + kTileKeys * D;

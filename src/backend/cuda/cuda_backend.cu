@@ -413,10 +413,8 @@ Expected<Weight> CudaBackend::upload_stored(const Weight& w) {
     return unsupported("cuda upload: " + w.format_name() + " weights (FP8 needs 128x128 blocks)");
   if (fp4 && (w.scales.format != quant::ScaleFormat::kE8M0 || w.scales.block_rows != 1 ||
               w.scales.block_cols != 32))
-    return unsupported("cuda upload: " + w.format_name() +
-                       " weights (FP4 needs 1x32 E8M0 scales)");
-  if (!fp8 && !w.is_packed())
-    return unsupported("cuda upload: " + w.format_name() + " weights");
+    return unsupported("cuda upload: " + w.format_name() + " weights (FP4 needs 1x32 E8M0 scales)");
+  if (!fp8 && !w.is_packed()) return unsupported("cuda upload: " + w.format_name() + " weights");
   std::vector<float> widened_scales;
   Weight src = w;
   if (fp8 && w.scales.format == quant::ScaleFormat::kE8M0) {
@@ -669,8 +667,8 @@ void CudaBackend::embedding(std::span<const Weight> shards, std::span<const std:
     }
     const bool keep = w.plain();
     if (w.is_packed() || w.block_scaled()) {
-      auto st = w.dequantize_row(row, {reinterpret_cast<float*>(staging + offset),
-                                       static_cast<std::size_t>(cols)});
+      auto st = w.dequantize_row(
+          row, {reinterpret_cast<float*>(staging + offset), static_cast<std::size_t>(cols)});
       if (!st.ok()) return fail(st.with_context("cuda: embedding"));
     } else if (keep) {
       std::memcpy(staging + offset, src, static_cast<std::size_t>(cols) * esize);

@@ -32,14 +32,14 @@
 //   no atomics. Packed formats (issue 15) run the pair path over the packed GEMV core
 //   (cuda_moe_packed.cu).
 // - The gated delta rule: the recurrent form (and _positions, and the chunked op below 16 tokens,
-//   a scalar (GDN) decay below 1,024 tokens, or heads over 128) runs token by token, a block per (value head, 32 state columns) with
-//   that slice of the [dk, dv] state in registers across all tokens (dk <= 256). From 16 tokens
-//   gated_delta_rule_chunked runs the chunked (WY) form (cuda_delta_chunks.cu): a kernel per
-//   (chunk of 64, value head) for the in-chunk products and the triangular inverse, all chunks at
-//   once, then a kernel per (value head, 16 or 32 state columns) that walks the chunks with its
-//   slice of the state in shared memory, its products on the tensor cores as 3xTF32 (fp32
-//   precision; fp32 state). FLASHSERVE_CUDA_OLD_DELTA=1 keeps it token by token
-//   (cuda_switches.h).
+//   a scalar (GDN) decay below 1,024 tokens, or heads over 128) runs token by token, a block per
+//   (value head, 32 state columns) with that slice of the [dk, dv] state in registers across all
+//   tokens (dk <= 256). From 16 tokens gated_delta_rule_chunked runs the chunked (WY) form
+//   (cuda_delta_chunks.cu): a kernel per (chunk of 64, value head) for the in-chunk products and
+//   the triangular inverse, all chunks at once, then a kernel per (value head, 16 or 32 state
+//   columns) that walks the chunks with its slice of the state in shared memory, its products on
+//   the tensor cores as 3xTF32 (fp32 precision; fp32 state). FLASHSERVE_CUDA_OLD_DELTA=1 keeps it
+//   token by token (cuda_switches.h).
 // - block_sparse_attention (cuda_attention.cu): split-K over the selected keys, a block per
 //   (query, KV head, chunk) loading each K/V tile once for the query heads that share it, then a
 //   merge of the partials in a fixed order; FLASHSERVE_CUDA_OLD_ATTENTION=1 keeps the older kernel

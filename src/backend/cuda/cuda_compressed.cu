@@ -4,8 +4,8 @@
 // kernels (a block per row, window, query head); softmax normalisers in double as the CPU. They
 // run eagerly (DeepSeek V4 records no step graphs yet).
 #include "backend/cuda/cuda_backend.h"
-#include "backend/weight_rows.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/weight_rows.h"
 
 namespace fs::cuda {
 namespace {

@@ -241,7 +241,7 @@ struct RopeFreqs {
 __global__ void rope_kernel(float* x, std::int64_t cols, std::int64_t head_dim,
                             std::int64_t rotary_dim, StepScalar first, std::int64_t stride,
                             const RopeFreqs freqs) {
-  release_dependents();  // the next kernel, if overlapped, may start (cuda_common.h)
+  release_dependents();          // the next kernel, if overlapped, may start (cuda_common.h)
   extern __shared__ float cs[];  // cos[half], sin[half]
   const std::int64_t half = rotary_dim / 2, heads = cols / head_dim;
   const std::int64_t pos = first.get() + static_cast<std::int64_t>(blockIdx.x) * stride;

@@ -217,9 +217,9 @@ __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float
 template <typename F, int kS, int kR, int kG, int kU, bool kSameX>
 __device__ __forceinline__ void packed_rows_dot(const std::uint8_t* const (&rows)[kR],
                                                 const std::uint8_t* const (&scale_rows)[kR],
-                                                const float* const (&xs)[kR],
-                                                std::int64_t x_stride, std::int64_t chunks,
-                                                int lane, float (&acc)[kR][kS]) {
+                                                const float* const (&xs)[kR], std::int64_t x_stride,
+                                                std::int64_t chunks, int lane,
+                                                float (&acc)[kR][kS]) {
   for (std::int64_t c0 = lane; c0 < chunks; c0 += static_cast<std::int64_t>(kG) * kU) {
     typename F::Raw raw[kU][kR];
 #pragma unroll

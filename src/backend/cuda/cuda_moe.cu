@@ -30,9 +30,9 @@ constexpr int kFusedTokens = 1;
 constexpr int kFusedMaxTokens = 4;
 constexpr int kMaxPairs = kFusedMaxTokens * kMaxTopK;
 constexpr int kGateUpThreads = 256;  // 8 warps, one I-row (its gate and up rows) each
-constexpr int kDownThreads = 256;  // 16 groups of kDownLanes, kDownRows columns each
-constexpr int kDownLanes = 16;     // 640-wide down rows: 5 chunks of 16 bytes per lane
-constexpr int kDownRows = 2;       // columns per group: 10 loads in flight per lane
+constexpr int kDownThreads = 256;    // 16 groups of kDownLanes, kDownRows columns each
+constexpr int kDownLanes = 16;       // 640-wide down rows: 5 chunks of 16 bytes per lane
+constexpr int kDownRows = 2;         // columns per group: 10 loads in flight per lane
 
 // The routing of a block's tokens, in shared memory.
 struct Routing {

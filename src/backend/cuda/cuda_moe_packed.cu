@@ -31,8 +31,7 @@ struct PackedExperts {
 
 PackedExperts packed_experts(const Weight& w, const std::uint8_t* iq2_grid) {
   const auto side = packed::side_data(w, iq2_grid);
-  return {w.data, side.base, w.shape[1], static_cast<std::int64_t>(w.row_bytes()),
-          side.row_bytes};
+  return {w.data, side.base, w.shape[1], static_cast<std::int64_t>(w.row_bytes()), side.row_bytes};
 }
 
 // act[p, r] = swiglu(gate_up[e] row r · x[s], gate_up[e] row I + r · x[s]), p = (s, j),
@@ -52,8 +51,7 @@ __global__ void __launch_bounds__(kPackedMoeThreads)
                                        live ? gu.scale_row(e, I + r) : nullptr};
   const float* xs[2] = {x + (p / k) * H, x + (p / k) * H};
   float acc[2][1] = {};
-  packed_rows_dot<F, 1, 2, kG, F::kUnroll, true>(rows, scale_rows, xs, H, F::chunks(H), lane,
-                                                 acc);
+  packed_rows_dot<F, 1, 2, kG, F::kUnroll, true>(rows, scale_rows, xs, H, F::chunks(H), lane, acc);
   const float g = group_sum<kG>(acc[0][0]), u = group_sum<kG>(acc[1][0]);
   if (lane == 0 && r < I) act[p * I + r] = live ? clamped_swiglu(g, u, limit) : 0.0f;
 }
@@ -72,8 +70,7 @@ __global__ void __launch_bounds__(kPackedMoeThreads)
   const std::uint8_t* scale_rows[1] = {live ? down.scale_row(e, c) : nullptr};
   const float* xs[1] = {act + p * I};
   float acc[1][1] = {};
-  packed_rows_dot<F, 1, 1, kG, F::kUnroll, true>(rows, scale_rows, xs, I, F::chunks(I), lane,
-                                                 acc);
+  packed_rows_dot<F, 1, 1, kG, F::kUnroll, true>(rows, scale_rows, xs, I, F::chunks(I), lane, acc);
   const float v = group_sum<kG>(acc[0][0]);
   if (lane == 0 && c < H) out[p * H + c] = live ? v : 0.0f;
 }

@@ -82,7 +82,9 @@ struct Fp4 {
       w[2 * i + 1] = __fmul_rn(e2m1(b >> 4), s);
     }
   }
-  __device__ __forceinline__ static std::int64_t column(std::int64_t c, int) { return 32 * c; }
+  __device__ __forceinline__ static std::int64_t column(std::int64_t c, int) {
+    return 32 * c;
+  }
 };
 
 // Q8_0, 34-byte blocks of 32: an f16 scale d, 32 signed bytes; w = q * d. A chunk is a block
@@ -111,7 +113,9 @@ struct Q8_0 {
       w[2 * i + 1] = __fmul_rn(static_cast<float>(static_cast<signed char>(v >> 8)), d);
     }
   }
-  __device__ __forceinline__ static std::int64_t column(std::int64_t c, int) { return 32 * c; }
+  __device__ __forceinline__ static std::int64_t column(std::int64_t c, int) {
+    return 32 * c;
+  }
 };
 
 // Q4_K (144 bytes / 256: d, dmin, 12 scale bytes, qs[128]) and Q5_K (176: the same with qh[32]
@@ -269,7 +273,9 @@ struct Q2_K {
       }
     }
   }
-  __device__ __forceinline__ static std::int64_t column(std::int64_t c, int) { return 32 * c; }
+  __device__ __forceinline__ static std::int64_t column(std::int64_t c, int) {
+    return 32 * c;
+  }
 };
 
 // IQ2_XXS, 66 bytes / 256: d, then 8 groups of 8 bytes, one per 32 weights (tensor/quant/
@@ -313,13 +319,14 @@ struct IQ2_XXS {
       const unsigned signs = field | ((__popc(field) & 1u) << 7);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const float v =
-            __fmul_rn(factor, static_cast<float>((magnitudes >> (8 * j)) & 0xffu));
+        const float v = __fmul_rn(factor, static_cast<float>((magnitudes >> (8 * j)) & 0xffu));
         w[8 * point + j] = ((signs >> j) & 1u) ? -v : v;
       }
     }
   }
-  __device__ __forceinline__ static std::int64_t column(std::int64_t c, int) { return 32 * c; }
+  __device__ __forceinline__ static std::int64_t column(std::int64_t c, int) {
+    return 32 * c;
+  }
 };
 
 }  // namespace fs::cuda::packed

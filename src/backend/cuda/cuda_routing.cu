@@ -3,6 +3,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_ranking.cuh"
 #include "backend/cuda/cuda_select.h"
 #include "backend/cuda/cuda_switches.h"
 
@@ -148,12 +149,6 @@ __global__ void softmax_kernel(float* x, std::int64_t cols) {
   softmax_row(x + blockIdx.x * cols, cols);
 }
 
-// Whether (v, i) ranks above (bv, bi): larger value, or equal value and lower index; bi < 0 is
-// "nothing yet".
-__device__ __forceinline__ bool ranks_above(float v, std::int32_t i, float bv, std::int32_t bi) {
-  return bi < 0 || v > bv || (v == bv && i < bi);
-}
-
 // The k best of the first n entries of row p, descending, ties to the lower index, into idx[0, k)
 // and val[0, k) (when not null); -1 (and 0) past n. Round r keeps the best entry ranked below
 // round r-1's pick. The whole block calls it; thread 0 writes.
@@ -179,15 +174,7 @@ __device__ void topk_row(const float* p, std::int64_t n, std::int64_t k, std::in
           bi = i;
         }
       }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const std::int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (oi >= 0 && ranks_above(ov, oi, bv, bi)) {
-          bv = ov;
-          bi = oi;
-        }
-      }
+      warp_best(bv, bi);
       if (lane == 0) {
         sv[warp] = bv;
         si[warp] = bi;
@@ -292,15 +279,7 @@ __global__ void route_warp_kernel(const float* logits, std::int64_t S, std::int6
         bi = c;
       }
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const std::int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (oi >= 0 && ranks_above(ov, oi, bv, bi)) {
-        bv = ov;
-        bi = oi;
-      }
-    }
+    warp_best(bv, bi);
     if (bi >= 0 && bi % kWarp == lane) taken |= 1u << (bi / kWarp);
     if (lane == 0) {
       ri[r] = bi;

@@ -3,34 +3,19 @@
 // needs beside the row's top (Backend::topk) to draw from the top alone.
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_ranking.cuh"
 
 namespace fs::cuda {
 namespace {
 
 constexpr int kArgmaxThreads = 1024;
 
-// (v, i) beats (bv, bi): a larger value, or an equal value at a lower index; bi < 0 is "none
-// yet". The CPU sampler's order, so device and host pick the same token.
-__device__ __forceinline__ bool beats(float v, std::int32_t i, float bv, std::int32_t bi) {
-  return i >= 0 && (bi < 0 || v > bv || (v == bv && i < bi));
-}
+// Entries rank as cuda_ranking.cuh says (the CPU sampler's order, so device and host pick the same
+// token); NaN entries never enter.
 
-// (v, i) <- the better of itself and the other lanes' pairs, over the whole warp.
-__device__ __forceinline__ void merge_warp(float& v, std::int32_t& i) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const std::int32_t oi = __shfl_xor_sync(0xffffffffu, i, o);
-    if (beats(ov, oi, v, i)) {
-      v = ov;
-      i = oi;
-    }
-  }
-}
-
-// The best of p[begin, end) by `beats` (NaN never wins; bi < 0: none), to thread 0. Each thread
+// The best of p[begin, end) by ranks_above (NaN never wins; bi < 0: none), to thread 0. Each thread
 // keeps the best of its strided entries (scanned in increasing index, so a strict > keeps the
-// lowest of equals), then warps and the block merge by `beats`. The whole block calls it.
+// lowest of equals), then warps and the block merge by ranks_above. The whole block calls it.
 __device__ void block_best(const float* p, std::int64_t begin, std::int64_t end, float& bv,
                            std::int32_t& bi) {
   __shared__ float best_v[kArgmaxThreads / kWarp];
@@ -45,7 +30,7 @@ __device__ void block_best(const float* p, std::int64_t begin, std::int64_t end,
       bi = static_cast<std::int32_t>(c);
     }
   }
-  merge_warp(bv, bi);
+  warp_best(bv, bi);
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   if (lane == 0) {
     best_v[warp] = bv;
@@ -56,7 +41,7 @@ __device__ void block_best(const float* p, std::int64_t begin, std::int64_t end,
     const int warps = (blockDim.x + kWarp - 1) / kWarp;
     bv = lane < warps ? best_v[lane] : 0.0f;
     bi = lane < warps ? best_i[lane] : -1;
-    merge_warp(bv, bi);
+    warp_best(bv, bi);
   }
 }
 
@@ -71,7 +56,7 @@ __global__ void argmax_rows_kernel(const float* x, std::int64_t cols, std::int32
 // Long rows (a vocabulary) in two passes, so that the whole GPU reads the row, not one
 // multiprocessor (97 us for 248,320 logits with one block, bench/NOTES.md 2026-12-02): a block
 // per slice of kArgmaxSlice entries writes its best; then a warp per row merges the slices in
-// order. Slices are contiguous and merged by `beats`, so the pick is the one-block pick.
+// order. Slices are contiguous and merged by ranks_above, so the pick is the one-block pick.
 constexpr int kSliceThreads = 256;
 constexpr std::int64_t kArgmaxSlice = 4096;
 
@@ -98,12 +83,12 @@ __global__ void argmax_merge_kernel(const float* part_v, const std::int32_t* par
   for (std::int64_t j = lane; j < slices; j += kWarp) {
     const float v = part_v[row * slices + j];
     const std::int32_t i = part_i[row * slices + j];
-    if (beats(v, i, bv, bi)) {
+    if (i >= 0 && ranks_above(v, i, bv, bi)) {
       bv = v;
       bi = i;
     }
   }
-  merge_warp(bv, bi);
+  warp_best(bv, bi);
   if (lane == 0) ids[row] = bi < 0 ? 0 : bi;
 }
 
