@@ -1,4 +1,4 @@
-// flashserve convert --model DIR [--dtype bf16|f32] [--quantize fp8] [--split-ngram-parts N]
+// flashserve convert --model DIR [--dtype bf16|f32] [--quantize fp8|fp4] [--split-ngram-parts N]
 //                    --out DIR2
 #include <iostream>
 
@@ -19,7 +19,8 @@ void add_convert_command(CLI::App& app, Action& action) {
   cmd->add_option("--dtype", opt->dtype, "bf16 or f32 for every float tensor");
   cmd->add_option("--quantize", opt->quantize,
                   "fp8: projections to FP8 E4M3 with 128x128 block scales (the official FP8 "
-                  "releases' layout)");
+                  "releases' layout); fp4: DeepSeek V4's official release layout (FP8 E4M3 "
+                  "projections with E8M0 scales, FP4 E2M1 routed experts, the release's names)");
   cmd->add_option("--split-ngram-parts", opt->parts, "Split PLE n-gram tables into N row shards");
   cmd->add_option("--out", opt->out, "Output folder")->required();
   cmd->callback([opt, &action] {
@@ -37,8 +38,11 @@ void add_convert_command(CLI::App& app, Action& action) {
       if (opt->parts > 0) o.split_ngram_parts = opt->parts;
       if (opt->quantize == "fp8") {
         o.quantize_fp8 = true;
+      } else if (opt->quantize == "fp4") {
+        o.quantize_fp4 = true;
       } else if (!opt->quantize.empty()) {
-        std::cerr << "flashserve convert: --quantize must be fp8, not '" << opt->quantize << "'\n";
+        std::cerr << "flashserve convert: --quantize must be fp8 or fp4, not '" << opt->quantize
+                  << "'\n";
         return 1;
       }
       if (auto s = convert_checkpoint(opt->model, opt->out, o); !s.ok()) {

@@ -10,6 +10,13 @@
 namespace fs::cli {
 namespace {
 
+std::string gib(std::uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f GiB",
+                static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
 nlohmann::json report_json(const InspectReport& r) {
   nlohmann::json j;
   j["family"] = family_name(r.description.family);
@@ -30,6 +37,25 @@ nlohmann::json report_json(const InspectReport& r) {
   j["mismatched_tensors"] = r.mismatched_tensors;
   j["mtp_tensors"] = r.mtp_tensors.size();
   j["complete"] = r.complete();
+  j["official_names"] = r.official_names;
+  j["bytes_by_format"] = r.bytes_by_format;
+  auto tensors = nlohmann::json::array();
+  for (const auto& t : r.tensors) {
+    nlohmann::json e = {{"name", t.name},
+                        {"format", t.format},
+                        {"shape", t.shape},
+                        {"bytes", t.bytes},
+                        {"decode_bytes", t.decode_bytes},
+                        {"mtp", t.mtp}};
+    if (!t.hf_name.empty()) e["hf_name"] = t.hf_name;
+    tensors.push_back(std::move(e));
+  }
+  j["tensors"] = tensors;
+  j["decode_bytes_per_token"] = {{"total", r.decode_bytes},
+                                 {"by_format", r.decode_bytes_by_format},
+                                 {"mtp_per_draft", r.mtp_decode_bytes},
+                                 {"experts", r.experts},
+                                 {"experts_per_token", r.experts_per_token}};
   return j;
 }
 
@@ -48,9 +74,25 @@ void print_text(const InspectReport& r) {
     std::cout << "\n";
   }
   std::cout << "mtp tensors " << r.mtp_tensors.size() << "\n";
+  if (r.official_names) std::cout << "names       DeepSeek V4's official release\n";
+  for (const auto& [format, bytes] : r.bytes_by_format)
+    std::cout << "format " << format << "  " << bytes << " bytes\n";
+  std::cout << "decode reads per token  " << r.decode_bytes << " bytes (" << gib(r.decode_bytes)
+            << ")";
+  if (r.experts) std::cout << ", experts " << r.experts_per_token << " of " << r.experts;
+  std::cout << "\n";
+  for (const auto& [format, b] : r.decode_bytes_by_format)
+    std::cout << "  " << format << "  " << b << "\n";
+  if (r.mtp_decode_bytes) std::cout << "mtp reads per draft  " << r.mtp_decode_bytes << " bytes\n";
   for (const auto& n : r.missing_tensors) std::cout << "missing     " << n << "\n";
   for (const auto& n : r.unexpected_tensors) std::cout << "unexpected  " << n << "\n";
   for (const auto& n : r.mismatched_tensors) std::cout << "mismatch    " << n << "\n";
+  for (const auto& t : r.tensors) {
+    std::cout << "tensor  " << t.name << "  " << t.format << "  " << shape_to_string(t.shape)
+              << "  " << t.bytes;
+    if (!t.hf_name.empty()) std::cout << "  (" << t.hf_name << ")";
+    std::cout << "\n";
+  }
 }
 
 nlohmann::json decode_json(const GgufDecodeBytes& d) {
@@ -97,12 +139,6 @@ nlohmann::json gguf_json(const GgufInspectReport& r) {
   return j;
 }
 
-std::string gib(std::uint64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f GiB",
-                static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
-  return buf;
-}
 
 void print_gguf_text(const GgufInspectReport& r) {
   std::cout << "format      GGUF v" << r.version << " in " << r.splits << " file(s)\n";

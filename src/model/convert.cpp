@@ -11,6 +11,7 @@
 
 #include "format/safetensors.h"
 #include "format/safetensors_writer.h"
+#include "model/deepseek_v4/official_convert.h"
 #include "tensor/quant/minifloat.h"
 #include "util/progress.h"
 
@@ -114,6 +115,11 @@ Status convert_checkpoint(const std::string& in_dir, const std::string& out_dir,
     config = nlohmann::json::parse(cf);
   } catch (const nlohmann::json::exception& e) {
     return corrupt(in_dir + "/config.json: " + e.what());
+  }
+  if (options.quantize_fp4) {
+    if (options.quantize_fp8 || options.split_ngram_parts)
+      return invalid_argument("convert: --quantize fp4 writes the official layout alone");
+    return convert_deepseek_v4_official(*ck, config, out_dir, options.dtype);
   }
   const std::int64_t parts = options.split_ngram_parts.value_or(1);
   if (parts < 1) return invalid_argument("convert: split_ngram_parts must be >= 1");

@@ -10,6 +10,10 @@
 // 448, e4m3 = round-to-nearest-even(w / scale) saturated, and w ~ e4m3 * scale_inv with
 // scale_inv = scale (quant/block_scaled.h reads it back). Embeddings, the output head, norms,
 // convolutions, routers, hyper-connection weights and the PLE tables stay as they are.
+//
+// FP4 (`quantize_fp4`, DeepSeek V4 only): the official release's layout and names, FP8 E4M3
+// dense projections with E8M0 128x128 `.scale` blocks and FP4 E2M1 per-expert routed experts
+// with E8M0 per-32 scales (model/deepseek_v4/official_convert.h).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +29,7 @@ struct ConvertOptions {
   std::optional<DType> dtype;                     // F32 or BF16; unset keeps each tensor's dtype
   std::optional<std::int64_t> split_ngram_parts;  // re-shard the PLE tables into this many parts
   bool quantize_fp8 = false;                      // projections to FP8 E4M3 with 128x128 scales
+  bool quantize_fp4 = false;                      // DeepSeek V4's official FP8 + FP4 layout
 };
 
 // Whether `convert` quantises the stored tensor `name` of rank `rank` to FP8.

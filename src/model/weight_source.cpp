@@ -12,45 +12,68 @@ namespace {
 constexpr const char* kScaleSuffix = "_scale_inv";
 constexpr std::int64_t kFp8Block = 128;
 
-// An F8_E4M3 matrix needs its F32 `<name>_scale_inv` of [.., ceil(out/128), ceil(in/128)].
-Status check_fp8_scales(const TensorSpec& spec, const TensorView& v, const Checkpoint& ck) {
+// An F8_E4M3 matrix needs its scales of [.., ceil(out/128), ceil(in/128)]: F32
+// `<name>_scale_inv` (HF names) or F8_E8M0 `<base>.scale` (DeepSeek V4's official names).
+Status check_fp8_scales(const TensorSpec& spec, const TensorView& v, const Checkpoint& ck,
+                        const TensorNaming& naming) {
+  const auto name = naming.describe(spec.name);
   // The tensors the FP8 releases (and `convert --quantize fp8`) quantise, all read by `linear`
   // or `moe_experts` only, plus the output head; embeddings, filters, routers and the
   // hyper-connection weights stay in their float types.
   if (!fp8_quantises(spec.name, spec.shape.size()) && !spec.name.ends_with("lm_head.weight"))
-    return unsupported("tensor " + spec.name +
+    return unsupported("tensor " + name +
                        " has dtype F8_E4M3; FP8 is loaded for the projections (*_proj, the MTP "
                        "head's fc_*) and lm_head only");
-  const auto s = ck.view(spec.name + kScaleSuffix);
+  const auto scale_name = naming.scale_of(naming.stored(spec.name));
+  const auto s = ck.view(scale_name);
   if (!s)
-    return not_found("tensor " + spec.name + " is F8_E4M3 but the checkpoint lacks its " +
-                     spec.name + kScaleSuffix);
-  if (s->dtype != DType::kF32)
-    return unsupported("tensor " + spec.name + kScaleSuffix + " has dtype " +
-                       std::string(dtype_name(s->dtype)) +
-                       ", expected F32 (E8M0 block scales are not loaded yet)");
+    return not_found("tensor " + name + " is F8_E4M3 but the checkpoint lacks its " + scale_name);
+  // The scales' dtype says their format: F32 numbers, or E8M0 exponent bytes.
+  if (s->dtype != DType::kF32 && s->dtype != DType::kF8E8M0)
+    return unsupported("tensor " + scale_name + " has dtype " + std::string(dtype_name(s->dtype)) +
+                       ", expected F32 or F8_E8M0 block scales");
   Shape want = v.shape;
   want[want.size() - 2] = (want[want.size() - 2] + kFp8Block - 1) / kFp8Block;
   want.back() = (want.back() + kFp8Block - 1) / kFp8Block;
   if (s->shape != want)
-    return corrupt("tensor " + spec.name + kScaleSuffix + " has shape " +
-                   shape_to_string(s->shape) + ", 128x128 blocks of " + shape_to_string(v.shape) +
-                   " need " + shape_to_string(want));
+    return corrupt("tensor " + scale_name + " has shape " + shape_to_string(s->shape) +
+                   ", 128x128 blocks of " + shape_to_string(v.shape) + " need " +
+                   shape_to_string(want));
   return {};
 }
 
 }  // namespace
 
-Status check_specs(const std::vector<TensorSpec>& specs, const Checkpoint& ck,
-                   FloatWeights floats) {
+std::string TensorNaming::stored(const std::string& canonical) const {
+  if (!rename) return canonical;
+  return rename(canonical).value_or(canonical);
+}
+
+std::string TensorNaming::scale_of(const std::string& stored_name) const {
+  if (!dot_scale) return stored_name + kScaleSuffix;
+  constexpr std::string_view kWeight = ".weight";
+  const auto base = stored_name.ends_with(kWeight)
+                        ? stored_name.substr(0, stored_name.size() - kWeight.size())
+                        : stored_name;
+  return base + ".scale";
+}
+
+std::string TensorNaming::describe(const std::string& canonical) const {
+  const auto s = stored(canonical);
+  return s == canonical ? s : s + " (HF " + canonical + ")";
+}
+
+Status check_specs(const std::vector<TensorSpec>& specs, const Checkpoint& ck, FloatWeights floats,
+                   const TensorNaming& naming) {
   for (const auto& spec : specs) {
-    const auto v = ck.view(spec.name);
-    if (!v) return not_found("checkpoint lacks tensor " + spec.name);
+    const auto v = ck.view(naming.stored(spec.name));
+    const auto name = naming.describe(spec.name);
+    if (!v) return not_found("checkpoint lacks tensor " + name);
     const bool fp8 =
         !spec.integer && v->dtype == DType::kF8E4M3 && floats == FloatWeights::kWithFp8;
     if (!fp8 && (spec.integer ? v->dtype != DType::kI64
                               : (v->dtype != DType::kF32 && v->dtype != DType::kBF16))) {
-      return unsupported("tensor " + spec.name + " has dtype " + std::string(dtype_name(v->dtype)) +
+      return unsupported("tensor " + name + " has dtype " + std::string(dtype_name(v->dtype)) +
                          (spec.integer ? ", expected I64"
                           : floats == FloatWeights::kWithFp8
                               ? ", expected F32, BF16 or F8_E4M3"
@@ -60,24 +83,29 @@ Status check_specs(const std::vector<TensorSpec>& specs, const Checkpoint& ck,
     for (std::size_t i = 0; match && i < spec.shape.size(); ++i)
       match = spec.shape[i] < 0 || spec.shape[i] == v->shape[i];
     if (!match) {
-      return corrupt("tensor " + spec.name + " has shape " + shape_to_string(v->shape) +
+      return corrupt("tensor " + name + " has shape " + shape_to_string(v->shape) +
                      ", the config implies " + shape_to_string(spec.shape));
     }
     if (fp8) {
-      if (auto st = check_fp8_scales(spec, *v, ck); !st.ok()) return st;
+      if (auto st = check_fp8_scales(spec, *v, ck, naming); !st.ok()) return st;
     }
   }
   return {};
 }
 
 Weight WeightSource::weight(const std::string& name) const {
-  Weight w = Weight::from_view(*ck_.view(name));
-  if (w.dtype == DType::kF8E4M3) w.scales.data = ck_.view(name + kScaleSuffix)->bytes.data();
+  const auto stored = naming_.stored(name);
+  Weight w = Weight::from_view(*ck_.view(stored));
+  if (w.dtype == DType::kF8E4M3) {
+    const auto s = *ck_.view(naming_.scale_of(stored));
+    w.scales.data = s.bytes.data();
+    if (s.dtype == DType::kF8E8M0) w.scales.format = quant::ScaleFormat::kE8M0;
+  }
   return w;
 }
 
 std::vector<float> WeightSource::values(const std::string& name) const {
-  const auto v = *ck_.view(name);
+  const auto v = view(name);
   std::vector<float> out(static_cast<std::size_t>(v.numel()));
   convert_to_f32(v.dtype, v.bytes.data(), out.data(), out.size());
   return out;
@@ -96,16 +124,16 @@ Weight WeightSource::vec(const std::string& name) const {
 }
 
 Weight WeightSource::widened(const std::string& name) const {
-  return own(values(name), ck_.view(name)->shape);
+  return own(values(name), view(name).shape);
 }
 
 Weight WeightSource::conv(const std::string& name) const {
-  const auto v = *ck_.view(name);
+  const auto v = view(name);
   return own(values(name), {v.dim(0), v.dim(2)});
 }
 
 std::vector<std::int64_t> WeightSource::ints(const std::string& name) const {
-  const auto v = *ck_.view(name);
+  const auto v = view(name);
   std::vector<std::int64_t> out(static_cast<std::size_t>(v.numel()));
   std::memcpy(out.data(), v.bytes.data(), out.size() * sizeof(std::int64_t));
   return out;

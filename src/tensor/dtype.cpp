@@ -21,6 +21,8 @@ std::size_t dtype_size(DType t) {
     case DType::kI32:
       return 4;
     case DType::kU8:
+    case DType::kI8:
+    case DType::kF8E8M0:
       return 1;
   }
   return 0;
@@ -42,13 +44,17 @@ std::string_view dtype_name(DType t) {
       return "I32";
     case DType::kU8:
       return "U8";
+    case DType::kI8:
+      return "I8";
+    case DType::kF8E8M0:
+      return "F8_E8M0";
   }
   return "?";
 }
 
 std::optional<DType> dtype_from_name(std::string_view name) {
   for (DType t : {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3, DType::kI64, DType::kI32,
-                  DType::kU8}) {
+                  DType::kU8, DType::kI8, DType::kF8E8M0}) {
     if (dtype_name(t) == name) return t;
   }
   return std::nullopt;

@@ -9,11 +9,15 @@
 
 namespace fs {
 
-enum class DType : std::uint8_t { kF32, kBF16, kF16, kF8E4M3, kI64, kI32, kU8 };
+// kI8 and kF8E8M0 are storage only: DeepSeek V4's official release keeps its FP4 experts as I8
+// (two E2M1 codes a byte) and its block scales as F8_E8M0 (exponent bytes); neither is a float
+// that convert_to_f32 widens.
+enum class DType : std::uint8_t { kF32, kBF16, kF16, kF8E4M3, kI64, kI32, kU8, kI8, kF8E8M0 };
 
 // Bytes per element.
 std::size_t dtype_size(DType t);
-// The safetensors spelling: "F32", "BF16", "F16", "F8_E4M3", "I64", "I32", "U8".
+// The safetensors spelling: "F32", "BF16", "F16", "F8_E4M3", "I64", "I32", "U8", "I8",
+// "F8_E8M0".
 std::string_view dtype_name(DType t);
 std::optional<DType> dtype_from_name(std::string_view name);
 bool dtype_is_float(DType t);

@@ -9,7 +9,7 @@ namespace {
 
 TEST(DType, NamesRoundTrip) {
   for (DType t : {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3, DType::kI64, DType::kI32,
-                  DType::kU8}) {
+                  DType::kU8, DType::kI8, DType::kF8E8M0}) {
     const auto back = dtype_from_name(dtype_name(t));
     ASSERT_TRUE(back.has_value());
     EXPECT_EQ(*back, t);
@@ -17,6 +17,12 @@ TEST(DType, NamesRoundTrip) {
   EXPECT_FALSE(dtype_from_name("F64").has_value());
   EXPECT_EQ(dtype_size(DType::kF8E4M3), 1u);
   EXPECT_EQ(dtype_size(DType::kI64), 8u);
+  // DeepSeek V4's official storage types: one byte each, neither widened as a float.
+  EXPECT_EQ(dtype_from_name("F8_E8M0"), DType::kF8E8M0);
+  EXPECT_EQ(dtype_from_name("I8"), DType::kI8);
+  EXPECT_EQ(dtype_size(DType::kF8E8M0), 1u);
+  EXPECT_FALSE(dtype_is_float(DType::kF8E8M0));
+  EXPECT_FALSE(dtype_is_float(DType::kI8));
 }
 
 TEST(DType, Bf16RoundsToNearestEven) {

@@ -109,16 +109,39 @@ Expected<DeepseekV4Config> parse_deepseek_v4_config(ConfigReader& r) {
   c.num_nextn_predict_layers = r.integer_or("num_nextn_predict_layers", 0);
   c.eos_token_ids = r.token_ids("eos_token_id");
 
-  for (const auto& t : r.strings("layer_types")) {
-    if (t == "sliding_attention") {
-      c.layer_types.push_back(DsAttentionKind::kSliding);
-    } else if (t == "compressed_sparse_attention") {
-      c.layer_types.push_back(DsAttentionKind::kCompressedSparse);
-    } else if (t == "heavily_compressed_attention") {
-      c.layer_types.push_back(DsAttentionKind::kHeavilyCompressed);
-    } else {
-      r.fail("layer_types", "has unknown layer type '" + t + "'");
+  // The official release's config.json spells the layer kinds as HF's legacy fields do
+  // (DeepseekV4Config.__post_init__): per-layer compress_ratios 0/4/128 (the MTP block's entry
+  // after the trunk's), num_hash_layers, compress_rate_{csa,hca}.
+  c.csa_compress_rate = r.integer_or("compress_rate_csa", c.csa_compress_rate);
+  c.hca_compress_rate = r.integer_or("compress_rate_hca", c.hca_compress_rate);
+  if (const auto types = r.strings_opt("layer_types")) {
+    for (const auto& t : *types) {
+      if (t == "sliding_attention") {
+        c.layer_types.push_back(DsAttentionKind::kSliding);
+      } else if (t == "compressed_sparse_attention") {
+        c.layer_types.push_back(DsAttentionKind::kCompressedSparse);
+      } else if (t == "heavily_compressed_attention") {
+        c.layer_types.push_back(DsAttentionKind::kHeavilyCompressed);
+      } else {
+        r.fail("layer_types", "has unknown layer type '" + t + "'");
+      }
     }
+  } else if (const auto ratios = r.integers_opt("compress_ratios")) {
+    for (std::size_t i = 0; i < ratios->size() && std::ssize(c.layer_types) < c.num_hidden_layers;
+         ++i) {
+      const auto v = (*ratios)[i];
+      if (v == 0) {
+        c.layer_types.push_back(DsAttentionKind::kSliding);
+      } else if (v == 4) {
+        c.layer_types.push_back(DsAttentionKind::kCompressedSparse);
+      } else if (v == 128) {
+        c.layer_types.push_back(DsAttentionKind::kHeavilyCompressed);
+      } else {
+        r.fail("compress_ratios", "has ratio " + std::to_string(v) + " (0, 4 or 128 expected)");
+      }
+    }
+  } else {
+    r.fail("layer_types", "is missing (and no legacy compress_ratios either)");
   }
   if (const auto mlp = r.strings_opt("mlp_layer_types")) {
     for (const auto& t : *mlp) {
@@ -131,9 +154,10 @@ Expected<DeepseekV4Config> parse_deepseek_v4_config(ConfigReader& r) {
       }
     }
   } else {
-    // HF default: three hash-routed layers, then score-routed ones.
+    // HF default: three hash-routed layers (or legacy num_hash_layers), then score-routed ones.
+    const auto hashed = r.integer_or("num_hash_layers", 3);
     for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      c.mlp_layer_types.push_back(i < 3 ? DsMlpKind::kHashMoe : DsMlpKind::kMoe);
+      c.mlp_layer_types.push_back(i < hashed ? DsMlpKind::kHashMoe : DsMlpKind::kMoe);
     }
   }
   if (!r.status().ok()) return r.status();

@@ -1,6 +1,8 @@
 #include "model/deepseek_v4/weights.h"
 
 #include "backend/backend.h"
+#include "model/deepseek_v4/official_experts.h"
+#include "model/deepseek_v4/official_names.h"
 #include "model/deepseek_v4/rope.h"
 #include "model/deepseek_v4/schema.h"
 #include "model/schema_builder.h"
@@ -79,11 +81,29 @@ MhcHeadWeights hyper_head(const DeepseekV4Config& c, const WeightSource& r, cons
   return w;
 }
 
+// Where a layer's owned buffers go: the hash tables narrowed to int32, and (official folders)
+// the stacked experts, read from `checkpoint`.
+struct LayerArenas {
+  const Checkpoint& checkpoint;
+  std::vector<std::unique_ptr<std::vector<std::int32_t>>>& ints;
+  std::vector<std::unique_ptr<std::vector<std::uint8_t>>>& bytes;
+  bool official = false;
+};
+
+// The specs without the stacked experts, which the official release stores per expert.
+std::vector<TensorSpec> without_stacked_experts(std::vector<TensorSpec> specs) {
+  std::erase_if(specs, [](const TensorSpec& s) {
+    return s.name.ends_with("mlp.experts.gate_up_proj") || s.name.ends_with("mlp.experts.down_proj");
+  });
+  return specs;
+}
+
 // One decoder layer under prefix L; the hash table (int64 in the checkpoint) is narrowed to
-// int32 into `ints`.
-Expected<DsLayerWeights> layer_weights(
-    const DeepseekV4Config& c, const WeightSource& r, const std::string& L, DsAttentionKind kind,
-    DsMlpKind mlp, std::vector<std::unique_ptr<std::vector<std::int32_t>>>& ints) {
+// int32.
+Expected<DsLayerWeights> layer_weights(const DeepseekV4Config& c, const WeightSource& r,
+                                       const std::string& L, DsAttentionKind kind, DsMlpKind mlp,
+                                       const LayerArenas& arenas) {
+  auto& ints = arenas.ints;
   DsLayerWeights lw;
   lw.kind = kind;
   lw.attn_hc = mhc_weights(c, r, L + "attn_hc.");
@@ -118,8 +138,19 @@ Expected<DsLayerWeights> layer_weights(
   } else {
     router.selection_bias = r.vec(m + "gate.e_score_correction_bias");
   }
-  moe.gate_up = r.weight(m + "experts.gate_up_proj");
-  moe.down = r.weight(m + "experts.down_proj");
+  if (arenas.official) {
+    if (auto st = check_official_experts(arenas.checkpoint, L, c.n_routed_experts,
+                                         c.moe_intermediate_size, c.hidden_size);
+        !st.ok())
+      return st;
+    auto stacked = stack_official_experts(arenas.checkpoint, L, c.n_routed_experts,
+                                          c.moe_intermediate_size, c.hidden_size, arenas.bytes);
+    moe.gate_up = stacked.gate_up;
+    moe.down = stacked.down;
+  } else {
+    moe.gate_up = r.weight(m + "experts.gate_up_proj");
+    moe.down = r.weight(m + "experts.down_proj");
+  }
   moe.shared.gate = r.weight(m + "shared_experts.gate_proj.weight");
   moe.shared.up = r.weight(m + "shared_experts.up_proj.weight");
   moe.shared.down = r.weight(m + "shared_experts.down_proj.weight");
@@ -129,21 +160,24 @@ Expected<DsLayerWeights> layer_weights(
 }
 
 // The MTP block when the checkpoint carries one (validated like the trunk).
-Expected<std::optional<DsMtpWeights>> mtp_weights(
-    const DeepseekV4Config& c, const Checkpoint& ck, const WeightSource& r,
-    std::vector<std::unique_ptr<std::vector<std::int32_t>>>& ints) {
-  const auto specs = deepseek_v4_mtp_tensors(c);
+Expected<std::optional<DsMtpWeights>> mtp_weights(const DeepseekV4Config& c,
+                                                   const WeightSource& r,
+                                                   const LayerArenas& arenas) {
+  const auto& ck = arenas.checkpoint;
+  auto specs = deepseek_v4_mtp_tensors(c);
+  if (arenas.official) specs = without_stacked_experts(std::move(specs));
   std::size_t present = 0;
-  for (const auto& spec : specs) present += ck.contains(spec.name);
+  for (const auto& spec : specs) present += ck.contains(r.naming().stored(spec.name));
   if (present == 0) return std::optional<DsMtpWeights>{};
-  if (auto st = check_specs(specs, ck); !st.ok()) return st.with_context("MTP block");
+  if (auto st = check_specs(specs, ck, FloatWeights::kWithFp8, r.naming()); !st.ok())
+    return st.with_context("MTP block");
   const std::string p = kDeepseekV4MtpPrefix;
   DsMtpWeights w;
   w.enorm = r.vec(p + "enorm.weight");
   w.hnorm = r.vec(p + "hnorm.weight");
   w.e_proj = r.weight(p + "e_proj.weight");
   w.h_proj = r.weight(p + "h_proj.weight");
-  auto layer = layer_weights(c, r, p, DsAttentionKind::kSliding, DsMlpKind::kMoe, ints);
+  auto layer = layer_weights(c, r, p, DsAttentionKind::kSliding, DsMlpKind::kMoe, arenas);
   if (!layer.ok()) return layer.status();
   w.layer = std::move(layer).value();
   w.hc_head = hyper_head(c, r, p);
@@ -159,9 +193,18 @@ Expected<DeepseekV4Weights> load_deepseek_v4_weights(const DeepseekV4Config& c,
   if (!ck.ok()) return ck.status();
   DeepseekV4Weights w;
   w.checkpoint = std::make_unique<Checkpoint>(std::move(ck).value());
-  if (auto st = check_specs(deepseek_v4_tensors(c), *w.checkpoint); !st.ok())
+  TensorNaming naming;
+  w.official_names = deepseek_v4_official_names(*w.checkpoint);
+  auto specs = deepseek_v4_tensors(c);
+  if (w.official_names) {
+    naming.rename = deepseek_v4_official_name;
+    naming.dot_scale = true;
+    specs = without_stacked_experts(std::move(specs));
+  }
+  if (auto st = check_specs(specs, *w.checkpoint, FloatWeights::kWithFp8, naming); !st.ok())
     return st.with_context(dir);
-  const WeightSource r(*w.checkpoint, w.host_vectors);
+  const WeightSource r(*w.checkpoint, w.host_vectors, naming);
+  const LayerArenas arenas{*w.checkpoint, w.host_ints, w.host_bytes, w.official_names};
   w.embed_tokens = r.weight("embed_tokens.weight");
   w.dtype = w.embed_tokens.dtype;
   w.lm_head = c.tie_word_embeddings ? w.embed_tokens : r.weight("lm_head.weight");
@@ -174,12 +217,11 @@ Expected<DeepseekV4Weights> load_deepseek_v4_weights(const DeepseekV4Config& c,
 
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const auto u = static_cast<std::size_t>(i);
-    auto lw =
-        layer_weights(c, r, layer_prefix(i), c.layer_types[u], c.mlp_layer_types[u], w.host_ints);
+    auto lw = layer_weights(c, r, layer_prefix(i), c.layer_types[u], c.mlp_layer_types[u], arenas);
     if (!lw.ok()) return lw.status().with_context(dir);
     w.layers.push_back(std::move(lw).value());
   }
-  auto mtp = mtp_weights(c, *w.checkpoint, r, w.host_ints);
+  auto mtp = mtp_weights(c, r, arenas);
   if (!mtp.ok()) return mtp.status().with_context(dir);
   w.mtp = std::move(mtp).value();
   return w;
@@ -232,6 +274,8 @@ Status upload_deepseek_v4_weights(DeepseekV4Weights& w, Backend& be, DType matri
   }
   if (Status s = upload_weights(be, plan, "the deepseek_v4 weights"); !s.ok()) return s;
   w.dtype = w.embed_tokens.dtype;
+  // The stacked experts now live on the device; on the host they are what the CPU computes with.
+  if (be.memory()->device() != Device::kHost) w.host_bytes.clear();
   return {};
 }
 

@@ -1,5 +1,8 @@
 // The weights of a DeepSeek V4 trunk (HF names, arch-dsv4.md 2.13). Every tensor of the schema
-// is checked (shape, f32/bf16 dtype, the int64 tid2eid tables) before anything is handed out.
+// is checked (shape, dtype, the int64 tid2eid tables, FP8 block scales) before anything is handed
+// out. A folder named as the official release is (official_names.h) loads through its name map:
+// F8_E4M3 projections with E8M0 `.scale` blocks, and per-expert FP4 routed experts, which are
+// stacked into the HF layout as stored (official_experts.h).
 // `load_deepseek_v4_weights` views the matrices in place in the memory-mapped checkpoint and
 // widens vectors (norms, sinks, position biases, hyper-connection parameters) to f32 host vectors
 // it owns; it also computes what the config implies (the two ropes' frequencies, the unit weight
@@ -71,6 +74,10 @@ struct DeepseekV4Weights {
   std::unique_ptr<Checkpoint> checkpoint;
   std::vector<std::unique_ptr<std::vector<float>>> host_vectors;
   std::vector<std::unique_ptr<std::vector<std::int32_t>>> host_ints;
+  // The official release's routed experts stacked per layer (packed FP4 and E8M0 scales); a
+  // device backend's upload copies them and frees these.
+  std::vector<std::unique_ptr<std::vector<std::uint8_t>>> host_bytes;
+  bool official_names = false;  // the folder used the official release's names
   Weight embed_tokens, lm_head;
   Weight norm;  // [H]
   MhcHeadWeights hc_head;
@@ -87,8 +94,8 @@ Expected<DeepseekV4Weights> load_deepseek_v4_weights(const DeepseekV4Config& c,
 
 class Backend;
 // Replaces every weight by the backend's own copy (`Backend::upload`): matrices as
-// `matrix_dtype`, except the hyper-connection and router matrices, which the reference keeps in
-// fp32 and which stay f32.
+// `matrix_dtype` (FP8 and FP4 ones as stored), except the hyper-connection and router matrices,
+// which the reference keeps in fp32 and which stay f32.
 Status upload_deepseek_v4_weights(DeepseekV4Weights& w, Backend& be, DType matrix_dtype);
 
 }  // namespace fs
