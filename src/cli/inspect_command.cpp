@@ -139,7 +139,6 @@ nlohmann::json gguf_json(const GgufInspectReport& r) {
   return j;
 }
 
-
 void print_gguf_text(const GgufInspectReport& r) {
   std::cout << "format      GGUF v" << r.version << " in " << r.splits << " file(s)\n";
   std::cout << "arch        "

@@ -102,6 +102,10 @@ bool fp8_quantises(const std::string& name, std::size_t rank) {
   return rank == 3 && ends_with(name, "_proj");  // stacked experts [E, out, in]
 }
 
+bool fp8_blocks_fit_groups(const std::string& name, std::int64_t group_rows) {
+  return !ends_with(name, "self_attn.o_a_proj.weight") || group_rows % kFp8Block == 0;
+}
+
 Status convert_checkpoint(const std::string& in_dir, const std::string& out_dir,
                           const ConvertOptions& options) {
   if (options.dtype && *options.dtype != DType::kF32 && *options.dtype != DType::kBF16)
@@ -128,6 +132,8 @@ Status convert_checkpoint(const std::string& in_dir, const std::string& out_dir,
   std::vector<TensorToWrite> out;
   buffers.reserve(2 * ck->tensors().size() + static_cast<std::size_t>(parts));
   std::vector<std::string> quantised;
+  const auto& text_config = config.contains("text_config") ? config["text_config"] : config;
+  const std::int64_t group_rows = text_config.value("o_lora_rank", std::int64_t{0});
   std::uint64_t total = 0;
   for (const auto& [canonical, stored] : ck->tensors()) total += ck->view(canonical)->bytes.size();
   ProgressMeter meter("convert " + in_dir, total);
@@ -135,7 +141,8 @@ Status convert_checkpoint(const std::string& in_dir, const std::string& out_dir,
     const auto v = *ck->view(canonical);
     meter.add(v.bytes.size());
     if (options.quantize_fp8 && dtype_is_float(v.dtype) &&
-        fp8_quantises(stored.stored_name, v.shape.size())) {
+        fp8_quantises(stored.stored_name, v.shape.size()) &&
+        fp8_blocks_fit_groups(stored.stored_name, group_rows)) {
       auto q = quantize_fp8(v);
       buffers.push_back(std::move(q.weights));
       out.push_back({stored.stored_name, DType::kF8E4M3, v.shape, buffers.back()});

@@ -34,6 +34,12 @@ struct ConvertOptions {
 
 // Whether `convert` quantises the stored tensor `name` of rank `rank` to FP8.
 bool fp8_quantises(const std::string& name, std::size_t rank);
+// Whether FP8's 128-row blocks of `name` fit the row groups an op slices it into. DeepSeek V4's
+// o_a_proj is read per output group of `group_rows` (config o_lora_rank) rows by grouped_linear,
+// and a group starting inside a block has no scale grid of its own, so such a projection stays in
+// its float type (the released shapes, 1,024 rows a group, fit; the tiny fixtures' 16 do not).
+// True for every other tensor.
+bool fp8_blocks_fit_groups(const std::string& name, std::int64_t group_rows);
 
 Status convert_checkpoint(const std::string& in_dir, const std::string& out_dir,
                           const ConvertOptions& options);

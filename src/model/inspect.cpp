@@ -101,10 +101,9 @@ InspectReport inspect_checkpoint(const ModelDescription& d, const Checkpoint& ck
     const bool dtype_ok = integer ? !dtype_is_float(view->dtype)
                                   : dtype_is_float(view->dtype) || (fp4 && routed_expert(stored));
     if (!shape_matches(shape, view->shape) || !dtype_ok) {
-      r.mismatched_tensors.push_back(stored + ": expected " + shape_to_string(shape) +
-                                     (integer ? " integer" : " float") + ", found " +
-                                     shape_to_string(view->shape) + " " +
-                                     std::string(dtype_name(view->dtype)));
+      r.mismatched_tensors.push_back(
+          stored + ": expected " + shape_to_string(shape) + (integer ? " integer" : " float") +
+          ", found " + shape_to_string(view->shape) + " " + std::string(dtype_name(view->dtype)));
     }
     if (stored != spec_name) hf_of[stored] = spec_name;
   };
@@ -120,8 +119,9 @@ InspectReport inspect_checkpoint(const ModelDescription& d, const Checkpoint& ck
       const auto E = spec.shape[0], rows = spec.shape[1], cols = spec.shape[2];
       const auto out = gate_up ? rows / 2 : rows;
       for (std::int64_t e = 0; e < E; ++e) {
-        for (const auto p : gate_up ? std::vector{DsExpertProjection::kGate, DsExpertProjection::kUp}
-                                    : std::vector{DsExpertProjection::kDown}) {
+        for (const auto p : gate_up
+                                ? std::vector{DsExpertProjection::kGate, DsExpertProjection::kUp}
+                                : std::vector{DsExpertProjection::kDown}) {
           const auto base = official_expert_name(prefix, e, p);
           check(base + ".weight", spec.name, {out, cols / 2}, false);
         }

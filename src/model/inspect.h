@@ -25,8 +25,8 @@ struct TensorStorage {
   std::string name;     // as stored
   std::string hf_name;  // the schema's name when the folder uses another naming ("" otherwise)
   std::string format;
-  Shape shape;                    // as stored
-  std::uint64_t bytes = 0;        // the weight's and its scales'
+  Shape shape;                     // as stored
+  std::uint64_t bytes = 0;         // the weight's and its scales'
   std::uint64_t decode_bytes = 0;  // read per decoded token (per draft for MTP tensors)
   bool mtp = false;
 };

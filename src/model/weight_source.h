@@ -43,8 +43,7 @@ struct TensorNaming {
 // buffers); an F8_E4M3 one with scales of the right grid and dtype. The error names the first
 // that is not, by the checkpoint's name.
 Status check_specs(const std::vector<TensorSpec>& specs, const Checkpoint& ck,
-                   FloatWeights floats = FloatWeights::kF32OrBf16,
-                   const TensorNaming& naming = {});
+                   FloatWeights floats = FloatWeights::kF32OrBf16, const TensorNaming& naming = {});
 
 // Looks tensors up by canonical name; the schema has already validated names, shapes and dtypes.
 // Small vectors are widened to f32 into `arena`, which the weights own.

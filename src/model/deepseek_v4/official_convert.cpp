@@ -57,7 +57,8 @@ Quantised fp8_blocks(const float* w, std::int64_t rows, std::int64_t cols) {
       const auto c1 = std::min(cols, (bj + 1) * kFp8Block);
       float amax = 0;
       for (auto r = bi * kFp8Block; r < r1; ++r)
-        for (auto c = bj * kFp8Block; c < c1; ++c) amax = std::max(amax, std::fabs(w[r * cols + c]));
+        for (auto c = bj * kFp8Block; c < c1; ++c)
+          amax = std::max(amax, std::fabs(w[r * cols + c]));
       const auto e = e8m0_scale_for(amax, kE4m3Max);
       q.scales[static_cast<std::size_t>(bi * bc + bj)] = e;
       const float scale = quant::e8m0_to_f32(e);
@@ -109,8 +110,7 @@ bool kept_in_float(const std::string& hf) {
 }
 
 std::vector<std::uint8_t> float_bytes(const TensorView& v, std::optional<DType> to) {
-  if (!dtype_is_float(v.dtype) || !to || *to == v.dtype)
-    return {v.bytes.begin(), v.bytes.end()};
+  if (!dtype_is_float(v.dtype) || !to || *to == v.dtype) return {v.bytes.begin(), v.bytes.end()};
   const auto f = widened(v);
   std::vector<std::uint8_t> out(f.size() * dtype_size(*to));
   if (*to == DType::kF32) {
@@ -133,8 +133,7 @@ Status convert_deepseek_v4_official(const Checkpoint& ck, nlohmann::json& config
                                     const std::string& out_dir, std::optional<DType> dtype) {
   if (config.value("model_type", std::string()) != "deepseek_v4")
     return invalid_argument("convert --quantize fp4: the official FP4 layout is DeepSeek V4's; " +
-                            config.value("model_type", std::string("this model")) +
-                            " has none");
+                            config.value("model_type", std::string("this model")) + " has none");
   if (deepseek_v4_official_names(ck))
     return invalid_argument("convert --quantize fp4: the folder is already in the official layout");
   // Buffers stay alive (and in place: a deque-like vector of owned vectors) until written.
@@ -148,6 +147,7 @@ Status convert_deepseek_v4_official(const Checkpoint& ck, nlohmann::json& config
     add(weight_name + ".weight", code_dtype, q.code_shape, std::move(q.codes));
     add(weight_name + ".scale", DType::kF8E8M0, q.scale_shape, std::move(q.scales));
   };
+  const std::int64_t group_rows = config.value("o_lora_rank", std::int64_t{0});
   std::uint64_t total = 0;
   for (const auto& [name, stored] : ck.tensors()) total += ck.view(name)->bytes.size();
   ProgressMeter meter("convert to the official FP4 layout", total);
@@ -185,7 +185,7 @@ Status convert_deepseek_v4_official(const Checkpoint& ck, nlohmann::json& config
       return invalid_argument("convert --quantize fp4: tensor " + name +
                               " has no name in the official layout");
     if (dtype_is_float(v.dtype) && v.shape.size() == 2 && fp8_quantises(name, 2) &&
-        !kept_in_float(name)) {
+        !kept_in_float(name) && fp8_blocks_fit_groups(name, group_rows)) {
       const auto f = widened(v);
       const auto base = official->substr(0, official->size() - std::string(".weight").size());
       add_quantised(base, DType::kF8E4M3, fp8_blocks(f.data(), v.dim(0), v.dim(1)));

@@ -8,7 +8,8 @@
 //   scale = 2^ceil(log2(amax/6)), e2m1 = round-to-nearest-even(w / scale);
 // - the compressor and indexer kv/gate projections and the indexer's weights_proj in their float
 //   type (the release ships them BF16), as the embedding, the output head, norms, routers,
-//   hyper-connection parameters and hash tables.
+//   hyper-connection parameters and hash tables; so is o_a_proj when its output groups are not
+//   whole 128-row blocks (fp8_blocks_fit_groups in model/convert.h: the tiny fixtures).
 // An all-zero block takes scale 1. config.json gains the release's quantization_config.
 #pragma once
 

@@ -68,8 +68,8 @@ Status check_official_experts(const Checkpoint& ck, const std::string& layer_pre
                                  "FP4 E2M1, two codes a byte");
           !st.ok())
         return st;
-      if (auto st = check_tensor(ck, base + ".scale", DType::kF8E8M0,
-                                 {p.rows, p.cols / kFp4Block}, "an E8M0 scale per 32 inputs");
+      if (auto st = check_tensor(ck, base + ".scale", DType::kF8E8M0, {p.rows, p.cols / kFp4Block},
+                                 "an E8M0 scale per 32 inputs");
           !st.ok())
         return st;
     }
@@ -100,7 +100,8 @@ DsStackedExperts stack_official_experts(
     copy_projection(ck, official_expert_name(layer_prefix, e, DsExpertProjection::kUp), gc, gs);
     copy_projection(ck, official_expert_name(layer_prefix, e, DsExpertProjection::kDown), dc, ds);
   }
-  return {packed_fp4({E, 2 * I, H}, gu_codes, gu_scales), packed_fp4({E, H, I}, dn_codes, dn_scales)};
+  return {packed_fp4({E, 2 * I, H}, gu_codes, gu_scales),
+          packed_fp4({E, H, I}, dn_codes, dn_scales)};
 }
 
 }  // namespace fs

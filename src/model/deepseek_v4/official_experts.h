@@ -4,7 +4,7 @@
 // per 32 inputs (`.scale`, [out, in/32]). The forward reads HF's stacked layout (gate_up
 // [E, 2I, H] with each expert's gate rows then its up rows, down [E, H, I]), so the layer's
 // experts are copied once, as stored (no dequantised copy), into one packed buffer per tensor:
-// host memory of the layer's FP4 bytes and scales (for Flash 3.4 GB a layer, 147 GB for the 43
+// host memory of the layer's FP4 bytes and scales (for Flash 3.4 GB a layer, 150 GB for the 43
 // layers and the MTP block's), one memcpy of each expert.
 #pragma once
 
@@ -25,14 +25,14 @@ struct DsStackedExperts {
 };
 
 // Every expert's six tensors present, of the dtypes and shapes [I, H/2] / [I, H/32] (w1, w3) and
-// [H, I/2] / [H, I/32] (w2); the error names the first that is not. H and I must be multiples of 32.
+// [H, I/2] / [H, I/32] (w2); the error names the first that is not. H and I must be multiples
+// of 32.
 Status check_official_experts(const Checkpoint& ck, const std::string& layer_prefix,
-                              std::int64_t experts, std::int64_t intermediate,
-                              std::int64_t hidden);
+                              std::int64_t experts, std::int64_t intermediate, std::int64_t hidden);
 // Stacks the checked experts into buffers appended to `arena`, which the weights own.
-DsStackedExperts stack_official_experts(const Checkpoint& ck, const std::string& layer_prefix,
-                                        std::int64_t experts, std::int64_t intermediate,
-                                        std::int64_t hidden,
-                                        std::vector<std::unique_ptr<std::vector<std::uint8_t>>>& arena);
+DsStackedExperts stack_official_experts(
+    const Checkpoint& ck, const std::string& layer_prefix, std::int64_t experts,
+    std::int64_t intermediate, std::int64_t hidden,
+    std::vector<std::unique_ptr<std::vector<std::uint8_t>>>& arena);
 
 }  // namespace fs

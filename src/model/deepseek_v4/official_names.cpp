@@ -57,9 +57,9 @@ constexpr NamePair kLayer[] = {
 
 // The MTP block's own tensors after `mtp.0.` (beside its decoder layer's).
 constexpr NamePair kMtp[] = {
-    {"e_proj.weight", "e_proj.weight"}, {"h_proj.weight", "h_proj.weight"},
-    {"enorm.weight", "enorm.weight"},   {"hnorm.weight", "hnorm.weight"},
-    {"norm.weight", "norm.weight"},     {"hc_head_fn", "hc_head.hc_fn"},
+    {"e_proj.weight", "e_proj.weight"},  {"h_proj.weight", "h_proj.weight"},
+    {"enorm.weight", "enorm.weight"},    {"hnorm.weight", "hnorm.weight"},
+    {"norm.weight", "norm.weight"},      {"hc_head_fn", "hc_head.hc_fn"},
     {"hc_head_base", "hc_head.hc_base"}, {"hc_head_scale", "hc_head.hc_scale"},
 };
 
@@ -83,7 +83,8 @@ std::optional<std::string> translate(const std::string& name, bool to_official) 
   auto lookup = [&](std::span<const NamePair> table,
                     std::string_view key) -> std::optional<std::string> {
     for (const auto& p : table)
-      if (key == (to_official ? p.hf : p.official)) return std::string(to_official ? p.official : p.hf);
+      if (key == (to_official ? p.hf : p.official))
+        return std::string(to_official ? p.official : p.hf);
     return std::nullopt;
   };
   bool mtp = false;
@@ -114,7 +115,9 @@ std::optional<std::string> deepseek_v4_hf_name(const std::string& official) {
 
 std::string official_expert_name(const std::string& layer_prefix, std::int64_t expert,
                                  DsExpertProjection p) {
-  const char* w = p == DsExpertProjection::kGate ? "w1" : p == DsExpertProjection::kDown ? "w2" : "w3";
+  const char* w = p == DsExpertProjection::kGate   ? "w1"
+                  : p == DsExpertProjection::kDown ? "w2"
+                                                   : "w3";
   return layer_prefix + "ffn.experts." + std::to_string(expert) + "." + w;
 }
 

@@ -1,9 +1,10 @@
 // DeepSeek V4's tensor names as the official release (deepseek-ai's safetensors) writes them,
 // against the HF names the schema uses (HF's conversion mapping, arch-dsv4.md section 6):
-//   embed.weight -> embed_tokens.weight, head.weight -> lm_head.weight, hc_head_fn -> hc_head.hc_fn,
-//   layers.i.attn.wq_a.weight -> layers.i.self_attn.q_a_proj.weight, layers.i.hc_attn_fn ->
-//   layers.i.attn_hc.fn, layers.i.ffn.shared_experts.w1.weight -> ...mlp.shared_experts.gate_proj
-//   .weight, and so on; the MTP block's layer (`mtp.0.`) is named as a trunk layer.
+//   embed.weight -> embed_tokens.weight, head.weight -> lm_head.weight, hc_head_fn ->
+//   hc_head.hc_fn, layers.i.attn.wq_a.weight -> layers.i.self_attn.q_a_proj.weight,
+//   layers.i.hc_attn_fn -> layers.i.attn_hc.fn, layers.i.ffn.shared_experts.w1.weight ->
+//   ...mlp.shared_experts.gate_proj .weight, and so on; the MTP block's layer (`mtp.0.`) is named
+//   as a trunk layer.
 // The routed experts are one tensor per expert and projection in the release
 // (`layers.i.ffn.experts.e.w1.weight`, w1 = gate, w3 = up, w2 = down) where HF stacks them
 // (`mlp.experts.gate_up_proj` [E, 2I, H] = each expert's w1 rows then its w3 rows, `down_proj`

@@ -93,9 +93,28 @@ struct LayerArenas {
 // The specs without the stacked experts, which the official release stores per expert.
 std::vector<TensorSpec> without_stacked_experts(std::vector<TensorSpec> specs) {
   std::erase_if(specs, [](const TensorSpec& s) {
-    return s.name.ends_with("mlp.experts.gate_up_proj") || s.name.ends_with("mlp.experts.down_proj");
+    return s.name.ends_with("mlp.experts.gate_up_proj") ||
+           s.name.ends_with("mlp.experts.down_proj");
   });
   return specs;
+}
+
+// grouped_linear reads o_a_proj per output group of o_lora_rank rows, and a group that starts
+// inside an FP8 block of 128 rows has no scale grid of its own: refused here, naming the tensor,
+// rather than at the first forward.
+Status check_grouped_fp8(const DeepseekV4Config& c, const Checkpoint& ck, const TensorNaming& n,
+                         const std::vector<TensorSpec>& specs) {
+  if (c.o_lora_rank % 128 == 0) return {};
+  for (const auto& spec : specs) {
+    if (!spec.name.ends_with("self_attn.o_a_proj.weight")) continue;
+    if (ck.view(n.stored(spec.name))->dtype == DType::kF8E4M3)
+      return unsupported("tensor " + n.describe(spec.name) + " is F8_E4M3, but its " +
+                         std::to_string(c.o_groups) + " output groups of " +
+                         std::to_string(c.o_lora_rank) +
+                         " rows start inside its 128-row scale blocks (grouped_linear reads "
+                         "whole blocks)");
+  }
+  return {};
 }
 
 // One decoder layer under prefix L; the hash table (int64 in the checkpoint) is narrowed to
@@ -160,9 +179,8 @@ Expected<DsLayerWeights> layer_weights(const DeepseekV4Config& c, const WeightSo
 }
 
 // The MTP block when the checkpoint carries one (validated like the trunk).
-Expected<std::optional<DsMtpWeights>> mtp_weights(const DeepseekV4Config& c,
-                                                   const WeightSource& r,
-                                                   const LayerArenas& arenas) {
+Expected<std::optional<DsMtpWeights>> mtp_weights(const DeepseekV4Config& c, const WeightSource& r,
+                                                  const LayerArenas& arenas) {
   const auto& ck = arenas.checkpoint;
   auto specs = deepseek_v4_mtp_tensors(c);
   if (arenas.official) specs = without_stacked_experts(std::move(specs));
@@ -170,6 +188,8 @@ Expected<std::optional<DsMtpWeights>> mtp_weights(const DeepseekV4Config& c,
   for (const auto& spec : specs) present += ck.contains(r.naming().stored(spec.name));
   if (present == 0) return std::optional<DsMtpWeights>{};
   if (auto st = check_specs(specs, ck, FloatWeights::kWithFp8, r.naming()); !st.ok())
+    return st.with_context("MTP block");
+  if (auto st = check_grouped_fp8(c, ck, r.naming(), specs); !st.ok())
     return st.with_context("MTP block");
   const std::string p = kDeepseekV4MtpPrefix;
   DsMtpWeights w;
@@ -202,6 +222,8 @@ Expected<DeepseekV4Weights> load_deepseek_v4_weights(const DeepseekV4Config& c,
     specs = without_stacked_experts(std::move(specs));
   }
   if (auto st = check_specs(specs, *w.checkpoint, FloatWeights::kWithFp8, naming); !st.ok())
+    return st.with_context(dir);
+  if (auto st = check_grouped_fp8(c, *w.checkpoint, naming, specs); !st.ok())
     return st.with_context(dir);
   const WeightSource r(*w.checkpoint, w.host_vectors, naming);
   const LayerArenas arenas{*w.checkpoint, w.host_ints, w.host_bytes, w.official_names};
