@@ -80,6 +80,35 @@ TEST(Config, DeepseekFixture) {
   EXPECT_EQ(d->layers[2].mlp, "moe");
 }
 
+// DeepSeek's own config.json spells the layer kinds as HF's legacy fields: per-layer
+// compress_ratios (the MTP block's entry after the trunk's), num_hash_layers, no compress_rates.
+TEST(Config, DeepseekLegacyFieldsOfTheOfficialRelease) {
+  auto ds = fixture_config("deepseek_v4");
+  for (const char* f : {"layer_types", "mlp_layer_types", "compress_rates"}) ds.erase(f);
+  ds["compress_ratios"] = {0, 4, 128, 4, 0, 128, 0};  // 6 layers, then the MTP block's
+  ds["num_hash_layers"] = 1;
+  auto d = describe_model_config(ds.dump(), "config.json");
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  const auto& c = std::get<DeepseekV4Config>(d->config);
+  EXPECT_EQ(c.csa_compress_rate, 4);
+  EXPECT_EQ(c.hca_compress_rate, 128);
+  ASSERT_EQ(d->layers.size(), 6u);
+  EXPECT_EQ(d->layers[0].attention, "sliding_attention");
+  EXPECT_EQ(d->layers[1].attention, "compressed_sparse_attention");
+  EXPECT_EQ(d->layers[2].attention, "heavily_compressed_attention");
+  EXPECT_EQ(d->layers[5].attention, "heavily_compressed_attention");
+  EXPECT_EQ(d->layers[0].mlp, "hash_moe");
+  EXPECT_EQ(d->layers[1].mlp, "moe");
+  ds["compress_rate_hca"] = 16;
+  d = describe_model_config(ds.dump(), "config.json");
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(std::get<DeepseekV4Config>(d->config).hca_compress_rate, 16);
+  ds["compress_ratios"][1] = 8;
+  expect_field_error(ds, "compress_ratios");
+  ds.erase("compress_ratios");
+  expect_field_error(ds, "layer_types");
+}
+
 TEST(Config, GlmFixtureAndTextConfigNesting) {
   auto d = describe_model(test::hf_tiny("glm5_next"));
   ASSERT_TRUE(d.ok()) << d.status().to_string();

@@ -47,9 +47,12 @@ constexpr double kFixtureArgmax = 0.2;
 constexpr double kFp8Max = 5.5;
 constexpr double kFp8MedianRow = 1.7;
 constexpr double kFp8Argmax = 0.3;
-// The quantised model against the f32 model on its dequantised weights: the same products, so
-// only the order of f32 sums may differ.
-constexpr double kDequantisedTolerance = 1e-4;
+// The quantised model against the f32 model on its dequantised weights. The CPU forms the same
+// products in the same order (measured: max |d| 0); CUDA's packed kernels order their sums
+// otherwise than its f32 ones, held to the family's parity bound (test_deepseek_v4.cpp).
+double dequantised_tolerance() {
+  return test::test_backend() == "cuda" ? 1e-3 : 1e-5;
+}
 
 struct RowErrors {
   double max_abs = 0, median_row = 0, agreement = 0;
@@ -358,7 +361,7 @@ TEST(DeepseekV4Official, ComputesWhatItsDequantisedWeightsCompute) {
   std::printf("[fp4 official vs dequantised f32 %s] L=%lld max|d|=%.3g argmax mismatches=%lld\n",
               test::test_backend().c_str(), static_cast<long long>(L), d.max_abs,
               static_cast<long long>(d.argmax_mismatches));
-  EXPECT_LE(d.max_abs, kDequantisedTolerance);
+  EXPECT_LE(d.max_abs, dequantised_tolerance());
 }
 
 // models/deepseek-v4-tiny carries an MTP block: on its quantised weights greedy MTP at depths

@@ -136,7 +136,7 @@ Status convert_deepseek_v4_official(const Checkpoint& ck, nlohmann::json& config
                             config.value("model_type", std::string("this model")) + " has none");
   if (deepseek_v4_official_names(ck))
     return invalid_argument("convert --quantize fp4: the folder is already in the official layout");
-  // Buffers stay alive (and in place: a deque-like vector of owned vectors) until written.
+  // Each tensor's bytes, owned apart so that the spans `out` holds stay valid until written.
   std::vector<std::unique_ptr<std::vector<std::uint8_t>>> keep;
   std::vector<TensorToWrite> out;
   auto add = [&](std::string name, DType t, Shape shape, std::vector<std::uint8_t> bytes) {
