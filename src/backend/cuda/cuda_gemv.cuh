@@ -5,6 +5,8 @@
 // L1) are read once per chunk for all kR rows, so S tokens cost one pass over W.
 #pragma once
 
+#include <cuda_fp16.h>
+
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_packed_formats.cuh"
 
@@ -28,6 +30,7 @@ template <>
 struct WeightChunk<bf16_bits, true> {
   static constexpr int kN = 8;
   static constexpr bool kScaled = false;
+  static constexpr bool kDeferredScale = false;
   using Raw = uint4;
   __device__ __forceinline__ static Raw load(const bf16_bits* p) { return load_streaming(p); }
   __device__ __forceinline__ static void widen(const Raw& v, float (&f)[kN]) {
@@ -44,6 +47,7 @@ template <>
 struct WeightChunk<float, true> {
   static constexpr int kN = 4;
   static constexpr bool kScaled = false;
+  static constexpr bool kDeferredScale = false;
   using Raw = uint4;
   __device__ __forceinline__ static Raw load(const float* p) { return load_streaming(p); }
   __device__ __forceinline__ static void widen(const Raw& v, float (&f)[kN]) {
@@ -83,19 +87,38 @@ struct Fp8Scale {
   }
 };
 
+// Two e4m3 bytes placed as the high bytes of a word's halves ([b1, 0, b0, 0]) become the f16 pair
+// e4m3(b) * 2^-8: the sign stays at bit 15, the 7 magnitude bits move down one place into the
+// f16's exponent (bias 15 against 7) and mantissa; subnormals land on f16 subnormals. Exact.
+__device__ __forceinline__ float2 e4m3_pair_times_2m8(unsigned hi_bytes) {
+  const unsigned h = (hi_bytes & 0x80008000u) | ((hi_bytes >> 1) & 0x3f803f80u);
+  return __half22float2(*reinterpret_cast<const __half2*>(&h));
+}
+
+// A 16-byte chunk's 16 weights lie in one 128x128 block, so its dot product with x is summed from
+// the exact e4m3 * 2^-8 values and multiplied by the block's scale * 2^8 once (kDeferredScale):
+// per weight a quarter of a byte permute, shift and mask and a half-to-float move, no product by
+// the scale. Rounded differently from the CPU's w = e4m3 * scale product (within the op tests'
+// tolerance); every CUDA kernel on FP8 weights goes through this chunk, so they agree bit for bit.
 template <>
 struct WeightChunk<e4m3_bits, true> {
   static constexpr int kN = 16;
   static constexpr bool kScaled = true;
+  static constexpr bool kDeferredScale = true;
+  static constexpr float kScaleFactor = 256.0f;  // the 2^8 the unscaled weights lack
   using Raw = uint4;
   __device__ __forceinline__ static Raw load(const e4m3_bits* p) { return load_streaming(p); }
-  __device__ __forceinline__ static void widen(const Raw& v, float scale, float (&f)[kN]) {
+  __device__ __forceinline__ static void widen_unscaled(const Raw& v, float (&f)[kN]) {
     const unsigned u[4] = {v.x, v.y, v.z, v.w};
-    const Fp8Scale s(scale);
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) f[4 * i + j] = s.apply((u[i] >> (8 * j)) & 0xffu);
+    for (int i = 0; i < 4; ++i) {
+      const float2 lo = e4m3_pair_times_2m8(__byte_perm(u[i], 0, 0x1404));
+      const float2 hi = e4m3_pair_times_2m8(__byte_perm(u[i], 0, 0x3424));
+      f[4 * i] = lo.x;
+      f[4 * i + 1] = lo.y;
+      f[4 * i + 2] = hi.x;
+      f[4 * i + 3] = hi.y;
+    }
   }
 };
 
@@ -103,6 +126,7 @@ template <>
 struct WeightChunk<e4m3_bits, false> {
   static constexpr int kN = 1;
   static constexpr bool kScaled = true;
+  static constexpr bool kDeferredScale = false;
   using Raw = e4m3_bits;
   __device__ __forceinline__ static Raw load(const e4m3_bits* p) { return __ldg(p); }
   __device__ __forceinline__ static void widen(const Raw& v, float scale, float (&f)[kN]) {
@@ -114,6 +138,7 @@ template <typename T>
 struct WeightChunk<T, false> {
   static constexpr int kN = 1;
   static constexpr bool kScaled = false;
+  static constexpr bool kDeferredScale = false;
   using Raw = T;
   __device__ __forceinline__ static Raw load(const T* p) { return __ldg(p); }
   __device__ __forceinline__ static void widen(const Raw& v, float (&f)[kN]) {
@@ -161,7 +186,9 @@ __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float
       for (int r = 0; r < kR; ++r) {
         const bool live = c < chunks && rows[r] != nullptr;
         raw[u][r] = live ? C::load(rows[r] + c * kN) : typename C::Raw{};
-        if constexpr (C::kScaled)
+        if constexpr (C::kDeferredScale)
+          scale[u][r] = live ? __ldg(scale_rows[r] + c * kN / kFp8Block) * C::kScaleFactor : 0.0f;
+        else if constexpr (C::kScaled)
           scale[u][r] = live ? __ldg(scale_rows[r] + c * kN / kFp8Block) : 0.0f;
       }
     }
@@ -172,27 +199,46 @@ __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float
       float w[kR][kN];
 #pragma unroll
       for (int r = 0; r < kR; ++r) {
-        if constexpr (C::kScaled)
+        if constexpr (C::kDeferredScale)
+          C::widen_unscaled(raw[u][r], w[r]);
+        else if constexpr (C::kScaled)
           C::widen(raw[u][r], scale[u][r], w[r]);
         else
           C::widen(raw[u][r], w[r]);
       }
+      if constexpr (C::kDeferredScale) {
+        // The chunk's dot products from zero, then one product by the block scale each.
 #pragma unroll
-      for (int s = 0; s < kS; ++s) {
-        if constexpr (kSameX) {
+        for (int s = 0; s < kS; ++s) {
           float xv[kN];
-          load_x<kN>(xs[0] + s * x_stride + c * kN, xv);
-#pragma unroll
-          for (int r = 0; r < kR; ++r)
-#pragma unroll
-            for (int q = 0; q < kN; ++q) acc[r][s] = fmaf(w[r][q], xv[q], acc[r][s]);
-        } else {
+          if constexpr (kSameX) load_x<kN>(xs[0] + s * x_stride + c * kN, xv);
 #pragma unroll
           for (int r = 0; r < kR; ++r) {
-            float xv[kN];
-            load_x<kN>(xs[r] + s * x_stride + c * kN, xv);
+            if constexpr (!kSameX) load_x<kN>(xs[r] + s * x_stride + c * kN, xv);
+            float d = 0.0f;
 #pragma unroll
-            for (int q = 0; q < kN; ++q) acc[r][s] = fmaf(w[r][q], xv[q], acc[r][s]);
+            for (int q = 0; q < kN; ++q) d = fmaf(w[r][q], xv[q], d);
+            acc[r][s] = fmaf(d, scale[u][r], acc[r][s]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int s = 0; s < kS; ++s) {
+          if constexpr (kSameX) {
+            float xv[kN];
+            load_x<kN>(xs[0] + s * x_stride + c * kN, xv);
+#pragma unroll
+            for (int r = 0; r < kR; ++r)
+#pragma unroll
+              for (int q = 0; q < kN; ++q) acc[r][s] = fmaf(w[r][q], xv[q], acc[r][s]);
+          } else {
+#pragma unroll
+            for (int r = 0; r < kR; ++r) {
+              float xv[kN];
+              load_x<kN>(xs[r] + s * x_stride + c * kN, xv);
+#pragma unroll
+              for (int q = 0; q < kN; ++q) acc[r][s] = fmaf(w[r][q], xv[q], acc[r][s]);
+            }
           }
         }
       }
