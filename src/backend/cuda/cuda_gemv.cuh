@@ -108,17 +108,15 @@ struct WeightChunk<e4m3_bits, true> {
   static constexpr float kScaleFactor = 256.0f;  // the 2^8 the unscaled weights lack
   using Raw = uint4;
   __device__ __forceinline__ static Raw load(const e4m3_bits* p) { return load_streaming(p); }
-  __device__ __forceinline__ static void widen_unscaled(const Raw& v, float (&f)[kN]) {
-    const unsigned u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 lo = e4m3_pair_times_2m8(__byte_perm(u[i], 0, 0x1404));
-      const float2 hi = e4m3_pair_times_2m8(__byte_perm(u[i], 0, 0x3424));
-      f[4 * i] = lo.x;
-      f[4 * i + 1] = lo.y;
-      f[4 * i + 2] = hi.x;
-      f[4 * i + 3] = hi.y;
-    }
+  // Weights 4i..4i+3 of the chunk (word i): widened a word at a time, so only four are live.
+  __device__ __forceinline__ static void widen_word(const Raw& v, int i, float (&f)[4]) {
+    const unsigned u = i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
+    const float2 lo = e4m3_pair_times_2m8(__byte_perm(u, 0, 0x1404));
+    const float2 hi = e4m3_pair_times_2m8(__byte_perm(u, 0, 0x3424));
+    f[0] = lo.x;
+    f[1] = lo.y;
+    f[2] = hi.x;
+    f[3] = hi.y;
   }
 };
 
@@ -196,32 +194,40 @@ __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float
     for (int u = 0; u < kU; ++u) {
       const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kG;
       if (c >= chunks) break;
-      float w[kR][kN];
-#pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        if constexpr (C::kDeferredScale)
-          C::widen_unscaled(raw[u][r], w[r]);
-        else if constexpr (C::kScaled)
-          C::widen(raw[u][r], scale[u][r], w[r]);
-        else
-          C::widen(raw[u][r], w[r]);
-      }
       if constexpr (C::kDeferredScale) {
-        // The chunk's dot products from zero, then one product by the block scale each.
+        // The chunk's dot products from zero, a word (4 weights) at a time, then one product by
+        // the block scale each.
+        float d[kR][kS] = {};
 #pragma unroll
-        for (int s = 0; s < kS; ++s) {
-          float xv[kN];
-          if constexpr (kSameX) load_x<kN>(xs[0] + s * x_stride + c * kN, xv);
+        for (int i = 0; i < kN / 4; ++i) {
+          float w4[kR][4];
 #pragma unroll
-          for (int r = 0; r < kR; ++r) {
-            if constexpr (!kSameX) load_x<kN>(xs[r] + s * x_stride + c * kN, xv);
-            float d = 0.0f;
+          for (int r = 0; r < kR; ++r) C::widen_word(raw[u][r], i, w4[r]);
 #pragma unroll
-            for (int q = 0; q < kN; ++q) d = fmaf(w[r][q], xv[q], d);
-            acc[r][s] = fmaf(d, scale[u][r], acc[r][s]);
+          for (int s = 0; s < kS; ++s) {
+            float xv[4];
+            if constexpr (kSameX) load_x<4>(xs[0] + s * x_stride + c * kN + 4 * i, xv);
+#pragma unroll
+            for (int r = 0; r < kR; ++r) {
+              if constexpr (!kSameX) load_x<4>(xs[r] + s * x_stride + c * kN + 4 * i, xv);
+#pragma unroll
+              for (int q = 0; q < 4; ++q) d[r][s] = fmaf(w4[r][q], xv[q], d[r][s]);
+            }
           }
         }
+#pragma unroll
+        for (int r = 0; r < kR; ++r)
+#pragma unroll
+          for (int s = 0; s < kS; ++s) acc[r][s] = fmaf(d[r][s], scale[u][r], acc[r][s]);
       } else {
+        float w[kR][kN];
+#pragma unroll
+        for (int r = 0; r < kR; ++r) {
+          if constexpr (C::kScaled)
+            C::widen(raw[u][r], scale[u][r], w[r]);
+          else
+            C::widen(raw[u][r], w[r]);
+        }
 #pragma unroll
         for (int s = 0; s < kS; ++s) {
           if constexpr (kSameX) {
