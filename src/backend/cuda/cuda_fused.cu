@@ -101,10 +101,12 @@ __device__ __forceinline__ float lanes_sum(float v) {
 
 // y_seg[s, r] = finish(W_seg[r] · x[s]) over the rows of every segment: a group of kG lanes per
 // kR consecutive rows of the joint index space (a group's rows may lie in different segments).
-template <typename T, int kS, int kR, int kG>
+template <int kR>
+inline constexpr int kMultiChunksInFlight = kR == 1 ? 8 : (kR == 2 ? 4 : 2);
+
+template <typename T, int kS, int kR, int kG, int kU = kMultiChunksInFlight<kR>>
 __global__ void __launch_bounds__(kGemvThreads)
     multi_gemv_kernel(const float* x, const Segments segs, std::int64_t in) {
-  constexpr int kU = kR == 1 ? 8 : (kR == 2 ? 4 : 2);
   const std::int64_t group =
       (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kG;
   const int lane = static_cast<int>(threadIdx.x % kG);
@@ -145,10 +147,10 @@ __global__ void __launch_bounds__(kGemvThreads)
     }
 }
 
-template <typename T, int kS, int kR, int kG>
+template <typename T, int kS, int kR, int kG, int kU = kMultiChunksInFlight<kR>>
 void launch_multi_gemv(const float* x, const Segments& segs, std::int64_t in, cudaStream_t stream) {
   const auto groups = (segs.total + kR - 1) / kR;
-  launch_overlapped(multi_gemv_kernel<T, kS, kR, kG>, grid_for(groups * kG, kGemvThreads),
+  launch_overlapped(multi_gemv_kernel<T, kS, kR, kG, kU>, grid_for(groups * kG, kGemvThreads),
                     kGemvThreads, 0, stream, x, segs, in);
 }
 
@@ -165,6 +167,13 @@ void multi_gemv_rows(const float* x, const Segments& segs, std::int64_t in, cuda
   if (segs.total < kFewRows && chunks >= 4 * kGemvThreads) {
     launch_multi_gemv<T, kS, 1, kGemvThreads>(x, segs, in, stream);
     return;
+  }
+  // As linear's FP8 GEMV: 160-chunk rows take two a warp, all ten chunks in flight.
+  if constexpr (kS == 1 && WeightChunk<T, true>::kDeferredScale) {
+    if (!short_rows && many_rows && chunks <= 5 * kWarp) {
+      launch_multi_gemv<T, 1, 2, kWarp, 5>(x, segs, in, stream);
+      return;
+    }
   }
   if (short_rows) {
     if (many_rows)
