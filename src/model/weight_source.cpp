@@ -12,8 +12,8 @@ namespace {
 constexpr const char* kScaleSuffix = "_scale_inv";
 constexpr std::int64_t kFp8Block = 128;
 
-// An F8_E4M3 matrix needs its scales of [.., ceil(out/128), ceil(in/128)]: F32
-// `<name>_scale_inv` (HF names) or F8_E8M0 `<base>.scale` (DeepSeek V4's official names).
+// An F8_E4M3 matrix needs its scales of [.., ceil(out/128), ceil(in/128)]: `<name>_scale_inv`
+// (HF names) or `<base>.scale` (DeepSeek V4's official names), F32 or F8_E8M0 either way.
 Status check_fp8_scales(const TensorSpec& spec, const TensorView& v, const Checkpoint& ck,
                         const TensorNaming& naming) {
   const auto name = naming.describe(spec.name);
