@@ -464,7 +464,8 @@ __global__ void gdn_conv_kernel(const float* qkv, const T* w, float* tail, std::
                                 std::int64_t C, std::int64_t K, std::int64_t key_dim,
                                 std::int64_t head_dim, float q_scale, float* q, float* k,
                                 float* v) {
-  release_dependents();  // the next kernel, if overlapped, may start (cuda_common.h)
+  wait_for_inputs();  // when launched overlapped (cuda_common.h)
+  release_dependents();
   __shared__ double red[32];
   const std::int64_t heads = key_dim / head_dim, L = K - 1, value_dim = C - 2 * key_dim;
   const std::int64_t b = blockIdx.x;
@@ -711,13 +712,13 @@ void CudaBackend::gated_delta_net_conv(const Tensor& qkv, const Weight& conv, Te
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   if (walking()) return;  // a replay: outputs ensured, nothing queued
   if (conv.dtype == DType::kBF16) {
-    gdn_conv_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream()>>>(
-        qkv.data(), as<bf16_bits>(conv), tail.data(), S, C, K, key_dim, head_dim, q_scale, q.data(),
-        k.data(), v.data());
+    launch_overlapped(gdn_conv_kernel<bf16_bits>, static_cast<unsigned>(blocks), threads, 0,
+                      stream(), qkv.data(), as<bf16_bits>(conv), tail.data(), S, C, K, key_dim,
+                      head_dim, q_scale, q.data(), k.data(), v.data());
   } else {
-    gdn_conv_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream()>>>(
-        qkv.data(), as<float>(conv), tail.data(), S, C, K, key_dim, head_dim, q_scale, q.data(),
-        k.data(), v.data());
+    launch_overlapped(gdn_conv_kernel<float>, static_cast<unsigned>(blocks), threads, 0, stream(),
+                      qkv.data(), as<float>(conv), tail.data(), S, C, K, key_dim, head_dim, q_scale,
+                      q.data(), k.data(), v.data());
   }
   launched(kOp);
 }
