@@ -129,11 +129,10 @@ __global__ void __launch_bounds__(kGemvThreads)
                         ? segs.s[i].scales + (local[r] / kFp8Block) * segs.s[i].grid_cols
                         : nullptr;
   }
-  wait_for_inputs();
-  release_dependents();
   float acc[kR][kS] = {};
-  rows_dot<T, true, kS, kR, kG, kU, true>(rows, xs, scale_rows, in, in / WeightChunk<T, true>::kN,
-                                          lane, acc);
+  // Weights only before the wait (inside rows_dot); x, the epilogue's inputs and y after it.
+  rows_dot<T, true, kS, kR, kG, kU, true, true>(rows, xs, scale_rows, in,
+                                                in / WeightChunk<T, true>::kN, lane, acc);
 #pragma unroll
   for (int r = 0; r < kR; ++r)
 #pragma unroll
@@ -306,14 +305,13 @@ __global__ void __launch_bounds__(kGemvThreads)
     rows[k] = c < W ? up + (k * W + c) * rank : nullptr;
     xs[k] = u;
   }
-  wait_for_inputs();
-  release_dependents();
   float acc[kMixStreams][kS] = {};
   // The group count is a quarter of a plain GEMV's over these rows, so each thread keeps more of
-  // its rows in flight: rank 320 in bf16 is 5 chunks a lane, all 4 rows' issued at once.
+  // its rows in flight: rank 320 in bf16 is 5 chunks a lane, all 4 rows' issued at once (before
+  // the wait for u, h and inv, inside rows_dot).
   constexpr int kU = 5;
-  rows_dot<T, true, kS, kMixStreams, kG, kU, true>(rows, xs, rank, rank / WeightChunk<T, true>::kN,
-                                                   lane, acc);
+  rows_dot<T, true, kS, kMixStreams, kG, kU, true, true>(
+      rows, xs, rank, rank / WeightChunk<T, true>::kN, lane, acc);
 #pragma unroll
   for (int s = 0; s < kS; ++s) {
     float m[kMixStreams];
@@ -363,11 +361,10 @@ __global__ void __launch_bounds__(kGemvThreads)
   const int lane = static_cast<int>(threadIdx.x % kG);
   const T* rows[2] = {r < I ? gate + r * H : (r == I ? expert_gate : nullptr),
                       r < I ? up + r * H : nullptr};
-  wait_for_inputs();
-  release_dependents();
   const float* xs[2] = {x, x};
   float acc[2][kS] = {};
-  rows_dot<T, true, kS, 2, kG, 4, true>(rows, xs, H, H / WeightChunk<T, true>::kN, lane, acc);
+  rows_dot<T, true, kS, 2, kG, 4, true, true>(rows, xs, H, H / WeightChunk<T, true>::kN, lane,
+                                              acc);  // waits for x after the first weight loads
 #pragma unroll
   for (int s = 0; s < kS; ++s) {
     const float g = group_sum<kG>(acc[0][s]), u = group_sum<kG>(acc[1][s]);
