@@ -3,6 +3,8 @@
 #include "backend/backend.h"
 #include "model/deepseek_v4/rope.h"
 #include "model/deepseek_v4/schema.h"
+#include "model/gguf_inspect.h"
+#include "model/gguf_tensors.h"
 #include "model/schema_builder.h"
 #include "model/weight_source.h"
 #include "model/weight_upload.h"
@@ -130,13 +132,13 @@ Expected<DsLayerWeights> layer_weights(
 
 // The MTP block when the checkpoint carries one (validated like the trunk).
 Expected<std::optional<DsMtpWeights>> mtp_weights(
-    const DeepseekV4Config& c, const Checkpoint& ck, const WeightSource& r,
+    const DeepseekV4Config& c, const WeightSource& r,
     std::vector<std::unique_ptr<std::vector<std::int32_t>>>& ints) {
   const auto specs = deepseek_v4_mtp_tensors(c);
   std::size_t present = 0;
-  for (const auto& spec : specs) present += ck.contains(spec.name);
+  for (const auto& spec : specs) present += r.contains(spec.name);
   if (present == 0) return std::optional<DsMtpWeights>{};
-  if (auto st = check_specs(specs, ck); !st.ok()) return st.with_context("MTP block");
+  if (auto st = r.check(specs); !st.ok()) return st.with_context("MTP block");
   const std::string p = kDeepseekV4MtpPrefix;
   DsMtpWeights w;
   w.enorm = r.vec(p + "enorm.weight");
@@ -155,13 +157,20 @@ Expected<std::optional<DsMtpWeights>> mtp_weights(
 
 Expected<DeepseekV4Weights> load_deepseek_v4_weights(const DeepseekV4Config& c,
                                                      const std::string& dir) {
-  auto ck = Checkpoint::open(dir);
-  if (!ck.ok()) return ck.status();
   DeepseekV4Weights w;
-  w.checkpoint = std::make_unique<Checkpoint>(std::move(ck).value());
-  if (auto st = check_specs(deepseek_v4_tensors(c), *w.checkpoint); !st.ok())
-    return st.with_context(dir);
-  const WeightSource r(*w.checkpoint, w.host_vectors);
+  // A GGUF file (ds4's names) or a safetensors folder.
+  if (is_gguf_file(dir)) {
+    auto g = GgufTensors::open(dir);
+    if (!g.ok()) return g.status();
+    w.gguf = std::move(g).value();
+  } else {
+    auto ck = Checkpoint::open(dir);
+    if (!ck.ok()) return ck.status();
+    w.checkpoint = std::make_unique<Checkpoint>(std::move(ck).value());
+  }
+  const WeightSource r =
+      w.gguf ? WeightSource(*w.gguf, w.host_vectors) : WeightSource(*w.checkpoint, w.host_vectors);
+  if (auto st = r.check(deepseek_v4_tensors(c)); !st.ok()) return st.with_context(dir);
   w.embed_tokens = r.weight("embed_tokens.weight");
   w.dtype = w.embed_tokens.dtype;
   w.lm_head = c.tie_word_embeddings ? w.embed_tokens : r.weight("lm_head.weight");
@@ -179,7 +188,7 @@ Expected<DeepseekV4Weights> load_deepseek_v4_weights(const DeepseekV4Config& c,
     if (!lw.ok()) return lw.status().with_context(dir);
     w.layers.push_back(std::move(lw).value());
   }
-  auto mtp = mtp_weights(c, *w.checkpoint, r, w.host_ints);
+  auto mtp = mtp_weights(c, r, w.host_ints);
   if (!mtp.ok()) return mtp.status().with_context(dir);
   w.mtp = std::move(mtp).value();
   return w;
@@ -217,8 +226,11 @@ Status upload_deepseek_v4_weights(DeepseekV4Weights& w, Backend& be, DType matri
     upload(m.gate_up), upload(m.down);
     upload(m.shared.gate), upload(m.shared.up), upload(m.shared.down);
   };
-  // A tied lm_head is the embedding's bytes: upload_weights copies them once for both.
-  upload(w.embed_tokens);
+  // A tied lm_head is the embedding's bytes: upload_weights copies them once for both. A packed
+  // (GGUF block type) embedding stays in the host mapping, where `embedding` gathers and
+  // dequantises the rows of a step (device embeddings are F32/BF16); its lm_head is uploaded.
+  const bool host_embedding = w.embed_tokens.is_packed() && be.device_memory().has_value();
+  if (!host_embedding) upload(w.embed_tokens);
   upload(w.lm_head);
   upload(w.norm);
   upload_head(w.hc_head);
@@ -232,6 +244,8 @@ Status upload_deepseek_v4_weights(DeepseekV4Weights& w, Backend& be, DType matri
   }
   if (Status s = upload_weights(be, plan, "the deepseek_v4 weights"); !s.ok()) return s;
   w.dtype = w.embed_tokens.dtype;
+  // The fused expert buffers of a GGUF load were copied to the device: the host copy can go.
+  if (w.gguf && be.device_memory().has_value()) w.gguf->release_assembled();
   return {};
 }
 

@@ -1,0 +1,231 @@
+// DeepSeek V4 from GGUF files of ds4's layout (model/gguf_config.h, model/gguf_tensors.h), made
+// from the hf-tiny fixture at test time (tests/support/ds4_gguf_writer.h): an F32 file gives the
+// HF reference's logits as the safetensors checkpoint does; a Q8_0/F16 file gives the logits of a
+// safetensors twin holding the same dequantised weights, the packed weights computed on as
+// stored; the CLI runs on the file; and a file whose metadata, tensors or bytes disagree with
+// the model is refused with the reason.
+#include <gtest/gtest.h>
+
+#include "ds4_gguf_writer.h"
+#include "model/gguf_config.h"
+#include "model/gguf_tensors.h"
+#include "model/loader.h"
+#include "qwen_fixture.h"
+#include "test_backend.h"
+#include "test_support.h"
+
+namespace fs {
+namespace {
+
+using quant::QuantType;
+using test::diff_logits;
+
+std::string fixture() {
+  return test::hf_tiny("deepseek_v4");
+}
+
+// The same weights through two containers: on the CPU every product dequantises rows exactly as
+// the twin's f32 values (bit-for-bit in the op suite), on CUDA the packed kernels sum in another
+// order.
+double twin_tolerance() {
+  return test::test_backend() == "cpu" ? 1e-5 : 1e-3;
+}
+// The bound on the f32 engine against the float64 reference (as test_deepseek_v4.cpp).
+constexpr double kParityTolerance = 1e-3;
+
+// Options with one edit (designated initializers would leave the rest to -Wextra's complaints).
+template <typename Edit>
+test::Ds4GgufOptions with(Edit edit) {
+  test::Ds4GgufOptions o;
+  edit(o);
+  return o;
+}
+test::Ds4GgufOptions quantised() {
+  return with([](auto& o) {
+    o.matrices = QuantType::kQ8_0;
+    o.small = QuantType::kF16;
+  });
+}
+
+std::string write_gguf(const test::ScratchDir& dir, const test::Ds4GgufOptions& o,
+                       test::Ds4Gguf* out = nullptr) {
+  auto g = test::make_ds4_gguf(fixture(), o);
+  EXPECT_TRUE(g.ok()) << g.status().to_string();
+  if (!g.ok()) return "";
+  const auto path = dir.file("tiny-ds4.gguf");
+  test::write_bytes(path, g->file);
+  if (out) *out = std::move(g).value();
+  return path;
+}
+
+std::vector<float> logits_of(const std::string& model, const test::QwenCase& c) {
+  auto m = load_model(model, test::test_load_options());
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  if (!m.ok()) return {};
+  auto state = (*m)->new_state();
+  return test::run_splits(**m, *state, c.tokens, c.splits);
+}
+
+TEST(DeepseekV4Gguf, F32FileMatchesTheReference) {
+  test::ScratchDir dir;
+  const auto path = write_gguf(dir, {});
+  const auto c = test::qwen_cases(fixture()).front();
+  const auto got = logits_of(path, c);
+  const auto ref = diff_logits(got, c.inc, 256);
+  const auto st = diff_logits(got, logits_of(fixture(), c), 256);
+  std::printf("[ds4 gguf f32 %s] vs HF max|d|=%.3g, vs safetensors max|d|=%.3g\n",
+              test::test_backend().c_str(), ref.max_abs, st.max_abs);
+  EXPECT_LE(ref.max_abs, kParityTolerance);
+  EXPECT_EQ(ref.argmax_mismatches, 0);
+  EXPECT_LE(st.max_abs, twin_tolerance());
+}
+
+TEST(DeepseekV4Gguf, Q8AndF16FileMatchesItsDequantisedTwin) {
+  test::ScratchDir dir;
+  test::Ds4Gguf g;
+  const auto path = write_gguf(dir, quantised(), &g);
+  ASSERT_TRUE(test::write_safetensors_twin(g, fixture(), dir.file("twin")).ok());
+  const auto c = test::qwen_cases(fixture()).front();
+  const auto got = logits_of(path, c);
+  const auto twin = logits_of(dir.file("twin"), c);
+  const auto d = diff_logits(got, twin, 256);
+  // The quantised weights were computed with (the fixture's near-tied random logits move by
+  // O(1) under Q8_0 rounding, as under the official numerics, so only a difference is asserted).
+  const auto ref = diff_logits(got, c.inc, 256);
+  std::printf("[ds4 gguf q8_0 %s] vs twin max|d|=%.3g, vs HF max|d|=%.3g (%lld argmax moved)\n",
+              test::test_backend().c_str(), d.max_abs, ref.max_abs,
+              static_cast<long long>(ref.argmax_mismatches));
+  ASSERT_EQ(got.size(), twin.size());
+  EXPECT_LE(d.max_abs, twin_tolerance());
+  EXPECT_EQ(d.argmax_mismatches, 0);
+  EXPECT_GT(ref.max_abs, 1e-3);
+}
+
+// The weights as the loader sees them: packed types viewed in the mapped file (no dequantised
+// copy), the fused gate_up assembled from the two halves in the order HF fuses them.
+TEST(DeepseekV4Gguf, PackedWeightsViewTheFileAndGateUpIsFused) {
+  test::ScratchDir dir;
+  test::Ds4Gguf g;
+  const auto path = write_gguf(dir, quantised(), &g);
+  auto t = GgufTensors::open(path);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  const auto q = (*t)->weight("layers.1.self_attn.q_b_proj.weight");
+  EXPECT_EQ(q.storage(), QuantType::kQ8_0);
+  EXPECT_TRUE(q.is_packed());
+  EXPECT_EQ(q.bytes(), static_cast<std::size_t>(q.rows() * (q.cols() / 32) * 34));
+  EXPECT_EQ((*t)->weight("embed_tokens.weight").dtype, DType::kF16);
+  const std::string name = "layers.2.mlp.experts.gate_up_proj";
+  const auto gu = (*t)->weight(name);
+  const auto& want = g.values.at(name);
+  ASSERT_EQ(gu.shape, want.shape);
+  EXPECT_EQ(gu.storage(), QuantType::kQ8_0);
+  std::vector<float> row(static_cast<std::size_t>(gu.cols()));
+  for (std::int64_t r = 0; r < gu.rows(); ++r) {
+    ASSERT_TRUE(gu.dequantize_row(r, row).ok());
+    for (std::size_t j = 0; j < row.size(); ++j)
+      ASSERT_EQ(row[j], want.values[static_cast<std::size_t>(r) * row.size() + j]) << r << " " << j;
+  }
+  // The same weight again is the same assembled buffer, not a second copy.
+  EXPECT_EQ((*t)->weight(name).data, gu.data);
+}
+
+TEST(DeepseekV4Gguf, CliLogitsAndGenerateOnTheFile) {
+  test::ScratchDir dir;
+  const auto path = write_gguf(dir, quantised());
+  const auto c = test::qwen_cases(fixture()).front();
+  std::string tokens, text;
+  for (const auto t : c.tokens) tokens += (tokens.empty() ? "" : ",") + std::to_string(t);
+  const auto out = dir.file("l.f32");
+  ASSERT_EQ(test::run_command(test::flashserve_binary() + " logits --backend " +
+                                  test::test_backend() + " --dtype f32 --model " + path +
+                                  " --tokens " + tokens + " --out " + out,
+                              &text),
+            0)
+      << text;
+  const auto d = diff_logits(test::read_f32(out), logits_of(path, c), 256);
+  EXPECT_LE(d.max_abs, twin_tolerance());
+  ASSERT_EQ(test::run_command(test::flashserve_binary() + " generate --backend " +
+                                  test::test_backend() + " --model " + path + " --tokens " +
+                                  tokens + " --max-tokens 4 --temperature 0 --json",
+                              &text),
+            0)
+      << text;
+  EXPECT_NE(text.find("\"tokens\""), std::string::npos) << text;
+  // Text needs a tokenizer.json beside the file; without one the error says so.
+  EXPECT_NE(
+      test::run_command(test::flashserve_binary() + " generate --backend " + test::test_backend() +
+                            " --model " + path + " --prompt hello --max-tokens 2",
+                        &text),
+      0);
+  EXPECT_NE(text.find("tokenizer.json beside it"), std::string::npos) << text;
+}
+
+// The reason a file is refused with, "" when it loads.
+std::string refusal(const test::Ds4GgufOptions& o,
+                    void (*edit)(std::vector<std::uint8_t>&) = nullptr) {
+  test::ScratchDir dir;
+  auto g = test::make_ds4_gguf(fixture(), o);
+  if (!g.ok()) return "writer: " + g.status().to_string();
+  if (edit) edit(g->file);
+  const auto path = dir.file("bad.gguf");
+  test::write_bytes(path, g->file);
+  auto m = load_model(path, test::test_load_options());
+  if (!m.ok()) std::printf("[ds4 gguf refused] %s\n", m.status().to_string().c_str());
+  return m.ok() ? "" : m.status().to_string();
+}
+
+TEST(DeepseekV4Gguf, InconsistentFilesAreRefusedWithTheReason) {
+  EXPECT_NE(refusal(with([](auto& o) {
+              o.drop_keys = {"hash_layer_count"};
+            })).find("deepseek4.hash_layer_count"),
+            std::string::npos);
+  EXPECT_NE(refusal(with([](auto& o) {
+              o.drop_keys = {"attention.compress_ratios"};
+            })).find("attention.compress_ratios"),
+            std::string::npos);
+  EXPECT_NE(refusal(with([](auto& o) {
+              o.drop_tensors = {"blk.3.attn_q_b.weight"};
+            })).find("layers.3.self_attn.q_b_proj.weight"),
+            std::string::npos);
+  // Only one half of the fused experts.
+  EXPECT_NE(refusal(with([](auto& o) {
+              o.drop_tensors = {"blk.2.ffn_up_exps.weight"};
+            })).find("blk.2.ffn_gate_exps"),
+            std::string::npos);
+  EXPECT_NE(refusal(with([](auto& o) { o.architecture = "llama"; })).find("architecture 'llama'"),
+            std::string::npos);
+  // Cut inside the data: the reader refuses before any tensor is handed out.
+  const auto cut = refusal({}, [](std::vector<std::uint8_t>& f) { f.resize(f.size() - 1000); });
+  EXPECT_FALSE(cut.empty());
+  const auto header = refusal({}, [](std::vector<std::uint8_t>& f) { f.resize(100); });
+  EXPECT_FALSE(header.empty());
+  std::printf("[ds4 gguf refusals] cut: %s\n  header: %s\n", cut.c_str(), header.c_str());
+}
+
+TEST(DeepseekV4Gguf, TensorsDisagreeingWithTheMetadataAreRefused) {
+  // Metadata saying the experts are 64 wide, tensors 32 wide: the fused tensor is named with the
+  // shape the config implies.
+  const auto wide = refusal(with([](auto& o) {
+    o.u32_values = {{"expert_feed_forward_length", 64}};
+  }));
+  EXPECT_NE(wide.find("blk.0.ffn_gate_exps.weight + blk.0.ffn_up_exps.weight"), std::string::npos)
+      << wide;
+  EXPECT_NE(wide.find("[8, 128, 64]"), std::string::npos) << wide;
+  // Halves of different types cannot be fused.
+  const auto mixed = refusal(with([](auto& o) {
+    o.matrices = QuantType::kQ8_0;
+    o.types = {{"blk.1.ffn_up_exps.weight", QuantType::kF32}};
+  }));
+  EXPECT_NE(mixed.find("must agree to be fused"), std::string::npos) << mixed;
+  // A vector in a block type the loader does not read (F64 is no weight type).
+  const auto odd = refusal(with([](auto& o) {
+    o.types = {{"blk.0.attn_norm.weight", QuantType::kF64}};
+  }));
+  EXPECT_NE(odd.find("blk.0.attn_norm.weight"), std::string::npos) << odd;
+  // A head count the tensors contradict.
+  const auto heads = refusal(with([](auto& o) { o.u32_values = {{"attention.head_count", 8}}; }));
+  EXPECT_NE(heads.find("has shape"), std::string::npos) << heads;
+}
+
+}  // namespace
+}  // namespace fs
