@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/gguf_names.h"
+#include "model/gguf_inspect.h"
 
 namespace fs {
 namespace {
@@ -207,6 +208,15 @@ Expected<std::string> hf_config_from_gguf(const GgufModel& model) {
   auto c = deepseek4_config(model, source);
   if (!c.ok()) return c.status();
   return c->dump();
+}
+
+std::optional<nlohmann::json> gguf_hf_config(const std::string& path) {
+  if (!is_gguf_file(path)) return std::nullopt;
+  auto m = GgufModel::open(path);
+  if (!m.ok()) return std::nullopt;
+  auto text = hf_config_from_gguf(*m);
+  if (!text.ok()) return std::nullopt;
+  return nlohmann::json::parse(*text);
 }
 
 Expected<ModelDescription> describe_gguf_model(const std::string& path) {

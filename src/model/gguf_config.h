@@ -8,7 +8,10 @@
 // architecture's, and the output head is tied when the file has no `output.weight`.
 #pragma once
 
+#include <optional>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "format/gguf.h"
 #include "model/family.h"
@@ -18,6 +21,10 @@ namespace fs {
 
 // The HF config.json text the metadata stands for (for `describe_model_config`).
 Expected<std::string> hf_config_from_gguf(const GgufModel& model);
+// For a GGUF file, the HF config its metadata stands for, parsed (for callers that read one field:
+// the model_type of the chat format, the context length); nullopt for any other path or a file
+// the loader would refuse.
+std::optional<nlohmann::json> gguf_hf_config(const std::string& path);
 // describe_model of a GGUF file (or any file of a split set).
 Expected<ModelDescription> describe_gguf_model(const std::string& path);
 

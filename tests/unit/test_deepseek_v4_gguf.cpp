@@ -6,6 +6,9 @@
 // the model is refused with the reason.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
 #include "ds4_gguf_writer.h"
 #include "model/gguf_config.h"
 #include "model/gguf_tensors.h"
@@ -146,11 +149,14 @@ TEST(DeepseekV4Gguf, CliLogitsAndGenerateOnTheFile) {
   EXPECT_LE(d.max_abs, twin_tolerance());
   ASSERT_EQ(test::run_command(test::flashserve_binary() + " generate --backend " +
                                   test::test_backend() + " --model " + path + " --tokens " +
-                                  tokens + " --max-tokens 4 --temperature 0 --json",
+                                  tokens + " --max-tokens 4 --temperature 0 --json --save-state " +
+                                  dir.file("turn.state"),
                               &text),
             0)
       << text;
   EXPECT_NE(text.find("\"tokens\""), std::string::npos) << text;
+  // The saved state is bound to the file's fingerprint (config, tensor index, bytes).
+  EXPECT_TRUE(std::filesystem::exists(dir.file("turn.state")));
   // Text needs a tokenizer.json beside the file; without one the error says so.
   EXPECT_NE(
       test::run_command(test::flashserve_binary() + " generate --backend " + test::test_backend() +
@@ -158,6 +164,43 @@ TEST(DeepseekV4Gguf, CliLogitsAndGenerateOnTheFile) {
                         &text),
       0);
   EXPECT_NE(text.find("tokenizer.json beside it"), std::string::npos) << text;
+}
+
+// The servable tiny folder (models/deepseek-v4-tiny, with a tokenizer) as a GGUF file with its
+// tokenizer files beside it: text in, the folder's own greedy continuation out.
+TEST(DeepseekV4Gguf, TextCommandsReadTheTokenizerBesideTheFile) {
+  test::ScratchDir dir;
+  const std::string folder = std::string(FLASHSERVE_SOURCE_DIR) + "/models/deepseek-v4-tiny";
+  auto g = test::make_ds4_gguf(folder);
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  const auto path = dir.file("ds4-tiny.gguf");
+  test::write_bytes(path, g->file);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"})
+    std::filesystem::copy_file(std::filesystem::path(folder) / f, dir.path() / f);
+  // The greedy turn's text and ids (the stats carry timings).
+  auto generate = [&](const std::string& model) {
+    std::string text;
+    EXPECT_EQ(test::run_command(test::flashserve_binary() + " generate --backend " +
+                                    test::test_backend() + " --dtype f32 --model " + model +
+                                    " --prompt 'def add(a, b):' --max-tokens 6 --temperature 0 "
+                                    "--mtp-depth 0 --json 2>/dev/null",
+                                &text),
+              0)
+        << text;
+    const auto j = nlohmann::json::parse(text, nullptr, false);
+    EXPECT_TRUE(j.is_object()) << text;
+    return j.is_object() ? j["text"].dump() + j["tokens"].dump() : text;
+  };
+  const auto from_file = generate(path);
+  EXPECT_EQ(from_file, generate(folder));
+  // A chat turn: the chat format follows the file's architecture (DeepSeek V4's encoding).
+  std::string text;
+  EXPECT_EQ(
+      test::run_command(test::flashserve_binary() + " run --backend " + test::test_backend() +
+                            " --model " + path + " --max-tokens 4 --temperature 0 --chat 'hello'",
+                        &text),
+      0)
+      << text;
 }
 
 // The reason a file is refused with, "" when it loads.
