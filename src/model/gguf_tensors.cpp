@@ -1,8 +1,10 @@
 #include "model/gguf_tensors.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include "format/gguf_names.h"
 
@@ -47,7 +49,61 @@ std::optional<DType> element_dtype(QuantType t) {
   }
 }
 
+// The MTP side file beside `path`, if there is one: a *.gguf of the same architecture with
+// "mtp" in its name (any case) holding only `mtp.*` tensors; more than one is an error.
+Expected<std::unique_ptr<GgufModel>> mtp_side_file(const std::string& path,
+                                                   const std::string& arch) {
+  namespace stdfs = std::filesystem;
+  std::error_code ec;
+  const auto folder = stdfs::path(path).parent_path();
+  std::unique_ptr<GgufModel> found;
+  for (const auto& f : stdfs::directory_iterator(folder.empty() ? "." : folder, ec)) {
+    std::string name = f.path().filename().string();
+    std::string lower = name;
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    if (!lower.ends_with(".gguf") || lower.find("mtp") == std::string::npos ||
+        stdfs::equivalent(f.path(), path, ec))
+      continue;
+    auto m = GgufModel::open(f.path().string());
+    if (!m.ok()) continue;  // not ours to judge: only a file that is an MTP block is taken
+    const GgufValue* a = m->find("general.architecture");
+    if (!a || a->as_string().value_or("") != arch) continue;
+    bool all_mtp = !m->tensors().empty();
+    for (const auto& [t, stored] : m->tensors()) all_mtp = all_mtp && t.rfind("mtp.", 0) == 0;
+    if (!all_mtp) continue;
+    if (found)
+      return invalid_argument(path + ": two MTP side files beside it, " + found->split(0).path() +
+                              " and " + f.path().string() + "; keep one");
+    found = std::make_unique<GgufModel>(std::move(m).value());
+  }
+  return found;
+}
+
 }  // namespace
+
+Status GgufTensors::add(const GgufModel& m, const std::string& path, bool mtp_only) {
+  for (const auto& [name, stored] : m.tensors()) {
+    const bool mtp = name.rfind("mtp.", 0) == 0;
+    if (mtp_only && !mtp) continue;
+    const auto mapped =
+        mtp ? map_gguf_mtp_name(architecture_, name) : map_gguf_name(architecture_, name);
+    if (!mapped)
+      return corrupt(path + ": tensor " + name + " is not a " + architecture_ +
+                     " tensor (the name table does not know it)");
+    auto view = m.view(name);
+    if (!view) return corrupt(path + ": tensor " + name + " has no data");
+    Entry& e = entries_[mapped->hf_name];
+    const std::size_t slot = mapped->part == GgufPart::kSecondHalf ? 1 : 0;
+    const std::size_t need = mapped->part == GgufPart::kWhole ? 1 : 2;
+    if (e.parts.size() < need) e.parts.resize(need);
+    if (!e.parts[slot].gguf_name.empty())
+      return corrupt(path + ": " + name + " and " + e.parts[slot].gguf_name + " are both " +
+                     mapped->hf_name);
+    e.parts[slot] = {name, *view};
+  }
+  return {};
+}
 
 Expected<std::unique_ptr<GgufTensors>> GgufTensors::open(const std::string& path) {
   auto m = GgufModel::open(path);
@@ -60,19 +116,15 @@ Expected<std::unique_ptr<GgufTensors>> GgufTensors::open(const std::string& path
   t->architecture_ = arch;
   if (!gguf_architecture_mapped(arch))
     return unsupported(path + ": GGUF architecture '" + arch + "' has no tensor name table");
-  for (const auto& [name, stored] : t->model_->tensors()) {
-    if (name.rfind("mtp.", 0) == 0) continue;
-    const auto mapped = map_gguf_name(arch, name);
-    if (!mapped)
-      return corrupt(path + ": tensor " + name + " is not a " + arch +
-                     " tensor (the name table does not know it)");
-    auto view = t->model_->view(name);
-    if (!view) return corrupt(path + ": tensor " + name + " has no data");
-    Entry& e = t->entries_[mapped->hf_name];
-    const std::size_t slot = mapped->part == GgufPart::kSecondHalf ? 1 : 0;
-    const std::size_t need = mapped->part == GgufPart::kWhole ? 1 : 2;
-    if (e.parts.size() < need) e.parts.resize(need);
-    e.parts[slot] = {name, *view};
+  if (Status s = t->add(*t->model_, path, false); !s.ok()) return s;
+  // ds4 ships the MTP block as a file of its own: a sibling whose name says MTP and whose
+  // tensors are all `mtp.*` joins the model.
+  if (auto side = mtp_side_file(path, arch); !side.ok()) {
+    return side.status();
+  } else if (*side) {
+    t->mtp_path_ = (*side)->split(0).path();
+    t->mtp_model_ = std::move(*side);
+    if (Status s = t->add(*t->mtp_model_, t->mtp_path_, true); !s.ok()) return s;
   }
   for (auto& [hf, e] : t->entries_) {
     for (const auto& p : e.parts) {

@@ -26,10 +26,14 @@ class GgufTensors {
   GgufTensors() = default;  // empty; `open` fills one
   // Opens the file (or split set) and maps every tensor's name. Refused: an architecture the
   // name table lacks, a tensor it does not know (named), a fused half without its partner, or
-  // halves that differ in type or shape. `mtp.*` tensors (ds4's MTP side file) are skipped.
+  // halves that differ in type or shape. ds4's MTP block (`mtp.*`, format/gguf_names.h) is read
+  // from the file itself or from an MTP side file beside it (a *.gguf of the same architecture
+  // with "mtp" in its name holding only `mtp.*` tensors, as ds4 ships it).
   static Expected<std::unique_ptr<GgufTensors>> open(const std::string& path);
 
   const std::string& path() const { return path_; }
+  // The MTP side file taken, or "".
+  const std::string& mtp_path() const { return mtp_path_; }
   bool contains(const std::string& hf_name) const { return entries_.count(hf_name) != 0; }
   const Shape& shape(const std::string& hf_name) const { return entries_.at(hf_name).shape; }
   // Every spec's tensor present with the spec's shape and a type the backends read (F32, F16,
@@ -55,6 +59,8 @@ class GgufTensors {
     std::vector<Part> parts;  // one, or the two halves of a fused tensor (first, second)
     quant::QuantType type() const { return parts.front().view.type; }
   };
+  // Maps `m`'s tensors into entries_ (only its `mtp.*` ones when `mtp_only`).
+  Status add(const GgufModel& m, const std::string& path, bool mtp_only);
   Weight view_weight(const Entry& e, const std::uint8_t* data) const;
   std::string names_of(const Entry& e) const;
   // The GGUF name(s) the table gives `hf_name` ("blk.3.attn_q_b.weight").
@@ -63,6 +69,8 @@ class GgufTensors {
   std::string path_;
   std::string architecture_;
   std::unique_ptr<GgufModel> model_;
+  std::string mtp_path_;
+  std::unique_ptr<GgufModel> mtp_model_;
   std::map<std::string, Entry> entries_;
   std::vector<std::vector<std::uint8_t>> assembled_;
   std::map<std::string, Weight> fused_;

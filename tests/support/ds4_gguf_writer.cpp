@@ -193,21 +193,21 @@ Expected<Ds4Gguf> make_ds4_gguf(const std::string& dir, const Ds4GgufOptions& o)
   g.kv_u32("tokenizer.ggml.eos_token_id", c["eos_token_id"].get<std::uint32_t>());
 
   Ds4Gguf out;
-  // Every GGUF name the table knows, for the tensors the checkpoint has.
-  for (const auto& name : gguf_names_of("deepseek4", static_cast<int>(L))) {
-    const auto m = map_gguf_name("deepseek4", name);
+  // One checkpoint tensor under its GGUF name into `to`.
+  auto put = [&](GgufBuilder& to, const std::string& name, const GgufNameMapping& m0) {
+    const auto* m = &m0;
     const auto v = ck->view(m->hf_name);
-    if (!v || o.drop_tensors.count(name)) continue;
+    if (!v || o.drop_tensors.count(name)) return;
     if (v->dtype == DType::kI64) {
       std::vector<std::int64_t> ids(static_cast<std::size_t>(v->numel()));
       std::memcpy(ids.data(), v->bytes.data(), ids.size() * 8);
       std::vector<std::uint8_t> bytes;
       for (const auto id : ids)
         GgufBuilder::append(bytes, GgufBuilder::le(static_cast<std::int32_t>(id)));
-      g.tensor({name, static_cast<std::uint32_t>(quant::quant_info(QuantType::kI32).ggml_id),
-                gguf_dims(v->shape), std::move(bytes), std::nullopt});
+      to.tensor({name, static_cast<std::uint32_t>(quant::quant_info(QuantType::kI32).ggml_id),
+                 gguf_dims(v->shape), std::move(bytes), std::nullopt});
       out.values[m->hf_name] = {v->shape, {}, std::move(ids)};
-      continue;
+      return;
     }
     std::vector<float> all(static_cast<std::size_t>(v->numel()));
     convert_to_f32(v->dtype, v->bytes.data(), all.data(), all.size());
@@ -227,13 +227,13 @@ Expected<Ds4Gguf> make_ds4_gguf(const std::string& dir, const Ds4GgufOptions& o)
     const QuantType t = type_of(name, shape, o);
     std::vector<float> decoded;
     auto bytes = encode(t, part, shape.back(), decoded);
-    g.tensor({name, static_cast<std::uint32_t>(quant::quant_info(t).ggml_id), gguf_dims(shape),
-              std::move(bytes), std::nullopt});
+    to.tensor({name, static_cast<std::uint32_t>(quant::quant_info(t).ggml_id), gguf_dims(shape),
+               std::move(bytes), std::nullopt});
     auto& dst = out.values[m->hf_name];
     dst.shape = v->shape;
     if (m->part == GgufPart::kWhole) {
       dst.values = std::move(decoded);
-      continue;
+      return;
     }
     // Put the half back where it came from in the fused tensor.
     dst.values.resize(all.size());
@@ -241,6 +241,29 @@ Expected<Ds4Gguf> make_ds4_gguf(const std::string& dir, const Ds4GgufOptions& o)
     const auto first = m->part == GgufPart::kFirstHalf ? 0 : I;
     for (std::int64_t e = 0; e < E; ++e)
       std::copy_n(decoded.begin() + e * I * H, I * H, dst.values.begin() + (e * 2 * I + first) * H);
+  };
+  // Every GGUF name the table knows, for the tensors the checkpoint has.
+  for (const auto& name : gguf_names_of("deepseek4", static_cast<int>(L)))
+    put(g, name, *map_gguf_name("deepseek4", name));
+  // The MTP block's names: its own, and its layer's as blk.0's.
+  if (o.mtp_side_file) {
+    GgufBuilder mtp;
+    mtp.kv_string("general.architecture", o.architecture);
+    std::vector<std::string> names = {
+        "enorm.weight", "hnorm.weight",      "e_proj.weight",       "h_proj.weight",
+        "norm.weight",  "hc_head_fn.weight", "hc_head_base.weight", "hc_head_scale.weight"};
+    for (const auto& n : gguf_names_of("deepseek4", 1)) {
+      if (n.rfind("blk.0.", 0) == 0) names.push_back(n.substr(6));
+    }
+    bool any = false;
+    for (const auto& n : names) {
+      const auto gname = "mtp.0." + n;
+      const auto m = map_gguf_mtp_name("deepseek4", gname);
+      if (!m || !ck->contains(m->hf_name)) continue;
+      put(mtp, gname, *m);
+      any = true;
+    }
+    if (any) out.mtp_file = mtp.build();
   }
   out.file = g.build();
   return out;

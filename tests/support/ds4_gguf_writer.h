@@ -30,6 +30,8 @@ struct Ds4GgufOptions {
   std::map<std::string, std::int64_t> u32_values;  // `deepseek4.*` integer keys written instead
   std::map<std::string, quant::QuantType> types;   // GGUF tensor name -> its type instead
   std::string architecture = "deepseek4";
+  // The checkpoint's MTP block (`mtp.0.*`) as ds4 ships it: a second file of `mtp.0.*` names.
+  bool mtp_side_file = false;
 };
 
 struct Ds4Tensor {
@@ -40,6 +42,7 @@ struct Ds4Tensor {
 
 struct Ds4Gguf {
   std::vector<std::uint8_t> file;
+  std::vector<std::uint8_t> mtp_file;  // with mtp_side_file, when the checkpoint has the block
   std::map<std::string, Ds4Tensor> values;  // HF name -> what the file holds
 };
 

@@ -203,6 +203,61 @@ TEST(DeepseekV4Gguf, TextCommandsReadTheTokenizerBesideTheFile) {
       << text;
 }
 
+// ds4's MTP side file: a block made by tools/make_ds4_mtp.py, written as a second GGUF of
+// `mtp.0.*` names beside the trunk's, is found and drafts as the safetensors folder's does
+// (greedy: the same tokens, the same drafts accepted); two such files are refused.
+TEST(DeepseekV4Gguf, MtpSideFileBesideTheModelDrafts) {
+  test::ScratchDir dir;
+  const auto folder = dir.file("with-mtp");
+  std::string text;
+  ASSERT_EQ(test::run_command("python3 " FLASHSERVE_SOURCE_DIR "/tools/make_ds4_mtp.py --model " +
+                                  fixture() + " --out " + folder,
+                              &text),
+            0)
+      << text;
+  auto g = test::make_ds4_gguf(folder, with([](auto& o) {
+                                 o.matrices = QuantType::kQ8_0;
+                                 o.mtp_side_file = true;
+                               }));
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  ASSERT_FALSE(g->mtp_file.empty());
+  const auto gguf_dir = dir.path() / "gguf";
+  std::filesystem::create_directories(gguf_dir);
+  const auto path = (gguf_dir / "tiny-ds4-Q8_0.gguf").string();
+  test::write_bytes(path, g->file);
+  test::write_bytes((gguf_dir / "tiny-ds4-MTP-Q8_0.gguf").string(), g->mtp_file);
+  ASSERT_TRUE(test::write_safetensors_twin(*g, folder, dir.file("twin")).ok());
+  auto m = load_model(path, test::test_load_options());
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_TRUE((*m)->info().has_mtp);
+  const auto c = test::qwen_cases(fixture()).front();
+  std::string tokens;
+  for (std::size_t i = 0; i < 24; ++i) tokens += (i ? "," : "") + std::to_string(c.tokens[i]);
+  auto generate = [&](const std::string& model) {
+    std::string out;
+    EXPECT_EQ(test::run_command(test::flashserve_binary() + " generate --backend " +
+                                    test::test_backend() + " --dtype f32 --model " + model +
+                                    " --tokens " + tokens +
+                                    " --max-tokens 12 --temperature 0 --mtp-depth 2 --json",
+                                &out),
+              0)
+        << out;
+    const auto j = nlohmann::json::parse(out, nullptr, false);
+    EXPECT_TRUE(j.is_object()) << out;
+    return j.is_object()
+               ? j["tokens"].dump() + j["stats"]["drafted"].dump() + j["stats"]["accepted"].dump()
+               : out;
+  };
+  const auto from_file = generate(path);
+  std::printf("[ds4 gguf mtp %s] %s\n", test::test_backend().c_str(), from_file.c_str());
+  EXPECT_EQ(from_file, generate(dir.file("twin")));
+  test::write_bytes((gguf_dir / "copy-mtp.gguf").string(), g->mtp_file);
+  auto two = load_model(path, test::test_load_options());
+  ASSERT_FALSE(two.ok());
+  EXPECT_NE(two.status().to_string().find("two MTP side files"), std::string::npos)
+      << two.status().to_string();
+}
+
 // The reason a file is refused with, "" when it loads.
 std::string refusal(const test::Ds4GgufOptions& o,
                     void (*edit)(std::vector<std::uint8_t>&) = nullptr) {
