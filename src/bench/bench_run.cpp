@@ -46,9 +46,9 @@ Expected<std::int64_t> pick_layers(const BenchOptions& o, bool tiny) {
   if (!free.ok()) return free.status();
   auto probe = parse_bench_config(flash_next_config_json(4, o.ple_head_rows));
   if (!probe.ok()) return probe.status();
-  // FP8: the projections (nearly all bytes) take one byte an element; the budget at 1 byte
-  // undercounts the bf16 embedding, lm_head, routers and mixers by ~1 GB, which the reserve covers.
-  const auto b = weight_budget(*probe, o.dtype == "fp8" ? 1 : 2);
+  auto mix = weight_mix(o.dtype);
+  if (!mix.ok()) return mix.status();
+  const auto b = weight_budget(*probe, matrix_bytes(*mix, *probe));
   const double per4 = 3.0 * static_cast<double>(b.linear_layer) + static_cast<double>(b.qsa_layer);
   const double room = static_cast<double>(*free) - static_cast<double>(b.fixed + b.mtp) -
                       static_cast<double>(o.reserve_mib) * 1024.0 * 1024.0;
@@ -103,10 +103,8 @@ json bytes_json(const DecodeBytes& b) {
 
 Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
   const bool tiny = o.tiny || o.backend == "cpu";
-  if (o.dtype != "bf16" && o.dtype != "fp8")
-    return invalid_argument("bench: --dtype must be bf16 or fp8, not '" + o.dtype + "'");
-  const bool fp8 = o.dtype == "fp8";
-  const MatrixBytes matrix_bytes = fp8 ? kFp8Matrices : kBf16Matrices;
+  const auto mix = weight_mix(o.dtype);
+  if (!mix.ok()) return mix.status();
   auto inner = make_backend(o.backend);
   if (!inner.ok()) {
     return inner.status().with_context(
@@ -131,10 +129,7 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
   out["ple_table_rows"] = ple_table_rows(c, 0);
   out["ple_table_rows_released"] = 320001536;
   out["matrix_dtype"] = o.dtype;
-  if (fp8)
-    out["matrix_dtype_note"] =
-        "projections and experts F8_E4M3 with f32 128x128 block scales; embedding, lm_head, "
-        "routers, shared-expert gates and hyper-connection matrices bf16";
+  if (o.dtype != "bf16") out["matrix_dtype_note"] = mix->note();
   out["context_fill"] = "synthetic";
   out["accept"] = o.accept;
 
@@ -144,7 +139,7 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
   TimingBackend* timing = timing_owner.get();
   SyntheticWeightStore store(timing->memory(), o.seed);
   auto t0 = Clock::now();
-  auto weights = synthetic_qwen_next_weights(c, store, fp8 ? DType::kF8E4M3 : DType::kBF16);
+  auto weights = synthetic_qwen_next_weights(c, store, *mix);
   if (!weights.ok()) return weights.status();
   timing->synchronize();
   out["weights"] = {{"device_bytes", store.device_bytes()},
@@ -189,11 +184,11 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
     const auto graphs_after = timing->step_graph_stats();
     const auto& ref = ar->result.tokens;
     const double ar_tps = static_cast<double>(ref.size()) / ar->seconds;
-    const auto bytes = trunk_decode_bytes(c, ctx, matrix_bytes);
-    json row = {
-        {"context", ctx},
-        {"bytes_per_token", bytes_json(bytes)},
-        {"mtp_draft_bytes", bytes_json(mtp_draft_bytes(c, ctx, matrix_bytes, draft_vocab))}};
+    const auto bytes = trunk_decode_bytes(c, ctx, matrix_bytes(*mix, c));
+    json row = {{"context", ctx},
+                {"bytes_per_token", bytes_json(bytes)},
+                {"mtp_draft_bytes",
+                 bytes_json(mtp_draft_bytes(c, ctx, matrix_bytes(*mix, c), draft_vocab))}};
     json modes = json::array();
     modes.push_back({{"depth", 0},
                      {"tokens", ref.size()},

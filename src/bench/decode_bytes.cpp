@@ -9,8 +9,18 @@ constexpr double kF32 = 4;
 
 struct Shapes {
   const QwenNextConfig& c;
-  double mb;  // other matrices
-  double mp;  // projections
+  double mb;   // other matrices
+  double mp;   // projections
+  double mgu;  // routed experts' gate/up
+  double mdn;  // routed experts' down
+  double msd;  // shared expert's down
+  Shapes(const QwenNextConfig& config, const MatrixBytes& m)
+      : c(config),
+        mb(m.others),
+        mp(m.projections),
+        mgu(m.experts_gate_up < 0 ? m.projections : m.experts_gate_up),
+        mdn(m.experts_down < 0 ? m.projections : m.experts_down),
+        msd(m.shared_down < 0 ? m.projections : m.shared_down) {}
   double H() const { return static_cast<double>(c.hidden_size); }
   double W() const { return static_cast<double>(c.stream_width()); }
 
@@ -25,7 +35,7 @@ struct Shapes {
                  k = static_cast<double>(c.num_experts_per_tok),
                  I = static_cast<double>(c.moe_intermediate_size),
                  Is = static_cast<double>(c.shared_expert_intermediate_size);
-    return (E * H() + H()) * mb + (k * 3 * I * H() + 3 * Is * H()) * mp;
+    return (E * H() + H()) * mb + k * I * H() * (2 * mgu + mdn) + Is * H() * (2 * mp + msd);
   }
   double qsa_weights() const {
     const double D = static_cast<double>(c.head_dim),
@@ -78,8 +88,19 @@ struct Shapes {
 
 }  // namespace
 
+MatrixBytes matrix_bytes(const WeightMix& mix, const QwenNextConfig& c) {
+  const auto H = c.hidden_size, I = c.moe_intermediate_size, Is = c.shared_expert_intermediate_size;
+  MatrixBytes m;
+  m.projections = mix.storage(MatrixRole::kProjection, H).bytes_per_weight();
+  m.others = mix.storage(MatrixRole::kOther, H).bytes_per_weight();
+  m.experts_gate_up = mix.storage(MatrixRole::kExpertGateUp, H).bytes_per_weight();
+  m.experts_down = mix.storage(MatrixRole::kExpertDown, I).bytes_per_weight();
+  m.shared_down = mix.storage(MatrixRole::kProjection, Is).bytes_per_weight();
+  return m;
+}
+
 DecodeBytes trunk_decode_bytes(const QwenNextConfig& c, std::int64_t context, MatrixBytes mb) {
-  const Shapes s{c, mb.others, mb.projections};
+  const Shapes s(c, mb);
   DecodeBytes b;
   b.weights = s.head();
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
@@ -101,7 +122,7 @@ DecodeBytes trunk_decode_bytes(const QwenNextConfig& c, std::int64_t context, Ma
 
 DecodeBytes mtp_draft_bytes(const QwenNextConfig& c, std::int64_t context, MatrixBytes mb,
                             std::int64_t draft_vocab) {
-  const Shapes s{c, mb.others, mb.projections};
+  const Shapes s(c, mb);
   DecodeBytes b;
   const double head_rows_saved = static_cast<double>(c.vocab_size - draft_vocab) * s.H() * s.mb;
   b.weights = s.head() - head_rows_saved + 2 * s.H() * s.H() * s.mp + (s.W() + s.H()) * kF32 +

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "bench/weight_mix.h"
 #include "model/qwen_next/config.h"
 
 namespace fs::bench {
@@ -21,14 +22,22 @@ struct DecodeBytes {
 // Bytes per matrix element: `projections` for the matrices `convert --quantize fp8` quantises
 // (every *_proj, the routed and shared experts, the MTP head's fc_*), `others` for the rest
 // (embedding, lm_head, router, shared-expert gate, hyper-connection matrices).
+// The routed experts' gate/up and down and the shared expert's down can differ from the other
+// projections (a packed mix's low-bit experts, or its fallback for rows that are not whole
+// blocks); negative means as `projections`.
 struct MatrixBytes {
   double projections = 2;
   double others = 2;
+  double experts_gate_up = -1;
+  double experts_down = -1;
+  double shared_down = -1;
 };
 // bf16 everywhere; FP8 projections (one byte each plus an f32 scale per 128x128 block) beside
 // bf16 others, as `flashserve bench --dtype fp8` lays them out.
 inline constexpr MatrixBytes kBf16Matrices{2, 2};
 inline constexpr MatrixBytes kFp8Matrices{1 + 4.0 / (128 * 128), 2};
+// The bytes per weight of `--dtype`'s mix (bench/weight_mix.h) at c's shapes.
+MatrixBytes matrix_bytes(const WeightMix& mix, const QwenNextConfig& c);
 
 // One trunk token after `context` tokens; `matrix_bytes` per matrix element (2: bf16).
 DecodeBytes trunk_decode_bytes(const QwenNextConfig& c, std::int64_t context, MatrixBytes mb);

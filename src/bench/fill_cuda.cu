@@ -46,7 +46,41 @@ __global__ void fill_kernel(void* out, int type, std::uint64_t n, std::uint64_t 
   }
 }
 
+// A thread per block of f.block_bytes bytes: hashed bytes, then the block's f16 factors.
+__global__ void fill_packed_kernel(std::uint8_t* out, std::uint64_t blocks, PackedFill f,
+                                   std::uint64_t seed) {
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  const auto bytes = static_cast<std::uint64_t>(f.block_bytes);
+  for (std::uint64_t b = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
+       b < blocks; b += stride) {
+    std::uint8_t* p = out + b * bytes;
+    for (std::uint64_t i = 0; i < bytes; ++i) {
+      const float u = device_uniform(seed, b * bytes + i, 1.0f, 1.0f);  // [0, 2)
+      p[i] = f.constant >= 0 ? static_cast<std::uint8_t>(f.constant)
+                             : static_cast<std::uint8_t>(static_cast<int>(u * 128.0f) & 0xff);
+    }
+    for (int k = 0; k < 2; ++k)
+      if (f.f16_offset[k] >= 0) {
+        p[f.f16_offset[k]] = static_cast<std::uint8_t>(f.f16_bits[k] & 0xff);
+        p[f.f16_offset[k] + 1] = static_cast<std::uint8_t>(f.f16_bits[k] >> 8);
+      }
+  }
+}
+
 }  // namespace
+
+Status fill_packed_cuda(Tensor& t, const PackedFill& f, std::uint64_t seed) {
+  auto* memory = dynamic_cast<cuda::CudaMemory*>(t.memory().get());
+  if (memory == nullptr) return invalid_argument("bench: fill_packed: not CUDA memory");
+  const auto blocks =
+      static_cast<std::uint64_t>(t.bytes()) / static_cast<std::uint64_t>(f.block_bytes);
+  if (blocks == 0) return {};
+  fill_packed_kernel<<<132 * 16, 256, 0, memory->stream()>>>(static_cast<std::uint8_t*>(t.raw()),
+                                                             blocks, f, seed);
+  if (const auto e = cudaGetLastError(); e != cudaSuccess)
+    return internal_error(std::string("bench: fill_packed kernel: ") + cudaGetErrorString(e));
+  return {};
+}
 
 Status fill_uniform_cuda(Tensor& t, std::uint64_t seed, float scale, float offset) {
   auto* memory = dynamic_cast<cuda::CudaMemory*>(t.memory().get());

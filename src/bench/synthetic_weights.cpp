@@ -16,17 +16,15 @@ float fan_in_scale(std::int64_t fan_in) {
 struct Maker {
   const QwenNextConfig& c;
   SyntheticWeightStore& s;
-  DType dtype;       // matrices `convert --quantize fp8` keeps as they are
-  DType proj_dtype;  // the projections it quantises (bf16, or FP8 with block scales)
+  const WeightMix& mix;
 
-  Weight mat(Shape shape) {
+  Weight as(MatrixRole role, Shape shape) {
     const auto in = shape.back();
-    return s.matrix(std::move(shape), dtype, fan_in_scale(in));
+    return s.matrix(std::move(shape), mix.storage(role, in), fan_in_scale(in));
   }
-  Weight proj(Shape shape) {
-    const auto in = shape.back();
-    return s.matrix(std::move(shape), proj_dtype, fan_in_scale(in));
-  }
+  // Matrices the quantised checkpoints keep as they are, and the projections they quantise.
+  Weight mat(Shape shape) { return as(MatrixRole::kOther, std::move(shape)); }
+  Weight proj(Shape shape) { return as(MatrixRole::kProjection, std::move(shape)); }
   Weight unit_norm(std::int64_t n) { return s.vector({n}, 0.05f, 0.0f); }  // (1+w), w ~ 0
 
   HyperConnectionWeights hc(bool inject) {
@@ -47,8 +45,8 @@ struct Maker {
                Is = c.shared_expert_intermediate_size;
     MoeWeights m;
     m.router = mat({E, H});
-    m.gate_up = proj({E, 2 * I, H});
-    m.down = proj({E, H, I});
+    m.gate_up = as(MatrixRole::kExpertGateUp, {E, 2 * I, H});
+    m.down = as(MatrixRole::kExpertDown, {E, H, I});
     m.shared_gate_proj = proj({Is, H});
     m.shared_up_proj = proj({Is, H});
     m.shared_down_proj = proj({H, Is});
@@ -147,6 +145,44 @@ Weight SyntheticWeightStore::keep(Tensor t, float scale, float offset) {
   return w;
 }
 
+Weight SyntheticWeightStore::matrix(Shape shape, const MatrixStorage& storage, float scale) {
+  if (storage.packed) return packed(std::move(shape), *storage.packed, scale);
+  return matrix(std::move(shape), storage.dtype, scale);
+}
+
+Weight SyntheticWeightStore::packed(Shape shape, quant::QuantType q, float scale) {
+  // The bytes as a U8 tensor of whole blocks (the Weight counts weights); FP4's E8M0 scales
+  // per 32 inputs beside them.
+  Weight w;
+  w.dtype = DType::kU8;
+  w.shape = shape;
+  w.packed = q;
+  w.device = device_->device();
+  const auto bytes = static_cast<std::int64_t>(w.bytes());
+  auto fill = [&](Tensor t, quant::QuantType as) {
+    auto owned = std::make_unique<Tensor>(std::move(t));
+    if (status_.ok()) {
+      if (auto st = fill_packed(*owned, as, seed_ * 1000003u + buffers_.size(), scale); !st.ok())
+        status_ = st;
+    }
+    (owned->device() == Device::kHost ? host_bytes_ : device_bytes_) += owned->bytes();
+    const auto* data = static_cast<const std::uint8_t*>(owned->raw());
+    buffers_.push_back(std::move(owned));
+    return data;
+  };
+  w.data = fill(Tensor(device_, {bytes}, DType::kU8), q);
+  if (q == quant::QuantType::kF4E2M1x2) {
+    w.scales = {nullptr, quant::ScaleFormat::kE8M0, 1, 32};
+    const auto scale_bytes =
+        w.matrices() * static_cast<std::int64_t>(w.scales.grid_bytes(w.matrix_rows(), w.cols()));
+    w.scales.data = fill(Tensor(device_, {scale_bytes}, DType::kU8), quant::QuantType::kF8E8M0);
+  }
+  if (status_.ok()) {
+    if (auto st = w.check_storage(); !st.ok()) status_ = st;
+  }
+  return w;
+}
+
 Weight SyntheticWeightStore::matrix(Shape shape, DType dtype, float scale) {
   if (dtype != DType::kF8E4M3) return keep(Tensor(device_, std::move(shape), dtype), scale, 0.0f);
   // FP8 in the releases' layout: e4m3 codes uniform over [-448, 448] (rounded, saturated) and
@@ -171,11 +207,9 @@ Weight SyntheticWeightStore::host_table(Shape shape, float scale) {
 
 Expected<QwenNextWeights> synthetic_qwen_next_weights(const QwenNextConfig& c,
                                                       SyntheticWeightStore& store,
-                                                      DType matrix_dtype) {
-  // FP8 quantises the projections; the rest stays bf16, as `convert --quantize fp8` leaves it.
-  const bool fp8 = matrix_dtype == DType::kF8E4M3;
-  Maker m{c, store, fp8 ? DType::kBF16 : matrix_dtype, matrix_dtype};
-  matrix_dtype = m.dtype;
+                                                      const WeightMix& mix) {
+  Maker m{c, store, mix};
+  const DType matrix_dtype = mix.storage(MatrixRole::kOther, c.hidden_size).dtype;
   QwenNextWeights w;
   // Embedding rows of unit scale (the model's first stream); lm_head as any matrix.
   w.embed_tokens = store.matrix({c.vocab_size, c.hidden_size}, matrix_dtype, 1.0f);
@@ -196,30 +230,33 @@ Expected<QwenNextWeights> synthetic_qwen_next_weights(const QwenNextConfig& c,
   return w;
 }
 
-WeightBudget weight_budget(const QwenNextConfig& c, std::size_t mb) {
-  const auto H = static_cast<std::size_t>(c.hidden_size),
-             W = static_cast<std::size_t>(c.stream_width()),
-             r = static_cast<std::size_t>(c.hc_lowrank),
-             E = static_cast<std::size_t>(c.num_experts),
-             I = static_cast<std::size_t>(c.moe_intermediate_size),
-             Is = static_cast<std::size_t>(c.shared_expert_intermediate_size),
-             hc = static_cast<std::size_t>(c.hc_count), D = static_cast<std::size_t>(c.head_dim),
-             Hq = static_cast<std::size_t>(c.num_attention_heads),
-             Hkv = static_cast<std::size_t>(c.num_key_value_heads),
-             dI = static_cast<std::size_t>(c.indexer_head_dim),
-             nI = static_cast<std::size_t>(c.indexer_n_heads);
-  const std::size_t hc_read = 2 * r * W + W;  // mix_down, mix_up (+ norm, f32 below)
-  const std::size_t per_layer_common =
-      mb * (2 * (hc_read + hc * W) + E * H + E * 3 * I * H + 3 * Is * H + H);
-  const std::size_t gdn = mb * (static_cast<std::size_t>(c.gdn_conv_dim() + c.gdn_value_dim()) * H +
-                                2 * static_cast<std::size_t>(c.linear_num_value_heads) * H +
-                                H * static_cast<std::size_t>(c.gdn_value_dim()));
-  const std::size_t qsa = mb * ((2 * Hq * D + 2 * Hkv * D) * H + H * Hq * D + (nI + 1) * dI * H);
+WeightBudget weight_budget(const QwenNextConfig& c, const MatrixBytes& m) {
+  const double H = static_cast<double>(c.hidden_size), W = static_cast<double>(c.stream_width()),
+               r = static_cast<double>(c.hc_lowrank), E = static_cast<double>(c.num_experts),
+               I = static_cast<double>(c.moe_intermediate_size),
+               Is = static_cast<double>(c.shared_expert_intermediate_size),
+               hc = static_cast<double>(c.hc_count), D = static_cast<double>(c.head_dim),
+               Hq = static_cast<double>(c.num_attention_heads),
+               Hkv = static_cast<double>(c.num_key_value_heads),
+               dI = static_cast<double>(c.indexer_head_dim),
+               nI = static_cast<double>(c.indexer_n_heads);
+  const double mo = m.others, mp = m.projections,
+               mgu = m.experts_gate_up < 0 ? mp : m.experts_gate_up,
+               mdn = m.experts_down < 0 ? mp : m.experts_down,
+               msd = m.shared_down < 0 ? mp : m.shared_down;
+  const double hc_read = mo * (2 * r * W + W);  // mix_down, mix_up (+ norm, f32 below)
+  const double per_layer_common = 2 * (hc_read + mo * hc * W) + mo * (E * H + H) +
+                                  E * I * H * (2 * mgu + mdn) + Is * H * (2 * mp + msd);
+  const double gdn = mp * (static_cast<double>(c.gdn_conv_dim() + c.gdn_value_dim()) * H +
+                           2 * static_cast<double>(c.linear_num_value_heads) * H +
+                           H * static_cast<double>(c.gdn_value_dim()));
+  const double qsa = mp * ((2 * Hq * D + 2 * Hkv * D) * H + H * Hq * D + (nI + 1) * dI * H);
+  auto bytes = [](double v) { return static_cast<std::size_t>(v); };
   WeightBudget b;
-  b.linear_layer = per_layer_common + gdn;
-  b.qsa_layer = per_layer_common + qsa;
-  b.mtp = per_layer_common + qsa + mb * 2 * H * H;
-  b.fixed = mb * (2 * static_cast<std::size_t>(c.vocab_size) * H + hc_read);
+  b.linear_layer = bytes(per_layer_common + gdn);
+  b.qsa_layer = bytes(per_layer_common + qsa);
+  b.mtp = bytes(per_layer_common + qsa + mp * 2 * H * H);
+  b.fixed = bytes(mo * 2 * static_cast<double>(c.vocab_size) * H + hc_read);
   return b;
 }
 

@@ -9,6 +9,8 @@
 #include <memory>
 #include <vector>
 
+#include "bench/decode_bytes.h"
+#include "bench/weight_mix.h"
 #include "model/qwen_next/config.h"
 #include "model/qwen_next/weights.h"
 #include "tensor/tensor.h"
@@ -24,6 +26,9 @@ class SyntheticWeightStore {
   // A matrix in device memory as `dtype`, uniform in +-scale; kF8E4M3 makes a block-scaled FP8
   // matrix (e4m3 codes and f32 128x128-block scales, both generated where they live).
   Weight matrix(Shape shape, DType dtype, float scale);
+  // A matrix stored as `storage`: elements as above, or a packed format's bytes (bench/fill.h
+  // fill_packed) with FP4's E8M0 scales beside them.
+  Weight matrix(Shape shape, const MatrixStorage& storage, float scale);
   // An f32 vector (or filter) in device memory, offset + uniform in +-scale.
   Weight vector(Shape shape, float scale, float offset);
   // A bf16 table in host memory, uniform in +-scale.
@@ -35,6 +40,7 @@ class SyntheticWeightStore {
 
  private:
   Weight keep(Tensor t, float scale, float offset);
+  Weight packed(Shape shape, quant::QuantType q, float scale);
 
   std::shared_ptr<Memory> device_;
   std::uint64_t seed_;
@@ -43,18 +49,18 @@ class SyntheticWeightStore {
   Status status_;
 };
 
-// Every weight of the trunk and the MTP head (one QSA + MoE layer) for `c`, matrices as
-// `matrix_dtype`, laid out as load_qwen_next_weights + upload_qwen_next_weights leave them.
-// kF8E4M3: the projections `convert --quantize fp8` quantises are FP8, the other matrices bf16.
+// Every weight of the trunk and the MTP head (one QSA + MoE layer) for `c`, matrices stored as
+// `mix` says (bench/weight_mix.h), laid out as load_qwen_next_weights + upload_qwen_next_weights
+// leave them.
 Expected<QwenNextWeights> synthetic_qwen_next_weights(const QwenNextConfig& c,
                                                       SyntheticWeightStore& store,
-                                                      DType matrix_dtype);
+                                                      const WeightMix& mix);
 
 // Device bytes of one decoder layer of each kind (MoE included), of the MTP head, and of the
 // embedding + lm_head + final mixer, for sizing `--layers` before anything is allocated.
 struct WeightBudget {
   std::size_t linear_layer = 0, qsa_layer = 0, mtp = 0, fixed = 0;
 };
-WeightBudget weight_budget(const QwenNextConfig& c, std::size_t matrix_bytes);
+WeightBudget weight_budget(const QwenNextConfig& c, const MatrixBytes& matrix_bytes);
 
 }  // namespace fs::bench

@@ -50,9 +50,14 @@ void add_bench_command(CLI::App& app, Action& action) {
                   "Device memory kept free for state and activations when sizing --layers")
       ->capture_default_str();
   cmd->add_option("--dtype", o->bench.dtype,
-                  "Matrices: bf16, or fp8 (projections and experts FP8 E4M3 with 128x128 block "
-                  "scales, the rest bf16)")
-      ->check(CLI::IsMember({"bf16", "fp8"}))
+                  "Matrices: bf16; fp8 (projections and experts FP8 E4M3 with 128x128 block "
+                  "scales); fp4 (routed experts FP4 E2M1 with E8M0 scales per 32, the other "
+                  "projections FP8); q8_0, q4_k, q5_k, q6_k, q2_k (projections and experts in that "
+                  "GGUF type, Q8_0 for rows that are not whole blocks); iq2_xxs (ds4's mix: routed "
+                  "gate/up IQ2_XXS, down Q2_K, other projections Q8_0). Embedding, lm_head, "
+                  "routers and hyper-connection matrices stay bf16")
+      ->check(
+          CLI::IsMember({"bf16", "fp8", "fp4", "q8_0", "q4_k", "q5_k", "q6_k", "q2_k", "iq2_xxs"}))
       ->capture_default_str();
   cmd->add_option("--seed", o->bench.seed, "Seed of the synthetic weights")->capture_default_str();
   cmd->add_option("--temperature", o->bench.temperature,

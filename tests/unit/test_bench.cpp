@@ -12,6 +12,7 @@
 #include "bench/bench_run.h"
 #include "bench/decode_bytes.h"
 #include "bench/fill.h"
+#include "bench/weight_mix.h"
 #include "test_support.h"
 
 namespace fs::bench {
@@ -226,6 +227,102 @@ TEST(BenchRun, Fp8WeightsRunAndCountOneBytePerProjectionWeight) {
   const double head = 2.0 * static_cast<double>(c->vocab_size * c->hidden_size);
   EXPECT_GT(fp8.weights, (bf16.weights - head) / 2 + head);
   EXPECT_LT(fp8.weights, (bf16.weights - head) * 0.6 + head);
+}
+
+TEST(BenchMix, RolesTakeTheirTypeAndRowsOfPartBlocksFallBack) {
+  using quant::QuantType;
+  auto q4 = weight_mix("q4_k");
+  ASSERT_TRUE(q4.ok());
+  EXPECT_EQ(q4->storage(MatrixRole::kProjection, 2560).packed, QuantType::kQ4_K);
+  // The experts' 640-wide down rows are not whole 256-blocks: Q8_0, as llama.cpp falls back.
+  EXPECT_EQ(q4->storage(MatrixRole::kExpertDown, 640).packed, QuantType::kQ8_0);
+  EXPECT_FALSE(q4->storage(MatrixRole::kOther, 2560).packed.has_value());
+  EXPECT_FALSE(q4->storage(MatrixRole::kProjection, 48).packed.has_value());  // not even 32s
+  auto ds4 = weight_mix("iq2_xxs");
+  ASSERT_TRUE(ds4.ok());
+  EXPECT_EQ(ds4->storage(MatrixRole::kExpertGateUp, 4096).packed, QuantType::kIQ2_XXS);
+  EXPECT_EQ(ds4->storage(MatrixRole::kExpertDown, 2048).packed, QuantType::kQ2_K);
+  EXPECT_EQ(ds4->storage(MatrixRole::kProjection, 4096).packed, QuantType::kQ8_0);
+  auto fp4 = weight_mix("fp4");
+  ASSERT_TRUE(fp4.ok());
+  EXPECT_EQ(fp4->storage(MatrixRole::kExpertDown, 640).packed, QuantType::kF4E2M1x2);
+  EXPECT_TRUE(fp4->storage(MatrixRole::kProjection, 2560).fp8());
+  EXPECT_DOUBLE_EQ(fp4->storage(MatrixRole::kExpertGateUp, 2560).bytes_per_weight(),
+                   0.5 + 1.0 / 32);
+  EXPECT_DOUBLE_EQ(q4->storage(MatrixRole::kProjection, 2560).bytes_per_weight(), 144.0 / 256);
+  EXPECT_FALSE(weight_mix("int4").ok());
+
+  // Released shapes: each lower-bit mix reads fewer bytes a token, the bf16 head unchanged.
+  auto c = parse_bench_config(flash_next_config_json(48, 100'000));
+  ASSERT_TRUE(c.ok());
+  double last = trunk_decode_bytes(*c, 1024, kBf16Matrices).weights;
+  auto weights_of = [&](const char* name) {
+    return trunk_decode_bytes(*c, 1024, matrix_bytes(*weight_mix(name), *c)).weights;
+  };
+  for (const char* name : {"fp8", "q6_k", "q4_k", "q2_k"}) {
+    EXPECT_LT(weights_of(name), last) << name;
+    last = weights_of(name);
+  }
+  // ds4's mix keeps Q8_0 projections: between Q8_0 everywhere and Q2_K everywhere.
+  EXPECT_LT(weights_of("iq2_xxs"), weights_of("q8_0"));
+  EXPECT_GT(weights_of("iq2_xxs"), weights_of("q2_k"));
+  EXPECT_EQ(trunk_decode_bytes(*c, 1024, matrix_bytes(*weight_mix("fp8"), *c)).weights,
+            trunk_decode_bytes(*c, 1024, kFp8Matrices).weights);
+}
+
+TEST(BenchFill, PackedBlocksDequantiseToFiniteWeightsNearTheScale) {
+  using quant::QuantType;
+  for (const auto q : {QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K,
+                       QuantType::kQ2_K, QuantType::kIQ2_XXS}) {
+    Weight w;
+    w.dtype = DType::kU8;
+    w.shape = {4, 512};
+    w.packed = q;
+    Tensor bytes(host_memory(), {static_cast<std::int64_t>(w.bytes())}, DType::kU8);
+    ASSERT_TRUE(fill_packed(bytes, q, 3, 0.05f).ok()) << quant::quant_name(q);
+    w.data = static_cast<const std::uint8_t*>(bytes.raw());
+    float amax = 0;
+    std::vector<float> row(512);
+    for (std::int64_t r = 0; r < 4; ++r) {
+      ASSERT_TRUE(w.dequantize_row(r, row).ok());
+      for (const float v : row) {
+        ASSERT_TRUE(std::isfinite(v)) << quant::quant_name(q);
+        amax = std::max(amax, std::fabs(v));
+      }
+    }
+    EXPECT_GT(amax, 0.01f) << quant::quant_name(q);
+    EXPECT_LT(amax, 0.2f) << quant::quant_name(q);
+  }
+}
+
+TEST(BenchRun, PackedMixesRunExactAndStoreFewerBytes) {
+  BenchOptions o;
+  o.backend = "cpu";
+  o.prefill = {8};
+  o.contexts = {20};
+  o.decode_tokens = 4;
+  o.max_depth = 2;
+  o.profile = false;
+  std::ostringstream log;
+  auto bf16 = run_bench(o, log);
+  ASSERT_TRUE(bf16.ok()) << bf16.status().to_string();
+  for (const char* name : {"q8_0", "fp4"}) {
+    o.dtype = name;
+    auto r = run_bench(o, log);
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status().to_string();
+    EXPECT_EQ((*r)["matrix_dtype"], name);
+    auto stored = [](const nlohmann::json& run) {
+      return run["weights"]["device_bytes"].get<double>() +
+             run["weights"]["host_bytes"].get<double>();
+    };
+    EXPECT_LT(stored(*r), stored(*bf16)) << name;
+    for (const auto& m : (*r)["decode"][0]["modes"]) {
+      EXPECT_GT(m["tokens_per_s"].get<double>(), 0);
+      if (m["depth"] != 0) {
+        EXPECT_TRUE(m["equals_autoregressive"].get<bool>()) << name;
+      }
+    }
+  }
 }
 
 TEST(BenchCli, CpuCommandPrintsJsonAndCudaWithoutGpuSaysSo) {

@@ -5,6 +5,8 @@
 // L1) are read once per chunk for all kR rows, so S tokens cost one pass over W.
 #pragma once
 
+#include <cuda_fp16.h>
+
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_packed_formats.cuh"
 
@@ -28,6 +30,7 @@ template <>
 struct WeightChunk<bf16_bits, true> {
   static constexpr int kN = 8;
   static constexpr bool kScaled = false;
+  static constexpr bool kDeferredScale = false;
   using Raw = uint4;
   __device__ __forceinline__ static Raw load(const bf16_bits* p) { return load_streaming(p); }
   __device__ __forceinline__ static void widen(const Raw& v, float (&f)[kN]) {
@@ -44,6 +47,7 @@ template <>
 struct WeightChunk<float, true> {
   static constexpr int kN = 4;
   static constexpr bool kScaled = false;
+  static constexpr bool kDeferredScale = false;
   using Raw = uint4;
   __device__ __forceinline__ static Raw load(const float* p) { return load_streaming(p); }
   __device__ __forceinline__ static void widen(const Raw& v, float (&f)[kN]) {
@@ -83,19 +87,36 @@ struct Fp8Scale {
   }
 };
 
+// Two e4m3 bytes placed as the high bytes of a word's halves ([b1, 0, b0, 0]) become the f16 pair
+// e4m3(b) * 2^-8: the sign stays at bit 15, the 7 magnitude bits move down one place into the
+// f16's exponent (bias 15 against 7) and mantissa; subnormals land on f16 subnormals. Exact.
+__device__ __forceinline__ float2 e4m3_pair_times_2m8(unsigned hi_bytes) {
+  const unsigned h = (hi_bytes & 0x80008000u) | ((hi_bytes >> 1) & 0x3f803f80u);
+  return __half22float2(*reinterpret_cast<const __half2*>(&h));
+}
+
+// A 16-byte chunk's 16 weights lie in one 128x128 block, so its dot product with x is summed from
+// the exact e4m3 * 2^-8 values and multiplied by the block's scale * 2^8 once (kDeferredScale):
+// per weight a quarter of a byte permute, shift and mask and a half-to-float move, no product by
+// the scale. Rounded differently from the CPU's w = e4m3 * scale product (within the op tests'
+// tolerance); every CUDA kernel on FP8 weights goes through this chunk, so they agree bit for bit.
 template <>
 struct WeightChunk<e4m3_bits, true> {
   static constexpr int kN = 16;
   static constexpr bool kScaled = true;
+  static constexpr bool kDeferredScale = true;
+  static constexpr float kScaleFactor = 256.0f;  // the 2^8 the unscaled weights lack
   using Raw = uint4;
   __device__ __forceinline__ static Raw load(const e4m3_bits* p) { return load_streaming(p); }
-  __device__ __forceinline__ static void widen(const Raw& v, float scale, float (&f)[kN]) {
-    const unsigned u[4] = {v.x, v.y, v.z, v.w};
-    const Fp8Scale s(scale);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) f[4 * i + j] = s.apply((u[i] >> (8 * j)) & 0xffu);
+  // Weights 4i..4i+3 of the chunk (word i): widened a word at a time, so only four are live.
+  __device__ __forceinline__ static void widen_word(const Raw& v, int i, float (&f)[4]) {
+    const unsigned u = i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
+    const float2 lo = e4m3_pair_times_2m8(__byte_perm(u, 0, 0x1404));
+    const float2 hi = e4m3_pair_times_2m8(__byte_perm(u, 0, 0x3424));
+    f[0] = lo.x;
+    f[1] = lo.y;
+    f[2] = hi.x;
+    f[3] = hi.y;
   }
 };
 
@@ -103,6 +124,7 @@ template <>
 struct WeightChunk<e4m3_bits, false> {
   static constexpr int kN = 1;
   static constexpr bool kScaled = true;
+  static constexpr bool kDeferredScale = false;
   using Raw = e4m3_bits;
   __device__ __forceinline__ static Raw load(const e4m3_bits* p) { return __ldg(p); }
   __device__ __forceinline__ static void widen(const Raw& v, float scale, float (&f)[kN]) {
@@ -114,6 +136,7 @@ template <typename T>
 struct WeightChunk<T, false> {
   static constexpr int kN = 1;
   static constexpr bool kScaled = false;
+  static constexpr bool kDeferredScale = false;
   using Raw = T;
   __device__ __forceinline__ static Raw load(const T* p) { return __ldg(p); }
   __device__ __forceinline__ static void widen(const Raw& v, float (&f)[kN]) {
@@ -161,7 +184,9 @@ __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float
       for (int r = 0; r < kR; ++r) {
         const bool live = c < chunks && rows[r] != nullptr;
         raw[u][r] = live ? C::load(rows[r] + c * kN) : typename C::Raw{};
-        if constexpr (C::kScaled)
+        if constexpr (C::kDeferredScale)
+          scale[u][r] = live ? __ldg(scale_rows[r] + c * kN / kFp8Block) * C::kScaleFactor : 0.0f;
+        else if constexpr (C::kScaled)
           scale[u][r] = live ? __ldg(scale_rows[r] + c * kN / kFp8Block) : 0.0f;
       }
     }
@@ -169,30 +194,57 @@ __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float
     for (int u = 0; u < kU; ++u) {
       const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kG;
       if (c >= chunks) break;
-      float w[kR][kN];
+      if constexpr (C::kDeferredScale) {
+        // The chunk's dot products from zero, a word (4 weights) at a time, then one product by
+        // the block scale each.
+        float d[kR][kS] = {};
 #pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        if constexpr (C::kScaled)
-          C::widen(raw[u][r], scale[u][r], w[r]);
-        else
-          C::widen(raw[u][r], w[r]);
-      }
+        for (int i = 0; i < kN / 4; ++i) {
+          float w4[kR][4];
 #pragma unroll
-      for (int s = 0; s < kS; ++s) {
-        if constexpr (kSameX) {
-          float xv[kN];
-          load_x<kN>(xs[0] + s * x_stride + c * kN, xv);
+          for (int r = 0; r < kR; ++r) C::widen_word(raw[u][r], i, w4[r]);
 #pragma unroll
-          for (int r = 0; r < kR; ++r)
+          for (int s = 0; s < kS; ++s) {
+            float xv[4];
+            if constexpr (kSameX) load_x<4>(xs[0] + s * x_stride + c * kN + 4 * i, xv);
 #pragma unroll
-            for (int q = 0; q < kN; ++q) acc[r][s] = fmaf(w[r][q], xv[q], acc[r][s]);
-        } else {
+            for (int r = 0; r < kR; ++r) {
+              if constexpr (!kSameX) load_x<4>(xs[r] + s * x_stride + c * kN + 4 * i, xv);
 #pragma unroll
-          for (int r = 0; r < kR; ++r) {
+              for (int q = 0; q < 4; ++q) d[r][s] = fmaf(w4[r][q], xv[q], d[r][s]);
+            }
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < kR; ++r)
+#pragma unroll
+          for (int s = 0; s < kS; ++s) acc[r][s] = fmaf(d[r][s], scale[u][r], acc[r][s]);
+      } else {
+        float w[kR][kN];
+#pragma unroll
+        for (int r = 0; r < kR; ++r) {
+          if constexpr (C::kScaled)
+            C::widen(raw[u][r], scale[u][r], w[r]);
+          else
+            C::widen(raw[u][r], w[r]);
+        }
+#pragma unroll
+        for (int s = 0; s < kS; ++s) {
+          if constexpr (kSameX) {
             float xv[kN];
-            load_x<kN>(xs[r] + s * x_stride + c * kN, xv);
+            load_x<kN>(xs[0] + s * x_stride + c * kN, xv);
 #pragma unroll
-            for (int q = 0; q < kN; ++q) acc[r][s] = fmaf(w[r][q], xv[q], acc[r][s]);
+            for (int r = 0; r < kR; ++r)
+#pragma unroll
+              for (int q = 0; q < kN; ++q) acc[r][s] = fmaf(w[r][q], xv[q], acc[r][s]);
+          } else {
+#pragma unroll
+            for (int r = 0; r < kR; ++r) {
+              float xv[kN];
+              load_x<kN>(xs[r] + s * x_stride + c * kN, xv);
+#pragma unroll
+              for (int q = 0; q < kN; ++q) acc[r][s] = fmaf(w[r][q], xv[q], acc[r][s]);
+            }
           }
         }
       }

@@ -15,13 +15,16 @@ constexpr std::size_t kWidenBytes = std::size_t{64} << 20;
 // y[s, r] = W[r] · x[s] for s < kS: a group of kG threads per kR consecutive output rows, so x
 // is read once per chunk for kR rows and every W byte once for all kS rows. Block-scaled FP8
 // weights also take their scale grid (`scales`, `grid_cols` per grid row; null otherwise).
-template <typename T, bool kVec, int kS, int kR, int kG>
+// 8 chunks of W in flight per thread (12 at one row a thread measured slower in the decode step,
+// bench/NOTES.md 2026-12-02), shared among its kR rows. The order of a row's sum does not depend
+// on it.
+template <int kR>
+inline constexpr int kDefaultChunksInFlight = kR == 1 ? 8 : (kR == 2 ? 4 : 2);
+
+template <typename T, bool kVec, int kS, int kR, int kG, int kU = kDefaultChunksInFlight<kR>>
 __global__ void __launch_bounds__(kGemvThreads)
     gemv_kernel(const float* x, const T* w, const float* scales, std::int64_t grid_cols, float* y,
                 std::int64_t in, std::int64_t out) {
-  // 8 chunks of W in flight per thread (12 at one row a thread measured slower in the decode step,
-  // bench/NOTES.md 2026-12-02). The order of a row's sum does not depend on it.
-  constexpr int kU = kR == 1 ? 8 : (kR == 2 ? 4 : 2);
   const std::int64_t group =
       (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kG;
   const int lane = static_cast<int>(threadIdx.x % kG);
@@ -55,11 +58,11 @@ struct GemvScales {
   std::int64_t grid_cols = 0;
 };
 
-template <typename T, bool kVec, int kS, int kR, int kG>
+template <typename T, bool kVec, int kS, int kR, int kG, int kU = kDefaultChunksInFlight<kR>>
 void launch_gemv(const float* x, const T* w, GemvScales sc, float* y, std::int64_t in,
                  std::int64_t out, cudaStream_t stream) {
   const auto groups = (out + kR - 1) / kR;
-  launch_overlapped(gemv_kernel<T, kVec, kS, kR, kG>, grid_for(groups * kG, kGemvThreads),
+  launch_overlapped(gemv_kernel<T, kVec, kS, kR, kG, kU>, grid_for(groups * kG, kGemvThreads),
                     kGemvThreads, 0, stream, x, w, sc.data, sc.grid_cols, y, in, out);
 }
 
@@ -73,6 +76,14 @@ void gemv_rows(const float* x, const T* w, GemvScales sc, float* y, std::int64_t
   const auto chunks = in / WeightChunk<T, kVec>::kN;
   const bool short_rows = gemv_short_rows(chunks);
   const bool many_rows = out >= kManyRows;
+  // FP8 rows of the hidden width are 160 chunks, 5 a lane: one round of loads a warp, too few
+  // bytes in flight (1.3 TB/s on the H200). Two rows a warp put all 10 in flight at once.
+  if constexpr (kS == 1 && WeightChunk<T, kVec>::kDeferredScale) {
+    if (!short_rows && many_rows && chunks <= 5 * kWarp) {
+      launch_gemv<T, kVec, 1, 2, kWarp, 5>(x, w, sc, y, in, out, stream);
+      return;
+    }
+  }
   if (short_rows) {
     if (many_rows)
       launch_gemv<T, kVec, kS, kWide, 8>(x, w, sc, y, in, out, stream);
