@@ -204,26 +204,32 @@ Status GgufTensors::check_specs(const std::vector<TensorSpec>& specs) const {
   return {};
 }
 
-Weight GgufTensors::weight(const std::string& hf_name) {
+Weight GgufTensors::weight(const std::string& hf_name) const {
   const Entry& e = entries_.at(hf_name);
   if (e.parts.size() == 1) return view_weight(e, e.parts.front().view.bytes.data());
-  if (const auto f = fused_.find(hf_name); f != fused_.end()) return f->second;
+  if (const auto a = assembled_.find(hf_name); a != assembled_.end())
+    return view_weight(e, a->second.data());
+  return view_weight(e, nullptr);
+}
+
+Weight GgufTensors::assemble(const std::string& hf_name) {
+  const Entry& e = entries_.at(hf_name);
+  if (e.parts.size() == 1 || assembled_.count(hf_name)) return weight(hf_name);
   // [.., I, H] + [.., I, H] -> [.., 2I, H]: per leading index, the first part's rows, then the
-  // second's, copied as stored (rows are whole blocks, so any format is copied exactly).
+  // second's.
   const auto& first = e.parts[0].view;
   const auto& second = e.parts[1].view;
   const auto half = first.bytes.size();
   const auto matrices = first.shape.size() == 3 ? first.shape[0] : 1;
   const auto block = half / static_cast<std::size_t>(matrices);
-  auto& out = assembled_.emplace_back(2 * half);
+  auto& out = assembled_[hf_name];
+  out.resize(2 * half);
   for (std::int64_t m = 0; m < matrices; ++m) {
     const auto at = static_cast<std::size_t>(m) * block;
     std::memcpy(out.data() + 2 * at, first.bytes.data() + at, block);
     std::memcpy(out.data() + 2 * at + block, second.bytes.data() + at, block);
   }
-  const Weight w = view_weight(e, out.data());
-  fused_.emplace(hf_name, w);
-  return w;
+  return view_weight(e, out.data());
 }
 
 std::vector<float> GgufTensors::values(const std::string& hf_name) const {

@@ -2,9 +2,11 @@
 // weights the backends compute with: F32/BF16/F16 as elements, the block types as packed weights
 // viewing the mapped file (nothing dequantised ahead), I32/I64 as index tables. The routed
 // experts' gate and up projections, two GGUF tensors, are the one fused `gate_up_proj` the MoE ops
-// read ([E, 2I, H], each expert's gate rows then its up rows): assembled once, row blocks copied
-// as stored, into a buffer this object owns (the only copy a GGUF load makes; a device load
-// drops it once the weights are uploaded).
+// read ([E, 2I, H], each expert's gate rows then its up rows), assembled by copying row blocks as
+// stored (exact in any format): `weight` hands it out deferred (no data yet) and `assemble` builds
+// it, so that a device load can assemble, upload and free one layer at a time (the host never
+// holds more than one layer's copy), while the CPU keeps every assembled buffer (it computes on
+// them) -- the one copy a GGUF load makes.
 #pragma once
 
 #include <cstdint>
@@ -41,13 +43,17 @@ class GgufTensors {
   // row. The error names the HF tensor and its GGUF name(s) (the caller adds the file).
   Status check_specs(const std::vector<TensorSpec>& specs) const;
 
-  // The tensor as a host weight (a fused gate_up is assembled on first use).
-  Weight weight(const std::string& hf_name);
+  // The tensor as a host weight; a fused gate_up comes deferred: its shape and format, no data
+  // (`empty()`), until `assemble`.
+  Weight weight(const std::string& hf_name) const;
+  bool fused(const std::string& hf_name) const { return entries_.at(hf_name).parts.size() == 2; }
+  // The fused tensor's bytes in a buffer this object owns (built once; the same weight after).
+  Weight assemble(const std::string& hf_name);
+  // Frees one assembled buffer (after its weight was copied to a device).
+  void release(const std::string& hf_name) { assembled_.erase(hf_name); }
   // Its values as f32 (small tensors: norms, biases, the mHC mixes).
   std::vector<float> values(const std::string& hf_name) const;
   std::vector<std::int64_t> ints(const std::string& hf_name) const;
-  // Frees the assembled gate_up buffers (after their weights were copied to a device).
-  void release_assembled() { assembled_.clear(); }
 
  private:
   struct Part {
@@ -72,8 +78,7 @@ class GgufTensors {
   std::string mtp_path_;
   std::unique_ptr<GgufModel> mtp_model_;
   std::map<std::string, Entry> entries_;
-  std::vector<std::vector<std::uint8_t>> assembled_;
-  std::map<std::string, Weight> fused_;
+  std::map<std::string, std::vector<std::uint8_t>> assembled_;
 };
 
 }  // namespace fs

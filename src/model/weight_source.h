@@ -32,7 +32,7 @@ class WeightSource {
  public:
   WeightSource(const Checkpoint& ck, std::vector<std::unique_ptr<std::vector<float>>>& arena)
       : ck_(&ck), arena_(arena) {}
-  WeightSource(GgufTensors& gguf, std::vector<std::unique_ptr<std::vector<float>>>& arena)
+  WeightSource(const GgufTensors& gguf, std::vector<std::unique_ptr<std::vector<float>>>& arena)
       : gguf_(&gguf), arena_(arena) {}
   bool contains(const std::string& name) const;
   // check_specs against whichever holds the tensors.
@@ -59,7 +59,7 @@ class WeightSource {
   Shape shape(const std::string& name) const;
 
   const Checkpoint* ck_ = nullptr;
-  GgufTensors* gguf_ = nullptr;
+  const GgufTensors* gguf_ = nullptr;
   std::vector<std::unique_ptr<std::vector<float>>>& arena_;
 };
 

@@ -6,13 +6,17 @@
 // the model is refused with the reason.
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "backend/backend.h"
 #include "ds4_gguf_writer.h"
+#include "model/deepseek_v4/weights.h"
 #include "model/gguf_config.h"
 #include "model/gguf_tensors.h"
 #include "model/loader.h"
+#include "model/weight_upload.h"
 #include "qwen_fixture.h"
 #include "test_backend.h"
 #include "test_support.h"
@@ -118,7 +122,9 @@ TEST(DeepseekV4Gguf, PackedWeightsViewTheFileAndGateUpIsFused) {
   EXPECT_EQ(q.bytes(), static_cast<std::size_t>(q.rows() * (q.cols() / 32) * 34));
   EXPECT_EQ((*t)->weight("embed_tokens.weight").dtype, DType::kF16);
   const std::string name = "layers.2.mlp.experts.gate_up_proj";
-  const auto gu = (*t)->weight(name);
+  // Deferred until assembled (a device load assembles, uploads and frees one at a time).
+  EXPECT_TRUE((*t)->weight(name).empty());
+  const auto gu = (*t)->assemble(name);
   const auto& want = g.values.at(name);
   ASSERT_EQ(gu.shape, want.shape);
   EXPECT_EQ(gu.storage(), QuantType::kQ8_0);
@@ -129,7 +135,10 @@ TEST(DeepseekV4Gguf, PackedWeightsViewTheFileAndGateUpIsFused) {
       ASSERT_EQ(row[j], want.values[static_cast<std::size_t>(r) * row.size() + j]) << r << " " << j;
   }
   // The same weight again is the same assembled buffer, not a second copy.
+  EXPECT_EQ((*t)->assemble(name).data, gu.data);
   EXPECT_EQ((*t)->weight(name).data, gu.data);
+  (*t)->release(name);
+  EXPECT_TRUE((*t)->weight(name).empty());
 }
 
 TEST(DeepseekV4Gguf, CliLogitsAndGenerateOnTheFile) {
@@ -164,6 +173,63 @@ TEST(DeepseekV4Gguf, CliLogitsAndGenerateOnTheFile) {
                         &text),
       0);
   EXPECT_NE(text.find("tokenizer.json beside it"), std::string::npos) << text;
+}
+
+// A device that keeps a copy of every weight it is given (as a host buffer, so the test can read
+// it back), with `free` bytes.
+class RecordingDevice final : public Backend {
+ public:
+  explicit RecordingDevice(std::uint64_t free) : info_{free, free * 2} {}
+  std::string name() const override { return "recording"; }
+  const std::shared_ptr<Memory>& memory() const override { return host_memory(); }
+  Expected<Weight> upload(const Weight& w, DType) override {
+    auto& copy = copies.emplace_back(w.data, w.data + (w.is_packed() ? w.bytes() : 0));
+    Weight out = w;
+    out.data = copy.data();
+    return out;
+  }
+  std::optional<DeviceMemoryInfo> device_memory() const override { return info_; }
+  std::deque<std::vector<std::uint8_t>> copies;
+
+ private:
+  DeviceMemoryInfo info_;
+};
+
+// On a device the fused experts are assembled, uploaded and freed one at a time, after the rest,
+// and counted in the fit check before anything is copied.
+TEST(DeepseekV4Gguf, DeviceUploadAssemblesTheExpertsOneAtATime) {
+  test::ScratchDir dir;
+  test::Ds4Gguf g;
+  const auto path = write_gguf(dir, quantised(), &g);
+  auto d = describe_gguf_model(path);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  const auto& c = std::get<DeepseekV4Config>(d->config);
+  auto w = load_deepseek_v4_weights(c, path);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  for (const auto& lw : w->layers) EXPECT_TRUE(lw.moe.gate_up.empty()) << "deferred until upload";
+  // Every byte but the experts' fits; with them, not: refused before a copy.
+  std::uint64_t experts = 0;
+  for (const auto& lw : w->layers) experts += lw.moe.gate_up.bytes();
+  RecordingDevice small(kLoadHeadroomBytes + experts);
+  const Status refused = upload_deepseek_v4_weights(*w, small, DType::kF32);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_TRUE(small.copies.empty()) << small.copies.size() << " weights copied before the refusal";
+  RecordingDevice dev(kLoadHeadroomBytes * 4);
+  ASSERT_TRUE(upload_deepseek_v4_weights(*w, dev, DType::kF32).ok());
+  for (std::size_t i = 0; i < w->layers.size(); ++i) {
+    const auto name = "layers." + std::to_string(i) + ".mlp.experts.gate_up_proj";
+    const Weight& up = w->layers[i].moe.gate_up;
+    ASSERT_FALSE(up.empty()) << name;
+    EXPECT_TRUE(w->gguf->weight(name).empty()) << name << ": the host copy was freed";
+    // The device copy holds the fused tensor, gate rows then up rows per expert.
+    const auto& want = g.values.at(name).values;
+    std::vector<float> row(static_cast<std::size_t>(up.cols()));
+    for (std::int64_t r = 0; r < up.rows(); r += 7) {
+      ASSERT_TRUE(up.dequantize_row(r, row).ok());
+      for (std::size_t j = 0; j < row.size(); ++j)
+        ASSERT_EQ(row[j], want[static_cast<std::size_t>(r) * row.size() + j]) << name << " " << r;
+    }
+  }
 }
 
 // The servable tiny folder (models/deepseek-v4-tiny, with a tokenizer) as a GGUF file with its

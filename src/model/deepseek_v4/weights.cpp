@@ -8,6 +8,7 @@
 #include "model/schema_builder.h"
 #include "model/weight_source.h"
 #include "model/weight_upload.h"
+#include "util/progress.h"
 
 namespace fs {
 namespace {
@@ -208,7 +209,21 @@ Status upload_deepseek_v4_weights(DeepseekV4Weights& w, Backend& be, DType matri
   auto upload_compressor = [&](DsCompressorWeights& c) {
     upload(c.kv_proj), upload(c.gate_proj), upload_f32(c.position_bias), upload(c.kv_norm);
   };
-  auto upload_layer = [&](DsLayerWeights& lw) {
+  // A GGUF load's fused gate_up tensors (deferred, GgufTensors): on a device each is assembled,
+  // uploaded and freed in turn after the plan; the CPU computes on the assembled buffers.
+  const bool device = be.device_memory().has_value();
+  std::vector<std::pair<Weight*, std::string>> deferred;
+  std::uint64_t deferred_bytes = 0;
+  auto upload_experts = [&](Weight& x, const std::string& name) {
+    if (!w.gguf || !w.gguf->fused(name)) return upload(x);
+    if (!device) {
+      x = w.gguf->assemble(name);
+      return upload(x);
+    }
+    deferred.emplace_back(&x, name);
+    deferred_bytes += device_bytes(x, matrix_dtype);
+  };
+  auto upload_layer = [&](DsLayerWeights& lw, const std::string& prefix) {
     upload_mhc(lw.attn_hc);
     upload_mhc(lw.ffn_hc);
     upload(lw.input_layernorm), upload(lw.post_attention_layernorm);
@@ -223,7 +238,8 @@ Status upload_deepseek_v4_weights(DeepseekV4Weights& w, Backend& be, DType matri
     }
     auto& m = lw.moe;
     upload(m.router.gate), upload(m.router.selection_bias), upload(m.router.token_experts);
-    upload(m.gate_up), upload(m.down);
+    upload_experts(m.gate_up, prefix + "mlp.experts.gate_up_proj");
+    upload(m.down);
     upload(m.shared.gate), upload(m.shared.up), upload(m.shared.down);
   };
   // A tied lm_head is the embedding's bytes: upload_weights copies them once for both. A packed
@@ -235,17 +251,30 @@ Status upload_deepseek_v4_weights(DeepseekV4Weights& w, Backend& be, DType matri
   upload(w.norm);
   upload_head(w.hc_head);
   upload(w.unit_head), upload(w.main_inv_freq), upload(w.compress_inv_freq);
-  for (auto& lw : w.layers) upload_layer(lw);
+  for (std::size_t i = 0; i < w.layers.size(); ++i)
+    upload_layer(w.layers[i], layer_prefix(static_cast<std::int64_t>(i)));
   if (w.mtp) {
     auto& m = *w.mtp;
     upload(m.enorm), upload(m.hnorm), upload(m.e_proj), upload(m.h_proj), upload(m.norm);
-    upload_layer(m.layer);
+    upload_layer(m.layer, kDeepseekV4MtpPrefix);
     upload_head(m.hc_head);
   }
-  if (Status s = upload_weights(be, plan, "the deepseek_v4 weights"); !s.ok()) return s;
+  if (Status s = upload_weights(be, plan, "the deepseek_v4 weights", deferred_bytes); !s.ok())
+    return s;
+  ProgressMeter meter("loading the routed experts", deferred_bytes,
+                      deferred.empty() ? nullptr : stderr);
+  for (auto& [x, name] : deferred) {
+    auto up = be.upload(w.gguf->assemble(name), matrix_dtype);
+    w.gguf->release(name);
+    if (!up.ok()) {
+      meter.finish(false);
+      return up.status().with_context(name);
+    }
+    meter.add(device_bytes(*up, matrix_dtype));
+    *x = *up;
+  }
+  if (!deferred.empty()) meter.finish();
   w.dtype = w.embed_tokens.dtype;
-  // The fused expert buffers of a GGUF load were copied to the device: the host copy can go.
-  if (w.gguf && be.device_memory().has_value()) w.gguf->release_assembled();
   return {};
 }
 
