@@ -49,10 +49,10 @@ std::optional<DType> element_dtype(QuantType t) {
   }
 }
 
-// The MTP side file beside `path`, if there is one: a *.gguf of the same architecture with
-// "mtp" in its name (any case) holding only `mtp.*` tensors; more than one is an error.
-Expected<std::unique_ptr<GgufModel>> mtp_side_file(const std::string& path,
-                                                   const std::string& arch) {
+}  // namespace
+
+Expected<std::unique_ptr<GgufModel>> gguf_mtp_side_file(const std::string& path,
+                                                        const std::string& arch) {
   namespace stdfs = std::filesystem;
   std::error_code ec;
   const auto folder = stdfs::path(path).parent_path();
@@ -79,8 +79,6 @@ Expected<std::unique_ptr<GgufModel>> mtp_side_file(const std::string& path,
   }
   return found;
 }
-
-}  // namespace
 
 Status GgufTensors::add(const GgufModel& m, const std::string& path, bool mtp_only) {
   for (const auto& [name, stored] : m.tensors()) {
@@ -119,7 +117,7 @@ Expected<std::unique_ptr<GgufTensors>> GgufTensors::open(const std::string& path
   if (Status s = t->add(*t->model_, path, false); !s.ok()) return s;
   // ds4 ships the MTP block as a file of its own: a sibling whose name says MTP and whose
   // tensors are all `mtp.*` joins the model.
-  if (auto side = mtp_side_file(path, arch); !side.ok()) {
+  if (auto side = gguf_mtp_side_file(path, arch); !side.ok()) {
     return side.status();
   } else if (*side) {
     t->mtp_path_ = (*side)->split(0).path();

@@ -81,4 +81,9 @@ class GgufTensors {
   std::map<std::string, std::vector<std::uint8_t>> assembled_;
 };
 
+// The MTP side file beside `path`, if there is one: a *.gguf of architecture `arch` with "mtp" in
+// its name (any case) holding only `mtp.*` tensors; null when none, an error when two are.
+Expected<std::unique_ptr<GgufModel>> gguf_mtp_side_file(const std::string& path,
+                                                        const std::string& arch);
+
 }  // namespace fs

@@ -22,6 +22,7 @@
 #include "format/safetensors.h"
 #include "model/gguf_config.h"
 #include "model/gguf_inspect.h"
+#include "model/gguf_tensors.h"
 #include "session/checkpoint.h"
 #include "util/atomic_file.h"
 #include "util/hash.h"
@@ -97,7 +98,7 @@ Expected<std::string> files_hash(const std::string& folder, const std::vector<st
 }
 
 // A GGUF model's fingerprint: the HF config its metadata stands for, its tensor index (names,
-// types, shapes) and its files' bytes.
+// types, shapes) and its files' bytes, its MTP side file's included.
 Expected<std::string> gguf_fingerprint(const std::string& path) {
   auto m = GgufModel::open(path);
   if (!m.ok()) return m.status();
@@ -105,10 +106,16 @@ Expected<std::string> gguf_fingerprint(const std::string& path) {
   if (!config.ok()) return config.status();
   std::string index;
   std::vector<std::string> files;
-  for (std::size_t i = 0; i < m->split_count(); ++i) files.push_back(m->split(i).path());
-  for (const auto& [name, stored] : m->tensors()) {
-    index += name + ' ' + std::string(quant::quant_name(stored.info->type)) +
-             shape_to_string(stored.info->shape) + ';';
+  // The model and the MTP side file the loader takes with it.
+  auto side = gguf_mtp_side_file(path, m->find("general.architecture")->as_string().value_or(""));
+  if (!side.ok()) return side.status();
+  for (const GgufModel* g : {&*m, side->get()}) {
+    if (g == nullptr) continue;
+    for (std::size_t i = 0; i < g->split_count(); ++i) files.push_back(g->split(i).path());
+    for (const auto& [name, stored] : g->tensors()) {
+      index += name + ' ' + std::string(quant::quant_name(stored.info->type)) +
+               shape_to_string(stored.info->shape) + ';';
+    }
   }
   const auto folder = std::filesystem::path(path).parent_path();
   auto weights = files_hash(folder.empty() ? "." : folder.string(), files);

@@ -18,6 +18,7 @@
 #include "model/loader.h"
 #include "model/weight_upload.h"
 #include "qwen_fixture.h"
+#include "session/checkpoint.h"
 #include "test_backend.h"
 #include "test_support.h"
 
@@ -291,7 +292,12 @@ TEST(DeepseekV4Gguf, MtpSideFileBesideTheModelDrafts) {
   std::filesystem::create_directories(gguf_dir);
   const auto path = (gguf_dir / "tiny-ds4-Q8_0.gguf").string();
   test::write_bytes(path, g->file);
+  const auto alone = model_fingerprint(path);
   test::write_bytes((gguf_dir / "tiny-ds4-MTP-Q8_0.gguf").string(), g->mtp_file);
+  // Saved states are bound to the side file too.
+  const auto with_side = model_fingerprint(path);
+  ASSERT_TRUE(alone.ok() && with_side.ok());
+  EXPECT_NE(*alone, *with_side);
   ASSERT_TRUE(test::write_safetensors_twin(*g, folder, dir.file("twin")).ok());
   auto m = load_model(path, test::test_load_options());
   ASSERT_TRUE(m.ok()) << m.status().to_string();
