@@ -42,7 +42,7 @@ struct Ds4Tensor {
 
 struct Ds4Gguf {
   std::vector<std::uint8_t> file;
-  std::vector<std::uint8_t> mtp_file;  // with mtp_side_file, when the checkpoint has the block
+  std::vector<std::uint8_t> mtp_file;       // with mtp_side_file, when the checkpoint has the block
   std::map<std::string, Ds4Tensor> values;  // HF name -> what the file holds
 };
 
