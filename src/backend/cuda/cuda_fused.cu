@@ -101,10 +101,12 @@ __device__ __forceinline__ float lanes_sum(float v) {
 
 // y_seg[s, r] = finish(W_seg[r] · x[s]) over the rows of every segment: a group of kG lanes per
 // kR consecutive rows of the joint index space (a group's rows may lie in different segments).
-template <typename T, int kS, int kR, int kG>
+template <int kR>
+inline constexpr int kMultiChunksInFlight = kR == 1 ? 8 : (kR == 2 ? 4 : 2);
+
+template <typename T, int kS, int kR, int kG, int kU = kMultiChunksInFlight<kR>>
 __global__ void __launch_bounds__(kGemvThreads)
     multi_gemv_kernel(const float* x, const Segments segs, std::int64_t in) {
-  constexpr int kU = kR == 1 ? 8 : (kR == 2 ? 4 : 2);
   const std::int64_t group =
       (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kG;
   const int lane = static_cast<int>(threadIdx.x % kG);
@@ -145,10 +147,10 @@ __global__ void __launch_bounds__(kGemvThreads)
     }
 }
 
-template <typename T, int kS, int kR, int kG>
+template <typename T, int kS, int kR, int kG, int kU = kMultiChunksInFlight<kR>>
 void launch_multi_gemv(const float* x, const Segments& segs, std::int64_t in, cudaStream_t stream) {
   const auto groups = (segs.total + kR - 1) / kR;
-  launch_overlapped(multi_gemv_kernel<T, kS, kR, kG>, grid_for(groups * kG, kGemvThreads),
+  launch_overlapped(multi_gemv_kernel<T, kS, kR, kG, kU>, grid_for(groups * kG, kGemvThreads),
                     kGemvThreads, 0, stream, x, segs, in);
 }
 
@@ -165,6 +167,13 @@ void multi_gemv_rows(const float* x, const Segments& segs, std::int64_t in, cuda
   if (segs.total < kFewRows && chunks >= 4 * kGemvThreads) {
     launch_multi_gemv<T, kS, 1, kGemvThreads>(x, segs, in, stream);
     return;
+  }
+  // As linear's FP8 GEMV: 160-chunk rows take two a warp, all ten chunks in flight.
+  if constexpr (kS == 1 && WeightChunk<T, true>::kDeferredScale) {
+    if (!short_rows && many_rows && chunks <= 5 * kWarp) {
+      launch_multi_gemv<T, 1, 2, kWarp, 5>(x, segs, in, stream);
+      return;
+    }
   }
   if (short_rows) {
     if (many_rows)
@@ -455,7 +464,8 @@ __global__ void gdn_conv_kernel(const float* qkv, const T* w, float* tail, std::
                                 std::int64_t C, std::int64_t K, std::int64_t key_dim,
                                 std::int64_t head_dim, float q_scale, float* q, float* k,
                                 float* v) {
-  release_dependents();  // the next kernel, if overlapped, may start (cuda_common.h)
+  wait_for_inputs();  // when launched overlapped (cuda_common.h)
+  release_dependents();
   __shared__ double red[32];
   const std::int64_t heads = key_dim / head_dim, L = K - 1, value_dim = C - 2 * key_dim;
   const std::int64_t b = blockIdx.x;
@@ -702,13 +712,13 @@ void CudaBackend::gated_delta_net_conv(const Tensor& qkv, const Weight& conv, Te
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   if (walking()) return;  // a replay: outputs ensured, nothing queued
   if (conv.dtype == DType::kBF16) {
-    gdn_conv_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream()>>>(
-        qkv.data(), as<bf16_bits>(conv), tail.data(), S, C, K, key_dim, head_dim, q_scale, q.data(),
-        k.data(), v.data());
+    launch_overlapped(gdn_conv_kernel<bf16_bits>, static_cast<unsigned>(blocks), threads, 0,
+                      stream(), qkv.data(), as<bf16_bits>(conv), tail.data(), S, C, K, key_dim,
+                      head_dim, q_scale, q.data(), k.data(), v.data());
   } else {
-    gdn_conv_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream()>>>(
-        qkv.data(), as<float>(conv), tail.data(), S, C, K, key_dim, head_dim, q_scale, q.data(),
-        k.data(), v.data());
+    launch_overlapped(gdn_conv_kernel<float>, static_cast<unsigned>(blocks), threads, 0, stream(),
+                      qkv.data(), as<float>(conv), tail.data(), S, C, K, key_dim, head_dim, q_scale,
+                      q.data(), k.data(), v.data());
   }
   launched(kOp);
 }

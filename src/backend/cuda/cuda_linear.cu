@@ -77,10 +77,16 @@ void gemv_rows(const float* x, const T* w, GemvScales sc, float* y, std::int64_t
   const bool short_rows = gemv_short_rows(chunks);
   const bool many_rows = out >= kManyRows;
   // FP8 rows of the hidden width are 160 chunks, 5 a lane: one round of loads a warp, too few
-  // bytes in flight (1.3 TB/s on the H200). Two rows a warp put all 10 in flight at once.
+  // bytes in flight (1.3 TB/s on the H200; 2560 -> 10240 took 21.1 us). Two rows a warp put all
+  // 10 in flight at once (14.5 us, bench/NOTES.md session 9).
   if constexpr (kS == 1 && WeightChunk<T, kVec>::kDeferredScale) {
     if (!short_rows && many_rows && chunks <= 5 * kWarp) {
       launch_gemv<T, kVec, 1, 2, kWarp, 5>(x, w, sc, y, in, out, stream);
+      return;
+    }
+    // The out-projections' 384-chunk rows: all 12 chunks of a lane in one round.
+    if (!short_rows && chunks > 8 * kWarp && chunks <= 12 * kWarp) {
+      launch_gemv<T, kVec, 1, 1, kWarp, 12>(x, w, sc, y, in, out, stream);
       return;
     }
   }
