@@ -23,12 +23,21 @@ enum class FloatWeights { kF32OrBf16, kWithFp8 };
 Status check_specs(const std::vector<TensorSpec>& specs, const Checkpoint& ck,
                    FloatWeights floats = FloatWeights::kF32OrBf16);
 
+class GgufTensors;
+
 // Looks tensors up by canonical name; the schema has already validated names, shapes and dtypes.
-// Small vectors are widened to f32 into `arena`, which the weights own.
+// Small vectors are widened to f32 into `arena`, which the weights own. The tensors are a
+// safetensors checkpoint's, or a GGUF file's under their HF names (model/gguf_tensors.h).
 class WeightSource {
  public:
   WeightSource(const Checkpoint& ck, std::vector<std::unique_ptr<std::vector<float>>>& arena)
-      : ck_(ck), arena_(arena) {}
+      : ck_(&ck), arena_(arena) {}
+  WeightSource(const GgufTensors& gguf, std::vector<std::unique_ptr<std::vector<float>>>& arena)
+      : gguf_(&gguf), arena_(arena) {}
+  bool contains(const std::string& name) const;
+  // check_specs against whichever holds the tensors.
+  Status check(const std::vector<TensorSpec>& specs,
+               FloatWeights floats = FloatWeights::kF32OrBf16) const;
   // The tensor viewed in place (its stored dtype and shape); an F8_E4M3 matrix with its block
   // scales (check_specs validated them).
   Weight weight(const std::string& name) const;
@@ -46,7 +55,11 @@ class WeightSource {
   std::vector<std::int64_t> ints(const std::string& name) const;
 
  private:
-  const Checkpoint& ck_;
+  // Shape of a tensor as stored (HF's).
+  Shape shape(const std::string& name) const;
+
+  const Checkpoint* ck_ = nullptr;
+  const GgufTensors* gguf_ = nullptr;
   std::vector<std::unique_ptr<std::vector<float>>>& arena_;
 };
 

@@ -3,9 +3,12 @@
 #include "backend/backend.h"
 #include "model/deepseek_v4/rope.h"
 #include "model/deepseek_v4/schema.h"
+#include "model/gguf_inspect.h"
+#include "model/gguf_tensors.h"
 #include "model/schema_builder.h"
 #include "model/weight_source.h"
 #include "model/weight_upload.h"
+#include "util/progress.h"
 
 namespace fs {
 namespace {
@@ -130,13 +133,13 @@ Expected<DsLayerWeights> layer_weights(
 
 // The MTP block when the checkpoint carries one (validated like the trunk).
 Expected<std::optional<DsMtpWeights>> mtp_weights(
-    const DeepseekV4Config& c, const Checkpoint& ck, const WeightSource& r,
+    const DeepseekV4Config& c, const WeightSource& r,
     std::vector<std::unique_ptr<std::vector<std::int32_t>>>& ints) {
   const auto specs = deepseek_v4_mtp_tensors(c);
   std::size_t present = 0;
-  for (const auto& spec : specs) present += ck.contains(spec.name);
+  for (const auto& spec : specs) present += r.contains(spec.name);
   if (present == 0) return std::optional<DsMtpWeights>{};
-  if (auto st = check_specs(specs, ck); !st.ok()) return st.with_context("MTP block");
+  if (auto st = r.check(specs); !st.ok()) return st.with_context("MTP block");
   const std::string p = kDeepseekV4MtpPrefix;
   DsMtpWeights w;
   w.enorm = r.vec(p + "enorm.weight");
@@ -155,13 +158,20 @@ Expected<std::optional<DsMtpWeights>> mtp_weights(
 
 Expected<DeepseekV4Weights> load_deepseek_v4_weights(const DeepseekV4Config& c,
                                                      const std::string& dir) {
-  auto ck = Checkpoint::open(dir);
-  if (!ck.ok()) return ck.status();
   DeepseekV4Weights w;
-  w.checkpoint = std::make_unique<Checkpoint>(std::move(ck).value());
-  if (auto st = check_specs(deepseek_v4_tensors(c), *w.checkpoint); !st.ok())
-    return st.with_context(dir);
-  const WeightSource r(*w.checkpoint, w.host_vectors);
+  // A GGUF file (ds4's names) or a safetensors folder.
+  if (is_gguf_file(dir)) {
+    auto g = GgufTensors::open(dir);
+    if (!g.ok()) return g.status();
+    w.gguf = std::move(g).value();
+  } else {
+    auto ck = Checkpoint::open(dir);
+    if (!ck.ok()) return ck.status();
+    w.checkpoint = std::make_unique<Checkpoint>(std::move(ck).value());
+  }
+  const WeightSource r =
+      w.gguf ? WeightSource(*w.gguf, w.host_vectors) : WeightSource(*w.checkpoint, w.host_vectors);
+  if (auto st = r.check(deepseek_v4_tensors(c)); !st.ok()) return st.with_context(dir);
   w.embed_tokens = r.weight("embed_tokens.weight");
   w.dtype = w.embed_tokens.dtype;
   w.lm_head = c.tie_word_embeddings ? w.embed_tokens : r.weight("lm_head.weight");
@@ -179,7 +189,7 @@ Expected<DeepseekV4Weights> load_deepseek_v4_weights(const DeepseekV4Config& c,
     if (!lw.ok()) return lw.status().with_context(dir);
     w.layers.push_back(std::move(lw).value());
   }
-  auto mtp = mtp_weights(c, *w.checkpoint, r, w.host_ints);
+  auto mtp = mtp_weights(c, r, w.host_ints);
   if (!mtp.ok()) return mtp.status().with_context(dir);
   w.mtp = std::move(mtp).value();
   return w;
@@ -199,7 +209,21 @@ Status upload_deepseek_v4_weights(DeepseekV4Weights& w, Backend& be, DType matri
   auto upload_compressor = [&](DsCompressorWeights& c) {
     upload(c.kv_proj), upload(c.gate_proj), upload_f32(c.position_bias), upload(c.kv_norm);
   };
-  auto upload_layer = [&](DsLayerWeights& lw) {
+  // A GGUF load's fused gate_up tensors (deferred, GgufTensors): on a device each is assembled,
+  // uploaded and freed in turn after the plan; the CPU computes on the assembled buffers.
+  const bool device = be.device_memory().has_value();
+  std::vector<std::pair<Weight*, std::string>> deferred;
+  std::uint64_t deferred_bytes = 0;
+  auto upload_experts = [&](Weight& x, const std::string& name) {
+    if (!w.gguf || !w.gguf->fused(name)) return upload(x);
+    if (!device) {
+      x = w.gguf->assemble(name);
+      return upload(x);
+    }
+    deferred.emplace_back(&x, name);
+    deferred_bytes += device_bytes(x, matrix_dtype);
+  };
+  auto upload_layer = [&](DsLayerWeights& lw, const std::string& prefix) {
     upload_mhc(lw.attn_hc);
     upload_mhc(lw.ffn_hc);
     upload(lw.input_layernorm), upload(lw.post_attention_layernorm);
@@ -214,23 +238,42 @@ Status upload_deepseek_v4_weights(DeepseekV4Weights& w, Backend& be, DType matri
     }
     auto& m = lw.moe;
     upload(m.router.gate), upload(m.router.selection_bias), upload(m.router.token_experts);
-    upload(m.gate_up), upload(m.down);
+    upload_experts(m.gate_up, prefix + "mlp.experts.gate_up_proj");
+    upload(m.down);
     upload(m.shared.gate), upload(m.shared.up), upload(m.shared.down);
   };
-  // A tied lm_head is the embedding's bytes: upload_weights copies them once for both.
-  upload(w.embed_tokens);
+  // A tied lm_head is the embedding's bytes: upload_weights copies them once for both. A packed
+  // (GGUF block type) embedding stays in the host mapping, where `embedding` gathers and
+  // dequantises the rows of a step (device embeddings are F32/BF16); its lm_head is uploaded.
+  const bool host_embedding = w.embed_tokens.is_packed() && be.device_memory().has_value();
+  if (!host_embedding) upload(w.embed_tokens);
   upload(w.lm_head);
   upload(w.norm);
   upload_head(w.hc_head);
   upload(w.unit_head), upload(w.main_inv_freq), upload(w.compress_inv_freq);
-  for (auto& lw : w.layers) upload_layer(lw);
+  for (std::size_t i = 0; i < w.layers.size(); ++i)
+    upload_layer(w.layers[i], layer_prefix(static_cast<std::int64_t>(i)));
   if (w.mtp) {
     auto& m = *w.mtp;
     upload(m.enorm), upload(m.hnorm), upload(m.e_proj), upload(m.h_proj), upload(m.norm);
-    upload_layer(m.layer);
+    upload_layer(m.layer, kDeepseekV4MtpPrefix);
     upload_head(m.hc_head);
   }
-  if (Status s = upload_weights(be, plan, "the deepseek_v4 weights"); !s.ok()) return s;
+  if (Status s = upload_weights(be, plan, "the deepseek_v4 weights", deferred_bytes); !s.ok())
+    return s;
+  ProgressMeter meter("loading the routed experts", deferred_bytes,
+                      deferred.empty() ? nullptr : stderr);
+  for (auto& [x, name] : deferred) {
+    auto up = be.upload(w.gguf->assemble(name), matrix_dtype);
+    w.gguf->release(name);
+    if (!up.ok()) {
+      meter.finish(false);
+      return up.status().with_context(name);
+    }
+    meter.add(device_bytes(*up, matrix_dtype));
+    *x = *up;
+  }
+  if (!deferred.empty()) meter.finish();
   w.dtype = w.embed_tokens.dtype;
   return {};
 }

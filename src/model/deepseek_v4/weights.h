@@ -18,6 +18,7 @@
 #include "model/common/moe.h"
 #include "model/common/router.h"
 #include "model/deepseek_v4/config.h"
+#include "model/gguf_tensors.h"
 
 namespace fs {
 
@@ -67,8 +68,10 @@ struct DsMtpWeights {
 };
 
 struct DeepseekV4Weights {
-  // Owns the mapping every host Weight points into, and the widened / computed vectors.
+  // Owns the mapping every host Weight points into (a safetensors checkpoint or a GGUF file),
+  // and the widened / computed vectors.
   std::unique_ptr<Checkpoint> checkpoint;
+  std::unique_ptr<GgufTensors> gguf;
   std::vector<std::unique_ptr<std::vector<float>>> host_vectors;
   std::vector<std::unique_ptr<std::vector<std::int32_t>>> host_ints;
   Weight embed_tokens, lm_head;
@@ -82,6 +85,7 @@ struct DeepseekV4Weights {
   std::optional<DsMtpWeights> mtp;  // absent: the checkpoint runs autoregressively
 };
 
+// `dir`: a model folder, or a GGUF file of ds4's names (model/gguf_tensors.h).
 Expected<DeepseekV4Weights> load_deepseek_v4_weights(const DeepseekV4Config& c,
                                                      const std::string& dir);
 
