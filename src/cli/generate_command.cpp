@@ -60,7 +60,8 @@ void add_generate_command(CLI::App& app, Action& action) {
   auto o = std::make_shared<Options>();
   auto* cmd =
       app.add_subcommand("generate", "Generate from token ids (autoregressive or MTP speculative)");
-  cmd->add_option("--model", o->model, "Model folder")->required();
+  cmd->add_option("--model", o->model, "Model folder, or a GGUF file (ds4's DeepSeek V4)")
+      ->required();
   auto* tokens_opt = cmd->add_option("--tokens", o->tokens, "Prompt token ids, comma-separated");
   auto* prompt_opt = cmd->add_option("--prompt", o->prompt,
                                      "Prompt text (raw, encoded with the model's tokenizer)");
@@ -164,7 +165,7 @@ void add_generate_command(CLI::App& app, Action& action) {
   auto p = std::make_shared<PrefillOptions>();
   auto* pre =
       app.add_subcommand("prefill", "Save the cold, teacher-forced state of a token sequence");
-  pre->add_option("--model", p->model, "Model folder")->required();
+  pre->add_option("--model", p->model, "Model folder, or a GGUF file")->required();
   pre->add_option("--tokens", p->tokens, "Token ids, comma-separated")->required();
   pre->add_option("--save-state", p->save_state, "Checkpoint file to write")->required();
   pre->add_option("--prefill-chunk", p->prefill_chunk, "Tokens per forward call");

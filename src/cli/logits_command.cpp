@@ -29,7 +29,8 @@ void add_logits_command(CLI::App& app, Action& action) {
   auto opt = std::make_shared<Options>();
   auto* cmd =
       app.add_subcommand("logits", "Write the logits of a token sequence (float32 [n x vocab])");
-  cmd->add_option("--model", opt->model, "Model folder")->required();
+  cmd->add_option("--model", opt->model, "Model folder, or a GGUF file (ds4's DeepSeek V4)")
+      ->required();
   cmd->add_option("--tokens", opt->tokens, "Comma-separated token ids")->required();
   cmd->add_option("--splits", opt->splits, "Sizes of consecutive calls through the cache");
   add_backend_options(cmd, opt->load);

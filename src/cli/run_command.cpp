@@ -11,6 +11,7 @@
 #include "cli/default_model.h"
 #include "decode/generator.h"
 #include "decode/stop_tokens.h"
+#include "model/gguf_config.h"
 #include "model/loader.h"
 #include "session/live_session.h"
 #include "tokenizer/chat/chat.h"
@@ -122,7 +123,9 @@ int run(RunOptions o) {
     return 0;
   }
 
-  auto family = detect_chat_family(o.model, tok->metadata.chat_template);
+  const auto gguf = gguf_hf_config(o.model);
+  auto family = detect_chat_family(o.model, tok->metadata.chat_template,
+                                   gguf ? gguf->value("model_type", "") : "");
   if (!family.ok()) return fail(family.status());
   nlohmann::ordered_json conversation = nlohmann::ordered_json::array();
   auto chat_turn = [&](const std::string& user) -> Status {
@@ -180,7 +183,7 @@ void add_run_command(CLI::App& app, Action& action) {
                                  "chat interactively without PROMPT");
   cmd->add_option("prompt", o->prompt, "Text to continue (with --chat: a user message)");
   cmd->add_option("--model", o->model,
-                  "Model folder (default: the embedded models/qwen4-tiny-code)");
+                  "Model folder or GGUF file (default: the embedded models/qwen4-tiny-code)");
   cmd->add_option("--max-tokens", o->max_tokens, "Tokens to generate at most")
       ->check(CLI::Range(1, 1 << 20));
   add_backend_options(cmd, o->load);

@@ -121,6 +121,33 @@ std::optional<GgufNameMapping> map_gguf_name(std::string_view architecture,
   return std::nullopt;
 }
 
+std::optional<GgufNameMapping> map_gguf_mtp_name(std::string_view architecture,
+                                                 std::string_view gguf_name) {
+  constexpr std::string_view kPrefix = "mtp.0.";
+  if (architecture != "deepseek4" || !gguf_name.starts_with(kPrefix)) return std::nullopt;
+  const auto rest = gguf_name.substr(kPrefix.size());
+  // The block's own tensors (arch-dsv4.md 4).
+  constexpr std::array<std::pair<std::string_view, std::string_view>, 8> kOwn = {{
+      {"enorm.weight", "enorm.weight"},
+      {"hnorm.weight", "hnorm.weight"},
+      {"e_proj.weight", "e_proj.weight"},
+      {"h_proj.weight", "h_proj.weight"},
+      {"norm.weight", "norm.weight"},
+      {"hc_head_fn.weight", "hc_head.hc_fn"},
+      {"hc_head_base.weight", "hc_head.hc_base"},
+      {"hc_head_scale.weight", "hc_head.hc_scale"},
+  }};
+  for (const auto& [g, hf] : kOwn) {
+    if (rest == g) return GgufNameMapping{std::string(kPrefix) + std::string(hf)};
+  }
+  // Its decoder layer: the trunk's names for layer 0, re-rooted.
+  auto layer = map_gguf_name(architecture, "blk.0." + std::string(rest));
+  constexpr std::string_view kLayer = "layers.0.";
+  if (!layer || !std::string_view(layer->hf_name).starts_with(kLayer)) return std::nullopt;
+  layer->hf_name = std::string(kPrefix) + layer->hf_name.substr(kLayer.size());
+  return layer;
+}
+
 std::vector<std::string> gguf_names_of(std::string_view architecture, int layers) {
   std::vector<std::string> out;
   const Table* t = table_of(architecture);

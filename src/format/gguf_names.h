@@ -28,6 +28,11 @@ struct GgufNameMapping {
 std::optional<GgufNameMapping> map_gguf_name(std::string_view architecture,
                                              std::string_view gguf_name);
 bool gguf_architecture_mapped(std::string_view architecture);
+// ds4's MTP block (`mtp.0.*`, its side file's names): the block's own tensors (enorm, hnorm,
+// e_proj, h_proj, hc_head_{fn,base,scale}, norm) and one decoder layer named as `blk.0.*` is,
+// onto the MTP schema's HF names (`mtp.0.` + the trunk layer's names). nullopt otherwise.
+std::optional<GgufNameMapping> map_gguf_mtp_name(std::string_view architecture,
+                                                 std::string_view gguf_name);
 // Every GGUF name the table knows for `layers` layers (blk.0 .. blk.layers-1), for coverage checks.
 std::vector<std::string> gguf_names_of(std::string_view architecture, int layers);
 

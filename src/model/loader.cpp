@@ -6,6 +6,8 @@
 #include "model/deepseek_v4/forward.h"
 #include "model/deepseek_v4/numerics.h"
 #include "model/family.h"
+#include "model/gguf_config.h"
+#include "model/gguf_inspect.h"
 #include "model/glm5/forward.h"
 #include "model/mtp.h"
 #include "model/qwen_next/forward.h"
@@ -53,7 +55,8 @@ constexpr FamilyLoader kLoaders[] = {
 }  // namespace
 
 Expected<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOptions& options) {
-  auto desc = describe_model(dir);
+  // A GGUF file's config is its metadata; a folder's, its config.json.
+  auto desc = is_gguf_file(dir) ? describe_gguf_model(dir) : describe_model(dir);
   if (!desc.ok()) return desc.status();
   LoadFn load = nullptr;
   for (const auto& l : kLoaders) {

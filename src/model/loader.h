@@ -1,4 +1,5 @@
-// Opens a model folder (config.json + safetensors) as a runnable Model on a backend.
+// Opens a model folder (config.json + safetensors), or a GGUF file (its metadata as the config,
+// model/gguf_config.h; today ds4's deepseek4 files), as a runnable Model on a backend.
 #pragma once
 
 #include <memory>

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "model/convert.h"
+#include "model/gguf_tensors.h"
 
 namespace fs {
 
@@ -93,11 +94,24 @@ Status check_specs(const std::vector<TensorSpec>& specs, const Checkpoint& ck, F
   return {};
 }
 
+bool WeightSource::contains(const std::string& name) const {
+  return gguf_ ? gguf_->contains(name) : ck_->contains(naming_.stored(name));
+}
+
+Status WeightSource::check(const std::vector<TensorSpec>& specs, FloatWeights floats) const {
+  return gguf_ ? gguf_->check_specs(specs) : check_specs(specs, *ck_, floats, naming_);
+}
+
+Shape WeightSource::shape(const std::string& name) const {
+  return gguf_ ? gguf_->shape(name) : ck_->view(naming_.stored(name))->shape;
+}
+
 Weight WeightSource::weight(const std::string& name) const {
+  if (gguf_) return gguf_->weight(name);
   const auto stored = naming_.stored(name);
-  Weight w = Weight::from_view(*ck_.view(stored));
+  Weight w = Weight::from_view(*ck_->view(stored));
   if (w.dtype == DType::kF8E4M3) {
-    const auto s = *ck_.view(naming_.scale_of(stored));
+    const auto s = *ck_->view(naming_.scale_of(stored));
     w.scales.data = s.bytes.data();
     if (s.dtype == DType::kF8E8M0) w.scales.format = quant::ScaleFormat::kE8M0;
   }
@@ -105,7 +119,8 @@ Weight WeightSource::weight(const std::string& name) const {
 }
 
 std::vector<float> WeightSource::values(const std::string& name) const {
-  const auto v = view(name);
+  if (gguf_) return gguf_->values(name);
+  const auto v = *ck_->view(naming_.stored(name));
   std::vector<float> out(static_cast<std::size_t>(v.numel()));
   convert_to_f32(v.dtype, v.bytes.data(), out.data(), out.size());
   return out;
@@ -124,16 +139,17 @@ Weight WeightSource::vec(const std::string& name) const {
 }
 
 Weight WeightSource::widened(const std::string& name) const {
-  return own(values(name), view(name).shape);
+  return own(values(name), shape(name));
 }
 
 Weight WeightSource::conv(const std::string& name) const {
-  const auto v = view(name);
-  return own(values(name), {v.dim(0), v.dim(2)});
+  const auto s = shape(name);
+  return own(values(name), {s.at(0), s.at(2)});
 }
 
 std::vector<std::int64_t> WeightSource::ints(const std::string& name) const {
-  const auto v = view(name);
+  if (gguf_) return gguf_->ints(name);
+  const auto v = *ck_->view(naming_.stored(name));
   std::vector<std::int64_t> out(static_cast<std::size_t>(v.numel()));
   std::memcpy(out.data(), v.bytes.data(), out.size() * sizeof(std::int64_t));
   return out;

@@ -45,13 +45,22 @@ struct TensorNaming {
 Status check_specs(const std::vector<TensorSpec>& specs, const Checkpoint& ck,
                    FloatWeights floats = FloatWeights::kF32OrBf16, const TensorNaming& naming = {});
 
+class GgufTensors;
+
 // Looks tensors up by canonical name; the schema has already validated names, shapes and dtypes.
-// Small vectors are widened to f32 into `arena`, which the weights own.
+// Small vectors are widened to f32 into `arena`, which the weights own. The tensors are a
+// safetensors checkpoint's, or a GGUF file's under their HF names (model/gguf_tensors.h).
 class WeightSource {
  public:
   WeightSource(const Checkpoint& ck, std::vector<std::unique_ptr<std::vector<float>>>& arena,
                TensorNaming naming = {})
-      : ck_(ck), arena_(arena), naming_(std::move(naming)) {}
+      : ck_(&ck), arena_(arena), naming_(std::move(naming)) {}
+  WeightSource(const GgufTensors& gguf, std::vector<std::unique_ptr<std::vector<float>>>& arena)
+      : gguf_(&gguf), arena_(arena) {}
+  bool contains(const std::string& name) const;
+  // check_specs against whichever holds the tensors.
+  Status check(const std::vector<TensorSpec>& specs,
+               FloatWeights floats = FloatWeights::kF32OrBf16) const;
   // The tensor viewed in place (its stored dtype and shape); an F8_E4M3 matrix with its block
   // scales (check_specs validated them).
   Weight weight(const std::string& name) const;
@@ -70,9 +79,11 @@ class WeightSource {
   const TensorNaming& naming() const { return naming_; }
 
  private:
-  TensorView view(const std::string& name) const { return *ck_.view(naming_.stored(name)); }
+  // Shape of a tensor as stored (HF's).
+  Shape shape(const std::string& name) const;
 
-  const Checkpoint& ck_;
+  const Checkpoint* ck_ = nullptr;
+  const GgufTensors* gguf_ = nullptr;
   std::vector<std::unique_ptr<std::vector<float>>>& arena_;
   TensorNaming naming_;
 };

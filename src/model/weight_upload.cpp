@@ -39,8 +39,9 @@ Status check_fits(const Backend& be, std::uint64_t need, const std::string& what
                       "cpu backend");
 }
 
-Status upload_weights(Backend& be, std::span<const WeightUpload> items, const std::string& what) {
-  std::uint64_t need = 0, stored = 0;
+Status upload_weights(Backend& be, std::span<const WeightUpload> items, const std::string& what,
+                      std::uint64_t later_bytes) {
+  std::uint64_t need = later_bytes, stored = 0;
   // A repeat is the same bytes: the same start and the same size (a first_rows view of a
   // matrix starts where the matrix does, and is not a repeat).
   using Key = std::pair<const std::uint8_t*, std::int64_t>;

@@ -29,7 +29,9 @@ std::uint64_t device_bytes(const Weight& w, DType dtype);
 Status check_fits(const Backend& be, std::uint64_t need, const std::string& what);
 // check_fits, then each weight through Backend::upload, with a ProgressMeter on stderr.
 // Empty weights and repeats of a weight already uploaded (by data pointer) are skipped; a repeat
-// gets the first one's copy.
-Status upload_weights(Backend& be, std::span<const WeightUpload> items, const std::string& what);
+// gets the first one's copy. `later_bytes`: device bytes the caller uploads after these (weights
+// it builds one at a time), counted in the fit check so nothing is copied when all cannot fit.
+Status upload_weights(Backend& be, std::span<const WeightUpload> items, const std::string& what,
+                      std::uint64_t later_bytes = 0);
 
 }  // namespace fs

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <random>
 
+#include "model/gguf_config.h"
 #include "model/loader.h"
 #include "server/auth.h"
 #include "server/engine.h"
@@ -73,10 +74,12 @@ std::string endpoint_label(const std::string& path) {
   return "other";
 }
 
-// max_position_embeddings from config.json (at the top or under text_config).
+// max_position_embeddings from config.json (at the top or under text_config), or from a GGUF
+// file's metadata.
 std::int64_t model_context(const std::string& dir) {
   std::ifstream in(std::filesystem::path(dir) / "config.json");
-  const json j = json::parse(in, nullptr, false);
+  const auto gguf = gguf_hf_config(dir);
+  const json j = gguf ? *gguf : json::parse(in, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return 0;
   for (const json* c : {&j, j.contains("text_config") ? &j["text_config"] : nullptr}) {
     if (c && c->is_object() && c->contains("max_position_embeddings") &&
@@ -473,7 +476,9 @@ Status run_server(const ServerOptions& options) {
   if (!tokenizer.ok()) return tokenizer.status();
   auto ctx = std::make_unique<Context>(std::move(*tokenizer));
   ctx->options = options;
-  auto family = detect_chat_family(options.model_dir, ctx->tokenizer.metadata.chat_template);
+  const auto gguf = gguf_hf_config(options.model_dir);
+  auto family = detect_chat_family(options.model_dir, ctx->tokenizer.metadata.chat_template,
+                                   gguf ? gguf->value("model_type", "") : "");
   if (!family.ok()) return family.status();
   ctx->family = *family;
   ctx->special.bos = ctx->tokenizer.metadata.bos_token.value_or("");

@@ -7,7 +7,8 @@
 // per shard in `<model>/.flashserve-weights-xxh3`, keyed by the shard's size, inode, mtime and
 // ctime (ctime cannot be set back by a user, so a rewritten shard is always re-hashed); a later
 // start costs one stat per shard. A read-only model folder gets no cache and is hashed at every
-// start.
+// start. A GGUF model (one file or a split set) is fingerprinted by the config its metadata
+// stands for, its tensor index and its files' bytes, cached in the folder the file is in.
 #include <sys/stat.h>
 #include <xxhash.h>
 
@@ -17,7 +18,11 @@
 #include <map>
 #include <sstream>
 
+#include "format/gguf.h"
 #include "format/safetensors.h"
+#include "model/gguf_config.h"
+#include "model/gguf_inspect.h"
+#include "model/gguf_tensors.h"
 #include "session/checkpoint.h"
 #include "util/atomic_file.h"
 #include "util/hash.h"
@@ -53,12 +58,9 @@ Expected<std::uint64_t> hash_file(const std::string& path) {
   return h;
 }
 
-}  // namespace
-
-Expected<std::string> weights_hash(const std::string& model_dir) {
-  auto ck = Checkpoint::open(model_dir);
-  if (!ck.ok()) return ck.status();
-  const std::string cache_path = (std::filesystem::path(model_dir) / kCacheName).string();
+// The hashes of `files` (a checkpoint's shards, a GGUF model's splits), cached in `folder`.
+Expected<std::string> files_hash(const std::string& folder, const std::vector<std::string>& files) {
+  const std::string cache_path = (std::filesystem::path(folder) / kCacheName).string();
   // Cache lines: "<hash> <file name> <stat key>".
   std::map<std::string, std::pair<std::string, std::string>> cached;
   if (std::ifstream in(cache_path); in) {
@@ -69,8 +71,7 @@ Expected<std::string> weights_hash(const std::string& model_dir) {
   std::string all;
   std::ostringstream fresh;
   bool changed = false;
-  for (std::size_t i = 0; i < ck->shard_count(); ++i) {
-    const std::string& path = ck->shard_path(i);
+  for (const auto& path : files) {
     const std::string name = std::filesystem::path(path).filename().string();
     const std::string key = stat_key(path);
     std::string hash;
@@ -96,7 +97,44 @@ Expected<std::string> weights_hash(const std::string& model_dir) {
   return hex64(xxh3_64(all));
 }
 
+// A GGUF model's fingerprint: the HF config its metadata stands for, its tensor index (names,
+// types, shapes) and its files' bytes, its MTP side file's included.
+Expected<std::string> gguf_fingerprint(const std::string& path) {
+  auto m = GgufModel::open(path);
+  if (!m.ok()) return m.status();
+  auto config = hf_config_from_gguf(*m);
+  if (!config.ok()) return config.status();
+  std::string index;
+  std::vector<std::string> files;
+  // The model and the MTP side file the loader takes with it.
+  auto side = gguf_mtp_side_file(path, m->find("general.architecture")->as_string().value_or(""));
+  if (!side.ok()) return side.status();
+  for (const GgufModel* g : {&*m, side->get()}) {
+    if (g == nullptr) continue;
+    for (std::size_t i = 0; i < g->split_count(); ++i) files.push_back(g->split(i).path());
+    for (const auto& [name, stored] : g->tensors()) {
+      index += name + ' ' + std::string(quant::quant_name(stored.info->type)) +
+               shape_to_string(stored.info->shape) + ';';
+    }
+  }
+  const auto folder = std::filesystem::path(path).parent_path();
+  auto weights = files_hash(folder.empty() ? "." : folder.string(), files);
+  if (!weights.ok()) return weights.status();
+  return hex64(xxh3_64(*config)) + hex64(xxh3_64(index)) + *weights;
+}
+
+}  // namespace
+
+Expected<std::string> weights_hash(const std::string& model_dir) {
+  auto ck = Checkpoint::open(model_dir);
+  if (!ck.ok()) return ck.status();
+  std::vector<std::string> files;
+  for (std::size_t i = 0; i < ck->shard_count(); ++i) files.push_back(ck->shard_path(i));
+  return files_hash(model_dir, files);
+}
+
 Expected<std::string> model_fingerprint(const std::string& model_dir) {
+  if (is_gguf_file(model_dir)) return gguf_fingerprint(model_dir);
   auto config = read_text_file((std::filesystem::path(model_dir) / "config.json").string());
   if (!config.ok()) return config.status();
   auto ck = Checkpoint::open(model_dir);

@@ -108,9 +108,27 @@ std::vector<TokenId> stop_token_ids(const TokenizerMetadata& meta, const Tokeniz
   return ids;
 }
 
-Expected<TokenizerBundle> load_tokenizer_dir(const std::string& dir) {
-  if (!std::filesystem::is_directory(dir))
-    return not_found("tokenizer folder " + dir + " does not exist");
+Expected<TokenizerBundle> load_tokenizer_dir(const std::string& path) {
+  namespace stdfs = std::filesystem;
+  std::error_code ec;
+  // A model given as one file (a GGUF file) has its tokenizer files beside it. GGUF's own
+  // tokenizer.ggml.* arrays are not read: they lack the pre-tokenizer's split regex, which
+  // llama.cpp keys by name in its own code.
+  if (stdfs::is_regular_file(path, ec)) {
+    const auto folder = stdfs::path(path).parent_path();
+    const std::string dir = folder.empty() ? std::string(".") : folder.string();
+    if (!stdfs::exists(stdfs::path(dir) / "tokenizer.json", ec))
+      return not_found("model file " + path +
+                       ": its tokenizer is read from a tokenizer.json "
+                       "beside it, and " +
+                       dir +
+                       " has none (put the model's tokenizer.json, and "
+                       "tokenizer_config.json for its chat template, there; the GGUF "
+                       "tokenizer.ggml.* arrays are not read)");
+    return load_tokenizer_dir(dir);
+  }
+  const std::string& dir = path;
+  if (!stdfs::is_directory(dir)) return not_found("tokenizer folder " + dir + " does not exist");
   auto meta = load_tokenizer_metadata(dir);
   if (!meta.ok()) return meta.status();
   auto tokenizer = Tokenizer::from_file((std::filesystem::path(dir) / "tokenizer.json").string(),

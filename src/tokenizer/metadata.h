@@ -30,11 +30,12 @@ Expected<TokenizerMetadata> load_tokenizer_metadata(const std::string& dir);
 // duplicates.
 std::vector<TokenId> stop_token_ids(const TokenizerMetadata& meta, const Tokenizer& tokenizer);
 
-// A model folder's tokenizer: DIR/tokenizer.json plus the metadata above.
+// A model folder's tokenizer: DIR/tokenizer.json plus the metadata above. For a model given as
+// a file (a GGUF file), the folder it is in.
 struct TokenizerBundle {
   Tokenizer tokenizer;
   TokenizerMetadata metadata;
 };
-Expected<TokenizerBundle> load_tokenizer_dir(const std::string& dir);
+Expected<TokenizerBundle> load_tokenizer_dir(const std::string& path);
 
 }  // namespace fs

@@ -8,6 +8,7 @@
 #include "format/gguf.h"
 #include "format/gguf_names.h"
 #include "gguf_test_writer.h"
+#include "model/deepseek_v4/schema.h"
 #include "model/family.h"
 #include "test_support.h"
 
@@ -26,6 +27,33 @@ TEST(GgufNames, Deepseek4CoversTheSchema) {
   for (const auto& spec : d->tensors) {
     EXPECT_TRUE(mapped.count(spec.name)) << spec.name << " has no ds4 GGUF name";
   }
+}
+
+// ds4's MTP names (its side file's `mtp.0.*`) cover the MTP schema: the block's own tensors and
+// its layer named as blk.0's.
+TEST(GgufNames, Deepseek4MtpCoversTheMtpSchema) {
+  auto d = describe_model(test::hf_tiny("deepseek_v4"));
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  std::set<std::string> mapped;
+  std::vector<std::string> names = {
+      "enorm.weight", "hnorm.weight",      "e_proj.weight",       "h_proj.weight",
+      "norm.weight",  "hc_head_fn.weight", "hc_head_base.weight", "hc_head_scale.weight"};
+  for (const auto& g : gguf_names_of("deepseek4", 1))
+    if (g.rfind("blk.0.", 0) == 0) names.push_back(g.substr(6));
+  for (const auto& n : names) {
+    const auto m = map_gguf_mtp_name("deepseek4", "mtp.0." + n);
+    ASSERT_TRUE(m.has_value()) << n;
+    mapped.insert(m->hf_name);
+  }
+  for (const auto& spec : deepseek_v4_mtp_tensors(std::get<DeepseekV4Config>(d->config)))
+    EXPECT_TRUE(mapped.count(spec.name)) << spec.name << " has no ds4 MTP GGUF name";
+  EXPECT_EQ(map_gguf_mtp_name("deepseek4", "mtp.0.attn_q_a.weight")->hf_name,
+            "mtp.0.self_attn.q_a_proj.weight");
+  EXPECT_EQ(map_gguf_mtp_name("deepseek4", "mtp.0.hc_head_fn.weight")->hf_name,
+            "mtp.0.hc_head.hc_fn");
+  EXPECT_FALSE(map_gguf_mtp_name("deepseek4", "mtp.1.attn_q_a.weight"));
+  EXPECT_FALSE(map_gguf_mtp_name("deepseek4", "blk.0.attn_q_a.weight"));
+  EXPECT_FALSE(map_gguf_mtp_name("llama", "mtp.0.attn_q_a.weight"));
 }
 
 TEST(GgufNames, HandBuiltDs4FileMaps) {

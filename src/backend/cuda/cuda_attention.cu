@@ -4,6 +4,7 @@
 // head)), kept for shapes the split kernel does not take and behind FLASHSERVE_CUDA_OLD_ATTENTION.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
@@ -113,7 +114,8 @@ __global__ void __launch_bounds__(kSplitMaxThreads)
                            std::int64_t rep, std::int64_t D, std::int64_t kv_stride,
                            std::int64_t block, StepScalar first, float scale, std::int64_t splits,
                            std::int64_t chunk, float* part_acc, float* part_ml, float* out) {
-  release_dependents();                 // the next kernel, if overlapped, may start (cuda_common.h)
+  wait_for_inputs();  // when launched overlapped (cuda_common.h)
+  release_dependents();
   extern __shared__ float4 kv_tile4[];  // K [kTileKeys][D], then V [kTileKeys][D]
   float* k_tile = reinterpret_cast<float*>(kv_tile4);
   float* v_tile = k_tile + kTileKeys * D;
@@ -212,7 +214,8 @@ __global__ void __launch_bounds__(kSplitMaxThreads)
 // before.
 __global__ void attention_merge_kernel(const float* part_acc, const float* part_ml,
                                        std::int64_t splits, std::int64_t D, float* out) {
-  release_dependents();  // the next kernel, if overlapped, may start (cuda_common.h)
+  wait_for_inputs();  // when launched overlapped (cuda_common.h)
+  release_dependents();
   __shared__ float weight[kMaxSplits];
   __shared__ float ls[kMaxSplits];
   __shared__ float red[32];
@@ -300,23 +303,24 @@ void CudaBackend::block_sparse_attention(const Tensor& q, const Tensor& k, const
     const dim3 grid(static_cast<unsigned>(S * splits), static_cast<unsigned>(kv_heads));
     const auto threads = static_cast<unsigned>(rep * kWarp);
     const auto smem = static_cast<std::size_t>(2 * kTileKeys * D) * sizeof(float);
-#define FS_SPLIT_CASE(n)                                                                           \
-  attention_split_kernel<n><<<grid, threads, smem, stream()>>>(                                    \
-      q.data(), k.data(), v.data(), p, top, heads, rep, D, kv_heads * D, block, at, scale, splits, \
-      chunk, acc, ml, out.data())
+    auto split = [&](auto per_lane) {
+      constexpr int kPer = decltype(per_lane)::value;
+      launch_overlapped(attention_split_kernel<kPer>, grid, threads, smem, stream(), q.data(),
+                        k.data(), v.data(), p, top, heads, rep, D, kv_heads * D, block, at, scale,
+                        splits, chunk, acc, ml, out.data());
+    };
     if (per <= 1) {
-      FS_SPLIT_CASE(1);
+      split(std::integral_constant<int, 1>{});
     } else if (per <= 2) {
-      FS_SPLIT_CASE(2);
+      split(std::integral_constant<int, 2>{});
     } else if (per <= 4) {
-      FS_SPLIT_CASE(4);
+      split(std::integral_constant<int, 4>{});
     } else {
-      FS_SPLIT_CASE(8);
+      split(std::integral_constant<int, 8>{});
     }
-#undef FS_SPLIT_CASE
     if (!launched(kOp) || splits == 1) return;
-    attention_merge_kernel<<<static_cast<unsigned>(S * heads), 256, 0, stream()>>>(acc, ml, splits,
-                                                                                   D, out.data());
+    launch_overlapped(attention_merge_kernel, static_cast<unsigned>(S * heads), 256, 0, stream(),
+                      acc, ml, splits, D, out.data());
     launched(kOp);
     return;
   }

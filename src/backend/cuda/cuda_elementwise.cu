@@ -17,7 +17,8 @@ int reduce_threads(std::int64_t n) {
 
 template <typename F>
 __global__ void map_kernel(std::int64_t n, F f) {
-  release_dependents();  // the next kernel, if overlapped, may start (cuda_common.h)
+  wait_for_inputs();  // when launched overlapped (cuda_common.h)
+  release_dependents();
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
     f(i);
@@ -146,14 +147,15 @@ template <typename F>
 void launch_map(std::int64_t n, F f, cudaStream_t stream) {
   if (n == 0) return;
   const unsigned grid = std::min<unsigned>(grid_for(n, kThreads), 65536u);
-  map_kernel<<<grid, kThreads, 0, stream>>>(n, f);
+  launch_overlapped(map_kernel<F>, grid, kThreads, 0, stream, n, f);
 }
 
 // RMSNorm of one (row, group) per block; also the gated form (gate != nullptr).
 __global__ void rms_norm_kernel(const float* x, const float* w, std::int64_t wn, std::int64_t group,
                                 std::int64_t cols, float eps, bool unit_offset, const float* gate,
                                 Activation act, float* y) {
-  release_dependents();  // the next kernel, if overlapped, may start (cuda_common.h)
+  wait_for_inputs();  // when launched overlapped (cuda_common.h)
+  release_dependents();
   __shared__ double red[32];
   const std::int64_t groups = cols / group;
   const std::int64_t base = (blockIdx.x / groups) * cols + (blockIdx.x % groups) * group;
@@ -241,7 +243,8 @@ struct RopeFreqs {
 __global__ void rope_kernel(float* x, std::int64_t cols, std::int64_t head_dim,
                             std::int64_t rotary_dim, StepScalar first, std::int64_t stride,
                             const RopeFreqs freqs) {
-  release_dependents();          // the next kernel, if overlapped, may start (cuda_common.h)
+  wait_for_inputs();  // when launched overlapped (cuda_common.h)
+  release_dependents();
   extern __shared__ float cs[];  // cos[half], sin[half]
   const std::int64_t half = rotary_dim / 2, heads = cols / head_dim;
   const std::int64_t pos = first.get() + static_cast<std::int64_t>(blockIdx.x) * stride;
@@ -266,7 +269,8 @@ __global__ void rope_kernel(float* x, std::int64_t cols, std::int64_t head_dim,
 // dst + at bytes <- src: n elements of T (the rows append_rows adds to a cache).
 template <typename T>
 __global__ void append_kernel(const void* src, void* dst, StepScalar at, std::int64_t n) {
-  release_dependents();  // the next kernel, if overlapped, may start (cuda_common.h)
+  wait_for_inputs();  // when launched overlapped (cuda_common.h)
+  release_dependents();
   const T* s = static_cast<const T*>(src);
   T* d = reinterpret_cast<T*>(static_cast<std::uint8_t*>(dst) + at.get());
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -291,9 +295,9 @@ void CudaBackend::rms_norm(const Tensor& x, const Weight& w, std::int64_t group,
   const auto blocks = x.rows() * (cols / group);
   if (blocks == 0) return;
   if (walking()) return;
-  rms_norm_kernel<<<static_cast<unsigned>(blocks), reduce_threads(group), 0, stream()>>>(
-      x.data(), w.f32(), w.numel(), group, cols, eps, unit_offset, nullptr, Activation::kIdentity,
-      y.data());
+  launch_overlapped(rms_norm_kernel, static_cast<unsigned>(blocks), reduce_threads(group), 0,
+                    stream(), x.data(), w.f32(), w.numel(), group, cols, eps, unit_offset, nullptr,
+                    Activation::kIdentity, y.data());
   launched(kOp);
 }
 
@@ -309,8 +313,9 @@ void CudaBackend::rms_norm_gated(const Tensor& x, const Weight& w, const Tensor&
   const auto blocks = x.rows() * (cols / group);
   if (blocks == 0) return;
   if (walking()) return;
-  rms_norm_kernel<<<static_cast<unsigned>(blocks), reduce_threads(group), 0, stream()>>>(
-      x.data(), w.f32(), w.numel(), group, cols, eps, false, gate.data(), act, y.data());
+  launch_overlapped(rms_norm_kernel, static_cast<unsigned>(blocks), reduce_threads(group), 0,
+                    stream(), x.data(), w.f32(), w.numel(), group, cols, eps, false, gate.data(),
+                    act, y.data());
   launched(kOp);
 }
 
@@ -502,13 +507,14 @@ void CudaBackend::append_rows(Tensor& cache, const Tensor& x) {
   if (x.bytes() == 0 || walking()) return;
   const auto words = static_cast<std::int64_t>(x.bytes() / sizeof(std::uint32_t));
   if (x.bytes() % sizeof(std::uint32_t) == 0 && old_bytes % sizeof(std::uint32_t) == 0) {
-    append_kernel<std::uint32_t>
-        <<<std::min<unsigned>(grid_for(words, kThreads), 4096), kThreads, 0, stream()>>>(
-            x.raw(), cache.raw(), at, words);
+    launch_overlapped(append_kernel<std::uint32_t>,
+                      std::min<unsigned>(grid_for(words, kThreads), 4096), kThreads, 0, stream(),
+                      x.raw(), cache.raw(), at, words);
   } else {
-    append_kernel<std::uint8_t>
-        <<<std::min<unsigned>(grid_for(static_cast<std::int64_t>(x.bytes()), kThreads), 4096),
-           kThreads, 0, stream()>>>(x.raw(), cache.raw(), at, static_cast<std::int64_t>(x.bytes()));
+    const auto bytes = static_cast<std::int64_t>(x.bytes());
+    launch_overlapped(append_kernel<std::uint8_t>,
+                      std::min<unsigned>(grid_for(bytes, kThreads), 4096), kThreads, 0, stream(),
+                      x.raw(), cache.raw(), at, bytes);
   }
   launched(kOp);
 }
@@ -575,8 +581,8 @@ void CudaBackend::rope(Tensor& x, std::int64_t head_dim, std::int64_t rotary_dim
     freqs.v[i] = static_cast<float>(
         1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(rotary_dim)));
   const auto smem = static_cast<std::size_t>(rotary_dim) * sizeof(float);
-  rope_kernel<<<static_cast<unsigned>(x.rows()), 128, smem, stream()>>>(
-      x.data(), x.cols(), head_dim, rotary_dim, at, stride, freqs);
+  launch_overlapped(rope_kernel, static_cast<unsigned>(x.rows()), 128, smem, stream(), x.data(),
+                    x.cols(), head_dim, rotary_dim, at, stride, freqs);
   launched(kOp);
 }
 

@@ -129,11 +129,10 @@ __global__ void __launch_bounds__(kGemvThreads)
                         ? segs.s[i].scales + (local[r] / kFp8Block) * segs.s[i].grid_cols
                         : nullptr;
   }
-  wait_for_inputs();
-  release_dependents();
   float acc[kR][kS] = {};
-  rows_dot<T, true, kS, kR, kG, kU, true>(rows, xs, scale_rows, in, in / WeightChunk<T, true>::kN,
-                                          lane, acc);
+  // Weights only before the wait (inside rows_dot); x, the epilogue's inputs and y after it.
+  rows_dot<T, true, kS, kR, kG, kU, true, true>(rows, xs, scale_rows, in,
+                                                in / WeightChunk<T, true>::kN, lane, acc);
 #pragma unroll
   for (int r = 0; r < kR; ++r)
 #pragma unroll
@@ -306,14 +305,13 @@ __global__ void __launch_bounds__(kGemvThreads)
     rows[k] = c < W ? up + (k * W + c) * rank : nullptr;
     xs[k] = u;
   }
-  wait_for_inputs();
-  release_dependents();
   float acc[kMixStreams][kS] = {};
   // The group count is a quarter of a plain GEMV's over these rows, so each thread keeps more of
-  // its rows in flight: rank 320 in bf16 is 5 chunks a lane, all 4 rows' issued at once.
+  // its rows in flight: rank 320 in bf16 is 5 chunks a lane, all 4 rows' issued at once (before
+  // the wait for u, h and inv, inside rows_dot).
   constexpr int kU = 5;
-  rows_dot<T, true, kS, kMixStreams, kG, kU, true>(rows, xs, rank, rank / WeightChunk<T, true>::kN,
-                                                   lane, acc);
+  rows_dot<T, true, kS, kMixStreams, kG, kU, true, true>(
+      rows, xs, rank, rank / WeightChunk<T, true>::kN, lane, acc);
 #pragma unroll
   for (int s = 0; s < kS; ++s) {
     float m[kMixStreams];
@@ -363,11 +361,10 @@ __global__ void __launch_bounds__(kGemvThreads)
   const int lane = static_cast<int>(threadIdx.x % kG);
   const T* rows[2] = {r < I ? gate + r * H : (r == I ? expert_gate : nullptr),
                       r < I ? up + r * H : nullptr};
-  wait_for_inputs();
-  release_dependents();
   const float* xs[2] = {x, x};
   float acc[2][kS] = {};
-  rows_dot<T, true, kS, 2, kG, 4, true>(rows, xs, H, H / WeightChunk<T, true>::kN, lane, acc);
+  rows_dot<T, true, kS, 2, kG, 4, true, true>(rows, xs, H, H / WeightChunk<T, true>::kN, lane,
+                                              acc);  // waits for x after the first weight loads
 #pragma unroll
   for (int s = 0; s < kS; ++s) {
     const float g = group_sum<kG>(acc[0][s]), u = group_sum<kG>(acc[1][s]);
@@ -464,7 +461,8 @@ __global__ void gdn_conv_kernel(const float* qkv, const T* w, float* tail, std::
                                 std::int64_t C, std::int64_t K, std::int64_t key_dim,
                                 std::int64_t head_dim, float q_scale, float* q, float* k,
                                 float* v) {
-  release_dependents();  // the next kernel, if overlapped, may start (cuda_common.h)
+  wait_for_inputs();  // when launched overlapped (cuda_common.h)
+  release_dependents();
   __shared__ double red[32];
   const std::int64_t heads = key_dim / head_dim, L = K - 1, value_dim = C - 2 * key_dim;
   const std::int64_t b = blockIdx.x;
@@ -711,13 +709,13 @@ void CudaBackend::gated_delta_net_conv(const Tensor& qkv, const Weight& conv, Te
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   if (walking()) return;  // a replay: outputs ensured, nothing queued
   if (conv.dtype == DType::kBF16) {
-    gdn_conv_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream()>>>(
-        qkv.data(), as<bf16_bits>(conv), tail.data(), S, C, K, key_dim, head_dim, q_scale, q.data(),
-        k.data(), v.data());
+    launch_overlapped(gdn_conv_kernel<bf16_bits>, static_cast<unsigned>(blocks), threads, 0,
+                      stream(), qkv.data(), as<bf16_bits>(conv), tail.data(), S, C, K, key_dim,
+                      head_dim, q_scale, q.data(), k.data(), v.data());
   } else {
-    gdn_conv_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream()>>>(
-        qkv.data(), as<float>(conv), tail.data(), S, C, K, key_dim, head_dim, q_scale, q.data(),
-        k.data(), v.data());
+    launch_overlapped(gdn_conv_kernel<float>, static_cast<unsigned>(blocks), threads, 0, stream(),
+                      qkv.data(), as<float>(conv), tail.data(), S, C, K, key_dim, head_dim, q_scale,
+                      q.data(), k.data(), v.data());
   }
   launched(kOp);
 }

@@ -167,7 +167,12 @@ __device__ __forceinline__ void load_x(const float* p, float (&f)[kN]) {
 // Block-scaled weights (WeightChunk::kScaled) also take scale_rows[r], the scale-grid row of
 // weight row r (a chunk's scale is its block column's); others ignore it (null).
 // Not yet summed over the group (group_sum).
-template <typename T, bool kVec, int kS, int kR, int kG, int kU, bool kSameX>
+// kWaitFirst: a kernel launched overlapped (cuda_common.h) whose weights no kernel writes issues
+// its first round of weight loads before wait_for_inputs, so that round trip overlaps the tail of
+// the kernel before it; x and everything after are read once the wait has returned, which it has
+// on every path out of here.
+template <typename T, bool kVec, int kS, int kR, int kG, int kU, bool kSameX,
+          bool kWaitFirst = false>
 __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float* const (&xs)[kR],
                                          const float* const* scale_rows, std::int64_t x_stride,
                                          std::int64_t chunks, int lane, float (&acc)[kR][kS]) {
@@ -188,6 +193,12 @@ __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float
           scale[u][r] = live ? __ldg(scale_rows[r] + c * kN / kFp8Block) * C::kScaleFactor : 0.0f;
         else if constexpr (C::kScaled)
           scale[u][r] = live ? __ldg(scale_rows[r] + c * kN / kFp8Block) : 0.0f;
+      }
+    }
+    if constexpr (kWaitFirst) {
+      if (c0 == lane) {
+        wait_for_inputs();
+        release_dependents();
       }
     }
 #pragma unroll
@@ -250,15 +261,21 @@ __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float
       }
     }
   }
+  if constexpr (kWaitFirst) {  // a lane with no chunk waits here (a repeated wait returns at once)
+    wait_for_inputs();
+    release_dependents();
+  }
 }
 
 // The unscaled types' form (f32, bf16).
-template <typename T, bool kVec, int kS, int kR, int kG, int kU, bool kSameX>
+template <typename T, bool kVec, int kS, int kR, int kG, int kU, bool kSameX,
+          bool kWaitFirst = false>
 __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float* const (&xs)[kR],
                                          std::int64_t x_stride, std::int64_t chunks, int lane,
                                          float (&acc)[kR][kS]) {
   static_assert(!WeightChunk<T, kVec>::kScaled, "block-scaled weights need their scale rows");
-  rows_dot<T, kVec, kS, kR, kG, kU, kSameX>(rows, xs, nullptr, x_stride, chunks, lane, acc);
+  rows_dot<T, kVec, kS, kR, kG, kU, kSameX, kWaitFirst>(rows, xs, nullptr, x_stride, chunks, lane,
+                                                        acc);
 }
 
 // rows_dot for a packed format F (cuda_packed_formats.cuh): the same shape of loop, over F's

@@ -38,11 +38,10 @@ __global__ void __launch_bounds__(kGemvThreads)
     xs[r] = x;
     scale_rows[r] = scales != nullptr ? scales + ((r0 + r) / kFp8Block) * grid_cols : nullptr;
   }
-  wait_for_inputs();
-  release_dependents();
   float acc[kR][kS] = {};
-  rows_dot<T, kVec, kS, kR, kG, kU, true>(rows, xs, scale_rows, in, in / WeightChunk<T, kVec>::kN,
-                                          lane, acc);
+  // Weights only before the wait (inside rows_dot); x after it.
+  rows_dot<T, kVec, kS, kR, kG, kU, true, true>(rows, xs, scale_rows, in,
+                                                in / WeightChunk<T, kVec>::kN, lane, acc);
 #pragma unroll
   for (int r = 0; r < kR; ++r)
 #pragma unroll

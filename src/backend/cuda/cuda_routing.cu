@@ -239,7 +239,8 @@ __global__ void route_kernel(float* logits, std::int64_t E, std::int64_t k, bool
 template <int kPer>
 __global__ void route_warp_kernel(const float* logits, std::int64_t S, std::int64_t E,
                                   std::int64_t k, bool normalize, std::int32_t* idx, float* val) {
-  release_dependents();  // the next kernel, if overlapped, may start (cuda_common.h)
+  wait_for_inputs();  // when launched overlapped (cuda_common.h)
+  release_dependents();
   const std::int64_t s =
       static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (s >= S) return;  // whole warps: the shuffles below see every lane of theirs
@@ -447,8 +448,9 @@ void CudaBackend::route_experts(const Tensor& x, const Weight& router, std::int6
   const auto warp_blocks = static_cast<unsigned>((S + kRouteWarps - 1) / kRouteWarps);
   auto warp_route = [&](auto per) {
     constexpr int kPer = decltype(per)::value;
-    route_warp_kernel<kPer><<<warp_blocks, kRouteWarps * kWarp, 0, stream()>>>(
-        logits.data(), S, E, top_k, normalize, experts.data_as<std::int32_t>(), weights.data());
+    launch_overlapped(route_warp_kernel<kPer>, warp_blocks, kRouteWarps * kWarp, 0, stream(),
+                      logits.data(), S, E, top_k, normalize, experts.data_as<std::int32_t>(),
+                      weights.data());
   };
   if (!old_kernel_requested("FLASHSERVE_CUDA_OLD_ROUTE") && E <= 32 * kWarp) {
     if (E <= 8 * kWarp)

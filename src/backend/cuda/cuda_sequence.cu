@@ -54,7 +54,8 @@ __global__ void __launch_bounds__(kDeltaThreads)
                       const float* beta, std::int64_t S, std::int64_t Hv, std::int64_t dk,
                       std::int64_t dv, std::int64_t rep, std::int64_t qk_stride, float* state,
                       float* out, float* states) {
-  release_dependents();  // the next kernel, if overlapped, may start (cuda_common.h)
+  wait_for_inputs();  // when launched overlapped (cuda_common.h)
+  release_dependents();
   __shared__ float part[2][kDeltaGroups][kWarp + 1];
   const int lane = threadIdx.x, grp = threadIdx.y;
   const std::int64_t h = blockIdx.x, j = blockIdx.y * static_cast<std::int64_t>(kWarp) + lane;
@@ -198,9 +199,9 @@ void CudaBackend::delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, 
   const dim3 threads(kWarp, kDeltaGroups);
   const auto rows = (dk + kDeltaGroups - 1) / kDeltaGroups;
   auto launch = [&](auto kernel) {
-    kernel<<<grid, threads, 0, stream()>>>(q.data(), k.data(), v.data(), g.data(), beta.data(), S,
-                                           Hv, dk, dv, rep, k.cols(), state.data(), out.data(),
-                                           states_data);
+    launch_overlapped(kernel, grid, threads, 0, stream(), q.data(), k.data(), v.data(), g.data(),
+                      beta.data(), S, Hv, dk, dv, rep, k.cols(), state.data(), out.data(),
+                      states_data);
   };
   // Rows per thread rounded up to a power of two (a register array per thread).
   auto by_rows = [&](auto n) {

@@ -5,9 +5,12 @@
 #include "model/deepseek_v4/official_names.h"
 #include "model/deepseek_v4/rope.h"
 #include "model/deepseek_v4/schema.h"
+#include "model/gguf_inspect.h"
+#include "model/gguf_tensors.h"
 #include "model/schema_builder.h"
 #include "model/weight_source.h"
 #include "model/weight_upload.h"
+#include "util/progress.h"
 
 namespace fs {
 namespace {
@@ -82,9 +85,9 @@ MhcHeadWeights hyper_head(const DeepseekV4Config& c, const WeightSource& r, cons
 }
 
 // Where a layer's owned buffers go: the hash tables narrowed to int32, and (official folders)
-// the stacked experts, read from `checkpoint`.
+// the stacked experts, read from `checkpoint` (null for a GGUF file).
 struct LayerArenas {
-  const Checkpoint& checkpoint;
+  const Checkpoint* checkpoint;
   std::vector<std::unique_ptr<std::vector<std::int32_t>>>& ints;
   std::vector<std::unique_ptr<std::vector<std::uint8_t>>>& bytes;
   bool official = false;
@@ -158,11 +161,11 @@ Expected<DsLayerWeights> layer_weights(const DeepseekV4Config& c, const WeightSo
     router.selection_bias = r.vec(m + "gate.e_score_correction_bias");
   }
   if (arenas.official) {
-    if (auto st = check_official_experts(arenas.checkpoint, L, c.n_routed_experts,
+    if (auto st = check_official_experts(*arenas.checkpoint, L, c.n_routed_experts,
                                          c.moe_intermediate_size, c.hidden_size);
         !st.ok())
       return st;
-    auto stacked = stack_official_experts(arenas.checkpoint, L, c.n_routed_experts,
+    auto stacked = stack_official_experts(*arenas.checkpoint, L, c.n_routed_experts,
                                           c.moe_intermediate_size, c.hidden_size, arenas.bytes);
     moe.gate_up = stacked.gate_up;
     moe.down = stacked.down;
@@ -181,16 +184,16 @@ Expected<DsLayerWeights> layer_weights(const DeepseekV4Config& c, const WeightSo
 // The MTP block when the checkpoint carries one (validated like the trunk).
 Expected<std::optional<DsMtpWeights>> mtp_weights(const DeepseekV4Config& c, const WeightSource& r,
                                                   const LayerArenas& arenas) {
-  const auto& ck = arenas.checkpoint;
   auto specs = deepseek_v4_mtp_tensors(c);
   if (arenas.official) specs = without_stacked_experts(std::move(specs));
   std::size_t present = 0;
-  for (const auto& spec : specs) present += ck.contains(r.naming().stored(spec.name));
+  for (const auto& spec : specs) present += r.contains(spec.name);
   if (present == 0) return std::optional<DsMtpWeights>{};
-  if (auto st = check_specs(specs, ck, FloatWeights::kWithFp8, r.naming()); !st.ok())
+  if (auto st = r.check(specs, FloatWeights::kWithFp8); !st.ok())
     return st.with_context("MTP block");
-  if (auto st = check_grouped_fp8(c, ck, r.naming(), specs); !st.ok())
-    return st.with_context("MTP block");
+  if (arenas.checkpoint)
+    if (auto st = check_grouped_fp8(c, *arenas.checkpoint, r.naming(), specs); !st.ok())
+      return st.with_context("MTP block");
   const std::string p = kDeepseekV4MtpPrefix;
   DsMtpWeights w;
   w.enorm = r.vec(p + "enorm.weight");
@@ -209,24 +212,34 @@ Expected<std::optional<DsMtpWeights>> mtp_weights(const DeepseekV4Config& c, con
 
 Expected<DeepseekV4Weights> load_deepseek_v4_weights(const DeepseekV4Config& c,
                                                      const std::string& dir) {
-  auto ck = Checkpoint::open(dir);
-  if (!ck.ok()) return ck.status();
   DeepseekV4Weights w;
-  w.checkpoint = std::make_unique<Checkpoint>(std::move(ck).value());
+  // A GGUF file (ds4's names) or a safetensors folder.
+  if (is_gguf_file(dir)) {
+    auto g = GgufTensors::open(dir);
+    if (!g.ok()) return g.status();
+    w.gguf = std::move(g).value();
+  } else {
+    auto ck = Checkpoint::open(dir);
+    if (!ck.ok()) return ck.status();
+    w.checkpoint = std::make_unique<Checkpoint>(std::move(ck).value());
+  }
+  // A safetensors folder in the official release's names (official_names.h) maps them and keeps
+  // its experts per expert.
   TensorNaming naming;
-  w.official_names = deepseek_v4_official_names(*w.checkpoint);
   auto specs = deepseek_v4_tensors(c);
+  w.official_names = w.checkpoint && deepseek_v4_official_names(*w.checkpoint);
   if (w.official_names) {
     naming.rename = deepseek_v4_official_name;
     naming.dot_scale = true;
     specs = without_stacked_experts(std::move(specs));
   }
-  if (auto st = check_specs(specs, *w.checkpoint, FloatWeights::kWithFp8, naming); !st.ok())
-    return st.with_context(dir);
-  if (auto st = check_grouped_fp8(c, *w.checkpoint, naming, specs); !st.ok())
-    return st.with_context(dir);
-  const WeightSource r(*w.checkpoint, w.host_vectors, naming);
-  const LayerArenas arenas{*w.checkpoint, w.host_ints, w.host_bytes, w.official_names};
+  const WeightSource r = w.gguf ? WeightSource(*w.gguf, w.host_vectors)
+                                : WeightSource(*w.checkpoint, w.host_vectors, naming);
+  if (auto st = r.check(specs, FloatWeights::kWithFp8); !st.ok()) return st.with_context(dir);
+  if (w.checkpoint)
+    if (auto st = check_grouped_fp8(c, *w.checkpoint, naming, specs); !st.ok())
+      return st.with_context(dir);
+  const LayerArenas arenas{w.checkpoint.get(), w.host_ints, w.host_bytes, w.official_names};
   w.embed_tokens = r.weight("embed_tokens.weight");
   w.dtype = w.embed_tokens.dtype;
   w.lm_head = c.tie_word_embeddings ? w.embed_tokens : r.weight("lm_head.weight");
@@ -263,7 +276,21 @@ Status upload_deepseek_v4_weights(DeepseekV4Weights& w, Backend& be, DType matri
   auto upload_compressor = [&](DsCompressorWeights& c) {
     upload(c.kv_proj), upload(c.gate_proj), upload_f32(c.position_bias), upload(c.kv_norm);
   };
-  auto upload_layer = [&](DsLayerWeights& lw) {
+  // A GGUF load's fused gate_up tensors (deferred, GgufTensors): on a device each is assembled,
+  // uploaded and freed in turn after the plan; the CPU computes on the assembled buffers.
+  const bool device = be.device_memory().has_value();
+  std::vector<std::pair<Weight*, std::string>> deferred;
+  std::uint64_t deferred_bytes = 0;
+  auto upload_experts = [&](Weight& x, const std::string& name) {
+    if (!w.gguf || !w.gguf->fused(name)) return upload(x);
+    if (!device) {
+      x = w.gguf->assemble(name);
+      return upload(x);
+    }
+    deferred.emplace_back(&x, name);
+    deferred_bytes += device_bytes(x, matrix_dtype);
+  };
+  auto upload_layer = [&](DsLayerWeights& lw, const std::string& prefix) {
     upload_mhc(lw.attn_hc);
     upload_mhc(lw.ffn_hc);
     upload(lw.input_layernorm), upload(lw.post_attention_layernorm);
@@ -278,23 +305,42 @@ Status upload_deepseek_v4_weights(DeepseekV4Weights& w, Backend& be, DType matri
     }
     auto& m = lw.moe;
     upload(m.router.gate), upload(m.router.selection_bias), upload(m.router.token_experts);
-    upload(m.gate_up), upload(m.down);
+    upload_experts(m.gate_up, prefix + "mlp.experts.gate_up_proj");
+    upload(m.down);
     upload(m.shared.gate), upload(m.shared.up), upload(m.shared.down);
   };
-  // A tied lm_head is the embedding's bytes: upload_weights copies them once for both.
-  upload(w.embed_tokens);
+  // A tied lm_head is the embedding's bytes: upload_weights copies them once for both. A packed
+  // (GGUF block type) embedding stays in the host mapping, where `embedding` gathers and
+  // dequantises the rows of a step (device embeddings are F32/BF16); its lm_head is uploaded.
+  const bool host_embedding = w.embed_tokens.is_packed() && be.device_memory().has_value();
+  if (!host_embedding) upload(w.embed_tokens);
   upload(w.lm_head);
   upload(w.norm);
   upload_head(w.hc_head);
   upload(w.unit_head), upload(w.main_inv_freq), upload(w.compress_inv_freq);
-  for (auto& lw : w.layers) upload_layer(lw);
+  for (std::size_t i = 0; i < w.layers.size(); ++i)
+    upload_layer(w.layers[i], layer_prefix(static_cast<std::int64_t>(i)));
   if (w.mtp) {
     auto& m = *w.mtp;
     upload(m.enorm), upload(m.hnorm), upload(m.e_proj), upload(m.h_proj), upload(m.norm);
-    upload_layer(m.layer);
+    upload_layer(m.layer, kDeepseekV4MtpPrefix);
     upload_head(m.hc_head);
   }
-  if (Status s = upload_weights(be, plan, "the deepseek_v4 weights"); !s.ok()) return s;
+  if (Status s = upload_weights(be, plan, "the deepseek_v4 weights", deferred_bytes); !s.ok())
+    return s;
+  ProgressMeter meter("loading the routed experts", deferred_bytes,
+                      deferred.empty() ? nullptr : stderr);
+  for (auto& [x, name] : deferred) {
+    auto up = be.upload(w.gguf->assemble(name), matrix_dtype);
+    w.gguf->release(name);
+    if (!up.ok()) {
+      meter.finish(false);
+      return up.status().with_context(name);
+    }
+    meter.add(device_bytes(*up, matrix_dtype));
+    *x = *up;
+  }
+  if (!deferred.empty()) meter.finish();
   w.dtype = w.embed_tokens.dtype;
   // The stacked experts now live on the device; on the host they are what the CPU computes with.
   if (be.memory()->device() != Device::kHost) w.host_bytes.clear();

@@ -21,6 +21,7 @@
 #include "model/common/moe.h"
 #include "model/common/router.h"
 #include "model/deepseek_v4/config.h"
+#include "model/gguf_tensors.h"
 
 namespace fs {
 
@@ -70,8 +71,10 @@ struct DsMtpWeights {
 };
 
 struct DeepseekV4Weights {
-  // Owns the mapping every host Weight points into, and the widened / computed vectors.
+  // Owns the mapping every host Weight points into (a safetensors checkpoint or a GGUF file),
+  // and the widened / computed vectors.
   std::unique_ptr<Checkpoint> checkpoint;
+  std::unique_ptr<GgufTensors> gguf;
   std::vector<std::unique_ptr<std::vector<float>>> host_vectors;
   std::vector<std::unique_ptr<std::vector<std::int32_t>>> host_ints;
   // The official release's routed experts stacked per layer (packed FP4 and E8M0 scales); a
@@ -89,6 +92,7 @@ struct DeepseekV4Weights {
   std::optional<DsMtpWeights> mtp;  // absent: the checkpoint runs autoregressively
 };
 
+// `dir`: a model folder, or a GGUF file of ds4's names (model/gguf_tensors.h).
 Expected<DeepseekV4Weights> load_deepseek_v4_weights(const DeepseekV4Config& c,
                                                      const std::string& dir);
 

@@ -152,20 +152,20 @@ Expected<ChatFamily> chat_family_from_name(std::string_view name) {
                           "' (qwen, deepseek, deepseek_v4 or glm)");
 }
 
-Expected<ChatFamily> detect_chat_family(const std::string& dir, const std::string& chat_template) {
+Expected<ChatFamily> detect_chat_family(const std::string& dir, const std::string& chat_template,
+                                        const std::string& model_type) {
+  std::string t = model_type;
   const std::string config = (std::filesystem::path(dir) / "config.json").string();
-  if (std::filesystem::exists(config)) {
+  if (t.empty() && std::filesystem::exists(config)) {
     auto reader = ConfigReader::from_file(config);
     if (!reader.ok()) return reader.status();
     auto type = read_model_type(reader->root(), config);
-    if (type.ok()) {
-      const std::string& t = *type;
-      if (t.rfind("qwen", 0) == 0) return ChatFamily::kQwen;
-      if (t.rfind("deepseek_v4", 0) == 0) return ChatFamily::kDeepSeekV4;
-      if (t.rfind("deepseek", 0) == 0) return ChatFamily::kDeepSeek;
-      if (t.rfind("glm", 0) == 0) return ChatFamily::kGlm;
-    }
+    if (type.ok()) t = *type;
   }
+  if (t.rfind("qwen", 0) == 0) return ChatFamily::kQwen;
+  if (t.rfind("deepseek_v4", 0) == 0) return ChatFamily::kDeepSeekV4;
+  if (t.rfind("deepseek", 0) == 0) return ChatFamily::kDeepSeek;
+  if (t.rfind("glm", 0) == 0) return ChatFamily::kGlm;
   if (chat_template.find("<|im_start|>") != std::string::npos) return ChatFamily::kQwen;
   if (chat_template.find("<\xEF\xBD\x9CUser\xEF\xBD\x9C>") != std::string::npos)
     return ChatFamily::kDeepSeek;

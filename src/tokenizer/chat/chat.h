@@ -68,8 +68,10 @@ Expected<ChatFamily> chat_family_from_name(std::string_view name);
 
 // Picks the family of a tokenizer folder: config.json's model_type when present (deepseek_v4:
 // kDeepSeekV4, other deepseek*: kDeepSeek), else the template's marker tokens (<|im_start|>,
-// <｜User｜>, [gMASK]) in the chat template.
-Expected<ChatFamily> detect_chat_family(const std::string& dir, const std::string& chat_template);
+// <｜User｜>, [gMASK]) in the chat template. `model_type`, when given, stands for config.json's
+// (a GGUF model's, from its metadata).
+Expected<ChatFamily> detect_chat_family(const std::string& dir, const std::string& chat_template,
+                                        const std::string& model_type = "");
 
 struct ChatSpecialTokens {
   std::string bos;  // DeepSeek's template starts with it
