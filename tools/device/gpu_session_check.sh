@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# session 9, final call: every GPU test of the merged tree (GGUF and official DeepSeek V4 loading,
-# FP8 and overlap changes) and the decode benches.
+# Every GPU test (the op suite, the model suites with FLASHSERVE_TEST_BACKEND=cuda, step graphs,
+# quant) and the decode benches (bf16 24 layers, a 32k draft vocabulary, FP8 48 layers) on the
+# H200 machine, as session 9's last device call ran them. Carry .device/deps.tar.xz and
+# .device/fixtures.tar.xz (`tar -cJf .device/fixtures.tar.xz -C .device fixtures`); logs and
+# the bench JSON under $OUT. EXTRA_TARGETS / EXTRA_TESTS add test programs.
 set -uo pipefail
 top=${OUT:-/tmp/o}; out=$top/logs; mkdir -p $out
 T0=$(date +%s)
