@@ -158,7 +158,10 @@ TEST(DeepseekV4Gguf, CliLogitsAndGenerateOnTheFile) {
             0)
       << text;
   const auto d = diff_logits(test::read_f32(out), logits_of(path, c), 256);
-  EXPECT_LE(d.max_abs, twin_tolerance());
+  // The CLI runs the prompt as one call, logits_of in the case's splits: other product paths
+  // (the one-row GEMV against sgemm, whose blocking depends on the CPU), so f32 rounding apart
+  // (1.3e-5 seen on one machine) rather than the twins' same-path bound.
+  EXPECT_LE(d.max_abs, 10 * twin_tolerance());
   ASSERT_EQ(test::run_command(test::flashserve_binary() + " generate --backend " +
                                   test::test_backend() + " --model " + path + " --tokens " +
                                   tokens + " --max-tokens 4 --temperature 0 --json --save-state " +

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs the Debian packages the build needs for the H200 machine (no package registry there)
 # into .device/deps.tar.xz, small enough to carry: fetched with ../shared/tools/offline-deps.sh,
-# unpacked, docs and static libraries (but gtest/gmock/benchmark) dropped, xz-compressed.
+# unpacked, docs, static libraries (but gtest/gmock/benchmark) and the reference LAPACK dropped, xz-compressed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 pkgs=(nlohmann-json3-dev libcli11-dev libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libxxhash-dev
@@ -14,6 +14,8 @@ stage=$(mktemp -d)
 for f in .deps/*.deb; do dpkg -x "$f" "$stage"; done
 rm -rf "$stage/usr/share/doc" "$stage/usr/share/man" "$stage/usr/share/lintian"
 find "$stage" -name '*.a' | grep -v -E 'gtest|gmock|benchmark' | xargs rm -f
+# OpenBLAS carries its own LAPACK; the reference liblapack (7 MB) is never linked.
+find "$stage" -name 'liblapack.so*' -delete
 mkdir -p .device
 tar -C "$stage" -cf - usr | xz -T0 -6 >.device/deps.tar.xz
 rm -rf "$stage"
