@@ -21,6 +21,14 @@ bool overlap_enabled() {
   return on;
 }
 
+bool staged_x_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("FLASHSERVE_CUDA_STAGE_X");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
 namespace {
 
 constexpr std::size_t kCublasWorkspace = std::size_t{32} << 20;

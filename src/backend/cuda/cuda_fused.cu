@@ -104,7 +104,8 @@ __device__ __forceinline__ float lanes_sum(float v) {
 template <int kR>
 inline constexpr int kMultiChunksInFlight = kR == 1 ? 8 : (kR == 2 ? 4 : 2);
 
-template <typename T, int kS, int kR, int kG, int kU = kMultiChunksInFlight<kR>>
+template <typename T, int kS, int kR, int kG, int kU = kMultiChunksInFlight<kR>,
+          bool kStaged = false>
 __global__ void __launch_bounds__(kGemvThreads)
     multi_gemv_kernel(const float* x, const Segments segs, std::int64_t in) {
   const std::int64_t group =
@@ -131,8 +132,8 @@ __global__ void __launch_bounds__(kGemvThreads)
   }
   float acc[kR][kS] = {};
   // Weights only before the wait (inside rows_dot); x, the epilogue's inputs and y after it.
-  rows_dot<T, true, kS, kR, kG, kU, true, true>(rows, xs, scale_rows, in,
-                                                in / WeightChunk<T, true>::kN, lane, acc);
+  rows_dot<T, true, kS, kR, kG, kU, true, true, kStaged>(rows, xs, scale_rows, in,
+                                                         in / WeightChunk<T, true>::kN, lane, acc);
 #pragma unroll
   for (int r = 0; r < kR; ++r)
 #pragma unroll
@@ -149,8 +150,16 @@ __global__ void __launch_bounds__(kGemvThreads)
 template <typename T, int kS, int kR, int kG, int kU = kMultiChunksInFlight<kR>>
 void launch_multi_gemv(const float* x, const Segments& segs, std::int64_t in, cudaStream_t stream) {
   const auto groups = (segs.total + kR - 1) / kR;
-  launch_overlapped(multi_gemv_kernel<T, kS, kR, kG, kU>, grid_for(groups * kG, kGemvThreads),
-                    kGemvThreads, 0, stream, x, segs, in);
+  const auto grid = grid_for(groups * kG, kGemvThreads);
+  if constexpr (kStagesX<T, true, kG, kS>) {
+    if (const auto smem = staged_x_launch_bytes<T, true, kG, kS>(in / WeightChunk<T, true>::kN)) {
+      launch_overlapped(multi_gemv_kernel<T, kS, kR, kG, kU, true>, grid, kGemvThreads, smem,
+                        stream, x, segs, in);
+      return;
+    }
+  }
+  launch_overlapped(multi_gemv_kernel<T, kS, kR, kG, kU>, grid, kGemvThreads, 0, stream, x, segs,
+                    in);
 }
 
 template <typename T, int kS>
@@ -210,8 +219,8 @@ __global__ void __launch_bounds__(kGemvThreads)
   const Segment& sg = segs.s[i];
   const std::int64_t local = row - base;
   const T* w = static_cast<const T*>(sg.w) + local * in;
-  wait_for_inputs();
-  release_dependents();
+  // The first round of weight loads goes out before the wait (no kernel writes W), as in
+  // rows_dot; h, nw and y are touched after it.
   const std::int64_t chunks = in / kN, per_group = W / kN;
   float acc[kMixStreams][kS] = {};
   double ss[kMixStreams][kS] = {};
@@ -222,6 +231,10 @@ __global__ void __launch_bounds__(kGemvThreads)
     for (int u = 0; u < kU; ++u) {
       const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kGemvThreads;
       raw[u] = c < chunks ? C::load(w + c * kN) : typename C::Raw{};
+    }
+    if (c0 == threadIdx.x) {
+      wait_for_inputs();
+      release_dependents();
     }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
@@ -254,6 +267,8 @@ __global__ void __launch_bounds__(kGemvThreads)
       }
     }
   }
+  wait_for_inputs();  // a thread with no chunk (a repeated wait returns at once)
+  release_dependents();
   __shared__ float part_a[kWarps][kMixStreams * kS];
   __shared__ double part_ss[kWarps][kMixStreams * kS];
   const int lane = static_cast<int>(threadIdx.x % kWarp),

@@ -161,6 +161,79 @@ __device__ __forceinline__ void load_x(const float* p, float (&f)[kN]) {
   }
 }
 
+// x staged in shared memory. In rows_dot a lane's chunk c covers x[c * kN, (c + 1) * kN), so the
+// lanes of a warp read x kN floats apart: for FP8 (kN = 16) one float4 request of the warp touches
+// 16 cache lines and uses a quarter of each, and the L1, not DRAM, bounds the kernel (ncu on the
+// H200: the out-projection at 72% of L1 against 16% of DRAM, bench/NOTES.md session 10). Staged,
+// float4 i of chunk c sits at (c / kG * kN/4 + i) * kG + c % kG: for a given (round, i) the kG
+// lanes of a group read kG consecutive float4s, which the shared memory serves at its full width.
+// Staging reads x in order (float4 j by thread j), so the writes of a warp land as 4 runs of 8
+// consecutive float4s, also full width. The sums are the same: only where x is read changes.
+template <int kN, int kG>
+struct StagedX {
+  static_assert(kN % 4 == 0, "staging needs 16-byte chunks");
+  static constexpr int kWords = kN / 4;  // float4s a chunk
+  // The float4s one token takes: whole rounds of kG chunks.
+  __host__ __device__ static constexpr std::int64_t token_words(std::int64_t chunks) {
+    return (chunks + kG - 1) / kG * kG * kWords;
+  }
+  __device__ __forceinline__ static std::int64_t at(std::int64_t c, int i) {
+    return (c / kG * kWords + i) * kG + c % kG;
+  }
+};
+
+// The largest staged x: the default dynamic shared memory limit (no opt-in), which still lets 3
+// blocks share a multiprocessor at the out-projections' 24 KB.
+constexpr std::size_t kMaxStagedXBytes = 48 * 1024;
+// Token counts staged (batch 1 and the depth 1-3 verify); more tokens would mostly not fit.
+constexpr int kMaxStagedTokens = 4;
+template <int kS>
+inline constexpr bool kMayStageX = kS <= kMaxStagedTokens;
+
+extern __shared__ float4 staged_x[];
+
+// Copies the kS token rows x + s * x_stride (chunks * kN floats each) into staged_x, the whole
+// block, then a barrier: every thread of the block must call it.
+template <int kN, int kG, int kS>
+__device__ __forceinline__ void stage_x(const float* x, std::int64_t x_stride,
+                                        std::int64_t chunks) {
+  using L = StagedX<kN, kG>;
+  const std::int64_t words = chunks * L::kWords, tw = L::token_words(chunks);
+#pragma unroll
+  for (int s = 0; s < kS; ++s) {
+    const auto* src = reinterpret_cast<const float4*>(x + s * x_stride);
+    for (std::int64_t j = threadIdx.x; j < words; j += blockDim.x)
+      staged_x[s * tw + L::at(j / L::kWords, static_cast<int>(j % L::kWords))] = src[j];
+  }
+  __syncthreads();
+}
+
+// The dynamic shared memory a kernel staging x for rows of `chunks` chunks takes, or 0 where it
+// should not stage: not a 16-byte chunk path, more tokens than kMaxStagedTokens, rows shorter than
+// a group (a lane with no chunk would miss the barrier), too large, or FLASHSERVE_CUDA_STAGE_X=0.
+// Groups wider than a warp (a block a row) read each x float once a block anyway: nothing to gain.
+// bf16 and f32 rows in warp-wide groups stage at one token only: their lanes read x 8 (4) floats
+// apart, half the FP8 waste, and at 2-4 tokens the staging cost more than it saved (2-22% slower
+// in cuda_kernel_bench --fp8 on the H200; FP8 gained 5-33% there, bench/NOTES.md session 11).
+template <typename T, bool kVec, int kG, int kS>
+inline constexpr bool kStagesX = kVec&& kMayStageX<kS>&& kG <= kWarp &&
+                                 (WeightChunk<T, kVec>::kDeferredScale || kG < kWarp || kS == 1);
+
+bool staged_x_enabled();
+template <typename T, bool kVec, int kG, int kS>
+std::size_t staged_x_launch_bytes(std::int64_t chunks) {
+  if constexpr (!kStagesX<T, kVec, kG, kS>) {
+    return 0;
+  } else {
+    if (!staged_x_enabled() || chunks < kG) return 0;
+    const auto bytes =
+        static_cast<std::size_t>(kS) *
+        static_cast<std::size_t>(StagedX<WeightChunk<T, true>::kN, kG>::token_words(chunks)) *
+        sizeof(float4);
+    return bytes <= kMaxStagedXBytes ? bytes : 0;
+  }
+}
+
 // acc[r][s] += this thread's share of rows[r] · x_{r,s}, over the chunks lane, lane + kG, ...
 // below `chunks`; x_{r,s} = xs[r] + s * x_stride (kSameX: xs[0] for every r, read once per chunk
 // for all rows). A null rows[r] loads nothing and adds zeros; its xs[r] must still be readable.
@@ -171,13 +244,32 @@ __device__ __forceinline__ void load_x(const float* p, float (&f)[kN]) {
 // its first round of weight loads before wait_for_inputs, so that round trip overlaps the tail of
 // the kernel before it; x and everything after are read once the wait has returned, which it has
 // on every path out of here.
+// kStagedX: x (xs[0], kSameX) is copied into shared memory (stage_x, in the dynamic shared memory
+// staged_x_launch_bytes gave the launch) after the first round of weight loads, and read from
+// there. Every thread of the block must call this, with lane < kG <= chunks.
 template <typename T, bool kVec, int kS, int kR, int kG, int kU, bool kSameX,
-          bool kWaitFirst = false>
+          bool kWaitFirst = false, bool kStagedX = false>
 __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float* const (&xs)[kR],
                                          const float* const* scale_rows, std::int64_t x_stride,
                                          std::int64_t chunks, int lane, float (&acc)[kR][kS]) {
   using C = WeightChunk<T, kVec>;
   constexpr int kN = C::kN;
+  static_assert(!kStagedX || (kSameX && kVec && kMayStageX<kS>),
+                "staging takes one x, 16-byte chunks");
+  // The 4 floats of x at chunk c, word i (floats 4i..4i+3) of token s for row r.
+  [[maybe_unused]] const std::int64_t staged_tw =
+      kStagedX ? StagedX<(kN < 4 ? 4 : kN), kG>::token_words(chunks) : 0;
+  const auto load_x4 = [&](int r, int s, std::int64_t c, int i, float(&xv)[4]) {
+    if constexpr (kStagedX) {
+      const float4 v = staged_x[s * staged_tw + StagedX<(kN < 4 ? 4 : kN), kG>::at(c, i)];
+      xv[0] = v.x;
+      xv[1] = v.y;
+      xv[2] = v.z;
+      xv[3] = v.w;
+    } else {
+      load_x<4>(xs[r] + s * x_stride + c * kN + 4 * i, xv);
+    }
+  };
   for (std::int64_t c0 = lane; c0 < chunks; c0 += static_cast<std::int64_t>(kG) * kU) {
     typename C::Raw raw[kU][kR];
     [[maybe_unused]] float scale[kU][kR];
@@ -195,10 +287,13 @@ __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float
           scale[u][r] = live ? __ldg(scale_rows[r] + c * kN / kFp8Block) : 0.0f;
       }
     }
-    if constexpr (kWaitFirst) {
+    if constexpr (kWaitFirst || kStagedX) {
       if (c0 == lane) {
-        wait_for_inputs();
-        release_dependents();
+        if constexpr (kWaitFirst) {
+          wait_for_inputs();
+          release_dependents();
+        }
+        if constexpr (kStagedX) stage_x<kN, kG, kS>(xs[0], x_stride, chunks);
       }
     }
 #pragma unroll
@@ -217,10 +312,10 @@ __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float
 #pragma unroll
           for (int s = 0; s < kS; ++s) {
             float xv[4];
-            if constexpr (kSameX) load_x<4>(xs[0] + s * x_stride + c * kN + 4 * i, xv);
+            if constexpr (kSameX) load_x4(0, s, c, i, xv);
 #pragma unroll
             for (int r = 0; r < kR; ++r) {
-              if constexpr (!kSameX) load_x<4>(xs[r] + s * x_stride + c * kN + 4 * i, xv);
+              if constexpr (!kSameX) load_x4(r, s, c, i, xv);
 #pragma unroll
               for (int q = 0; q < 4; ++q) d[r][s] = fmaf(w4[r][q], xv[q], d[r][s]);
             }
@@ -243,7 +338,17 @@ __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float
         for (int s = 0; s < kS; ++s) {
           if constexpr (kSameX) {
             float xv[kN];
-            load_x<kN>(xs[0] + s * x_stride + c * kN, xv);
+            if constexpr (kStagedX) {
+#pragma unroll
+              for (int i = 0; i < kN / 4; ++i) {
+                float x4[4];
+                load_x4(0, s, c, i, x4);
+#pragma unroll
+                for (int q = 0; q < 4; ++q) xv[4 * i + q] = x4[q];
+              }
+            } else {
+              load_x<kN>(xs[0] + s * x_stride + c * kN, xv);
+            }
 #pragma unroll
             for (int r = 0; r < kR; ++r)
 #pragma unroll
@@ -269,13 +374,13 @@ __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float
 
 // The unscaled types' form (f32, bf16).
 template <typename T, bool kVec, int kS, int kR, int kG, int kU, bool kSameX,
-          bool kWaitFirst = false>
+          bool kWaitFirst = false, bool kStagedX = false>
 __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float* const (&xs)[kR],
                                          std::int64_t x_stride, std::int64_t chunks, int lane,
                                          float (&acc)[kR][kS]) {
   static_assert(!WeightChunk<T, kVec>::kScaled, "block-scaled weights need their scale rows");
-  rows_dot<T, kVec, kS, kR, kG, kU, kSameX, kWaitFirst>(rows, xs, nullptr, x_stride, chunks, lane,
-                                                        acc);
+  rows_dot<T, kVec, kS, kR, kG, kU, kSameX, kWaitFirst, kStagedX>(rows, xs, nullptr, x_stride,
+                                                                  chunks, lane, acc);
 }
 
 // rows_dot for a packed format F (cuda_packed_formats.cuh): the same shape of loop, over F's

@@ -21,8 +21,13 @@ constexpr std::size_t kWidenBytes = std::size_t{64} << 20;
 template <int kR>
 inline constexpr int kDefaultChunksInFlight = kR == 1 ? 8 : (kR == 2 ? 4 : 2);
 
-template <typename T, bool kVec, int kS, int kR, int kG, int kU = kDefaultChunksInFlight<kR>>
-__global__ void __launch_bounds__(kGemvThreads)
+// kStaged: x is read from shared memory (StagedX, cuda_gemv.cuh). Staged one-token GEMVs keep
+// to 85 registers so that 3 blocks share a multiprocessor: the FP8 out-projection took 127 and
+// ran 2 blocks an SM, 1.21 waves of its 320 blocks, the SMs idle 42% of the kernel (ncu, session
+// 10).
+template <typename T, bool kVec, int kS, int kR, int kG, int kU = kDefaultChunksInFlight<kR>,
+          bool kStaged = false>
+__global__ void __launch_bounds__(kGemvThreads, kStaged&& kS == 1 ? 3 : 1)
     gemv_kernel(const float* x, const T* w, const float* scales, std::int64_t grid_cols, float* y,
                 std::int64_t in, std::int64_t out) {
   const std::int64_t group =
@@ -40,8 +45,8 @@ __global__ void __launch_bounds__(kGemvThreads)
   }
   float acc[kR][kS] = {};
   // Weights only before the wait (inside rows_dot); x after it.
-  rows_dot<T, kVec, kS, kR, kG, kU, true, true>(rows, xs, scale_rows, in,
-                                                in / WeightChunk<T, kVec>::kN, lane, acc);
+  rows_dot<T, kVec, kS, kR, kG, kU, true, true, kStaged>(rows, xs, scale_rows, in,
+                                                         in / WeightChunk<T, kVec>::kN, lane, acc);
 #pragma unroll
   for (int r = 0; r < kR; ++r)
 #pragma unroll
@@ -61,8 +66,16 @@ template <typename T, bool kVec, int kS, int kR, int kG, int kU = kDefaultChunks
 void launch_gemv(const float* x, const T* w, GemvScales sc, float* y, std::int64_t in,
                  std::int64_t out, cudaStream_t stream) {
   const auto groups = (out + kR - 1) / kR;
-  launch_overlapped(gemv_kernel<T, kVec, kS, kR, kG, kU>, grid_for(groups * kG, kGemvThreads),
-                    kGemvThreads, 0, stream, x, w, sc.data, sc.grid_cols, y, in, out);
+  const auto grid = grid_for(groups * kG, kGemvThreads);
+  if constexpr (kStagesX<T, kVec, kG, kS>) {
+    if (const auto smem = staged_x_launch_bytes<T, kVec, kG, kS>(in / WeightChunk<T, kVec>::kN)) {
+      launch_overlapped(gemv_kernel<T, kVec, kS, kR, kG, kU, true>, grid, kGemvThreads, smem,
+                        stream, x, w, sc.data, sc.grid_cols, y, in, out);
+      return;
+    }
+  }
+  launch_overlapped(gemv_kernel<T, kVec, kS, kR, kG, kU>, grid, kGemvThreads, 0, stream, x, w,
+                    sc.data, sc.grid_cols, y, in, out);
 }
 
 // Lanes per row as gemv_short_rows says. Several tokens share each thread's W chunks over up to 4

@@ -98,7 +98,8 @@ __device__ __forceinline__ bool slot_expert(const std::int32_t* ids, int P, std:
   }
 }
 
-template <typename T, bool kVec, int kS>
+// kStaged: x from shared memory (StagedX, cuda_gemv.cuh).
+template <typename T, bool kVec, int kS, bool kStaged = false>
 __global__ void __launch_bounds__(kGateUpThreads)
     moe_gate_up_fused_kernel(const float* x, const T* gate_up, const float* scales,
                              const std::int32_t* ids, int P, std::int64_t E, std::int64_t H,
@@ -121,8 +122,8 @@ __global__ void __launch_bounds__(kGateUpThreads)
   }
   float acc[2][kS] = {};
   // 5 chunks of each row in flight: a 2560-wide bf16 row is two round trips per lane (three at 4).
-  rows_dot<T, kVec, kS, 2, kWarp, 5, true>(rows, xs, scale_rows, H, H / WeightChunk<T, kVec>::kN,
-                                           lane, acc);
+  rows_dot<T, kVec, kS, 2, kWarp, 5, true, false, kStaged>(rows, xs, scale_rows, H,
+                                                           H / WeightChunk<T, kVec>::kN, lane, acc);
 #pragma unroll
   for (int s = 0; s < kS; ++s) {
     const float g = group_sum<kWarp>(acc[0][s]), up = group_sum<kWarp>(acc[1][s]);
@@ -136,7 +137,7 @@ __global__ void __launch_bounds__(kGateUpThreads)
 // (the form before, two experts in flight per group) kept too few loads in flight: 1.34 TB/s on
 // the H200 under ncu against 2.5 for gate_up (bench/NOTES.md, 2026-12-02). Each row's sum is the
 // one that form computed (the same lanes, chunks and order).
-template <typename T, bool kVec, int kS>
+template <typename T, bool kVec, int kS, bool kStaged = false>
 __global__ void __launch_bounds__(kDownThreads)
     moe_down_part_kernel(const float* act, const T* down, const float* scales,
                          const std::int32_t* ids, int P, std::int64_t E, std::int64_t H,
@@ -160,8 +161,8 @@ __global__ void __launch_bounds__(kDownThreads)
     scale_rows[r] = scales != nullptr && c < H ? ExpertGrid{H, I}.row(scales, e, c) : nullptr;
   }
   float acc[kDownRows][kS] = {};
-  rows_dot<T, kVec, kS, kDownRows, kDownLanes, 8, true>(rows, xs, scale_rows, I,
-                                                        I / WeightChunk<T, kVec>::kN, lane, acc);
+  rows_dot<T, kVec, kS, kDownRows, kDownLanes, 8, true, false, kStaged>(
+      rows, xs, scale_rows, I, I / WeightChunk<T, kVec>::kN, lane, acc);
 #pragma unroll
   for (int r = 0; r < kDownRows; ++r)
 #pragma unroll
@@ -506,7 +507,18 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
       with_dtype(gate_up, [&](auto t) {
         using T = decltype(t);
         const dim3 grid(grid_for(I * kWarp, kGateUpThreads), static_cast<unsigned>(P));
-        if (vec_ok<T>(x.data(), gate_up.data, H))
+        const bool vec = vec_ok<T>(x.data(), gate_up.data, H);
+        if constexpr (kStagesX<T, true, kWarp, kS>) {
+          if (const auto smem =
+                  vec ? staged_x_launch_bytes<T, true, kWarp, kS>(H / WeightChunk<T, true>::kN)
+                      : 0) {
+            launch_overlapped(moe_gate_up_fused_kernel<T, true, kS, true>, grid, kGateUpThreads,
+                              smem, stream(), x.data(), as<T>(gate_up), scales_of(gate_up), ids,
+                              pairs, E, H, I, swiglu_limit, act.data());
+            return;
+          }
+        }
+        if (vec)
           launch_overlapped(moe_gate_up_fused_kernel<T, true, kS>, grid, kGateUpThreads, 0,
                             stream(), x.data(), as<T>(gate_up), scales_of(gate_up), ids, pairs, E,
                             H, I, swiglu_limit, act.data());
@@ -520,7 +532,18 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
         using T = decltype(t);
         const dim3 grid(grid_for(H * kDownLanes / kDownRows, kDownThreads),
                         static_cast<unsigned>(P));
-        if (vec_ok<T>(act.data(), down.data, I))
+        const bool vec = vec_ok<T>(act.data(), down.data, I);
+        if constexpr (kStagesX<T, true, kDownLanes, kS>) {
+          if (const auto smem =
+                  vec ? staged_x_launch_bytes<T, true, kDownLanes, kS>(I / WeightChunk<T, true>::kN)
+                      : 0) {
+            launch_overlapped(moe_down_part_kernel<T, true, kS, true>, grid, kDownThreads, smem,
+                              stream(), act.data(), as<T>(down), scales_of(down), ids, pairs, E, H,
+                              I, outp.data());
+            return;
+          }
+        }
+        if (vec)
           launch_overlapped(moe_down_part_kernel<T, true, kS>, grid, kDownThreads, 0, stream(),
                             act.data(), as<T>(down), scales_of(down), ids, pairs, E, H, I,
                             outp.data());
