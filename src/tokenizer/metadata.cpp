@@ -5,7 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "format/config_json.h"
+#include "format/gguf.h"
 #include "format/json_parse.h"
+#include "tokenizer/gguf_tokenizer.h"
 #include "util/mapped_file.h"
 
 namespace fs {
@@ -111,21 +113,21 @@ std::vector<TokenId> stop_token_ids(const TokenizerMetadata& meta, const Tokeniz
 Expected<TokenizerBundle> load_tokenizer_dir(const std::string& path) {
   namespace stdfs = std::filesystem;
   std::error_code ec;
-  // A model given as one file (a GGUF file) has its tokenizer files beside it. GGUF's own
-  // tokenizer.ggml.* arrays are not read: they lack the pre-tokenizer's split regex, which
-  // llama.cpp keys by name in its own code.
+  // A model given as one file (a GGUF file): a tokenizer.json beside it wins (the user put it
+  // there; ds4's files are used that way), else the tokenizer the file carries
+  // (gguf_tokenizer.h).
   if (stdfs::is_regular_file(path, ec)) {
     const auto folder = stdfs::path(path).parent_path();
     const std::string dir = folder.empty() ? std::string(".") : folder.string();
-    if (!stdfs::exists(stdfs::path(dir) / "tokenizer.json", ec))
-      return not_found("model file " + path +
-                       ": its tokenizer is read from a tokenizer.json "
-                       "beside it, and " +
-                       dir +
-                       " has none (put the model's tokenizer.json, and "
-                       "tokenizer_config.json for its chat template, there; the GGUF "
-                       "tokenizer.ggml.* arrays are not read)");
-    return load_tokenizer_dir(dir);
+    if (stdfs::exists(stdfs::path(dir) / "tokenizer.json", ec)) return load_tokenizer_dir(dir);
+    auto model = GgufModel::open(path);
+    if (!model.ok()) return model.status();
+    auto bundle = tokenizer_from_gguf(model->metadata(), path);
+    if (bundle.status().code() == ErrorCode::kNotFound)
+      return not_found("model file " + path + " carries no tokenizer and " + dir +
+                       " has no tokenizer.json beside it (put the model's tokenizer.json, and "
+                       "tokenizer_config.json for its chat template, there)");
+    return bundle;
   }
   const std::string& dir = path;
   if (!stdfs::is_directory(dir)) return not_found("tokenizer folder " + dir + " does not exist");

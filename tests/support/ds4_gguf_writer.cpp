@@ -1,5 +1,7 @@
 #include "ds4_gguf_writer.h"
 
+#include "gguf_tokenizer_writer.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -191,6 +193,9 @@ Expected<Ds4Gguf> make_ds4_gguf(const std::string& dir, const Ds4GgufOptions& o)
   }
   g.kv_u32("tokenizer.ggml.bos_token_id", c["bos_token_id"].get<std::uint32_t>());
   g.kv_u32("tokenizer.ggml.eos_token_id", c["eos_token_id"].get<std::uint32_t>());
+  if (o.tokenizer)
+    put_vocab(g, vocab_of((std::filesystem::path(dir) / "tokenizer.json").string()),
+              o.tokenizer_pre);
 
   Ds4Gguf out;
   // One checkpoint tensor under its GGUF name into `to`.

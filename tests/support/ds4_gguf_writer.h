@@ -32,6 +32,10 @@ struct Ds4GgufOptions {
   std::string architecture = "deepseek4";
   // The checkpoint's MTP block (`mtp.0.*`) as ds4 ships it: a second file of `mtp.0.*` names.
   bool mtp_side_file = false;
+  // The folder's tokenizer.json as tokenizer.ggml.* arrays (gguf_tokenizer_writer.h), with the
+  // pre-tokenizer name `tokenizer_pre` (the tiny folders' split is Qwen2's).
+  bool tokenizer = false;
+  std::string tokenizer_pre = "qwen2";
 };
 
 struct Ds4Tensor {

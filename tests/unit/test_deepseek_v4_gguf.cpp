@@ -276,6 +276,46 @@ TEST(DeepseekV4Gguf, TextCommandsReadTheTokenizerBesideTheFile) {
       << text;
 }
 
+// The same file carrying its own tokenizer (tokenizer.ggml.*, as llama.cpp's converter writes
+// them) and nothing beside it: the text turn equals the folder's.
+TEST(DeepseekV4Gguf, TextCommandsReadTheTokenizerInsideTheFile) {
+  test::ScratchDir dir;
+  const std::string folder = std::string(FLASHSERVE_SOURCE_DIR) + "/models/deepseek-v4-tiny";
+  auto g = test::make_ds4_gguf(folder, with([](auto& o) { o.tokenizer = true; }));
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  const auto path = dir.file("ds4-tiny.gguf");
+  test::write_bytes(path, g->file);
+  auto generate = [&](const std::string& model) {
+    std::string text;
+    EXPECT_EQ(test::run_command(test::flashserve_binary() + " generate --backend " +
+                                    test::test_backend() + " --dtype f32 --model " + model +
+                                    " --prompt 'def add(a, b):' --max-tokens 6 --temperature 0 "
+                                    "--mtp-depth 0 --json 2>/dev/null",
+                                &text),
+              0)
+        << text;
+    const auto j = nlohmann::json::parse(text, nullptr, false);
+    EXPECT_TRUE(j.is_object()) << text;
+    return j.is_object() ? j["text"].dump() + j["tokens"].dump() : text;
+  };
+  EXPECT_EQ(generate(path), generate(folder));
+  // A pre-tokenizer name the table lacks is refused with the reason, not guessed.
+  auto bad = test::make_ds4_gguf(folder, with([](auto& o) {
+                                   o.tokenizer = true;
+                                   o.tokenizer_pre = "not-a-real-pre";
+                                 }));
+  ASSERT_TRUE(bad.ok());
+  const auto bad_path = dir.file("bad.gguf");
+  test::write_bytes(bad_path, bad->file);
+  std::string text;
+  EXPECT_NE(
+      test::run_command(test::flashserve_binary() + " generate --backend " + test::test_backend() +
+                            " --model " + bad_path + " --prompt hello --max-tokens 2",
+                        &text),
+      0);
+  EXPECT_NE(text.find("'not-a-real-pre' has no split known here"), std::string::npos) << text;
+}
+
 // ds4's MTP side file: a block made by tools/make_ds4_mtp.py, written as a second GGUF of
 // `mtp.0.*` names beside the trunk's, is found and drafts as the safetensors folder's does
 // (greedy: the same tokens, the same drafts accepted); two such files are refused.
