@@ -154,18 +154,52 @@ void launch_map(std::int64_t n, F f, cudaStream_t stream) {
 __global__ void rms_norm_kernel(const float* x, const float* w, std::int64_t wn, std::int64_t group,
                                 std::int64_t cols, float eps, bool unit_offset, const float* gate,
                                 Activation act, float* y) {
-  wait_for_inputs();  // when launched overlapped (cuda_common.h)
-  release_dependents();
   __shared__ double red[32];
   const std::int64_t groups = cols / group;
   const std::int64_t base = (blockIdx.x / groups) * cols + (blockIdx.x % groups) * group;
+  const std::int64_t col0 = (blockIdx.x % groups) * group;
   const float* in = x + base;
+  // Decode's groups (a GDN head's 128, the hidden 2560) fit kPer values a thread: w is loaded
+  // before the wait (no kernel writes it) and x and the gate together after it, so the reduction
+  // is the only round trip left between them and the store (w and the gate used to be loaded
+  // after it). The sum is the same: each thread adds its columns in the same order.
+  constexpr int kPer = 16;
+  if (group <= kPer * static_cast<std::int64_t>(blockDim.x)) {
+    float wv[kPer], xv[kPer], gv[kPer];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const std::int64_t c = threadIdx.x + static_cast<std::int64_t>(j) * blockDim.x;
+      wv[j] = c < group ? w[(col0 + c) % wn] : 0.0f;
+    }
+    wait_for_inputs();  // when launched overlapped (cuda_common.h)
+    release_dependents();
+    double ss = 0;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const std::int64_t c = threadIdx.x + static_cast<std::int64_t>(j) * blockDim.x;
+      xv[j] = c < group ? in[c] : 0.0f;
+      gv[j] = c < group && gate != nullptr ? gate[base + c] : 0.0f;
+      ss += static_cast<double>(xv[j]) * xv[j];
+    }
+    ss = block_sum(ss, red);
+    const float inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(group) + eps));
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const std::int64_t c = threadIdx.x + static_cast<std::int64_t>(j) * blockDim.x;
+      if (c >= group) break;
+      float v = xv[j] * inv * (unit_offset ? 1.0f + wv[j] : wv[j]);
+      if (gate != nullptr) v *= apply_act(gv[j], act);
+      y[base + c] = v;
+    }
+    return;
+  }
+  wait_for_inputs();
+  release_dependents();
   double ss = 0;
   for (std::int64_t c = threadIdx.x; c < group; c += blockDim.x)
     ss += static_cast<double>(in[c]) * in[c];
   ss = block_sum(ss, red);
   const float inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(group) + eps));
-  const std::int64_t col0 = (blockIdx.x % groups) * group;
   for (std::int64_t c = threadIdx.x; c < group; c += blockDim.x) {
     const float wc = w[(col0 + c) % wn];
     float v = in[c] * inv * (unit_offset ? 1.0f + wc : wc);
