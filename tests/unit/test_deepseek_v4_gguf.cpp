@@ -20,6 +20,7 @@
 #include "model/loader.h"
 #include "model/weight_upload.h"
 #include "qwen_fixture.h"
+#include "recording_device.h"
 #include "session/checkpoint.h"
 #include "test_backend.h"
 #include "test_support.h"
@@ -182,26 +183,6 @@ TEST(DeepseekV4Gguf, CliLogitsAndGenerateOnTheFile) {
   EXPECT_NE(text.find("tokenizer.json beside it"), std::string::npos) << text;
 }
 
-// A device that keeps a copy of every weight it is given (as a host buffer, so the test can read
-// it back), with `free` bytes.
-class RecordingDevice final : public Backend {
- public:
-  explicit RecordingDevice(std::uint64_t free) : info_{free, free * 2} {}
-  std::string name() const override { return "recording"; }
-  const std::shared_ptr<Memory>& memory() const override { return host_memory(); }
-  Expected<Weight> upload(const Weight& w, DType) override {
-    auto& copy = copies.emplace_back(w.data, w.data + (w.is_packed() ? w.bytes() : 0));
-    Weight out = w;
-    out.data = copy.data();
-    return out;
-  }
-  std::optional<DeviceMemoryInfo> device_memory() const override { return info_; }
-  std::deque<std::vector<std::uint8_t>> copies;
-
- private:
-  DeviceMemoryInfo info_;
-};
-
 // On a device the fused experts are assembled, uploaded and freed one at a time, after the rest,
 // and counted in the fit check before anything is copied.
 TEST(DeepseekV4Gguf, DeviceUploadAssemblesTheExpertsOneAtATime) {
@@ -217,11 +198,11 @@ TEST(DeepseekV4Gguf, DeviceUploadAssemblesTheExpertsOneAtATime) {
   // Every byte but the experts' fits; with them, not: refused before a copy.
   std::uint64_t experts = 0;
   for (const auto& lw : w->layers) experts += lw.moe.gate_up.bytes();
-  RecordingDevice small(kLoadHeadroomBytes + experts);
+  test::RecordingDevice small(kLoadHeadroomBytes + experts);
   const Status refused = upload_deepseek_v4_weights(*w, small, DType::kF32);
   EXPECT_FALSE(refused.ok());
   EXPECT_TRUE(small.copies.empty()) << small.copies.size() << " weights copied before the refusal";
-  RecordingDevice dev(kLoadHeadroomBytes * 4);
+  test::RecordingDevice dev(kLoadHeadroomBytes * 4);
   ASSERT_TRUE(upload_deepseek_v4_weights(*w, dev, DType::kF32).ok());
   for (std::size_t i = 0; i < w->layers.size(); ++i) {
     const auto name = "layers." + std::to_string(i) + ".mlp.experts.gate_up_proj";

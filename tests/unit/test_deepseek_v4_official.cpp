@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <set>
 
@@ -17,12 +18,16 @@
 #include "format/safetensors.h"
 #include "format/safetensors_writer.h"
 #include "model/convert.h"
+#include "model/deepseek_v4/official_experts.h"
 #include "model/deepseek_v4/official_names.h"
 #include "model/deepseek_v4/schema.h"
+#include "model/deepseek_v4/weights.h"
 #include "model/family.h"
 #include "model/inspect.h"
 #include "model/loader.h"
+#include "model/weight_upload.h"
 #include "qwen_fixture.h"
+#include "recording_device.h"
 #include "tensor/quant/block_scaled.h"
 #include "test_backend.h"
 #include "test_support.h"
@@ -266,6 +271,55 @@ TEST(DeepseekV4Official, HfNamedFp8FolderLoadsToo) {
   test::ScratchDir dir;
   expect_fixture_within(converted(dir, test::hf_tiny("deepseek_v4"), false, "fp8"), "fp8 hf",
                         kFp8Max, kFp8MedianRow, kFp8Argmax);
+}
+
+// On a device the per-expert FP4 tensors are stacked one layer at a time after the rest of the
+// plan, uploaded and freed (the host never holds the 150 GB of a real release's stacked experts),
+// and counted in the fit check before anything is copied; on the CPU they are stacked into
+// buffers the weights keep.
+TEST(DeepseekV4Official, DeviceUploadStacksTheExpertsOneLayerAtATime) {
+  test::ScratchDir dir;
+  const auto folder = converted(dir, test::hf_tiny("deepseek_v4"), true, "fp4");
+  auto d = describe_model(folder);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  const auto& c = std::get<DeepseekV4Config>(d->config);
+  auto w = load_deepseek_v4_weights(c, folder);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  std::vector<DsLayerWeights*> layers;  // the fixture has no MTP block; a release's is one more
+  for (auto& lw : w->layers) layers.push_back(&lw);
+  if (w->mtp) layers.push_back(&w->mtp->layer);
+  std::uint64_t experts = 0;
+  for (auto* lw : layers) {
+    ASSERT_TRUE(lw->official_experts.has_value());
+    EXPECT_TRUE(lw->moe.gate_up.empty() && lw->moe.down.empty()) << "stacked at upload";
+    experts += lw->official_experts->stacked_bytes();
+  }
+  // Everything but the experts fits; with them, not: refused before a copy.
+  test::RecordingDevice small(kLoadHeadroomBytes + experts);
+  EXPECT_FALSE(upload_deepseek_v4_weights(*w, small, DType::kF32).ok());
+  EXPECT_TRUE(small.copies.empty()) << small.copies.size() << " weights copied before the refusal";
+  test::RecordingDevice dev(kLoadHeadroomBytes * 4);
+  ASSERT_TRUE(upload_deepseek_v4_weights(*w, dev, DType::kF32).ok());
+  EXPECT_TRUE(w->host_bytes.empty()) << "no stacked copy kept on the host";
+  auto ck = Checkpoint::open(folder);
+  ASSERT_TRUE(ck.ok());
+  for (auto* lw : layers) {
+    const auto& o = *lw->official_experts;
+    // What the device got: the codes a host stacking writes, gate rows then up rows per expert.
+    std::vector<std::unique_ptr<std::vector<std::uint8_t>>> arena;
+    const auto want =
+        stack_official_experts(*ck, o.layer_prefix, o.experts, o.intermediate, o.hidden, arena);
+    const std::pair<const Weight*, const Weight*> pairs[] = {{&lw->moe.gate_up, &want.gate_up},
+                                                             {&lw->moe.down, &want.down}};
+    for (const auto& [got, ref] : pairs) {
+      ASSERT_EQ(got->shape, ref->shape) << o.layer_prefix;
+      ASSERT_EQ(got->bytes(), ref->bytes());
+      EXPECT_EQ(std::memcmp(got->data, ref->data, ref->bytes()), 0) << o.layer_prefix;
+    }
+    EXPECT_EQ(want.gate_up.bytes() + want.gate_up.scale_bytes() + want.down.bytes() +
+                  want.down.scale_bytes(),
+              o.stacked_bytes());
+  }
 }
 
 // The official folder `src` rewritten as an HF-named f32 folder of its dequantised weights:

@@ -55,6 +55,13 @@ Weight packed_fp4(Shape shape, const std::vector<std::uint8_t>& codes,
 
 }  // namespace
 
+std::uint64_t DsOfficialExperts::stacked_bytes() const {
+  const auto weights = static_cast<std::uint64_t>(experts) * 3 *
+                       static_cast<std::uint64_t>(intermediate) *
+                       static_cast<std::uint64_t>(hidden);
+  return weights / 2 + weights / kFp4Block;
+}
+
 Status check_official_experts(const Checkpoint& ck, const std::string& layer_prefix,
                               std::int64_t experts, std::int64_t intermediate,
                               std::int64_t hidden) {

@@ -84,12 +84,11 @@ MhcHeadWeights hyper_head(const DeepseekV4Config& c, const WeightSource& r, cons
   return w;
 }
 
-// Where a layer's owned buffers go: the hash tables narrowed to int32, and (official folders)
-// the stacked experts, read from `checkpoint` (null for a GGUF file).
+// Where a layer's owned buffers go (the hash tables narrowed to int32), and the checkpoint an
+// official folder's experts are checked in (null for a GGUF file).
 struct LayerArenas {
   const Checkpoint* checkpoint;
   std::vector<std::unique_ptr<std::vector<std::int32_t>>>& ints;
-  std::vector<std::unique_ptr<std::vector<std::uint8_t>>>& bytes;
   bool official = false;
 };
 
@@ -165,10 +164,8 @@ Expected<DsLayerWeights> layer_weights(const DeepseekV4Config& c, const WeightSo
                                          c.moe_intermediate_size, c.hidden_size);
         !st.ok())
       return st;
-    auto stacked = stack_official_experts(*arenas.checkpoint, L, c.n_routed_experts,
-                                          c.moe_intermediate_size, c.hidden_size, arenas.bytes);
-    moe.gate_up = stacked.gate_up;
-    moe.down = stacked.down;
+    lw.official_experts =
+        DsOfficialExperts{L, c.n_routed_experts, c.moe_intermediate_size, c.hidden_size};
   } else {
     moe.gate_up = r.weight(m + "experts.gate_up_proj");
     moe.down = r.weight(m + "experts.down_proj");
@@ -239,7 +236,7 @@ Expected<DeepseekV4Weights> load_deepseek_v4_weights(const DeepseekV4Config& c,
   if (w.checkpoint)
     if (auto st = check_grouped_fp8(c, *w.checkpoint, naming, specs); !st.ok())
       return st.with_context(dir);
-  const LayerArenas arenas{w.checkpoint.get(), w.host_ints, w.host_bytes, w.official_names};
+  const LayerArenas arenas{w.checkpoint.get(), w.host_ints, w.official_names};
   w.embed_tokens = r.weight("embed_tokens.weight");
   w.dtype = w.embed_tokens.dtype;
   w.lm_head = c.tie_word_embeddings ? w.embed_tokens : r.weight("lm_head.weight");
@@ -290,6 +287,22 @@ Status upload_deepseek_v4_weights(DeepseekV4Weights& w, Backend& be, DType matri
     deferred.emplace_back(&x, name);
     deferred_bytes += device_bytes(x, matrix_dtype);
   };
+  // An official folder's experts: stacked now for a host backend (it computes on the stacked
+  // buffers, which the weights keep); on a device after the plan, a layer at a time.
+  std::vector<DsLayerWeights*> deferred_official;
+  auto upload_official = [&](DsLayerWeights& lw) {
+    const auto& o = *lw.official_experts;
+    if (device) {
+      deferred_official.push_back(&lw);
+      deferred_bytes += o.stacked_bytes();
+      return;
+    }
+    const auto stacked = stack_official_experts(*w.checkpoint, o.layer_prefix, o.experts,
+                                                o.intermediate, o.hidden, w.host_bytes);
+    lw.moe.gate_up = stacked.gate_up;
+    lw.moe.down = stacked.down;
+    upload(lw.moe.gate_up), upload(lw.moe.down);
+  };
   auto upload_layer = [&](DsLayerWeights& lw, const std::string& prefix) {
     upload_mhc(lw.attn_hc);
     upload_mhc(lw.ffn_hc);
@@ -305,8 +318,12 @@ Status upload_deepseek_v4_weights(DeepseekV4Weights& w, Backend& be, DType matri
     }
     auto& m = lw.moe;
     upload(m.router.gate), upload(m.router.selection_bias), upload(m.router.token_experts);
-    upload_experts(m.gate_up, prefix + "mlp.experts.gate_up_proj");
-    upload(m.down);
+    if (lw.official_experts) {
+      upload_official(lw);
+    } else {
+      upload_experts(m.gate_up, prefix + "mlp.experts.gate_up_proj");
+      upload(m.down);
+    }
     upload(m.shared.gate), upload(m.shared.up), upload(m.shared.down);
   };
   // A tied lm_head is the embedding's bytes: upload_weights copies them once for both. A packed
@@ -329,7 +346,7 @@ Status upload_deepseek_v4_weights(DeepseekV4Weights& w, Backend& be, DType matri
   if (Status s = upload_weights(be, plan, "the deepseek_v4 weights", deferred_bytes); !s.ok())
     return s;
   ProgressMeter meter("loading the routed experts", deferred_bytes,
-                      deferred.empty() ? nullptr : stderr);
+                      deferred.empty() && deferred_official.empty() ? nullptr : stderr);
   for (auto& [x, name] : deferred) {
     auto up = be.upload(w.gguf->assemble(name), matrix_dtype);
     w.gguf->release(name);
@@ -340,10 +357,27 @@ Status upload_deepseek_v4_weights(DeepseekV4Weights& w, Backend& be, DType matri
     meter.add(device_bytes(*up, matrix_dtype));
     *x = *up;
   }
-  if (!deferred.empty()) meter.finish();
+  for (DsLayerWeights* lw : deferred_official) {
+    const auto& o = *lw->official_experts;
+    std::vector<std::unique_ptr<std::vector<std::uint8_t>>> layer;  // freed after the upload
+    const auto stacked = stack_official_experts(*w.checkpoint, o.layer_prefix, o.experts,
+                                                o.intermediate, o.hidden, layer);
+    auto gate_up = be.upload(stacked.gate_up, matrix_dtype);
+    if (!gate_up.ok()) {
+      meter.finish(false);
+      return gate_up.status().with_context(o.layer_prefix + "mlp.experts (gate_up)");
+    }
+    auto down = be.upload(stacked.down, matrix_dtype);
+    if (!down.ok()) {
+      meter.finish(false);
+      return down.status().with_context(o.layer_prefix + "mlp.experts (down)");
+    }
+    meter.add(o.stacked_bytes());
+    lw->moe.gate_up = *gate_up;
+    lw->moe.down = *down;
+  }
+  if (!deferred.empty() || !deferred_official.empty()) meter.finish();
   w.dtype = w.embed_tokens.dtype;
-  // The stacked experts now live on the device; on the host they are what the CPU computes with.
-  if (be.memory()->device() != Device::kHost) w.host_bytes.clear();
   return {};
 }
 

@@ -21,6 +21,7 @@
 #include "model/common/moe.h"
 #include "model/common/router.h"
 #include "model/deepseek_v4/config.h"
+#include "model/deepseek_v4/official_experts.h"
 #include "model/gguf_tensors.h"
 
 namespace fs {
@@ -57,6 +58,9 @@ struct DsLayerWeights {
   Weight input_layernorm, post_attention_layernorm;  // [H]
   DsAttentionWeights attn;
   ClampedMoeWeights moe;
+  // An official folder's routed experts, checked at load and stacked into moe.gate_up / down at
+  // upload (official_experts.h); until then those two are empty.
+  std::optional<DsOfficialExperts> official_experts;
 };
 
 // The MTP block (arch-dsv4.md 4, ds4's structure): the embedding of the token and the trunk's
@@ -77,8 +81,9 @@ struct DeepseekV4Weights {
   std::unique_ptr<GgufTensors> gguf;
   std::vector<std::unique_ptr<std::vector<float>>> host_vectors;
   std::vector<std::unique_ptr<std::vector<std::int32_t>>> host_ints;
-  // The official release's routed experts stacked per layer (packed FP4 and E8M0 scales); a
-  // device backend's upload copies them and frees these.
+  // The official release's routed experts stacked per layer (packed FP4 and E8M0 scales) for a
+  // host backend, which computes on them; a device backend's upload stacks one layer at a time
+  // into a buffer it frees.
   std::vector<std::unique_ptr<std::vector<std::uint8_t>>> host_bytes;
   bool official_names = false;  // the folder used the official release's names
   Weight embed_tokens, lm_head;
