@@ -45,7 +45,9 @@ void add_tokenize_command(CLI::App& app, Action& action) {
   auto opts = std::make_shared<Options>();
   auto* cmd =
       app.add_subcommand("tokenize", "Token ids of raw text (no special tokens added), as JSON");
-  cmd->add_option("--tokenizer", opts->tokenizer, "Folder with tokenizer.json, or a GGUF model file")->required();
+  cmd->add_option("--tokenizer", opts->tokenizer,
+                  "Folder with tokenizer.json, or a GGUF model file")
+      ->required();
   auto* text = cmd->add_option("--text", opts->text, "The text to encode");
   auto* file = cmd->add_option(
       "--file", opts->file, "A JSON file holding a list of strings; prints one array per string");
@@ -102,7 +104,9 @@ void add_detokenize_command(CLI::App& app, Action& action) {
   };
   auto opts = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("detokenize", "The text of a list of token ids");
-  cmd->add_option("--tokenizer", opts->tokenizer, "Folder with tokenizer.json, or a GGUF model file")->required();
+  cmd->add_option("--tokenizer", opts->tokenizer,
+                  "Folder with tokenizer.json, or a GGUF model file")
+      ->required();
   cmd->add_option("--ids", opts->ids, "Comma-separated token ids")->required();
   cmd->add_flag("--skip-special", opts->skip_special, "Leave out special tokens");
   cmd->callback([opts, &action] {
