@@ -124,6 +124,10 @@ nlohmann::json gguf_json(const GgufInspectReport& r) {
     tensors.push_back(std::move(e));
   }
   j["tensors"] = tensors;
+  j["tokenizer"] = {{"usable", r.tokenizer.usable},
+                    {"source", r.tokenizer.source},
+                    {"tokens", r.tokenizer.tokens},
+                    {"problem", r.tokenizer.problem}};
   j["names_mapped"] = r.names_mapped;
   j["unmapped_tensors"] = r.unmapped_tensors;
   auto per_layer = nlohmann::json::array();
@@ -147,6 +151,13 @@ void print_gguf_text(const GgufInspectReport& r) {
     if (key.rfind("tokenizer.", 0) == 0 && summary.rfind("array", 0) == 0) continue;
     std::cout << "  " << key << " = " << summary << "\n";
   }
+  std::cout << "tokenizer   " << r.tokenizer.source;
+  if (r.tokenizer.usable)
+    std::cout << ", " << r.tokenizer.tokens << " tokens";
+  else
+    std::cout << ": not usable (" << r.tokenizer.problem
+              << "); text needs a tokenizer.json beside the file";
+  std::cout << "\n";
   std::cout << "parameters  " << r.parameters << ", " << r.bytes << " bytes (" << gib(r.bytes)
             << ")\n";
   for (const auto& [type, t] : r.by_type) {

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "format/gguf_names.h"
+#include "tokenizer/gguf_tokenizer.h"
 
 namespace fs {
 namespace {
@@ -48,6 +49,27 @@ bool is_gguf_file(const std::string& path) {
   return in.gcount() == 4 && magic[0] == 'G' && magic[1] == 'G' && magic[2] == 'U' &&
          magic[3] == 'F';
 }
+
+namespace {
+
+void inspect_tokenizer(const GgufModel& model, GgufInspectReport::Tokenizer& t) {
+  if (model.find("tokenizer.huggingface.json")) {
+    t.source = "tokenizer.huggingface.json";
+  } else if (const auto* m = model.find("tokenizer.ggml.model")) {
+    const auto* pre = model.find("tokenizer.ggml.pre");
+    t.source = "tokenizer.ggml.* (" + m->as_string().value_or("?") + ", pre " +
+               (pre ? pre->as_string().value_or("?") : std::string("absent")) + ")";
+  }
+  auto built = tokenizer_from_gguf(model.metadata(), "the file");
+  if (built.ok()) {
+    t.usable = true;
+    t.tokens = built->tokenizer.id_space();
+  } else {
+    t.problem = built.status().message();
+  }
+}
+
+}  // namespace
 
 GgufInspectReport inspect_gguf(const GgufModel& model) {
   GgufInspectReport r;
@@ -115,6 +137,7 @@ GgufInspectReport inspect_gguf(const GgufModel& model) {
     }
     r.tensors.push_back(std::move(t));
   }
+  inspect_tokenizer(model, r.tokenizer);
   return r;
 }
 

@@ -61,6 +61,15 @@ struct GgufInspectReport {
   // For architectures with a name map (format/gguf_names.h): tensors outside the map, MTP apart.
   bool names_mapped = false;
   std::vector<std::string> unmapped_tensors;
+  // The tokenizer the file carries (tokenizer/gguf_tokenizer.h): usable or not, where it comes
+  // from ("tokenizer.ggml.* (pre qwen2)", "tokenizer.huggingface.json", "none") and the reason
+  // when it cannot be used; `tokens` its id space.
+  struct Tokenizer {
+    bool usable = false;
+    std::string source = "none";
+    std::string problem;
+    std::uint64_t tokens = 0;
+  } tokenizer;
 };
 
 GgufInspectReport inspect_gguf(const GgufModel& model);

@@ -15,6 +15,7 @@
 #include "format/gguf.h"
 #include "gguf_test_writer.h"
 #include "gguf_tokenizer_writer.h"
+#include "model/gguf_inspect.h"
 #include "test_support.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/gguf_tokenizer.h"
@@ -187,6 +188,33 @@ TEST(GgufTokenizer, PreTokenizerNamesSelectTheirSplits) {
   ASSERT_FALSE(apart.empty());
   EXPECT_EQ(apart.front(), id("a"));
   EXPECT_EQ(apart.size(), 4u);  // a, then the three bytes of 你
+}
+
+// `flashserve inspect` says whether the file's tokenizer can be used, and why not.
+TEST(GgufTokenizer, InspectReportsTheTokenizer) {
+  const GgufVocab v = vocab_of(model_dir("qwen4-tiny-code") + "/tokenizer.json");
+  test::ScratchDir scratch;
+  auto inspect = [&](GgufBuilder g, const std::string& name) {
+    g.kv_string("general.architecture", "qwen4");
+    test::write_bytes(scratch.file(name), g.build());
+    auto r = inspect_gguf_path(scratch.file(name));
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? r->tokenizer : GgufInspectReport::Tokenizer{};
+  };
+  GgufBuilder good;
+  put_vocab(good, v, "qwen2");
+  const auto t = inspect(good, "good.gguf");
+  EXPECT_TRUE(t.usable) << t.problem;
+  EXPECT_EQ(t.source, "tokenizer.ggml.* (gpt2, pre qwen2)");
+  EXPECT_EQ(t.tokens, v.tokens.size());
+  GgufBuilder unknown;
+  put_vocab(unknown, v, "qwen35");
+  const auto u = inspect(unknown, "unknown.gguf");
+  EXPECT_FALSE(u.usable);
+  EXPECT_NE(u.problem.find("'qwen35' has no split known here"), std::string::npos) << u.problem;
+  const auto none = inspect(GgufBuilder{}, "none.gguf");
+  EXPECT_FALSE(none.usable);
+  EXPECT_EQ(none.source, "none");
 }
 
 TEST(GgufTokenizer, InconsistentArraysAreRefusedByName) {
