@@ -220,6 +220,22 @@ TEST(DeepseekV4Gguf, DeviceUploadAssemblesTheExpertsOneAtATime) {
   }
 }
 
+// The greedy text turn `generate --prompt` gives on `model`: its text and ids (the stats carry
+// timings, so they are left out).
+std::string greedy_text_turn(const std::string& model) {
+  std::string text;
+  EXPECT_EQ(test::run_command(test::flashserve_binary() + " generate --backend " +
+                                  test::test_backend() + " --dtype f32 --model " + model +
+                                  " --prompt 'def add(a, b):' --max-tokens 6 --temperature 0 "
+                                  "--mtp-depth 0 --json 2>/dev/null",
+                              &text),
+            0)
+      << text;
+  const auto j = nlohmann::json::parse(text, nullptr, false);
+  EXPECT_TRUE(j.is_object()) << text;
+  return j.is_object() ? j["text"].dump() + j["tokens"].dump() : text;
+}
+
 // The servable tiny folder (models/deepseek-v4-tiny, with a tokenizer) as a GGUF file with its
 // tokenizer files beside it: text in, the folder's own greedy continuation out.
 TEST(DeepseekV4Gguf, TextCommandsReadTheTokenizerBesideTheFile) {
@@ -231,22 +247,7 @@ TEST(DeepseekV4Gguf, TextCommandsReadTheTokenizerBesideTheFile) {
   test::write_bytes(path, g->file);
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"})
     std::filesystem::copy_file(std::filesystem::path(folder) / f, dir.path() / f);
-  // The greedy turn's text and ids (the stats carry timings).
-  auto generate = [&](const std::string& model) {
-    std::string text;
-    EXPECT_EQ(test::run_command(test::flashserve_binary() + " generate --backend " +
-                                    test::test_backend() + " --dtype f32 --model " + model +
-                                    " --prompt 'def add(a, b):' --max-tokens 6 --temperature 0 "
-                                    "--mtp-depth 0 --json 2>/dev/null",
-                                &text),
-              0)
-        << text;
-    const auto j = nlohmann::json::parse(text, nullptr, false);
-    EXPECT_TRUE(j.is_object()) << text;
-    return j.is_object() ? j["text"].dump() + j["tokens"].dump() : text;
-  };
-  const auto from_file = generate(path);
-  EXPECT_EQ(from_file, generate(folder));
+  EXPECT_EQ(greedy_text_turn(path), greedy_text_turn(folder));
   // A chat turn: the chat format follows the file's architecture (DeepSeek V4's encoding).
   std::string text;
   EXPECT_EQ(
@@ -266,20 +267,7 @@ TEST(DeepseekV4Gguf, TextCommandsReadTheTokenizerInsideTheFile) {
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   const auto path = dir.file("ds4-tiny.gguf");
   test::write_bytes(path, g->file);
-  auto generate = [&](const std::string& model) {
-    std::string text;
-    EXPECT_EQ(test::run_command(test::flashserve_binary() + " generate --backend " +
-                                    test::test_backend() + " --dtype f32 --model " + model +
-                                    " --prompt 'def add(a, b):' --max-tokens 6 --temperature 0 "
-                                    "--mtp-depth 0 --json 2>/dev/null",
-                                &text),
-              0)
-        << text;
-    const auto j = nlohmann::json::parse(text, nullptr, false);
-    EXPECT_TRUE(j.is_object()) << text;
-    return j.is_object() ? j["text"].dump() + j["tokens"].dump() : text;
-  };
-  EXPECT_EQ(generate(path), generate(folder));
+  EXPECT_EQ(greedy_text_turn(path), greedy_text_turn(folder));
   // A pre-tokenizer name the table lacks is refused with the reason, not guessed.
   auto bad = test::make_ds4_gguf(folder, with([](auto& o) {
                                    o.tokenizer = true;

@@ -13,19 +13,21 @@
 namespace fs {
 namespace cuda {
 
+namespace {
+// A switch that is on unless its variable is "0", read once per process.
+bool on_unless_zero(const char* var) {
+  const char* v = std::getenv(var);
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+}  // namespace
+
 bool overlap_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("FLASHSERVE_CUDA_OVERLAP");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = on_unless_zero("FLASHSERVE_CUDA_OVERLAP");
   return on;
 }
 
 bool staged_x_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("FLASHSERVE_CUDA_STAGE_X");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = on_unless_zero("FLASHSERVE_CUDA_STAGE_X");
   return on;
 }
 

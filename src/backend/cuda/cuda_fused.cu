@@ -150,16 +150,14 @@ __global__ void __launch_bounds__(kGemvThreads)
 template <typename T, int kS, int kR, int kG, int kU = kMultiChunksInFlight<kR>>
 void launch_multi_gemv(const float* x, const Segments& segs, std::int64_t in, cudaStream_t stream) {
   const auto groups = (segs.total + kR - 1) / kR;
-  const auto grid = grid_for(groups * kG, kGemvThreads);
+  auto kernel = multi_gemv_kernel<T, kS, kR, kG, kU>;
+  std::size_t smem = 0;
   if constexpr (kStagesX<T, true, kG, kS>) {
-    if (const auto smem = staged_x_launch_bytes<T, true, kG, kS>(in / WeightChunk<T, true>::kN)) {
-      launch_overlapped(multi_gemv_kernel<T, kS, kR, kG, kU, true>, grid, kGemvThreads, smem,
-                        stream, x, segs, in);
-      return;
-    }
+    smem = staged_x_launch_bytes<T, true, kG, kS>(in / WeightChunk<T, true>::kN);
+    if (smem) kernel = multi_gemv_kernel<T, kS, kR, kG, kU, true>;
   }
-  launch_overlapped(multi_gemv_kernel<T, kS, kR, kG, kU>, grid, kGemvThreads, 0, stream, x, segs,
-                    in);
+  launch_overlapped(kernel, grid_for(groups * kG, kGemvThreads), kGemvThreads, smem, stream, x,
+                    segs, in);
 }
 
 template <typename T, int kS>

@@ -222,16 +222,13 @@ inline constexpr bool kStagesX = kVec&& kMayStageX<kS>&& kG <= kWarp &&
 bool staged_x_enabled();
 template <typename T, bool kVec, int kG, int kS>
 std::size_t staged_x_launch_bytes(std::int64_t chunks) {
-  if constexpr (!kStagesX<T, kVec, kG, kS>) {
-    return 0;
-  } else {
-    if (!staged_x_enabled() || chunks < kG) return 0;
-    const auto bytes =
-        static_cast<std::size_t>(kS) *
-        static_cast<std::size_t>(StagedX<WeightChunk<T, true>::kN, kG>::token_words(chunks)) *
-        sizeof(float4);
-    return bytes <= kMaxStagedXBytes ? bytes : 0;
-  }
+  static_assert(kStagesX<T, kVec, kG, kS>, "ask only where kStagesX allows staging");
+  if (!staged_x_enabled() || chunks < kG) return 0;
+  const auto bytes =
+      static_cast<std::size_t>(kS) *
+      static_cast<std::size_t>(StagedX<WeightChunk<T, kVec>::kN, kG>::token_words(chunks)) *
+      sizeof(float4);
+  return bytes <= kMaxStagedXBytes ? bytes : 0;
 }
 
 // acc[r][s] += this thread's share of rows[r] · x_{r,s}, over the chunks lane, lane + kG, ...
@@ -257,11 +254,11 @@ __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float
   static_assert(!kStagedX || (kSameX && kVec && kMayStageX<kS>),
                 "staging takes one x, 16-byte chunks");
   // The 4 floats of x at chunk c, word i (floats 4i..4i+3) of token s for row r.
-  [[maybe_unused]] const std::int64_t staged_tw =
-      kStagedX ? StagedX<(kN < 4 ? 4 : kN), kG>::token_words(chunks) : 0;
+  using Staged = StagedX<kStagedX ? kN : 4, kG>;  // (unstaged one-element chunks: unused)
+  [[maybe_unused]] const std::int64_t staged_tw = kStagedX ? Staged::token_words(chunks) : 0;
   const auto load_x4 = [&](int r, int s, std::int64_t c, int i, float(&xv)[4]) {
     if constexpr (kStagedX) {
-      const float4 v = staged_x[s * staged_tw + StagedX<(kN < 4 ? 4 : kN), kG>::at(c, i)];
+      const float4 v = staged_x[s * staged_tw + Staged::at(c, i)];
       xv[0] = v.x;
       xv[1] = v.y;
       xv[2] = v.z;

@@ -66,15 +66,13 @@ template <typename T, bool kVec, int kS, int kR, int kG, int kU = kDefaultChunks
 void launch_gemv(const float* x, const T* w, GemvScales sc, float* y, std::int64_t in,
                  std::int64_t out, cudaStream_t stream) {
   const auto groups = (out + kR - 1) / kR;
-  const auto grid = grid_for(groups * kG, kGemvThreads);
+  auto kernel = gemv_kernel<T, kVec, kS, kR, kG, kU>;
+  std::size_t smem = 0;
   if constexpr (kStagesX<T, kVec, kG, kS>) {
-    if (const auto smem = staged_x_launch_bytes<T, kVec, kG, kS>(in / WeightChunk<T, kVec>::kN)) {
-      launch_overlapped(gemv_kernel<T, kVec, kS, kR, kG, kU, true>, grid, kGemvThreads, smem,
-                        stream, x, w, sc.data, sc.grid_cols, y, in, out);
-      return;
-    }
+    smem = staged_x_launch_bytes<T, kVec, kG, kS>(in / WeightChunk<T, kVec>::kN);
+    if (smem) kernel = gemv_kernel<T, kVec, kS, kR, kG, kU, true>;
   }
-  launch_overlapped(gemv_kernel<T, kVec, kS, kR, kG, kU>, grid, kGemvThreads, 0, stream, x, w,
+  launch_overlapped(kernel, grid_for(groups * kG, kGemvThreads), kGemvThreads, smem, stream, x, w,
                     sc.data, sc.grid_cols, y, in, out);
 }
 

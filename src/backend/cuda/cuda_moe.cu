@@ -508,24 +508,15 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
         using T = decltype(t);
         const dim3 grid(grid_for(I * kWarp, kGateUpThreads), static_cast<unsigned>(P));
         const bool vec = vec_ok<T>(x.data(), gate_up.data, H);
+        auto kernel =
+            vec ? moe_gate_up_fused_kernel<T, true, kS> : moe_gate_up_fused_kernel<T, false, kS>;
+        std::size_t smem = 0;
         if constexpr (kStagesX<T, true, kWarp, kS>) {
-          if (const auto smem =
-                  vec ? staged_x_launch_bytes<T, true, kWarp, kS>(H / WeightChunk<T, true>::kN)
-                      : 0) {
-            launch_overlapped(moe_gate_up_fused_kernel<T, true, kS, true>, grid, kGateUpThreads,
-                              smem, stream(), x.data(), as<T>(gate_up), scales_of(gate_up), ids,
-                              pairs, E, H, I, swiglu_limit, act.data());
-            return;
-          }
+          smem = vec ? staged_x_launch_bytes<T, true, kWarp, kS>(H / WeightChunk<T, true>::kN) : 0;
+          if (smem) kernel = moe_gate_up_fused_kernel<T, true, kS, true>;
         }
-        if (vec)
-          launch_overlapped(moe_gate_up_fused_kernel<T, true, kS>, grid, kGateUpThreads, 0,
-                            stream(), x.data(), as<T>(gate_up), scales_of(gate_up), ids, pairs, E,
-                            H, I, swiglu_limit, act.data());
-        else
-          launch_overlapped(moe_gate_up_fused_kernel<T, false, kS>, grid, kGateUpThreads, 0,
-                            stream(), x.data(), as<T>(gate_up), scales_of(gate_up), ids, pairs, E,
-                            H, I, swiglu_limit, act.data());
+        launch_overlapped(kernel, grid, kGateUpThreads, smem, stream(), x.data(), as<T>(gate_up),
+                          scales_of(gate_up), ids, pairs, E, H, I, swiglu_limit, act.data());
       });
       if (!launched(kOp)) return;
       with_dtype(down, [&](auto t) {
@@ -533,24 +524,15 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
         const dim3 grid(grid_for(H * kDownLanes / kDownRows, kDownThreads),
                         static_cast<unsigned>(P));
         const bool vec = vec_ok<T>(act.data(), down.data, I);
+        auto kernel = vec ? moe_down_part_kernel<T, true, kS> : moe_down_part_kernel<T, false, kS>;
+        std::size_t smem = 0;
         if constexpr (kStagesX<T, true, kDownLanes, kS>) {
-          if (const auto smem =
-                  vec ? staged_x_launch_bytes<T, true, kDownLanes, kS>(I / WeightChunk<T, true>::kN)
-                      : 0) {
-            launch_overlapped(moe_down_part_kernel<T, true, kS, true>, grid, kDownThreads, smem,
-                              stream(), act.data(), as<T>(down), scales_of(down), ids, pairs, E, H,
-                              I, outp.data());
-            return;
-          }
+          smem = vec ? staged_x_launch_bytes<T, true, kDownLanes, kS>(I / WeightChunk<T, true>::kN)
+                     : 0;
+          if (smem) kernel = moe_down_part_kernel<T, true, kS, true>;
         }
-        if (vec)
-          launch_overlapped(moe_down_part_kernel<T, true, kS>, grid, kDownThreads, 0, stream(),
-                            act.data(), as<T>(down), scales_of(down), ids, pairs, E, H, I,
-                            outp.data());
-        else
-          launch_overlapped(moe_down_part_kernel<T, false, kS>, grid, kDownThreads, 0, stream(),
-                            act.data(), as<T>(down), scales_of(down), ids, pairs, E, H, I,
-                            outp.data());
+        launch_overlapped(kernel, grid, kDownThreads, smem, stream(), act.data(), as<T>(down),
+                          scales_of(down), ids, pairs, E, H, I, outp.data());
       });
       if (!launched(kOp)) return;
       launch_overlapped(moe_combine_fused_kernel<kS>, grid_for(H, 256), 256, 0, stream(),

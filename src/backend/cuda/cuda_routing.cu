@@ -265,12 +265,8 @@ __global__ void route_warp_kernel(const float* logits, std::int64_t S, std::int6
   sum = warp_sum(sum);
 #pragma unroll
   for (int j = 0; j < kPer; ++j) p[j] = static_cast<float>(p[j] / sum);
-  // Pick r is kept by lane r % 32 (k <= 64: two a lane) and written once at the end: the
-  // normalisation used to read each pick back from global memory in lane 0 (8.5 us for ~100
-  // cycles of SM work, ncu session 10). bv and bi are the whole warp's after warp_best, so every
-  // lane sums the same total in pick order.
-  std::int32_t pick_id[2] = {-1, -1};
-  float pick_value[2] = {0.0f, 0.0f};
+  std::int32_t* ri = idx + s * k;
+  float* rv = val + s * k;
   unsigned taken = 0;  // bit j: this lane's slot j was picked
   float total = 0;
   for (std::int64_t r = 0; r < k; ++r) {
@@ -286,25 +282,14 @@ __global__ void route_warp_kernel(const float* logits, std::int64_t S, std::int6
     }
     warp_best(bv, bi);
     if (bi >= 0 && bi % kWarp == lane) taken |= 1u << (bi / kWarp);
-    const float v = bi >= 0 ? bv : 0.0f;
-    total += v;
-    if (r % kWarp == lane) {
-      if (r < kWarp) {
-        pick_id[0] = bi;
-        pick_value[0] = v;
-      } else {
-        pick_id[1] = bi;
-        pick_value[1] = v;
-      }
+    if (lane == 0) {
+      ri[r] = bi;
+      rv[r] = bi >= 0 ? bv : 0.0f;
+      total += rv[r];
     }
   }
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const std::int64_t r = lane + kWarp * j;
-    if (r >= k) break;
-    idx[s * k + r] = pick_id[j];
-    val[s * k + r] = normalize ? pick_value[j] / total : pick_value[j];
-  }
+  if (normalize && lane == 0)
+    for (std::int64_t r = 0; r < k; ++r) rv[r] /= total;
 }
 
 }  // namespace
