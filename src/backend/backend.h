@@ -372,6 +372,11 @@ class Backend {
     std::vector<std::int64_t> words;  // compared exactly
     bool operator==(const StepGraphKey&) const = default;
   };
+  // Dry ops (a measurement, never a computation): while on, every op does its host work and
+  // ensures its outputs but queues no device work, so their contents are whatever the memory
+  // held. `flashserve bench --marginal` times a decode step with one op group dry, which gives
+  // that group's share of the overlapped step. False: this backend cannot (the CPU).
+  virtual bool set_dry_ops(bool /*on*/) { return false; }
   // Whether this backend runs decode steps as graphs (the CUDA backend with
   // FLASHSERVE_CUDA_GRAPHS=1, or after set_step_graphs(true); never the CPU).
   virtual bool step_graphs() const { return false; }

@@ -95,6 +95,55 @@ struct Bench {
   }
 };
 
+// The overlapped op-group pass (BenchOptions::marginal). A dry group leaves its outputs as the
+// memory held them (values of earlier steps), so the ops after it do their usual work; what a
+// dry run cannot remove are device copies (cache appends, slices), counted with what stays.
+Expected<json> marginal_pass(Bench& b, const QwenNextConfig& c, const BenchOptions& o) {
+  if (!b.timing->set_dry_group(OpGroup::kLinear)) {
+    b.timing->set_dry_group(std::nullopt);
+    b.log << "bench: the " << b.timing->name() << " backend cannot run ops dry: no marginal pass\n";
+    return json();
+  }
+  b.timing->set_dry_group(std::nullopt);
+  DecodeState base = new_decode_state(*b.model);
+  if (auto s = fill_synthetic_context(*b.model, c, o.contexts.front(), o.seed, base); !s.ok())
+    return s;
+  const auto n = o.decode_tokens;
+  auto ms_per_token = [&]() -> Expected<double> {
+    if (auto w = b.decode(base, 3, 0, nullptr); !w.ok()) return w.status();
+    auto r = b.decode(base, n, 0, nullptr);
+    if (!r.ok()) return r.status();
+    return 1e3 * r->seconds / static_cast<double>(r->result.tokens.size());
+  };
+  auto full = ms_per_token();
+  if (!full.ok()) return full.status();
+  json groups = json::object();
+  double shares = 0;
+  for (std::size_t g = 0; g < kOpGroups; ++g) {
+    const auto group = static_cast<OpGroup>(g);
+    b.timing->set_dry_group(group);
+    auto without = ms_per_token();
+    b.timing->set_dry_group(std::nullopt);
+    if (!without.ok()) {
+      groups[op_group_name(group)] = {{"error", without.status().to_string()}};
+      continue;
+    }
+    const double share = *full - *without;
+    shares += share;
+    groups[op_group_name(group)] = {{"ms_per_token_without", *without}, {"ms_per_token", share}};
+    b.log << "bench: without " << op_group_name(group) << " " << *without << " ms per token ("
+          << share << " ms its share)\n";
+  }
+  return json{{"context", o.contexts.front()},
+              {"ms_per_token", *full},
+              {"groups", groups},
+              {"sum_of_shares_ms", shares},
+              {"note",
+               "a group's share is the step's time minus the step's time with that group's ops "
+               "dry (host work kept, no device work queued; device copies stay): measured "
+               "with launches overlapped as decode runs them"}};
+}
+
 json bytes_json(const DecodeBytes& b) {
   return {{"weights", b.weights}, {"state", b.state}, {"total", b.total()}};
 }
@@ -273,6 +322,12 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
   }
   out["decode"] = decode;
 
+  if (o.marginal && !o.contexts.empty()) {
+    auto m = marginal_pass(b, c, o);
+    if (!m.ok()) return m.status();
+    if (!m->is_null()) out["marginal"] = std::move(*m);
+  }
+
   // The profiled pass: autoregressive at the first context with every op timed by group.
   if (o.profile && !o.contexts.empty()) {
     DecodeState base = new_decode_state(*model);
@@ -413,6 +468,24 @@ std::string bench_table(const json& r) {
     }
     std::snprintf(line, sizeof line, "  %-26s %8.3f ms  (of which sampling %.3f ms)\n", "host",
                   p["host_ms_per_token"].get<double>(), p["sampling_ms_per_token"].get<double>());
+    t << line;
+  }
+  if (r.contains("marginal")) {
+    const auto& m = r["marginal"];
+    t << "\neach group's share of the overlapped autoregressive step at context "
+      << m["context"].get<long long>() << ": " << m["ms_per_token"].get<double>()
+      << " ms/token (the step minus the step with the group's ops dry)\n";
+    for (const auto& [name, g] : m["groups"].items()) {
+      if (g.contains("error")) {
+        t << "  " << name << ": " << g["error"].get<std::string>() << "\n";
+        continue;
+      }
+      std::snprintf(line, sizeof line, "  %-26s %8.3f ms  (%.3f ms without it)\n", name.c_str(),
+                    g["ms_per_token"].get<double>(), g["ms_per_token_without"].get<double>());
+      t << line;
+    }
+    std::snprintf(line, sizeof line, "  %-26s %8.3f ms\n", "sum of the shares",
+                  m["sum_of_shares_ms"].get<double>());
     t << line;
   }
   return t.str();

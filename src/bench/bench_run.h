@@ -25,7 +25,12 @@ struct BenchOptions {
   std::int64_t ple_head_rows = 100'000;  // rows per n-gram head of the PLE table (host)
   std::int64_t reserve_mib = 16 * 1024;  // device memory left for state and activations
   std::uint64_t seed = 1;
-  bool profile = true;           // the op-group pass
+  bool profile = true;  // the op-group pass
+  // The overlapped op-group pass: autoregressive decode at the first context once with every op
+  // and once per group with that group's ops dry (Backend::set_dry_ops), so that each group's
+  // share of the step is measured as the step runs, launches overlapped (the profiled pass
+  // brackets each op with events, which serialises them). Backends that cannot run dry skip it.
+  bool marginal = false;
   std::int64_t draft_vocab = 0;  // MTP drafts over ids [0, n) (0: the whole vocabulary)
   // Matrices: "bf16", or "fp8" (the projections FP8 E4M3 with 128x128 f32 block scales, the
   // rest bf16: what `convert --quantize fp8` and the FP8 releases hold).

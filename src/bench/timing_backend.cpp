@@ -218,10 +218,13 @@ void TimingBackend::mhc_expand(Tensor& h, const Tensor& y, const Tensor& post, c
 }
 
 void TimingBackend::argmax_rows(const Tensor& x, Tensor& ids) {
-  run(OpGroup::kLmHead, [&](Backend& be) { be.argmax_rows(x, ids); });
+  run(
+      OpGroup::kLmHead, [&](Backend& be) { be.argmax_rows(x, ids); }, /*may_run_dry=*/false);
 }
 void TimingBackend::softmax_denominators(const Tensor& x, double temperature, Tensor& totals) {
-  run(OpGroup::kLmHead, [&](Backend& be) { be.softmax_denominators(x, temperature, totals); });
+  run(
+      OpGroup::kLmHead, [&](Backend& be) { be.softmax_denominators(x, temperature, totals); },
+      /*may_run_dry=*/false);
 }
 
 void TimingBackend::set_step_graphs(bool on) {

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "backend/backend.h"
 #include "bench/op_clock.h"
@@ -20,6 +21,12 @@ class TimingBackend final : public Backend {
       : inner_(std::move(inner)), clock_(make_op_clock(inner_->memory())), vocab_(vocab) {}
 
   void set_enabled(bool on) { enabled_ = on; }
+  // The ops of group g run dry (Backend::set_dry_ops) until cleared with nullopt, except the
+  // token picks, which the decode loop reads: false when the inner backend cannot run dry.
+  bool set_dry_group(std::optional<OpGroup> g) {
+    dry_group_ = g;
+    return !g || inner_->set_dry_ops(false);
+  }
   // Seconds per group and ops per group since the last reset (waits for the device).
   std::array<double, kOpGroups> seconds() { return clock_->totals(); }
   const std::array<std::int64_t, kOpGroups>& calls() const { return calls_; }
@@ -142,8 +149,10 @@ class TimingBackend final : public Backend {
     }
   }
   template <typename F>
-  void run(OpGroup g, F&& fn) {
+  void run(OpGroup g, F&& fn, bool may_run_dry = true) {
     if (failed()) return;
+    const bool dry = may_run_dry && dry_group_ == g;
+    if (dry) inner_->set_dry_ops(true);
     if (enabled_) {
       ++calls_[static_cast<std::size_t>(g)];
       clock_->start();
@@ -152,6 +161,7 @@ class TimingBackend final : public Backend {
     } else {
       fn(*inner_);
     }
+    if (dry) inner_->set_dry_ops(false);
     if (!inner_->status().ok()) {
       fail(inner_->status());
       inner_->clear_status();
@@ -162,6 +172,7 @@ class TimingBackend final : public Backend {
   std::unique_ptr<OpClock> clock_;
   std::int64_t vocab_;
   bool enabled_ = false;
+  std::optional<OpGroup> dry_group_;
   std::array<std::int64_t, kOpGroups> calls_{};
 };
 

@@ -70,6 +70,9 @@ void add_bench_command(CLI::App& app, Action& action) {
   cmd->add_option("--top-k", o->bench.top_k, "top_k of the sampled runs (0: off)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-profile", o->no_profile, "Skip the op-group profiled pass");
+  cmd->add_flag("--marginal", o->bench.marginal,
+                "Also time autoregressive decode with each op group's ops dry: each group's "
+                "share of the overlapped step (a device backend only)");
   cmd->add_option("--json", o->json_path, "Also write the JSON result to this file");
   cmd->callback([o, &action] {
     action = [o]() -> int {

@@ -1713,6 +1713,32 @@ TEST_P(BackendOps, MatchesCpu) {
 INSTANTIATE_TEST_SUITE_P(Cpu, BackendOps, ::testing::ValuesIn(parity_params("cpu")), param_name);
 INSTANTIATE_TEST_SUITE_P(Cuda, BackendOps, ::testing::ValuesIn(parity_params("cuda")), param_name);
 
+// Dry ops (the bench's overlapped op-group pass) queue nothing: outputs get their shapes and
+// keep what the memory held, and the backend computes again once they are off.
+TEST(CudaDryOps, QueueNothingAndKeepTheOutputs) {
+  std::string why;
+  auto be = backend_under_test("cuda", &why);
+  if (!be) GTEST_SKIP() << why;
+  Rng rng(0xd7u);
+  const Feed f{*be};
+  const auto x = random_tensor({1, 64}, rng, 1.0f);
+  const auto w = random_weight(DType::kBF16, {32, 64}, rng, 0.2f);
+  const Weight wd = f.w(w);
+  const Tensor xd = f.in(x);
+  Tensor y = f.in(Tensor(Shape{1, 32}));
+  ASSERT_TRUE(be->set_dry_ops(true));
+  be->linear(xd, wd, y);
+  be->synchronize();
+  ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+  EXPECT_EQ(y.shape(), (Shape{1, 32}));
+  for (const float v : y.to_host_vector()) EXPECT_EQ(v, 0.0f);
+  be->set_dry_ops(false);
+  be->linear(xd, wd, y);
+  const auto got = y.to_host_vector();
+  EXPECT_TRUE(std::any_of(got.begin(), got.end(), [](float v) { return v != 0.0f; }));
+  EXPECT_FALSE(make_cpu_backend()->set_dry_ops(true));
+}
+
 // ---------------------------------------------------------------------------------------------
 // The CPU against direct computations.
 

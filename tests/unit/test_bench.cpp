@@ -325,6 +325,51 @@ TEST(BenchRun, PackedMixesRunExactAndStoreFewerBytes) {
   }
 }
 
+// The overlapped op-group pass needs dry ops: the CPU cannot run them, says so and adds nothing.
+TEST(BenchRun, MarginalPassIsSkippedWhereOpsCannotRunDry) {
+  BenchOptions o;
+  o.backend = "cpu";
+  o.prefill = {};
+  o.contexts = {20};
+  o.decode_tokens = 3;
+  o.max_depth = 0;
+  o.profile = false;
+  o.marginal = true;
+  std::ostringstream log;
+  auto r = run_bench(o, log);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_FALSE(r->contains("marginal"));
+  EXPECT_NE(log.str().find("cannot run ops dry"), std::string::npos) << log.str();
+}
+
+// On a GPU every group gets its share, and the step without a group is a step that still runs
+// (its outputs are stale memory, not errors).
+TEST(BenchRun, MarginalPassGivesEveryGroupAShareOnTheGpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  BenchOptions o;
+  o.backend = "cuda";
+  o.tiny = true;
+  o.prefill = {};
+  o.contexts = {20};
+  o.decode_tokens = 6;
+  o.max_depth = 0;
+  o.profile = false;
+  o.marginal = true;
+  std::ostringstream log;
+  auto r = run_bench(o, log);
+  ASSERT_TRUE(r.ok()) << r.status().to_string() << "\n" << log.str();
+  ASSERT_TRUE(r->contains("marginal")) << log.str();
+  const auto& m = (*r)["marginal"];
+  EXPECT_GT(m["ms_per_token"].get<double>(), 0);
+  for (const char* g : {"gemv_linear", "routed_experts", "gdn", "attention_indexer",
+                        "norms_hyper_connections", "lm_head"}) {
+    ASSERT_TRUE(m["groups"].contains(g)) << g;
+    ASSERT_FALSE(m["groups"][g].contains("error")) << g << ": " << m["groups"][g]["error"];
+    EXPECT_GT(m["groups"][g]["ms_per_token_without"].get<double>(), 0) << g;
+  }
+  EXPECT_NE(bench_table(*r).find("share of the overlapped"), std::string::npos);
+}
+
 TEST(BenchCli, CpuCommandPrintsJsonAndCudaWithoutGpuSaysSo) {
   test::ScratchDir dir;
   std::string text;

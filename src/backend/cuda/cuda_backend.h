@@ -250,6 +250,10 @@ class CudaBackend final : public Backend {
   void shared_expert(const Tensor& x, const Weight& gate, const Weight& up, const Weight& down,
                      const Weight& expert_gate, Tensor& y) override;
 
+  bool set_dry_ops(bool on) override {
+    dry_ = on;
+    return true;
+  }
   bool step_graphs() const override { return graphs_on_; }
   void set_step_graphs(bool on) override { graphs_on_ = on; }
   void begin_step_graph(const StepGraphKey& key) override;
@@ -289,9 +293,10 @@ class CudaBackend final : public Backend {
   bool on_device(const char* op, const Weight& w, bool packed_ok = false);
   // Ends the open step; launches its graph when `run` and nothing failed.
   void end_step_graph(bool run);
-  // Inside a replay's walk: an op does its host work (checks, outputs, step_scalar, staging) and
-  // then returns before queueing anything.
-  bool walking() const { return mode_ == StepMode::kWalk; }
+  // Inside a replay's walk (or with dry ops, set_dry_ops): an op does its host work (checks,
+  // outputs, step_scalar, staging) and then returns before queueing anything. Device copies are
+  // CudaMemory's, which a replay's walk skips and dry ops do not.
+  bool walking() const { return mode_ == StepMode::kWalk || dry_; }
   // A per-step scalar argument (StepScalar): its value eagerly; inside a step graph the next slot
   // of the graph's parameter block, written with `v` (the walk takes the slots in the order the
   // recording did).
@@ -337,6 +342,7 @@ class CudaBackend final : public Backend {
   // step_ is the graph of the open step.
   enum class StepMode { kEager, kCapture, kWalk };
   bool graphs_on_ = false;
+  bool dry_ = false;  // set_dry_ops
   StepMode mode_ = StepMode::kEager;
   StepGraph* step_ = nullptr;
   std::int64_t walk_began_ns_ = 0;
