@@ -196,6 +196,15 @@ void Backend::shared_expert(const Tensor& x, const Weight& gate, const Weight& u
   mul_rows(shared, scalar);
   add(y, shared);
 }
+void Backend::moe_block(const Tensor& x, const Weight& router, std::int64_t top_k, bool normalize,
+                        const Weight& gate_up, const Weight& down, const Weight& shared_gate,
+                        const Weight& shared_up, const Weight& shared_down,
+                        const Weight& shared_expert_gate, Tensor& experts, Tensor& weights,
+                        Tensor& y) {
+  route_experts(x, router, top_k, normalize, experts, weights);
+  moe_experts(x, gate_up, down, experts, weights, 0, y);
+  shared_expert(x, shared_gate, shared_up, shared_down, shared_expert_gate, y);
+}
 void Backend::rope(Tensor&, std::int64_t, std::int64_t, std::int64_t, std::int64_t, double) {
   unimplemented("rope");
 }

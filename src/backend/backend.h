@@ -340,6 +340,16 @@ class Backend {
   //   y += sigmoid(x · expert_gate^T) * (down · (silu(x · gate^T) * (x · up^T))).
   virtual void shared_expert(const Tensor& x, const Weight& gate, const Weight& up,
                              const Weight& down, const Weight& expert_gate, Tensor& y);
+  // Qwen's whole MoE block (model/common/moe.h `moe`): the routing, the routed experts written to
+  // y [S, H], the gated shared expert added into it:
+  //   route_experts(x, router, top_k, normalize, experts, weights);
+  //   moe_experts(x, gate_up, down, experts, weights, 0, y);
+  //   shared_expert(x, shared_gate, shared_up, shared_down, shared_expert_gate, y).
+  virtual void moe_block(const Tensor& x, const Weight& router, std::int64_t top_k, bool normalize,
+                         const Weight& gate_up, const Weight& down, const Weight& shared_gate,
+                         const Weight& shared_up, const Weight& shared_down,
+                         const Weight& shared_expert_gate, Tensor& experts, Tensor& weights,
+                         Tensor& y);
 
   // --- sampling ------------------------------------------------------------------------------
   // ids[r, 0] = the index of the largest entry of row r of x, ties to the lower index (the CPU

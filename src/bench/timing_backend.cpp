@@ -184,6 +184,16 @@ void TimingBackend::shared_expert(const Tensor& x, const Weight& gate, const Wei
                                   const Weight& down, const Weight& expert_gate, Tensor& y) {
   run(OpGroup::kLinear, [&](Backend& be) { be.shared_expert(x, gate, up, down, expert_gate, y); });
 }
+void TimingBackend::moe_block(const Tensor& x, const Weight& router, std::int64_t top_k,
+                              bool normalize, const Weight& gate_up, const Weight& down,
+                              const Weight& shared_gate, const Weight& shared_up,
+                              const Weight& shared_down, const Weight& shared_expert_gate,
+                              Tensor& experts, Tensor& weights, Tensor& y) {
+  run(OpGroup::kExperts, [&](Backend& be) {
+    be.moe_block(x, router, top_k, normalize, gate_up, down, shared_gate, shared_up, shared_down,
+                 shared_expert_gate, experts, weights, y);
+  });
+}
 void TimingBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
                                 const Tensor& experts, const Tensor& weights, float swiglu_limit,
                                 Tensor& y) {

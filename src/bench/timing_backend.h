@@ -128,6 +128,12 @@ class TimingBackend final : public Backend {
                      Tensor& experts, Tensor& weights) override;
   void shared_expert(const Tensor& x, const Weight& gate, const Weight& up, const Weight& down,
                      const Weight& expert_gate, Tensor& y) override;
+  // The whole MoE block (routing, routed and shared experts) under the routed experts' group.
+  void moe_block(const Tensor& x, const Weight& router, std::int64_t top_k, bool normalize,
+                 const Weight& gate_up, const Weight& down, const Weight& shared_gate,
+                 const Weight& shared_up, const Weight& shared_down,
+                 const Weight& shared_expert_gate, Tensor& experts, Tensor& weights,
+                 Tensor& y) override;
   // The greedy pick on the device (counted with the lm_head it reads).
   void argmax_rows(const Tensor& x, Tensor& ids) override;
   void softmax_denominators(const Tensor& x, double temperature, Tensor& totals) override;

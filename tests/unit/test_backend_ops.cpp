@@ -301,6 +301,112 @@ std::pair<Tensor, Tensor> random_routing(std::int64_t S, std::int64_t E, std::in
   return {i32_tensor({S, k}, ids), Tensor({S, k}, w)};
 }
 
+// The inputs of a Qwen MoE block (Backend::moe_block): x [S, H], the router [E, H] and the
+// shared expert's gate, up, down and scalar gate, f32 or bf16 (`dtype`); or, when fp8, the routed
+// and shared matrices block-scaled FP8 beside a router and scalar gate of `dtype` (the FP8
+// releases' layout). Only the experts the CPU routes a token to are filled, with a margin of six
+// past the top k (a routing an ulp apart on another backend still finds filled experts), as the
+// moe_experts cases fill only the routed ones.
+struct MoeBlockShape {
+  std::int64_t S, H, E, k, I, Is;
+  DType dtype;
+  bool fp8;
+  std::string name() const {
+    return "moe_block_S" + n(S) + "_H" + n(H) + "_E" + n(E) + "_k" + n(k) + "_I" + n(I) + "_Is" +
+           n(Is) + (fp8 ? "_fp8_gate_" : "_") + dt(dtype);
+  }
+};
+struct MoeBlockInputs {
+  MoeBlockShape c;
+  Tensor x;
+  std::shared_ptr<HostWeight> router, shared_expert_gate;
+  std::shared_ptr<HostWeight> gate_up, down, gate, up, shared_down;          // !fp8
+  std::shared_ptr<HostFp8Weight> gate_up8, down8, gate8, up8, shared_down8;  // fp8
+
+  // {experts, weights, y} of moe_block on f's backend, or of its sequence (route_experts,
+  // moe_experts, shared_expert) when `sequence`.
+  std::vector<Tensor> run(const Feed& f, bool sequence) const {
+    const Weight r = f.w(*router), eg = f.w(*shared_expert_gate);
+    const Weight gu = c.fp8 ? f.w(*gate_up8) : f.w(*gate_up);
+    const Weight dn = c.fp8 ? f.w(*down8) : f.w(*down);
+    const Weight sg = c.fp8 ? f.w(*gate8) : f.w(*gate);
+    const Weight su = c.fp8 ? f.w(*up8) : f.w(*up);
+    const Weight sd = c.fp8 ? f.w(*shared_down8) : f.w(*shared_down);
+    const Tensor xin = f.in(x);
+    Tensor experts, weights, y;
+    if (sequence) {
+      f.be.route_experts(xin, r, c.k, true, experts, weights);
+      f.be.moe_experts(xin, gu, dn, experts, weights, 0, y);
+      f.be.shared_expert(xin, sg, su, sd, eg, y);
+    } else {
+      f.be.moe_block(xin, r, c.k, true, gu, dn, sg, su, sd, eg, experts, weights, y);
+    }
+    return {experts, weights, y};
+  }
+};
+std::shared_ptr<const MoeBlockInputs> moe_block_inputs(const MoeBlockShape& c, Rng& rng) {
+  auto in = std::make_shared<MoeBlockInputs>();
+  in->c = c;
+  const float hs = 1.0f / std::sqrt(static_cast<float>(c.H));
+  const float is = 1.0f / std::sqrt(static_cast<float>(c.I));
+  const float iss = 1.0f / std::sqrt(static_cast<float>(c.Is));
+  in->x = random_tensor({c.S, c.H}, rng);
+  in->router = std::make_shared<HostWeight>(random_weight(c.dtype, {c.E, c.H}, rng, 3 * hs));
+  in->shared_expert_gate =
+      std::make_shared<HostWeight>(random_weight(c.dtype, {1, c.H}, rng, 4 * hs));
+  std::vector<bool> used(static_cast<std::size_t>(c.E));
+  {
+    auto cpu = make_cpu_backend();
+    const Feed f{*cpu};
+    Tensor ids, w;
+    cpu->route_experts(f.in(in->x), f.w(*in->router), std::min(c.E, c.k + 6), true, ids, w);
+    EXPECT_TRUE(cpu->status().ok()) << cpu->status().to_string();
+    for (std::int64_t i = 0; i < ids.numel(); ++i)
+      if (const auto e = ids.data_as<std::int32_t>()[i]; e >= 0 && e < c.E)
+        used[static_cast<std::size_t>(e)] = true;
+  }
+  if (c.fp8) {
+    in->gate_up8 = std::make_shared<HostFp8Weight>(Shape{c.E, 2 * c.I, c.H});
+    in->down8 = std::make_shared<HostFp8Weight>(Shape{c.E, c.H, c.I});
+    for (std::int64_t e = 0; e < c.E; ++e) {
+      if (!used[static_cast<std::size_t>(e)]) continue;
+      in->gate_up8->fill(rng, hs, e);
+      in->down8->fill(rng, is, e);
+    }
+    in->gate8 = std::make_shared<HostFp8Weight>(Shape{c.Is, c.H});
+    in->up8 = std::make_shared<HostFp8Weight>(Shape{c.Is, c.H});
+    in->shared_down8 = std::make_shared<HostFp8Weight>(Shape{c.H, c.Is});
+    in->gate8->fill_all(rng, hs);
+    in->up8->fill_all(rng, hs);
+    in->shared_down8->fill_all(rng, iss);
+  } else {
+    in->gate_up = std::make_shared<HostWeight>(c.dtype, Shape{c.E, 2 * c.I, c.H});
+    in->down = std::make_shared<HostWeight>(c.dtype, Shape{c.E, c.H, c.I});
+    for (std::int64_t e = 0; e < c.E; ++e) {
+      if (!used[static_cast<std::size_t>(e)]) continue;
+      in->gate_up->fill(rng, hs, e * 2 * c.I * c.H, 2 * c.I * c.H);
+      in->down->fill(rng, is, e * c.H * c.I, c.H * c.I);
+    }
+    in->gate = std::make_shared<HostWeight>(random_weight(c.dtype, {c.Is, c.H}, rng, hs));
+    in->up = std::make_shared<HostWeight>(random_weight(c.dtype, {c.Is, c.H}, rng, hs));
+    in->shared_down = std::make_shared<HostWeight>(random_weight(c.dtype, {c.H, c.Is}, rng, iss));
+  }
+  return in;
+}
+
+// The Qwen MoE block cases: the released shapes at one token in bf16 and FP8 (moe_block's fused
+// kernels on the GPU), two tokens (the sequence there), small widths on and off the 16-byte
+// chunks (the fused kernels on 8-lane groups in f32; the element paths, so the sequence, in bf16).
+const std::vector<MoeBlockShape>& moe_block_shapes() {
+  static const std::vector<MoeBlockShape> shapes{{1, 2560, 512, 10, 640, 640, DType::kBF16, false},
+                                                 {1, 2560, 512, 10, 640, 640, DType::kBF16, true},
+                                                 {2, 2560, 512, 10, 640, 640, DType::kBF16, false},
+                                                 {1, 72, 6, 3, 36, 40, DType::kF32, false},
+                                                 {1, 70, 6, 3, 37, 37, DType::kBF16, false},
+                                                 {1, 256, 8, 2, 192, 192, DType::kF32, true}};
+  return shapes;
+}
+
 std::vector<Case> make_cases() {
   std::vector<Case> cases;
   auto add = [&](std::string name, double tol, std::function<OpRun(Rng&)> build) {
@@ -1289,6 +1395,14 @@ std::vector<Case> make_cases() {
         });
   }
 
+  // The whole Qwen MoE block (moe_block): the routing, the routed and the shared experts.
+  for (const auto& c : moe_block_shapes()) {
+    add(c.name(), kProduct, [=](Rng& rng) -> OpRun {
+      auto in = moe_block_inputs(c, rng);
+      return [in](const Feed& f) { return in->run(f, /*sequence=*/false); };
+    });
+  }
+
   // --- mHC and the DeepSeek/GLM router (model/common/mhc.h, router.h) ---
   struct MhcShape {
     std::int64_t S, H, D;
@@ -1737,6 +1851,34 @@ TEST(CudaDryOps, QueueNothingAndKeepTheOutputs) {
   const auto got = y.to_host_vector();
   EXPECT_TRUE(std::any_of(got.begin(), got.end(), [](float v) { return v != 0.0f; }));
   EXPECT_FALSE(make_cpu_backend()->set_dry_ops(true));
+}
+
+// The CUDA moe_block is exact by construction (cuda_moe_block.cu): its five kernels compute what
+// route_experts, moe_experts and shared_expert compute on the same backend, bit for bit, at one
+// token (the fused kernels) and beyond (the sequence). Bitwise, not within a tolerance.
+TEST(CudaMoeBlock, EqualsItsSequenceBitForBit) {
+  std::string why;
+  auto be = backend_under_test("cuda", &why);
+  if (!be) GTEST_SKIP() << why;
+  std::uint64_t seed = 0x30eb10c0u;
+  for (const auto& c : moe_block_shapes()) {
+    SCOPED_TRACE(c.name());
+    Rng rng(++seed);
+    const auto in = moe_block_inputs(c, rng);
+    const Feed f{*be};
+    const auto fused = in->run(f, /*sequence=*/false);
+    const auto sequence = in->run(f, /*sequence=*/true);
+    be->synchronize();
+    ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+    ASSERT_EQ(fused.size(), sequence.size());
+    for (std::size_t o = 0; o < fused.size(); ++o) {
+      SCOPED_TRACE("output " + std::to_string(o));
+      const Tensor a = fused[o].to(host_memory()), b = sequence[o].to(host_memory());
+      ASSERT_EQ(a.dtype(), b.dtype());
+      ASSERT_EQ(a.shape(), b.shape());
+      EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.bytes()), 0);
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2518,6 +2660,22 @@ TEST_F(CpuOps, FusedDecodeOpsEqualTheirSequences) {
     be->mul_rows(shared, scalar);
     be->add(y2, shared);
     EXPECT_TRUE(bits_equal(y, y2));
+
+    // The whole MoE block: the routing, the routed experts over y, the shared expert added.
+    const std::int64_t E2 = 6, I2 = 10;
+    const auto gate_up = normal_tensor({E2, 2 * I2, H}, rng, 0.3f),
+               down2 = normal_tensor({E2, H, I2}, rng, 0.3f), router2 = normal_tensor({E2, H}, rng);
+    for (const bool norm : {true, false}) {
+      Tensor e1, w1, y1, e2, w2, y3;
+      be->moe_block(x, f32_weight(router2), 3, norm, f32_weight(gate_up), f32_weight(down2),
+                    f32_weight(gate), f32_weight(up), f32_weight(down), f32_weight(eg), e1, w1, y1);
+      be->route_experts(x, f32_weight(router2), 3, norm, e2, w2);
+      be->moe_experts(x, f32_weight(gate_up), f32_weight(down2), e2, w2, 0, y3);
+      be->shared_expert(x, f32_weight(gate), f32_weight(up), f32_weight(down), f32_weight(eg), y3);
+      EXPECT_TRUE(bits_equal(e1, e2)) << norm;
+      EXPECT_TRUE(bits_equal(w1, w2)) << norm;
+      EXPECT_TRUE(bits_equal(y1, y3)) << norm;
+    }
   }
 }
 

@@ -31,6 +31,11 @@ bool staged_x_enabled() {
   return on;
 }
 
+bool moe_block_enabled() {
+  static const bool on = on_unless_zero("FLASHSERVE_CUDA_MOE_BLOCK");
+  return on;
+}
+
 namespace {
 
 constexpr std::size_t kCublasWorkspace = std::size_t{32} << 20;

@@ -47,9 +47,11 @@
 // - The fused decode ops (backend.h; cuda_fused.cu): the hyper-connection read in 2 kernels (was
 //   12), the GatedDeltaNet's four input projections with their gates in one, its conv, silu and
 //   q/k norms in one, the router's softmax/top-k/renormalise in one after its GEMV, the shared
-//   expert in two, at 1-4 rows (more rows run the unfused sequence). Each computes the unfused
-//   CUDA sequence's bits, except the hyper-connection read (its norm folded into its first
-//   product, within rounding).
+//   expert in two, at 1-4 rows (more rows run the unfused sequence); Qwen's whole MoE block
+//   (moe_block, cuda_moe_block.cu) at one token in five kernels instead of seven (the shared
+//   gate/up inside the routing's grid, the routed combine inside the shared down). Each computes
+//   the unfused CUDA sequence's bits, except the hyper-connection read (its norm folded into its
+//   first product, within rounding).
 // - argmax_rows (greedy sampling): ties to the lower index; a row of the vocabulary's length is
 //   read by a block per slice of 4,096 and the slices merged in order by one warp, a short row by
 //   one block; only the int32 ids are read back by the caller.
@@ -249,6 +251,14 @@ class CudaBackend final : public Backend {
                      Tensor& experts, Tensor& weights) override;
   void shared_expert(const Tensor& x, const Weight& gate, const Weight& up, const Weight& down,
                      const Weight& expert_gate, Tensor& y) override;
+  // At one token five kernels (cuda_moe_block.cu): the router's GEMV, the routing and the shared
+  // expert's gate/up in one grid, the routed gate/up and down, the shared down with the routed
+  // combine as its accumulated base; otherwise (or FLASHSERVE_CUDA_MOE_BLOCK=0) the sequence.
+  void moe_block(const Tensor& x, const Weight& router, std::int64_t top_k, bool normalize,
+                 const Weight& gate_up, const Weight& down, const Weight& shared_gate,
+                 const Weight& shared_up, const Weight& shared_down,
+                 const Weight& shared_expert_gate, Tensor& experts, Tensor& weights,
+                 Tensor& y) override;
 
   bool set_dry_ops(bool on) override {
     dry_ = on;
@@ -281,6 +291,12 @@ class CudaBackend final : public Backend {
   void moe_experts_packed(const Tensor& x, const Weight& gate_up, const Weight& down,
                           const Tensor& experts, const Tensor& weights, float swiglu_limit,
                           Tensor& y);
+  // The one-token routed experts' first two kernels (cuda_moe.cu, moe_experts' fused path) on
+  // shapes it has checked: act [k, I] = the k routed experts' swiglu(gate_up · x), part [k, H] =
+  // their down products (the combine is the caller's). Queues them; false when a launch failed
+  // (recorded under `op`).
+  bool moe_token_parts(const char* op, const Tensor& x, const Weight& gate_up, const Weight& down,
+                       const Tensor& experts, float swiglu_limit, Tensor& act, Tensor& part);
 
   cudaStream_t stream() const { return cuda_memory_->stream(); }
   // Records "cuda: <op>: <error>" when the last launch failed; true when it did not.

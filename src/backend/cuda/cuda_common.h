@@ -35,6 +35,8 @@ __device__ __forceinline__ void release_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 bool overlap_enabled();  // FLASHSERVE_CUDA_OVERLAP, read once (default on)
+// FLASHSERVE_CUDA_MOE_BLOCK, read once (default on): =0 runs moe_block as its sequence of ops.
+bool moe_block_enabled();
 
 // kernel<<<grid, block, smem, stream>>>(args...), allowed to overlap the kernel before it as
 // described above (the kernel must call wait_for_inputs before it touches memory).

@@ -30,26 +30,15 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_epilogue.cuh"
 #include "backend/cuda/cuda_gemv.cuh"
+#include "backend/cuda/cuda_shared_expert.cuh"
 
 namespace fs::cuda {
 namespace {
 
 constexpr int kFusedRows = 4;  // token rows the fused kernels take (decode and MTP verify)
 constexpr int kMaxSegments = 4;
-
-// What a multi_gemv segment does to a row's dot product v (token s, output row r), in this order:
-// v *= scale; v += bias[r]; v = act(v); v *= post; v *= col_scale[r];
-// v *= sigmoid(token_gate[s]); v = y + v (accumulate). Null pointers skip their step.
-struct Epilogue {
-  float scale = 1.0f;
-  const float* bias = nullptr;
-  Activation act = Activation::kIdentity;
-  float post = 1.0f;
-  const float* col_scale = nullptr;
-  const float* token_gate = nullptr;
-  bool accumulate = false;
-};
 
 struct Segment {
   const void* w = nullptr;  // [rows, in]
@@ -65,18 +54,6 @@ struct Segments {
   int count = 0;
   std::int64_t total = 0;  // rows over all segments
 };
-
-__device__ __forceinline__ float finish(const Epilogue& e, float v, std::int64_t r, int s,
-                                        float y) {
-  v = __fmul_rn(v, e.scale);
-  if (e.bias != nullptr) v = __fadd_rn(v, e.bias[r]);
-  v = apply_act(v, e.act);
-  v = __fmul_rn(v, e.post);
-  if (e.col_scale != nullptr) v = __fmul_rn(v, e.col_scale[r]);
-  if (e.token_gate != nullptr) v = __fmul_rn(v, apply_act(e.token_gate[s], Activation::kSigmoid));
-  if (e.accumulate) v = __fadd_rn(y, v);
-  return v;
-}
 
 // The sum of v over the kG lanes of this thread's group, in lane 0 of the group (kG <= 32: every
 // lane). kG = kGemvThreads is the whole block: warp sums, then the warps in order. Every thread
@@ -364,30 +341,12 @@ void launch_hc_read(const float* h, const float* nw, const Segments& segs, const
   }
 }
 
-// The shared expert's gate and up: unit r < I takes gate row r and up row r (act[s, r] =
-// silu(g) * u), unit I the scalar gate's one row (logit[s]).
+// The shared expert's gate and up (cuda_shared_expert.cuh), a grid of its own.
 template <typename T, int kS, int kG>
 __global__ void __launch_bounds__(kGemvThreads)
     shared_gate_up_kernel(const float* x, const T* gate, const T* up, const T* expert_gate,
                           std::int64_t H, std::int64_t I, float* act, float* logit) {
-  const std::int64_t r = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kG;
-  const int lane = static_cast<int>(threadIdx.x % kG);
-  const T* rows[2] = {r < I ? gate + r * H : (r == I ? expert_gate : nullptr),
-                      r < I ? up + r * H : nullptr};
-  const float* xs[2] = {x, x};
-  float acc[2][kS] = {};
-  rows_dot<T, true, kS, 2, kG, 4, true, true>(rows, xs, H, H / WeightChunk<T, true>::kN, lane,
-                                              acc);  // waits for x after the first weight loads
-#pragma unroll
-  for (int s = 0; s < kS; ++s) {
-    const float g = group_sum<kG>(acc[0][s]), u = group_sum<kG>(acc[1][s]);
-    if (lane != 0) continue;
-    if (r < I) {
-      act[s * I + r] = apply_act(g, Activation::kSilu) * u;
-    } else if (r == I) {
-      logit[s] = g;
-    }
-  }
+  shared_gate_up_units<T, kS, kG>(x, gate, up, expert_gate, H, I, act, logit, blockIdx.x);
 }
 
 template <typename T, int kS>
@@ -395,7 +354,7 @@ void launch_shared_gate_up(const float* x, const T* gate, const T* up, const T* 
                            std::int64_t H, std::int64_t I, float* act, float* logit,
                            cudaStream_t stream) {
   const auto units = I + 1;
-  if (gemv_short_rows(H / WeightChunk<T, true>::kN)) {
+  if (shared_units_short<T>(H)) {
     launch_overlapped(shared_gate_up_kernel<T, kS, 8>, grid_for(units * 8, kGemvThreads),
                       kGemvThreads, 0, stream, x, gate, up, expert_gate, H, I, act, logit);
   } else {
@@ -404,43 +363,15 @@ void launch_shared_gate_up(const float* x, const T* gate, const T* up, const T* 
   }
 }
 
-// The same units for FP8 gate and up (block-scaled e4m3) beside the float expert gate (TG, which
-// the FP8 releases keep in bf16): a group takes gate and up row r with their scales, or the
-// expert gate's one row; the group sums run outside the branch (whole warps shuffle).
+// The same for FP8 gate and up beside the float expert gate (cuda_shared_expert.cuh).
 template <typename TG, int kS, int kG>
 __global__ void __launch_bounds__(kGemvThreads)
     shared_gate_up_fp8_kernel(const float* x, const e4m3_bits* gate, const float* gate_scales,
                               const e4m3_bits* up, const float* up_scales, std::int64_t grid_cols,
                               const TG* expert_gate, std::int64_t H, std::int64_t I, float* act,
                               float* logit) {
-  const std::int64_t r = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kG;
-  const int lane = static_cast<int>(threadIdx.x % kG);
-  float acc[2][kS] = {};
-  if (r < I) {
-    const e4m3_bits* rows[2] = {gate + r * H, up + r * H};
-    const float* xs[2] = {x, x};
-    const float* scale_rows[2] = {gate_scales + (r / kFp8Block) * grid_cols,
-                                  up_scales + (r / kFp8Block) * grid_cols};
-    rows_dot<e4m3_bits, true, kS, 2, kG, 4, true>(rows, xs, scale_rows, H,
-                                                  H / WeightChunk<e4m3_bits, true>::kN, lane, acc);
-  } else if (r == I) {
-    const TG* rows[1] = {expert_gate};
-    const float* xs[1] = {x};
-    float one[1][kS] = {};
-    rows_dot<TG, true, kS, 1, kG, 8, true>(rows, xs, H, H / WeightChunk<TG, true>::kN, lane, one);
-#pragma unroll
-    for (int s = 0; s < kS; ++s) acc[0][s] = one[0][s];
-  }
-#pragma unroll
-  for (int s = 0; s < kS; ++s) {
-    const float g = group_sum<kG>(acc[0][s]), u = group_sum<kG>(acc[1][s]);
-    if (lane != 0) continue;
-    if (r < I) {
-      act[s * I + r] = apply_act(g, Activation::kSilu) * u;
-    } else if (r == I) {
-      logit[s] = g;
-    }
-  }
+  shared_gate_up_fp8_units<TG, kS, kG>(x, gate, gate_scales, up, up_scales, grid_cols, expert_gate,
+                                       H, I, act, logit, blockIdx.x);
 }
 
 template <typename TG, int kS>
@@ -453,8 +384,7 @@ void launch_shared_gate_up_fp8(const float* x, const Weight& gate, const Weight&
   const auto* gs = reinterpret_cast<const float*>(gate.scales.data);
   const auto* us = reinterpret_cast<const float*>(up.scales.data);
   const auto gc = gate.scales.grid_cols(H);
-  // Lanes per unit as for the FP8 rows (the expert gate's row follows them).
-  if (gemv_short_rows(H / WeightChunk<e4m3_bits, true>::kN)) {
+  if (shared_units_short<e4m3_bits>(H)) {
     shared_gate_up_fp8_kernel<TG, kS, 8>
         <<<grid_for(units * 8, kGemvThreads), kGemvThreads, 0, stream>>>(
             x, g, gs, u, us, gc, expert_gate, H, I, act, logit);

@@ -455,6 +455,50 @@ bool fp8_ok(const Weight& w) {
 
 }  // namespace
 
+bool CudaBackend::moe_token_parts(const char* op, const Tensor& x, const Weight& gate_up,
+                                  const Weight& down, const Tensor& experts, float swiglu_limit,
+                                  Tensor& act, Tensor& part) {
+  const auto E = gate_up.shape[0], I = gate_up.shape[1] / 2, H = x.cols(), S = x.rows();
+  const auto P = S * experts.cols();
+  const auto* ids = experts.data_as<std::int32_t>();
+  const int pairs = static_cast<int>(P);
+  bool ok = true;
+  with_count<kFusedTokens>(S, [&](auto tokens) {
+    constexpr int kS = decltype(tokens)::value;
+    with_dtype(gate_up, [&](auto t) {
+      using T = decltype(t);
+      const dim3 grid(grid_for(I * kWarp, kGateUpThreads), static_cast<unsigned>(P));
+      const bool vec = vec_ok<T>(x.data(), gate_up.data, H);
+      auto kernel =
+          vec ? moe_gate_up_fused_kernel<T, true, kS> : moe_gate_up_fused_kernel<T, false, kS>;
+      std::size_t smem = 0;
+      if constexpr (kStagesX<T, true, kWarp, kS>) {
+        smem = vec ? staged_x_launch_bytes<T, true, kWarp, kS>(H / WeightChunk<T, true>::kN) : 0;
+        if (smem) kernel = moe_gate_up_fused_kernel<T, true, kS, true>;
+      }
+      launch_overlapped(kernel, grid, kGateUpThreads, smem, stream(), x.data(), as<T>(gate_up),
+                        scales_of(gate_up), ids, pairs, E, H, I, swiglu_limit, act.data());
+    });
+    if (!(ok = launched(op))) return;
+    with_dtype(down, [&](auto t) {
+      using T = decltype(t);
+      const dim3 grid(grid_for(H * kDownLanes / kDownRows, kDownThreads), static_cast<unsigned>(P));
+      const bool vec = vec_ok<T>(act.data(), down.data, I);
+      auto kernel = vec ? moe_down_part_kernel<T, true, kS> : moe_down_part_kernel<T, false, kS>;
+      std::size_t smem = 0;
+      if constexpr (kStagesX<T, true, kDownLanes, kS>) {
+        smem =
+            vec ? staged_x_launch_bytes<T, true, kDownLanes, kS>(I / WeightChunk<T, true>::kN) : 0;
+        if (smem) kernel = moe_down_part_kernel<T, true, kS, true>;
+      }
+      launch_overlapped(kernel, grid, kDownThreads, smem, stream(), act.data(), as<T>(down),
+                        scales_of(down), ids, pairs, E, H, I, part.data());
+    });
+    ok = launched(op);
+  });
+  return ok;
+}
+
 void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,
                               const Tensor& experts, const Tensor& weights, float swiglu_limit,
                               Tensor& y) {
@@ -501,45 +545,14 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
     // distinct experts.
     if (!ensure(act, {P * S, I}) || !ensure(outp, {P * S, H})) return;
     if (walking()) return;
-    const int pairs = static_cast<int>(P);
+    if (!moe_token_parts(kOp, x, gate_up, down, experts, swiglu_limit, act, outp)) return;
     with_count<kFusedTokens>(S, [&](auto tokens) {
       constexpr int kS = decltype(tokens)::value;
-      with_dtype(gate_up, [&](auto t) {
-        using T = decltype(t);
-        const dim3 grid(grid_for(I * kWarp, kGateUpThreads), static_cast<unsigned>(P));
-        const bool vec = vec_ok<T>(x.data(), gate_up.data, H);
-        auto kernel =
-            vec ? moe_gate_up_fused_kernel<T, true, kS> : moe_gate_up_fused_kernel<T, false, kS>;
-        std::size_t smem = 0;
-        if constexpr (kStagesX<T, true, kWarp, kS>) {
-          smem = vec ? staged_x_launch_bytes<T, true, kWarp, kS>(H / WeightChunk<T, true>::kN) : 0;
-          if (smem) kernel = moe_gate_up_fused_kernel<T, true, kS, true>;
-        }
-        launch_overlapped(kernel, grid, kGateUpThreads, smem, stream(), x.data(), as<T>(gate_up),
-                          scales_of(gate_up), ids, pairs, E, H, I, swiglu_limit, act.data());
-      });
-      if (!launched(kOp)) return;
-      with_dtype(down, [&](auto t) {
-        using T = decltype(t);
-        const dim3 grid(grid_for(H * kDownLanes / kDownRows, kDownThreads),
-                        static_cast<unsigned>(P));
-        const bool vec = vec_ok<T>(act.data(), down.data, I);
-        auto kernel = vec ? moe_down_part_kernel<T, true, kS> : moe_down_part_kernel<T, false, kS>;
-        std::size_t smem = 0;
-        if constexpr (kStagesX<T, true, kDownLanes, kS>) {
-          smem = vec ? staged_x_launch_bytes<T, true, kDownLanes, kS>(I / WeightChunk<T, true>::kN)
-                     : 0;
-          if (smem) kernel = moe_down_part_kernel<T, true, kS, true>;
-        }
-        launch_overlapped(kernel, grid, kDownThreads, smem, stream(), act.data(), as<T>(down),
-                          scales_of(down), ids, pairs, E, H, I, outp.data());
-      });
-      if (!launched(kOp)) return;
       launch_overlapped(moe_combine_fused_kernel<kS>, grid_for(H, 256), 256, 0, stream(),
-                        outp.data(), ids, weights.data(), pairs, static_cast<int>(k), E, H,
-                        y.data());
-      launched(kOp);
+                        outp.data(), ids, weights.data(), static_cast<int>(P), static_cast<int>(k),
+                        E, H, y.data());
     });
+    launched(kOp);
     return;
   }
   if (!ensure(act, {P, I}) || !ensure(outp, {P, H})) return;

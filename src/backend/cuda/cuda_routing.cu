@@ -4,6 +4,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_ranking.cuh"
+#include "backend/cuda/cuda_route_warp.cuh"
 #include "backend/cuda/cuda_select.h"
 #include "backend/cuda/cuda_switches.h"
 
@@ -229,67 +230,13 @@ __global__ void route_kernel(float* logits, std::int64_t E, std::int64_t k, bool
   }
 }
 
-// The decode router's rows (E <= 32 * kPer experts, the released models' 256-512): a warp per
-// token with its logits in registers (expert c at lane c % 32, slot c / 32), the softmax and each
-// of the k picks as warp reductions, no shared memory and no block barrier. The block form above
-// walked the row in global memory once per pick with two barriers each (12 us a token on the
-// H200, bench/NOTES.md 2026-12-02); this one computes the same numbers: e = exp(x - max) in fp32,
-// their sum in double, p = e / sum, the picks by ranks_above, the weights over their fp32 sum in
-// pick order. (Only the double sum's order differs, which can move p by an ulp.)
+// The decode router (cuda_route_warp.cuh): a warp per token.
 template <int kPer>
 __global__ void route_warp_kernel(const float* logits, std::int64_t S, std::int64_t E,
                                   std::int64_t k, bool normalize, std::int32_t* idx, float* val) {
   wait_for_inputs();  // when launched overlapped (cuda_common.h)
   release_dependents();
-  const std::int64_t s =
-      static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-  if (s >= S) return;  // whole warps: the shuffles below see every lane of theirs
-  const int lane = static_cast<int>(threadIdx.x % kWarp);
-  const float* row = logits + s * E;
-  float p[kPer];
-  float m = -INFINITY;
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const std::int64_t c = lane + kWarp * j;
-    p[j] = c < E ? row[c] : -INFINITY;
-    m = fmaxf(m, p[j]);
-  }
-  m = warp_max(m);
-  double sum = 0;
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    if (lane + kWarp * j >= E) continue;
-    p[j] = expf(p[j] - m);
-    sum += p[j];
-  }
-  sum = warp_sum(sum);
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) p[j] = static_cast<float>(p[j] / sum);
-  std::int32_t* ri = idx + s * k;
-  float* rv = val + s * k;
-  unsigned taken = 0;  // bit j: this lane's slot j was picked
-  float total = 0;
-  for (std::int64_t r = 0; r < k; ++r) {
-    float bv = -INFINITY;
-    std::int32_t bi = -1;
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      const auto c = static_cast<std::int32_t>(lane + kWarp * j);
-      if (c < E && !((taken >> j) & 1u) && ranks_above(p[j], c, bv, bi)) {
-        bv = p[j];
-        bi = c;
-      }
-    }
-    warp_best(bv, bi);
-    if (bi >= 0 && bi % kWarp == lane) taken |= 1u << (bi / kWarp);
-    if (lane == 0) {
-      ri[r] = bi;
-      rv[r] = bi >= 0 ? bv : 0.0f;
-      total += rv[r];
-    }
-  }
-  if (normalize && lane == 0)
-    for (std::int64_t r = 0; r < k; ++r) rv[r] /= total;
+  route_warp_rows<kPer>(logits, S, E, k, normalize, idx, val, blockIdx.x);
 }
 
 }  // namespace
@@ -446,19 +393,13 @@ void CudaBackend::route_experts(const Tensor& x, const Weight& router, std::int6
   // Rows of up to 1024 experts take a warp each (4 tokens a block); wider ones a block each.
   constexpr int kRouteWarps = 4;
   const auto warp_blocks = static_cast<unsigned>((S + kRouteWarps - 1) / kRouteWarps);
-  auto warp_route = [&](auto per) {
-    constexpr int kPer = decltype(per)::value;
-    launch_overlapped(route_warp_kernel<kPer>, warp_blocks, kRouteWarps * kWarp, 0, stream(),
-                      logits.data(), S, E, top_k, normalize, experts.data_as<std::int32_t>(),
-                      weights.data());
-  };
-  if (!old_kernel_requested("FLASHSERVE_CUDA_OLD_ROUTE") && E <= 32 * kWarp) {
-    if (E <= 8 * kWarp)
-      warp_route(std::integral_constant<int, 8>{});
-    else if (E <= 16 * kWarp)
-      warp_route(std::integral_constant<int, 16>{});
-    else
-      warp_route(std::integral_constant<int, 32>{});
+  if (const int slots = route_warp_slots(E); slots != 0) {
+    with_route_slots(slots, [&](auto per) {
+      constexpr int kPer = decltype(per)::value;
+      launch_overlapped(route_warp_kernel<kPer>, warp_blocks, kRouteWarps * kWarp, 0, stream(),
+                        logits.data(), S, E, top_k, normalize, experts.data_as<std::int32_t>(),
+                        weights.data());
+    });
     launched(kOp);
     return;
   }

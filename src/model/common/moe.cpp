@@ -4,17 +4,13 @@
 
 namespace fs {
 
-void moe_route(Backend& be, const MoeWeights& w, const Tensor& x, Routing& r) {
-  // Softmax, top-k and the renormalisation (fp32 as Q4M 976) in one backend op.
-  be.route_experts(x, w.router, w.top_k, w.norm_topk_prob, r.experts, r.weights);
-}
-
 void moe(Backend& be, const MoeWeights& w, const Tensor& x, Tensor& y) {
+  // The routing (softmax, top-k and the renormalisation, fp32 as Q4M 976), the routed experts and
+  // the gated shared expert in one backend op (its default body is those three ops in order).
   Routing routing;
-  moe_route(be, w, x, routing);
-  be.moe_experts(x, w.gate_up, w.down, routing.experts, routing.weights, /*swiglu_limit=*/0, y);
-  be.shared_expert(x, w.shared_gate_proj, w.shared_up_proj, w.shared_down_proj,
-                   w.shared_expert_gate, y);
+  be.moe_block(x, w.router, w.top_k, w.norm_topk_prob, w.gate_up, w.down, w.shared_gate_proj,
+               w.shared_up_proj, w.shared_down_proj, w.shared_expert_gate, routing.experts,
+               routing.weights, y);
 }
 
 void swiglu_mlp(Backend& be, const SwigluMlpWeights& w, const Tensor& x, Tensor& y) {

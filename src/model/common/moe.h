@@ -26,10 +26,9 @@ struct MoeWeights {
   bool norm_topk_prob = true;
 };
 
-// Softmax over the router logits in fp32, top-k, renormalised to sum 1 when norm_topk_prob.
-void moe_route(Backend& be, const MoeWeights& w, const Tensor& x, Routing& r);
-// y [S, H]: the routed experts (one grouped op that reads only the routed experts' weights),
-// then the gated shared expert.
+// y [S, H]: the routing (softmax over the router logits in fp32, top-k, renormalised to sum 1
+// when norm_topk_prob), the routed experts (reading only the routed experts' weights), then the
+// gated shared expert; one backend op (Backend::moe_block).
 void moe(Backend& be, const MoeWeights& w, const Tensor& x, Tensor& y);
 
 // y = down(silu(min(gate x, L)) * clamp(up x, -L, L)); L = swiglu_limit, 0 for no clamp.

@@ -1,0 +1,344 @@
+// Qwen's MoE block at one token (Backend::moe_block): five kernels instead of the sequence's
+// seven, the same bits.
+//
+// The sequence (route_experts, moe_experts, shared_expert) runs at one token:
+//   1. the router GEMV (linear), 2. route_warp_kernel (softmax, top-k), 3-5. the routed experts'
+//   gate/up, down and combine (moe_experts' fused path), 6-7. the shared expert's gate/up and its
+//   down, accumulated into y (shared_expert's fused path).
+// Decode at batch 1 is bound by launches, not bytes (a kernel of the chain costs ~3-4 us), so two
+// of them are folded into others:
+//   - The shared expert's gate/up reads only x: its blocks join the routing's grid. Block 0 (of
+//     kGemvThreads threads, 8 warps: the one token takes warp 0) runs route_warp_rows, the later
+//     blocks shared_gate_up_units with their block index less one: the same device functions as
+//     the separate kernels (cuda_route_warp.cuh, cuda_shared_expert.cuh), the same threads per
+//     unit and chunks, so the same sums.
+//   - The routed combine becomes the shared down's accumulated base: for column c the down
+//     GEMV's group sums its row as multi_gemv does (the lanes `linear` picks: a row's sum depends
+//     on nothing else), then lane 0 computes the combine's value exactly as
+//     moe_combine_fused_kernel<1> does (fmaf over the pairs in top-k order, from 0) and finishes
+//     the row with the multi-GEMV's epilogue (cuda_epilogue.cuh) accumulating into that value:
+//     y[c] = combine + sigmoid(logit) * (down row c · act), what combine-then-accumulate wrote.
+// So the block is: the router GEMV -> routing + shared gate/up -> routed gate/up -> routed down
+// -> shared down + combine.
+//
+// Taken only where every op of the sequence would run the kernels named above (route_experts'
+// warp router, moe_experts' one-token fused path, shared_expert's fused kernels with its down
+// on warp or 8-lane groups); otherwise, and with FLASHSERVE_CUDA_MOE_BLOCK=0, the sequence runs.
+// Nothing here synchronises or allocates outside the pool, and the op returns before queueing
+// when a step graph's replay walks it (docs/GPU.md, rules for new CUDA ops).
+#include <cstdint>
+#include <initializer_list>
+#include <type_traits>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_epilogue.cuh"
+#include "backend/cuda/cuda_gemv.cuh"
+#include "backend/cuda/cuda_route_warp.cuh"
+#include "backend/cuda/cuda_shared_expert.cuh"
+#include "backend/cuda/cuda_switches.h"
+
+namespace fs::cuda {
+namespace {
+
+// route_experts' warp router takes k <= 64, as moe_experts (kMaxTopK).
+constexpr std::int64_t kMaxRouteK = 64;
+
+// The routing's part of the first grid: its first `blocks` blocks run route_warp_rows.
+struct RouteArgs {
+  const float* logits;  // [S, E]
+  std::int64_t S, E, k;
+  bool normalize;
+  std::int32_t* idx;  // [S, k]
+  float* val;         // [S, k]
+  unsigned blocks;
+};
+
+// The routing and the shared expert's gate/up (f32 or bf16) in one grid of kGemvThreads-thread
+// blocks. The shared units wait for x inside rows_dot, after their first weight loads.
+template <int kPer, typename T, int kG>
+__global__ void __launch_bounds__(kGemvThreads)
+    route_shared_gate_up_kernel(const RouteArgs route, const float* x, const T* gate, const T* up,
+                                const T* expert_gate, std::int64_t H, std::int64_t I, float* act,
+                                float* logit) {
+  if (blockIdx.x < route.blocks) {
+    wait_for_inputs();  // the router's logits
+    release_dependents();
+    route_warp_rows<kPer>(route.logits, route.S, route.E, route.k, route.normalize, route.idx,
+                          route.val, blockIdx.x);
+    return;
+  }
+  shared_gate_up_units<T, 1, kG>(x, gate, up, expert_gate, H, I, act, logit,
+                                 blockIdx.x - route.blocks);
+}
+
+// The same with FP8 gate and up beside a float expert gate (TG).
+template <int kPer, typename TG, int kG>
+__global__ void __launch_bounds__(kGemvThreads)
+    route_shared_gate_up_fp8_kernel(const RouteArgs route, const float* x, const e4m3_bits* gate,
+                                    const float* gate_scales, const e4m3_bits* up,
+                                    const float* up_scales, std::int64_t grid_cols,
+                                    const TG* expert_gate, std::int64_t H, std::int64_t I,
+                                    float* act, float* logit) {
+  wait_for_inputs();  // the router's logits and x
+  release_dependents();
+  if (blockIdx.x < route.blocks) {
+    route_warp_rows<kPer>(route.logits, route.S, route.E, route.k, route.normalize, route.idx,
+                          route.val, blockIdx.x);
+    return;
+  }
+  shared_gate_up_fp8_units<TG, 1, kG>(x, gate, gate_scales, up, up_scales, grid_cols, expert_gate,
+                                      H, I, act, logit, blockIdx.x - route.blocks);
+}
+
+// The routed experts' combine at one token (moe_combine_fused_kernel<1>, cuda_moe.cu).
+struct RoutedCombine {
+  const float* part;        // [P, H]: the routed down products
+  const std::int32_t* ids;  // [P]
+  const float* weights;     // [P]
+  int P;
+  std::int64_t E;
+};
+
+// y[c] = finish(down row c · act) accumulated into the routed combine's column c, with the
+// shared expert's epilogue (token gate sigmoid(logit)): a group of kG lanes a row, as the
+// multi-GEMV's (kR = 1; its row sums depend on kG only). Every thread reaches rows_dot (staging).
+template <typename T, int kG, bool kStaged>
+__global__ void __launch_bounds__(kGemvThreads)
+    shared_down_combine_kernel(const float* act, const T* down, const float* scales,
+                               std::int64_t grid_cols, std::int64_t H, std::int64_t I,
+                               const float* logit, const RoutedCombine routed, float* y) {
+  constexpr int kU = 8;  // the multi-GEMV's chunks in flight at one row a group
+  const std::int64_t c = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kG;
+  const int lane = static_cast<int>(threadIdx.x % kG);
+  const T* rows[1] = {c < H ? down + c * I : nullptr};
+  const float* xs[1] = {act};
+  const float* scale_rows[1] = {c < H && scales != nullptr ? scales + (c / kFp8Block) * grid_cols
+                                                           : nullptr};
+  float acc[1][1] = {};
+  // Weights only before the wait (inside rows_dot); act, logit, the routing and part after it.
+  rows_dot<T, true, 1, 1, kG, kU, true, true, kStaged>(rows, xs, scale_rows, I,
+                                                       I / WeightChunk<T, true>::kN, lane, acc);
+  const float v = group_sum<kG>(acc[0][0]);
+  if (lane != 0 || c >= H) return;
+  float out = 0.0f;
+  for (int j = 0; j < routed.P; ++j)
+    if (routed.ids[j] >= 0 && routed.ids[j] < routed.E)
+      out = fmaf(routed.weights[j], routed.part[j * H + c], out);
+  Epilogue ep;
+  ep.token_gate = logit;
+  ep.accumulate = true;
+  y[c] = finish(ep, v, c, 0, out);
+}
+
+template <typename T, int kG>
+void launch_shared_down_combine(const float* act, const Weight& down, std::int64_t H,
+                                std::int64_t I, const float* logit, const RoutedCombine& routed,
+                                float* y, cudaStream_t stream) {
+  auto kernel = shared_down_combine_kernel<T, kG, false>;
+  std::size_t smem = 0;
+  if constexpr (kStagesX<T, true, kG, 1>) {
+    smem = staged_x_launch_bytes<T, true, kG, 1>(I / WeightChunk<T, true>::kN);
+    if (smem) kernel = shared_down_combine_kernel<T, kG, true>;
+  }
+  const float* scales =
+      down.block_scaled() ? reinterpret_cast<const float*>(down.scales.data) : nullptr;
+  const std::int64_t grid_cols = down.block_scaled() ? down.scales.grid_cols(I) : 0;
+  launch_overlapped(kernel, grid_for(H * kG, kGemvThreads), kGemvThreads, smem, stream, act,
+                    reinterpret_cast<const T*>(down.data), scales, grid_cols, H, I, logit, routed,
+                    y);
+}
+
+template <typename T>
+const T* as(const Weight& w) {
+  return reinterpret_cast<const T*>(w.data);
+}
+
+// The weight predicates of cuda_fused.cu (shared_expert's fused path) and cuda_moe.cu.
+bool matrix_dtype(const Weight& w) {
+  return !w.block_scaled() && (w.dtype == DType::kF32 || w.dtype == DType::kBF16);
+}
+bool fp8_matrix(const Weight& w) {
+  return w.block_scaled() && w.dtype == DType::kF8E4M3 &&
+         w.scales.format == quant::ScaleFormat::kF32 && w.scales.block_rows == kFp8Block &&
+         w.scales.block_cols == kFp8Block;
+}
+bool chunked(DType dtype, const void* x, std::initializer_list<const Weight*> ws, std::int64_t in) {
+  for (const Weight* w : ws) {
+    if (w->dtype != dtype || w->is_packed()) return false;
+    if (dtype == DType::kF8E4M3 ? !fp8_matrix(*w) || !vec_ok<e4m3_bits>(x, w->data, in)
+        : dtype == DType::kBF16 ? !vec_ok<bf16_bits>(x, w->data, in)
+                                : !vec_ok<float>(x, w->data, in))
+      return false;
+  }
+  return true;
+}
+// An uploaded, unpacked weight.
+bool uploaded(const Weight& w) {
+  return w.device == Device::kCuda && w.data != nullptr && !w.is_packed();
+}
+// The chunk width of the multi-GEMV's rows over `dtype`.
+std::int64_t chunk_elements(DType dtype) {
+  return dtype == DType::kF8E4M3 ? WeightChunk<e4m3_bits, true>::kN
+         : dtype == DType::kBF16 ? WeightChunk<bf16_bits, true>::kN
+                                 : WeightChunk<float, true>::kN;
+}
+
+}  // namespace
+
+void CudaBackend::moe_block(const Tensor& x, const Weight& router, std::int64_t top_k,
+                            bool normalize, const Weight& gate_up, const Weight& down,
+                            const Weight& shared_gate, const Weight& shared_up,
+                            const Weight& shared_down, const Weight& shared_expert_gate,
+                            Tensor& experts, Tensor& weights, Tensor& y) {
+  constexpr const char* kOp = "moe_block";
+  if (failed()) return;
+  const auto sequence = [&] {
+    Backend::moe_block(x, router, top_k, normalize, gate_up, down, shared_gate, shared_up,
+                       shared_down, shared_expert_gate, experts, weights, y);
+  };
+  // One token of f32 activations in device memory.
+  if (!moe_block_enabled() || x.shape().size() != 2 || x.rows() != 1 || x.cols() < 1 ||
+      x.dtype() != DType::kF32 || x.device() != Device::kCuda || x.raw() == nullptr || &y == &x ||
+      &y == &experts || &y == &weights || &experts == &weights)
+    return sequence();
+  const auto H = x.cols();
+  // route_experts' warp router (cuda_routing.cu): k <= 64, at most 1,024 experts, not the block
+  // form.
+  const auto Er = router.shape.size() == 2 ? router.rows() : 0;
+  const int slots = route_warp_slots(Er);
+  const bool route_ok = uploaded(router) && Er >= 1 && top_k >= 1 && top_k <= kMaxRouteK &&
+                        slots != 0 && router.cols() == H;
+  // moe_experts' one-token fused path (cuda_moe.cu): stacked unpacked f32, bf16 or FP8 experts
+  // matching x, and not FLASHSERVE_CUDA_MOE_PAIRS.
+  const bool stacked = gate_up.shape.size() == 3 && down.shape.size() == 3;
+  const auto E = stacked ? gate_up.shape[0] : 0, I = stacked ? gate_up.shape[1] / 2 : 0;
+  const bool routed_ok = stacked && uploaded(gate_up) && uploaded(down) &&
+                         (matrix_dtype(gate_up) || fp8_matrix(gate_up)) &&
+                         (matrix_dtype(down) || fp8_matrix(down)) && gate_up.shape[2] == H &&
+                         gate_up.shape[1] == 2 * I && down.shape[0] == E && down.shape[1] == H &&
+                         down.shape[2] == I && E >= 1 && I >= 1 &&
+                         !env_flag("FLASHSERVE_CUDA_MOE_PAIRS");
+  // shared_expert's fused kernels (cuda_fused.cu) at one row over y [1, H].
+  const auto Is = shared_gate.rows();
+  const auto dtype = shared_gate.dtype;
+  const bool fp8 = fp8_matrix(shared_gate) &&
+                   chunked(dtype, x.data(), {&shared_gate, &shared_up}, H) &&
+                   matrix_dtype(shared_expert_gate) &&
+                   chunked(shared_expert_gate.dtype, x.data(), {&shared_expert_gate}, H) &&
+                   fp8_matrix(shared_down);
+  const bool shared_ok =
+      uploaded(shared_gate) && uploaded(shared_up) && uploaded(shared_down) &&
+      uploaded(shared_expert_gate) && (matrix_dtype(shared_gate) || fp8) &&
+      shared_gate.cols() == H && Is >= 1 && shared_up.rows() == Is && shared_up.cols() == H &&
+      shared_expert_gate.rows() == 1 && shared_expert_gate.cols() == H && shared_down.rows() == H &&
+      shared_down.cols() == Is &&
+      (fp8 || chunked(dtype, x.data(), {&shared_gate, &shared_up, &shared_expert_gate}, H)) &&
+      shared_down.dtype == dtype;
+  // The shared down on groups of 8 or 32 lanes a row: multi_gemv_rows (cuda_fused.cu) gives few
+  // long rows (under 1,024 rows of at least 4 * kGemvThreads chunks) a block each instead.
+  const auto down_chunks = Is / chunk_elements(dtype);
+  const bool block_rows = H < 1024 && down_chunks >= 4 * kGemvThreads;
+  if (!route_ok || !routed_ok || !shared_ok || block_rows) return sequence();
+
+  Tensor shared_act, logit;
+  if (!ensure(shared_act, {1, Is}) || !ensure(logit, {1, 1})) return;
+  if (!chunked(dtype, shared_act.data(), {&shared_down}, Is)) return sequence();
+  Tensor logits;
+  linear(x, router, logits);  // the router's GEMV, as route_experts
+  if (failed() || !ensure(experts, {1, top_k}, DType::kI32) || !ensure(weights, {1, top_k}) ||
+      !ensure(y, {1, H}))
+    return;
+  // The routed experts' scratch, as moe_experts': the members eagerly, the step's in a graph.
+  Tensor& act = scratch(moe_act_);
+  Tensor& part = scratch(moe_out_);
+  if (!ensure(act, {top_k, I}) || !ensure(part, {top_k, H})) return;
+  if (walking()) return;  // a replay: outputs ensured, nothing queued
+
+  // 2. The routing (block 0) and the shared expert's gate/up (the later blocks).
+  const RouteArgs route{.logits = logits.data(),
+                        .S = 1,
+                        .E = Er,
+                        .k = top_k,
+                        .normalize = normalize,
+                        .idx = experts.data_as<std::int32_t>(),
+                        .val = weights.data(),
+                        .blocks = 1};
+  const auto units = Is + 1;
+  with_route_slots(slots, [&](auto per) {
+    constexpr int kPer = decltype(per)::value;
+    if (fp8) {
+      const auto* g = as<e4m3_bits>(shared_gate);
+      const auto* u = as<e4m3_bits>(shared_up);
+      const auto* gs = reinterpret_cast<const float*>(shared_gate.scales.data);
+      const auto* us = reinterpret_cast<const float*>(shared_up.scales.data);
+      const auto gc = shared_gate.scales.grid_cols(H);
+      auto launch = [&](auto tg, auto lanes) {
+        using TG = decltype(tg);
+        constexpr int kG = decltype(lanes)::value;
+        launch_overlapped(route_shared_gate_up_fp8_kernel<kPer, TG, kG>,
+                          route.blocks + grid_for(units * kG, kGemvThreads), kGemvThreads, 0,
+                          stream(), route, x.data(), g, gs, u, us, gc, as<TG>(shared_expert_gate),
+                          H, Is, shared_act.data(), logit.data());
+      };
+      const bool short_units = shared_units_short<e4m3_bits>(H);
+      if (shared_expert_gate.dtype == DType::kBF16) {
+        if (short_units)
+          launch(bf16_bits{}, std::integral_constant<int, 8>{});
+        else
+          launch(bf16_bits{}, std::integral_constant<int, kWarp>{});
+      } else {
+        if (short_units)
+          launch(float{}, std::integral_constant<int, 8>{});
+        else
+          launch(float{}, std::integral_constant<int, kWarp>{});
+      }
+    } else {
+      auto launch = [&](auto t, auto lanes) {
+        using T = decltype(t);
+        constexpr int kG = decltype(lanes)::value;
+        launch_overlapped(route_shared_gate_up_kernel<kPer, T, kG>,
+                          route.blocks + grid_for(units * kG, kGemvThreads), kGemvThreads, 0,
+                          stream(), route, x.data(), as<T>(shared_gate), as<T>(shared_up),
+                          as<T>(shared_expert_gate), H, Is, shared_act.data(), logit.data());
+      };
+      if (dtype == DType::kBF16) {
+        if (shared_units_short<bf16_bits>(H))
+          launch(bf16_bits{}, std::integral_constant<int, 8>{});
+        else
+          launch(bf16_bits{}, std::integral_constant<int, kWarp>{});
+      } else {
+        if (shared_units_short<float>(H))
+          launch(float{}, std::integral_constant<int, 8>{});
+        else
+          launch(float{}, std::integral_constant<int, kWarp>{});
+      }
+    }
+  });
+  if (!launched(kOp)) return;
+
+  // 3-4. The routed experts' gate/up and down (moe_experts' kernels).
+  if (!moe_token_parts(kOp, x, gate_up, down, experts, 0.0f, act, part)) return;
+
+  // 5. The shared down, accumulated into the routed combine.
+  const RoutedCombine routed{part.data(), experts.data_as<std::int32_t>(), weights.data(),
+                             static_cast<int>(top_k), E};
+  auto down_combine = [&](auto t) {
+    using T = decltype(t);
+    if (gemv_short_rows(down_chunks))
+      launch_shared_down_combine<T, 8>(shared_act.data(), shared_down, H, Is, logit.data(), routed,
+                                       y.data(), stream());
+    else
+      launch_shared_down_combine<T, kWarp>(shared_act.data(), shared_down, H, Is, logit.data(),
+                                           routed, y.data(), stream());
+  };
+  if (dtype == DType::kF8E4M3)
+    down_combine(e4m3_bits{});
+  else if (dtype == DType::kBF16)
+    down_combine(bf16_bits{});
+  else
+    down_combine(float{});
+  launched(kOp);
+}
+
+}  // namespace fs::cuda
