@@ -1083,9 +1083,9 @@ std::vector<Case> make_cases() {
     std::int64_t S, H, E, I, k;
     DType dtype;
   };
-  // 1-4 tokens take the fused decode path (distinct experts read once for all tokens that routed
-  // to them: the 8- and 6-expert cases share experts between tokens), more the pair path; widths
-  // that are not a multiple of the 16-byte chunk (H 70, I 37 and 36 in bf16) take the element path.
+  // 1-4 tokens take the fused decode path (a slot per (token, expert) pair: the 8- and 6-expert
+  // cases route tokens to the same experts), more the pair path; widths that are not a multiple
+  // of the 16-byte chunk (H 70, I 37 and 36 in bf16) take the element path.
   for (const auto& c : std::vector<MoeShape>{{5, 256, 8, 64, 2, F32},
                                              {5, 256, 8, 64, 2, BF16},
                                              {1, 2560, 512, 1024, 10, BF16},
@@ -1851,6 +1851,47 @@ TEST(CudaDryOps, QueueNothingAndKeepTheOutputs) {
   const auto got = y.to_host_vector();
   EXPECT_TRUE(std::any_of(got.begin(), got.end(), [](float v) { return v != 0.0f; }));
   EXPECT_FALSE(make_cpu_backend()->set_dry_ops(true));
+}
+
+// An MTP verify's 2-4 tokens go through the routed experts as 2-4 decode steps would: each
+// token's row of y is the one-token call's on that row, bit for bit (the verify then accepts
+// exactly what autoregressive decoding picks, up to the other ops' sums).
+TEST(CudaMoePairs, EachTokenOfAVerifySumsAsItsDecodeStep) {
+  std::string why;
+  auto be = backend_under_test("cuda", &why);
+  if (!be) GTEST_SKIP() << why;
+  for (const auto& [S, H, E, I, k, dtype] : std::vector<
+           std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, DType>>{
+           {4, 2560, 64, 640, 10, DType::kBF16}, {3, 256, 8, 64, 4, DType::kF32}}) {
+    SCOPED_TRACE("S " + std::to_string(S) + " H " + std::to_string(H));
+    Rng rng(0x9a125u + static_cast<unsigned>(S));
+    const Feed f{*be};
+    const auto x = random_tensor({S, H}, rng);
+    auto [experts, weights] = random_routing(S, E, k, rng);
+    HostWeight gate_up(dtype, Shape{E, 2 * I, H}), down(dtype, Shape{E, H, I});
+    gate_up.fill(rng, 1.0f / std::sqrt(static_cast<float>(H)), 0, E * 2 * I * H);
+    down.fill(rng, 1.0f / std::sqrt(static_cast<float>(I)), 0, E * H * I);
+    const Weight gu = f.w(gate_up), dn = f.w(down);
+    Tensor all;
+    be->moe_experts(f.in(x), gu, dn, f.in(experts), f.in(weights), 0, all);
+    const auto got = all.to_host_vector();
+    for (std::int64_t t = 0; t < S; ++t) {
+      const auto row = [&](const Tensor& m, std::int64_t cols, DType d) {
+        Tensor r(host_memory(), {1, cols}, d);
+        std::memcpy(r.raw(), static_cast<const char*>(m.raw()) + t * cols * dtype_size(d),
+                    static_cast<std::size_t>(cols) * dtype_size(d));
+        return f.in(r);
+      };
+      Tensor one;
+      be->moe_experts(row(x, H, DType::kF32), gu, dn, row(experts, k, DType::kI32),
+                      row(weights, k, DType::kF32), 0, one);
+      const auto want = one.to_host_vector();
+      ASSERT_EQ(want.size(), static_cast<std::size_t>(H));
+      EXPECT_EQ(std::memcmp(want.data(), got.data() + t * H, want.size() * sizeof(float)), 0)
+          << "token " << t;
+    }
+    ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+  }
 }
 
 // The CUDA moe_block is exact by construction (cuda_moe_block.cu): its five kernels compute what

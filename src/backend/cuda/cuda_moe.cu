@@ -1,17 +1,20 @@
 // The routed experts of a sparse MoE (Backend::moe_experts).
 //
-// One token (decode): the fused path, three kernels, no host sync, no atomics, expert ids read on
-// the device. A block's slot is one of the token's k pairs (slot_expert).
+// One to four tokens (decode, and an MTP verify of depth 1-3): the fused path, three kernels, no
+// host sync, no atomics, expert ids read on the device. A block's slot is one (token, expert) pair
+// (slot_expert), token u / k's row its x: a verify's token sums exactly as a decode step's does.
 //  1. gate_up: a block per (I-row tile, slot):
 //     act[u, r] = silu(gate_up[e_u] row r · x) * (gate_up[e_u] row I+r · x).
 //  2. down: a block per (column tile, slot): part[u, c] = down[e_u] row c · act[u].
-//  3. combine: y[c] = the sum of weight_u * part[u, c] over the slots in top-k order.
-// The kernels also take 2-4 tokens, where a slot is a distinct expert (read once for all the
-// tokens routed to it); the op does not use them there (see kFusedTokens).
-// More tokens: GEMVs over (token, expert) pairs, then a combine pass in the CPU's order; grouping
-// tokens by expert into GEMMs is a later step.
+//  3. combine: y[t, c] = the sum of weight_u * part[u, c] over token t's slots in top-k order.
+// The kernels also take 2-4 tokens with a slot per distinct expert (read once for all the tokens
+// routed to it, kS > 1); the op does not use that: random routings share few experts, and the
+// distinct-expert prologue cost more than it saved (bench/NOTES.md 2026-12-02).
+// More tokens (prefill), or FLASHSERVE_CUDA_MOE_PAIRS=1: GEMVs over (token, expert) pairs, then a
+// combine pass in the CPU's order; grouping tokens by expert into GEMMs is a later step.
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
@@ -22,17 +25,20 @@
 namespace fs::cuda {
 namespace {
 
-// The fused path runs one token (its slots are the pairs: no distinct-expert pass). At 2-4 tokens
-// the pair kernels were faster on the H200 than the fused kernels with their distinct-expert
-// prologue (cuda_kernel_bench, bench/NOTES.md 2026-12-02: 63 vs 83 us at 2 tokens, 87 vs 144 at
-// 3): random routings share few experts, so reading each once saves little.
-constexpr int kFusedTokens = 1;
+// The fused path's slots are pairs, never distinct experts: at 2-4 tokens the fused kernels with
+// their distinct-expert prologue lost to the pair kernels on the H200 (cuda_kernel_bench,
+// bench/NOTES.md 2026-12-02: 63 vs 83 us at 2 tokens, 87 vs 144 at 3).
+// Up to this many tokens (an MTP verify of depth 3) run the one-token kernels with a slot per
+// (token, expert) pair, each reading its token's row: the sums of the autoregressive step's. The
+// pair kernels below (FLASHSERVE_CUDA_MOE_PAIRS=1) take every count.
+constexpr int kMaxPairTokens = 4;
 constexpr int kFusedMaxTokens = 4;
 constexpr int kMaxPairs = kFusedMaxTokens * kMaxTopK;
-constexpr int kGateUpThreads = 256;  // 8 warps, one I-row (its gate and up rows) each
-constexpr int kDownThreads = 256;    // 16 groups of kDownLanes, kDownRows columns each
-constexpr int kDownLanes = 16;       // 640-wide down rows: 5 chunks of 16 bytes per lane
-constexpr int kDownRows = 2;         // columns per group: 10 loads in flight per lane
+constexpr int kGateUpThreads = 256;     // 8 warps, one I-row (its gate and up rows) each
+constexpr int kGateUpStagedBlocks = 3;  // __launch_bounds__ blocks a multiprocessor, staged x
+constexpr int kDownThreads = 256;       // groups of 8 or 16 lanes, kDownRows columns each
+constexpr int kDownLanes = 16;          // f32 down rows: 16 lanes, 8 loads in flight each
+constexpr int kDownRows = 2;            // columns per group
 
 // The routing of a block's tokens, in shared memory.
 struct Routing {
@@ -99,11 +105,11 @@ __device__ __forceinline__ bool slot_expert(const std::int32_t* ids, int P, std:
 }
 
 // kStaged: x from shared memory (StagedX, cuda_gemv.cuh).
-template <typename T, bool kVec, int kS, bool kStaged = false>
-__global__ void __launch_bounds__(kGateUpThreads)
+template <typename T, bool kVec, int kS, bool kStaged = false, int kMinBlocks = 1>
+__global__ void __launch_bounds__(kGateUpThreads, kMinBlocks)
     moe_gate_up_fused_kernel(const float* x, const T* gate_up, const float* scales,
-                             const std::int32_t* ids, int P, std::int64_t E, std::int64_t H,
-                             std::int64_t I, float limit, float* act) {
+                             const std::int32_t* ids, int P, int per_token, std::int64_t E,
+                             std::int64_t H, std::int64_t I, float limit, float* act) {
   wait_for_inputs();  // the ids and x are the kernels' before
   release_dependents();
   const int u = static_cast<int>(blockIdx.y);
@@ -113,7 +119,10 @@ __global__ void __launch_bounds__(kGateUpThreads)
   const int lane = static_cast<int>(threadIdx.x % kWarp);
   const T* base = gate_up + e * 2 * I * H;
   const T* rows[2] = {r < I ? base + r * H : nullptr, r < I ? base + (I + r) * H : nullptr};
-  const float* xs[2] = {x, x};
+  // One token's slots are its pairs: slot u reads the row of token u / per_token (the
+  // one-token kernels serve 2-4 tokens as 2-4 tokens' worth of pairs, kMaxPairTokens).
+  const float* xr = kS == 1 ? x + static_cast<std::int64_t>(u / per_token) * H : x;
+  const float* xs[2] = {xr, xr};
   const float* scale_rows[2] = {nullptr, nullptr};
   if (scales != nullptr) {
     const ExpertGrid g{2 * I, H};
@@ -131,13 +140,13 @@ __global__ void __launch_bounds__(kGateUpThreads)
   }
 }
 
-// Down, one (column tile, distinct expert) per block, all tiles of all experts at once: a group
-// of kDownLanes lanes per output column c of distinct expert u writes
+// Down, one (column tile, slot) per block, all tiles of all slots at once: a group of kLanes
+// lanes per kRows output columns c of slot u (kU of its chunks in flight per lane) writes
 // part[u, s, c] = down[e_u] row c · act[u, s]. The walk over the experts in a column's own loop
 // (the form before, two experts in flight per group) kept too few loads in flight: 1.34 TB/s on
-// the H200 under ncu against 2.5 for gate_up (bench/NOTES.md, 2026-12-02). Each row's sum is the
-// one that form computed (the same lanes, chunks and order).
-template <typename T, bool kVec, int kS, bool kStaged = false>
+// the H200 under ncu against 2.5 for gate_up (bench/NOTES.md, 2026-12-02).
+template <typename T, bool kVec, int kS, bool kStaged = false, int kLanes = kDownLanes,
+          int kRows = kDownRows, int kU = 8>
 __global__ void __launch_bounds__(kDownThreads)
     moe_down_part_kernel(const float* act, const T* down, const float* scales,
                          const std::int32_t* ids, int P, std::int64_t E, std::int64_t H,
@@ -147,27 +156,27 @@ __global__ void __launch_bounds__(kDownThreads)
   const int u = static_cast<int>(blockIdx.y);
   std::int64_t e = 0;
   if (!slot_expert<kS>(ids, P, E, u, e)) return;  // the whole block
-  const int lane = static_cast<int>(threadIdx.x % kDownLanes);
+  const int lane = static_cast<int>(threadIdx.x % kLanes);
   const std::int64_t c0 =
-      (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kDownLanes * kDownRows;
-  const T* rows[kDownRows];
-  const float* xs[kDownRows];
-  const float* scale_rows[kDownRows];
+      (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kLanes * kRows;
+  const T* rows[kRows];
+  const float* xs[kRows];
+  const float* scale_rows[kRows];
 #pragma unroll
-  for (int r = 0; r < kDownRows; ++r) {
+  for (int r = 0; r < kRows; ++r) {
     const std::int64_t c = c0 + r;
     rows[r] = c < H ? down + e * H * I + c * I : nullptr;
     xs[r] = act + u * kS * I;
     scale_rows[r] = scales != nullptr && c < H ? ExpertGrid{H, I}.row(scales, e, c) : nullptr;
   }
-  float acc[kDownRows][kS] = {};
-  rows_dot<T, kVec, kS, kDownRows, kDownLanes, 8, true, false, kStaged>(
+  float acc[kRows][kS] = {};
+  rows_dot<T, kVec, kS, kRows, kLanes, kU, true, false, kStaged>(
       rows, xs, scale_rows, I, I / WeightChunk<T, kVec>::kN, lane, acc);
 #pragma unroll
-  for (int r = 0; r < kDownRows; ++r)
+  for (int r = 0; r < kRows; ++r)
 #pragma unroll
     for (int s = 0; s < kS; ++s) {
-      const float v = group_sum<kDownLanes>(acc[r][s]);
+      const float v = group_sum<kLanes>(acc[r][s]);
       if (lane == 0 && c0 + r < H) part[(u * kS + s) * H + c0 + r] = v;
     }
 }
@@ -185,11 +194,13 @@ __global__ void moe_combine_fused_kernel(const float* part, const std::int32_t* 
   release_dependents();
   const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if constexpr (kS == 1) {
-    if (c >= H) return;
+    // Slots are pairs, token t's the k from t * k (P = tokens * k): a thread per (t, column).
+    const std::int64_t t = c / H, col = c % H;
+    if (t >= P / k) return;
     float out = 0.0f;
-    for (int j = 0; j < P; ++j)
-      if (ids[j] >= 0 && ids[j] < E) out = fmaf(weights[j], part[j * H + c], out);
-    y[c] = out;
+    for (int j = t * k; j < (t + 1) * k; ++j)
+      if (ids[j] >= 0 && ids[j] < E) out = fmaf(weights[j], part[j * H + col], out);
+    y[t * H + col] = out;
   } else {
     __shared__ Routing routing;
     __shared__ float weight[kMaxPairs][kS];  // token s's weight on distinct expert u
@@ -220,7 +231,7 @@ __global__ void moe_combine_fused_kernel(const float* part, const std::int32_t* 
   }
 }
 
-// --- the pair path (more than kFusedTokens tokens) ---------------------------------------------
+// --- the pair path (more than kMaxPairTokens tokens) -------------------------------------------
 // The pair path's kernels are the ones this op had before the fused path (a warp per output row,
 // two 16-byte loads in flight per lane): measured on the H200 beside the fused path
 // (bench/cuda_kernel_bench times them through FLASHSERVE_CUDA_MOE_PAIRS), they are what 2-4
@@ -462,9 +473,11 @@ bool CudaBackend::moe_token_parts(const char* op, const Tensor& x, const Weight&
   const auto P = S * experts.cols();
   const auto* ids = experts.data_as<std::int32_t>();
   const int pairs = static_cast<int>(P);
+  const int per_token = static_cast<int>(experts.cols());
   bool ok = true;
-  with_count<kFusedTokens>(S, [&](auto tokens) {
-    constexpr int kS = decltype(tokens)::value;
+  // Slots are pairs (kS = 1): one token's, or 2-4 tokens' pairs each reading its token's row.
+  [&] {
+    constexpr int kS = 1;
     with_dtype(gate_up, [&](auto t) {
       using T = decltype(t);
       const dim3 grid(grid_for(I * kWarp, kGateUpThreads), static_cast<unsigned>(P));
@@ -474,28 +487,48 @@ bool CudaBackend::moe_token_parts(const char* op, const Tensor& x, const Weight&
       std::size_t smem = 0;
       if constexpr (kStagesX<T, true, kWarp, kS>) {
         smem = vec ? staged_x_launch_bytes<T, true, kWarp, kS>(H / WeightChunk<T, true>::kN) : 0;
-        if (smem) kernel = moe_gate_up_fused_kernel<T, true, kS, true>;
+        // Staged, compiled for 3 blocks a multiprocessor: the FP8 form took 96 registers, 2 blocks
+        // an SM and 3 waves of its 800 blocks; at 80 (no spill) 2 waves (bench/NOTES.md,
+        // session 12: +2.8% on the FP8 step; 4 blocks spilled and gained nothing).
+        if (smem) kernel = moe_gate_up_fused_kernel<T, true, kS, true, kGateUpStagedBlocks>;
       }
       launch_overlapped(kernel, grid, kGateUpThreads, smem, stream(), x.data(), as<T>(gate_up),
-                        scales_of(gate_up), ids, pairs, E, H, I, swiglu_limit, act.data());
+                        scales_of(gate_up), ids, pairs, per_token, E, H, I, swiglu_limit,
+                        act.data());
     });
     if (!(ok = launched(op))) return;
     with_dtype(down, [&](auto t) {
-      using T = decltype(t);
-      const dim3 grid(grid_for(H * kDownLanes / kDownRows, kDownThreads), static_cast<unsigned>(P));
-      const bool vec = vec_ok<T>(act.data(), down.data, I);
-      auto kernel = vec ? moe_down_part_kernel<T, true, kS> : moe_down_part_kernel<T, false, kS>;
-      std::size_t smem = 0;
-      if constexpr (kStagesX<T, true, kDownLanes, kS>) {
-        smem =
-            vec ? staged_x_launch_bytes<T, true, kDownLanes, kS>(I / WeightChunk<T, true>::kN) : 0;
-        if (smem) kernel = moe_down_part_kernel<T, true, kS, true>;
-      }
-      launch_overlapped(kernel, grid, kDownThreads, smem, stream(), act.data(), as<T>(down),
-                        scales_of(down), ids, pairs, E, H, I, part.data());
+      using T = std::remove_cvref_t<decltype(t)>;
+      const auto launch = [&](auto lanes, auto rows, auto loads) {
+        constexpr int kL = decltype(lanes)::value, kR = decltype(rows)::value,
+                      kU = decltype(loads)::value;
+        const dim3 grid(grid_for(H * kL / kR, kDownThreads), static_cast<unsigned>(P));
+        const bool vec = vec_ok<T>(act.data(), down.data, I);
+        auto kernel = vec ? moe_down_part_kernel<T, true, kS, false, kL, kR, kU>
+                          : moe_down_part_kernel<T, false, kS, false, kL, kR, kU>;
+        std::size_t smem = 0;
+        if constexpr (kStagesX<T, true, kL, kS>) {
+          smem = vec ? staged_x_launch_bytes<T, true, kL, kS>(I / WeightChunk<T, true>::kN) : 0;
+          if (smem) kernel = moe_down_part_kernel<T, true, kS, true, kL, kR, kU>;
+        }
+        launch_overlapped(kernel, grid, kDownThreads, smem, stream(), act.data(), as<T>(down),
+                          scales_of(down), ids, pairs, E, H, I, part.data());
+      };
+      // A group of 16-byte chunks per down row (640 wide: 40 FP8 chunks, 80 bf16), each lane
+      // 5 of them, two rows a group: 400 blocks in 1.5 waves where 16 lanes with 8 loads in
+      // flight (most of them past the row's end for FP8) took 128 registers and 3 waves
+      // (bench/NOTES.md, session 12). f32 keeps the 16-lane form.
+      using Rows = std::integral_constant<int, kDownRows>;
+      using Loads = std::integral_constant<int, 5>;
+      if constexpr (std::is_same_v<T, e4m3_bits>)
+        launch(std::integral_constant<int, 8>{}, Rows{}, Loads{});
+      else if constexpr (std::is_same_v<T, bf16_bits>)
+        launch(std::integral_constant<int, 16>{}, Rows{}, Loads{});
+      else
+        launch(std::integral_constant<int, kDownLanes>{}, Rows{}, std::integral_constant<int, 8>{});
     });
     ok = launched(op);
-  });
+  }();
   return ok;
 }
 
@@ -540,18 +573,14 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
   // Scratch: the members eagerly, this step's own inside a step graph.
   Tensor& act = scratch(moe_act_);
   Tensor& outp = scratch(moe_out_);
-  if (S <= kFusedTokens && !env_flag("FLASHSERVE_CUDA_MOE_PAIRS")) {
-    // act [distinct expert slot, token, I], the down products [slot, token, H]; at most P
-    // distinct experts.
-    if (!ensure(act, {P * S, I}) || !ensure(outp, {P * S, H})) return;
+  if (S <= kMaxPairTokens && !env_flag("FLASHSERVE_CUDA_MOE_PAIRS")) {
+    // act [pair, I], the down products [pair, H]: the one-token kernels over the S * k pairs.
+    if (!ensure(act, {P, I}) || !ensure(outp, {P, H})) return;
     if (walking()) return;
     if (!moe_token_parts(kOp, x, gate_up, down, experts, swiglu_limit, act, outp)) return;
-    with_count<kFusedTokens>(S, [&](auto tokens) {
-      constexpr int kS = decltype(tokens)::value;
-      launch_overlapped(moe_combine_fused_kernel<kS>, grid_for(H, 256), 256, 0, stream(),
-                        outp.data(), ids, weights.data(), static_cast<int>(P), static_cast<int>(k),
-                        E, H, y.data());
-    });
+    launch_overlapped(moe_combine_fused_kernel<1>, grid_for(S * H, 256), 256, 0, stream(),
+                      outp.data(), ids, weights.data(), static_cast<int>(P), static_cast<int>(k), E,
+                      H, y.data());
     launched(kOp);
     return;
   }
