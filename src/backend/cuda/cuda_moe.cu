@@ -36,9 +36,9 @@ constexpr int kFusedMaxTokens = 4;
 constexpr int kMaxPairs = kFusedMaxTokens * kMaxTopK;
 constexpr int kGateUpThreads = 256;     // 8 warps, one I-row (its gate and up rows) each
 constexpr int kGateUpStagedBlocks = 3;  // __launch_bounds__ blocks a multiprocessor, staged x
-constexpr int kDownThreads = 256;       // groups of 8 or 16 lanes, kDownRows columns each
-constexpr int kDownLanes = 16;          // f32 down rows: 16 lanes, 8 loads in flight each
-constexpr int kDownRows = 2;            // columns per group
+constexpr int kDownThreads = 256;       // groups of 8 or 16 lanes (FP8, bf16), a row each
+constexpr int kDownLanes = 16;          // f32 down rows: 16 lanes, 8 loads in flight each,
+constexpr int kDownRows = 2;            // and two rows a group
 
 // The routing of a block's tokens, in shared memory.
 struct Routing {
@@ -146,8 +146,8 @@ __global__ void __launch_bounds__(kGateUpThreads, kMinBlocks)
 // (the form before, two experts in flight per group) kept too few loads in flight: 1.34 TB/s on
 // the H200 under ncu against 2.5 for gate_up (bench/NOTES.md, 2026-12-02).
 template <typename T, bool kVec, int kS, bool kStaged = false, int kLanes = kDownLanes,
-          int kRows = kDownRows, int kU = 8>
-__global__ void __launch_bounds__(kDownThreads)
+          int kRows = kDownRows, int kU = 8, int kMinBlocks = 1>
+__global__ void __launch_bounds__(kDownThreads, kMinBlocks)
     moe_down_part_kernel(const float* act, const T* down, const float* scales,
                          const std::int32_t* ids, int P, std::int64_t E, std::int64_t H,
                          std::int64_t I, float* part) {
@@ -499,33 +499,36 @@ bool CudaBackend::moe_token_parts(const char* op, const Tensor& x, const Weight&
     if (!(ok = launched(op))) return;
     with_dtype(down, [&](auto t) {
       using T = std::remove_cvref_t<decltype(t)>;
-      const auto launch = [&](auto lanes, auto rows, auto loads) {
+      const auto launch = [&](auto lanes, auto rows, auto loads, auto min_blocks) {
         constexpr int kL = decltype(lanes)::value, kR = decltype(rows)::value,
-                      kU = decltype(loads)::value;
+                      kU = decltype(loads)::value, kM = decltype(min_blocks)::value;
         const dim3 grid(grid_for(H * kL / kR, kDownThreads), static_cast<unsigned>(P));
         const bool vec = vec_ok<T>(act.data(), down.data, I);
-        auto kernel = vec ? moe_down_part_kernel<T, true, kS, false, kL, kR, kU>
-                          : moe_down_part_kernel<T, false, kS, false, kL, kR, kU>;
+        auto kernel = vec ? moe_down_part_kernel<T, true, kS, false, kL, kR, kU, kM>
+                          : moe_down_part_kernel<T, false, kS, false, kL, kR, kU, kM>;
         std::size_t smem = 0;
         if constexpr (kStagesX<T, true, kL, kS>) {
           smem = vec ? staged_x_launch_bytes<T, true, kL, kS>(I / WeightChunk<T, true>::kN) : 0;
-          if (smem) kernel = moe_down_part_kernel<T, true, kS, true, kL, kR, kU>;
+          if (smem) kernel = moe_down_part_kernel<T, true, kS, true, kL, kR, kU, kM>;
         }
         launch_overlapped(kernel, grid, kDownThreads, smem, stream(), act.data(), as<T>(down),
                           scales_of(down), ids, pairs, E, H, I, part.data());
       };
-      // A group of 16-byte chunks per down row (640 wide: 40 FP8 chunks, 80 bf16), each lane
-      // 5 of them, two rows a group: 400 blocks in 1.5 waves where 16 lanes with 8 loads in
-      // flight (most of them past the row's end for FP8) took 128 registers and 3 waves
-      // (bench/NOTES.md, session 12). f32 keeps the 16-lane form.
-      using Rows = std::integral_constant<int, kDownRows>;
+      // A group of lanes per down row sized to its 16-byte chunks (640 wide: 40 FP8 chunks, 80
+      // bf16), 5 loads in flight each, one row a group, compiled for 4 blocks a multiprocessor
+      // (64 registers, no spill): 800 blocks in 1.5 waves where 16 lanes with 8 loads in flight
+      // (most of them past the row's end for FP8) took 128 registers and 3 waves (bench/NOTES.md,
+      // session 12). f32 keeps the 16-lane form.
       using Loads = std::integral_constant<int, 5>;
+      using OneRow = std::integral_constant<int, 1>;
+      using FourBlocks = std::integral_constant<int, 4>;
       if constexpr (std::is_same_v<T, e4m3_bits>)
-        launch(std::integral_constant<int, 8>{}, Rows{}, Loads{});
+        launch(std::integral_constant<int, 8>{}, OneRow{}, Loads{}, FourBlocks{});
       else if constexpr (std::is_same_v<T, bf16_bits>)
-        launch(std::integral_constant<int, 16>{}, Rows{}, Loads{});
+        launch(std::integral_constant<int, 16>{}, OneRow{}, Loads{}, FourBlocks{});
       else
-        launch(std::integral_constant<int, kDownLanes>{}, Rows{}, std::integral_constant<int, 8>{});
+        launch(std::integral_constant<int, kDownLanes>{}, std::integral_constant<int, kDownRows>{},
+               std::integral_constant<int, 8>{}, std::integral_constant<int, 1>{});
     });
     ok = launched(op);
   }();
