@@ -33,6 +33,7 @@
 #include "backend/cuda/cuda_epilogue.cuh"
 #include "backend/cuda/cuda_gemv.cuh"
 #include "backend/cuda/cuda_shared_expert.cuh"
+#include "backend/cuda/cuda_weight_checks.cuh"
 
 namespace fs::cuda {
 namespace {
@@ -459,35 +460,6 @@ __global__ void gdn_conv_kernel(const float* qkv, const T* w, float* tail, std::
 
 int fused_threads(std::int64_t n) {
   return static_cast<int>(std::clamp<std::int64_t>((n + kWarp - 1) / kWarp * kWarp, kWarp, 256));
-}
-
-template <typename T>
-const T* as(const Weight& w) {
-  return reinterpret_cast<const T*>(w.data);
-}
-
-bool matrix_dtype(const Weight& w) {
-  return !w.block_scaled() && (w.dtype == DType::kF32 || w.dtype == DType::kBF16);
-}
-
-// A block-scaled FP8 weight in the layout the GEMV core reads (128x128 f32 scales).
-bool fp8_matrix(const Weight& w) {
-  return w.block_scaled() && w.dtype == DType::kF8E4M3 &&
-         w.scales.format == quant::ScaleFormat::kF32 && w.scales.block_rows == kFp8Block &&
-         w.scales.block_cols == kFp8Block;
-}
-
-// Whether x and every weight take the 16-byte path for rows of `in` elements (and all are f32,
-// all bf16, or all block-scaled FP8).
-bool chunked(DType dtype, const void* x, std::initializer_list<const Weight*> ws, std::int64_t in) {
-  for (const Weight* w : ws) {
-    if (w->dtype != dtype || w->is_packed()) return false;
-    if (dtype == DType::kF8E4M3 ? !fp8_matrix(*w) || !vec_ok<e4m3_bits>(x, w->data, in)
-        : dtype == DType::kBF16 ? !vec_ok<bf16_bits>(x, w->data, in)
-                                : !vec_ok<float>(x, w->data, in))
-      return false;
-  }
-  return true;
 }
 
 // Adds a segment to segs.

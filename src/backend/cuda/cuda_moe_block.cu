@@ -37,6 +37,7 @@
 #include "backend/cuda/cuda_route_warp.cuh"
 #include "backend/cuda/cuda_shared_expert.cuh"
 #include "backend/cuda/cuda_switches.h"
+#include "backend/cuda/cuda_weight_checks.cuh"
 
 namespace fs::cuda {
 namespace {
@@ -149,30 +150,6 @@ void launch_shared_down_combine(const float* act, const Weight& down, std::int64
                     y);
 }
 
-template <typename T>
-const T* as(const Weight& w) {
-  return reinterpret_cast<const T*>(w.data);
-}
-
-// The weight predicates of cuda_fused.cu (shared_expert's fused path) and cuda_moe.cu.
-bool matrix_dtype(const Weight& w) {
-  return !w.block_scaled() && (w.dtype == DType::kF32 || w.dtype == DType::kBF16);
-}
-bool fp8_matrix(const Weight& w) {
-  return w.block_scaled() && w.dtype == DType::kF8E4M3 &&
-         w.scales.format == quant::ScaleFormat::kF32 && w.scales.block_rows == kFp8Block &&
-         w.scales.block_cols == kFp8Block;
-}
-bool chunked(DType dtype, const void* x, std::initializer_list<const Weight*> ws, std::int64_t in) {
-  for (const Weight* w : ws) {
-    if (w->dtype != dtype || w->is_packed()) return false;
-    if (dtype == DType::kF8E4M3 ? !fp8_matrix(*w) || !vec_ok<e4m3_bits>(x, w->data, in)
-        : dtype == DType::kBF16 ? !vec_ok<bf16_bits>(x, w->data, in)
-                                : !vec_ok<float>(x, w->data, in))
-      return false;
-  }
-  return true;
-}
 // An uploaded, unpacked weight.
 bool uploaded(const Weight& w) {
   return w.device == Device::kCuda && w.data != nullptr && !w.is_packed();

@@ -17,6 +17,23 @@ inline bool shared_units_short(std::int64_t H) {
   return gemv_short_rows(H / WeightChunk<T, true>::kN);
 }
 
+// A unit's group sums and its store: act[s, r] = silu(gate) * up for r < I, the scalar gate's
+// logit[s] for r == I. Every lane sums (whole groups shuffle); lane 0 stores.
+template <int kS, int kG>
+__device__ __forceinline__ void store_units(const float (&acc)[2][kS], std::int64_t r,
+                                            std::int64_t I, int lane, float* act, float* logit) {
+#pragma unroll
+  for (int s = 0; s < kS; ++s) {
+    const float g = group_sum<kG>(acc[0][s]), u = group_sum<kG>(acc[1][s]);
+    if (lane != 0) continue;
+    if (r < I) {
+      act[s * I + r] = apply_act(g, Activation::kSilu) * u;
+    } else if (r == I) {
+      logit[s] = g;
+    }
+  }
+}
+
 // The shared expert's gate and up: unit r < I takes gate row r and up row r (act[s, r] =
 // silu(g) * u), unit I the scalar gate's one row (logit[s]). Block `block` of kGemvThreads
 // threads, kG lanes a unit. Waits for x (wait_for_inputs) after its first weight loads, so it
@@ -34,16 +51,7 @@ __device__ __forceinline__ void shared_gate_up_units(const float* x, const T* ga
   float acc[2][kS] = {};
   rows_dot<T, true, kS, 2, kG, 4, true, true>(rows, xs, H, H / WeightChunk<T, true>::kN, lane,
                                               acc);  // waits for x after the first weight loads
-#pragma unroll
-  for (int s = 0; s < kS; ++s) {
-    const float g = group_sum<kG>(acc[0][s]), u = group_sum<kG>(acc[1][s]);
-    if (lane != 0) continue;
-    if (r < I) {
-      act[s * I + r] = apply_act(g, Activation::kSilu) * u;
-    } else if (r == I) {
-      logit[s] = g;
-    }
-  }
+  store_units<kS, kG>(acc, r, I, lane, act, logit);
 }
 
 // The same units for FP8 gate and up (block-scaled e4m3) beside the float expert gate (TG, which
@@ -73,16 +81,7 @@ __device__ __forceinline__ void shared_gate_up_fp8_units(
 #pragma unroll
     for (int s = 0; s < kS; ++s) acc[0][s] = one[0][s];
   }
-#pragma unroll
-  for (int s = 0; s < kS; ++s) {
-    const float g = group_sum<kG>(acc[0][s]), u = group_sum<kG>(acc[1][s]);
-    if (lane != 0) continue;
-    if (r < I) {
-      act[s * I + r] = apply_act(g, Activation::kSilu) * u;
-    } else if (r == I) {
-      logit[s] = g;
-    }
-  }
+  store_units<kS, kG>(acc, r, I, lane, act, logit);
 }
 
 }  // namespace fs::cuda
