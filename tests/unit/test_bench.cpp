@@ -326,15 +326,22 @@ TEST(BenchRun, PackedMixesRunExactAndStoreFewerBytes) {
 }
 
 // The overlapped op-group pass needs dry ops: the CPU cannot run them, says so and adds nothing.
-TEST(BenchRun, MarginalPassIsSkippedWhereOpsCannotRunDry) {
+// A short autoregressive run with the overlapped op-group pass on `backend`, tiny shapes.
+BenchOptions marginal_options(const std::string& backend) {
   BenchOptions o;
-  o.backend = "cpu";
+  o.backend = backend;
+  o.tiny = true;
   o.prefill = {};
   o.contexts = {20};
-  o.decode_tokens = 3;
+  o.decode_tokens = 6;
   o.max_depth = 0;
   o.profile = false;
   o.marginal = true;
+  return o;
+}
+
+TEST(BenchRun, MarginalPassIsSkippedWhereOpsCannotRunDry) {
+  const BenchOptions o = marginal_options("cpu");
   std::ostringstream log;
   auto r = run_bench(o, log);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
@@ -346,15 +353,7 @@ TEST(BenchRun, MarginalPassIsSkippedWhereOpsCannotRunDry) {
 // (its outputs are stale memory, not errors).
 TEST(BenchRun, MarginalPassGivesEveryGroupAShareOnTheGpu) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  BenchOptions o;
-  o.backend = "cuda";
-  o.tiny = true;
-  o.prefill = {};
-  o.contexts = {20};
-  o.decode_tokens = 6;
-  o.max_depth = 0;
-  o.profile = false;
-  o.marginal = true;
+  const BenchOptions o = marginal_options("cuda");
   std::ostringstream log;
   auto r = run_bench(o, log);
   ASSERT_TRUE(r.ok()) << r.status().to_string() << "\n" << log.str();
