@@ -99,12 +99,10 @@ struct Bench {
 // memory held them (values of earlier steps), so the ops after it do their usual work; what a
 // dry run cannot remove are device copies (cache appends, slices), counted with what stays.
 Expected<json> marginal_pass(Bench& b, const QwenNextConfig& c, const BenchOptions& o) {
-  if (!b.timing->set_dry_group(OpGroup::kLinear)) {
-    b.timing->set_dry_group(std::nullopt);
+  if (!b.timing->can_run_dry()) {
     b.log << "bench: the " << b.timing->name() << " backend cannot run ops dry: no marginal pass\n";
     return json();
   }
-  b.timing->set_dry_group(std::nullopt);
   DecodeState base = new_decode_state(*b.model);
   if (auto s = fill_synthetic_context(*b.model, c, o.contexts.front(), o.seed, base); !s.ok())
     return s;

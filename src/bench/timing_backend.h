@@ -21,12 +21,11 @@ class TimingBackend final : public Backend {
       : inner_(std::move(inner)), clock_(make_op_clock(inner_->memory())), vocab_(vocab) {}
 
   void set_enabled(bool on) { enabled_ = on; }
-  // The ops of group g run dry (Backend::set_dry_ops) until cleared with nullopt, except the
-  // token picks, which the decode loop reads: false when the inner backend cannot run dry.
-  bool set_dry_group(std::optional<OpGroup> g) {
-    dry_group_ = g;
-    return !g || inner_->set_dry_ops(false);
-  }
+  // Whether the inner backend can run ops dry (Backend::set_dry_ops).
+  bool can_run_dry() { return inner_->set_dry_ops(false); }
+  // The ops of group g run dry until cleared with nullopt, except the token picks, which the
+  // decode loop reads.
+  void set_dry_group(std::optional<OpGroup> g) { dry_group_ = g; }
   // Seconds per group and ops per group since the last reset (waits for the device).
   std::array<double, kOpGroups> seconds() { return clock_->totals(); }
   const std::array<std::int64_t, kOpGroups>& calls() const { return calls_; }

@@ -291,10 +291,10 @@ class CudaBackend final : public Backend {
   void moe_experts_packed(const Tensor& x, const Weight& gate_up, const Weight& down,
                           const Tensor& experts, const Tensor& weights, float swiglu_limit,
                           Tensor& y);
-  // The one-token routed experts' first two kernels (cuda_moe.cu, moe_experts' fused path) on
-  // shapes it has checked: act [k, I] = the k routed experts' swiglu(gate_up · x), part [k, H] =
-  // their down products (the combine is the caller's). Queues them; false when a launch failed
-  // (recorded under `op`).
+  // The routed experts' first two kernels for 1-4 tokens (cuda_moe.cu, moe_experts' fused path)
+  // on shapes it has checked, a slot per (token, expert) pair: act [S*k, I] = each pair's
+  // swiglu(gate_up · x_token), part [S*k, H] = its down product (the combine is the caller's).
+  // Queues them; false when a launch failed (recorded under `op`).
   bool moe_token_parts(const char* op, const Tensor& x, const Weight& gate_up, const Weight& down,
                        const Tensor& experts, float swiglu_limit, Tensor& act, Tensor& part);
 

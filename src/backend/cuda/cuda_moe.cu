@@ -474,65 +474,60 @@ bool CudaBackend::moe_token_parts(const char* op, const Tensor& x, const Weight&
   const auto* ids = experts.data_as<std::int32_t>();
   const int pairs = static_cast<int>(P);
   const int per_token = static_cast<int>(experts.cols());
-  bool ok = true;
   // Slots are pairs (kS = 1): one token's, or 2-4 tokens' pairs each reading its token's row.
-  [&] {
-    constexpr int kS = 1;
-    with_dtype(gate_up, [&](auto t) {
-      using T = decltype(t);
-      const dim3 grid(grid_for(I * kWarp, kGateUpThreads), static_cast<unsigned>(P));
-      const bool vec = vec_ok<T>(x.data(), gate_up.data, H);
-      auto kernel =
-          vec ? moe_gate_up_fused_kernel<T, true, kS> : moe_gate_up_fused_kernel<T, false, kS>;
+  constexpr int kS = 1;
+  with_dtype(gate_up, [&](auto t) {
+    using T = std::remove_cvref_t<decltype(t)>;
+    const dim3 grid(grid_for(I * kWarp, kGateUpThreads), static_cast<unsigned>(P));
+    const bool vec = vec_ok<T>(x.data(), gate_up.data, H);
+    auto kernel =
+        vec ? moe_gate_up_fused_kernel<T, true, kS> : moe_gate_up_fused_kernel<T, false, kS>;
+    std::size_t smem = 0;
+    if constexpr (kStagesX<T, true, kWarp, kS>) {
+      smem = vec ? staged_x_launch_bytes<T, true, kWarp, kS>(H / WeightChunk<T, true>::kN) : 0;
+      // Staged, compiled for 3 blocks a multiprocessor: the FP8 form took 96 registers, 2 blocks
+      // an SM and 3 waves of its 800 blocks; at 80 (8 bytes spilled) 2 waves (bench/NOTES.md,
+      // session 12: +2.8% on the FP8 step; 4 blocks spilled and gained nothing).
+      if (smem) kernel = moe_gate_up_fused_kernel<T, true, kS, true, kGateUpStagedBlocks>;
+    }
+    launch_overlapped(kernel, grid, kGateUpThreads, smem, stream(), x.data(), as<T>(gate_up),
+                      scales_of(gate_up), ids, pairs, per_token, E, H, I, swiglu_limit, act.data());
+  });
+  if (!launched(op)) return false;
+  with_dtype(down, [&](auto t) {
+    using T = std::remove_cvref_t<decltype(t)>;
+    const auto launch = [&](auto lanes, auto rows, auto loads, auto min_blocks) {
+      constexpr int kL = decltype(lanes)::value, kR = decltype(rows)::value,
+                    kU = decltype(loads)::value, kM = decltype(min_blocks)::value;
+      const dim3 grid(grid_for(H * kL / kR, kDownThreads), static_cast<unsigned>(P));
+      const bool vec = vec_ok<T>(act.data(), down.data, I);
+      auto kernel = vec ? moe_down_part_kernel<T, true, kS, false, kL, kR, kU, kM>
+                        : moe_down_part_kernel<T, false, kS, false, kL, kR, kU, kM>;
       std::size_t smem = 0;
-      if constexpr (kStagesX<T, true, kWarp, kS>) {
-        smem = vec ? staged_x_launch_bytes<T, true, kWarp, kS>(H / WeightChunk<T, true>::kN) : 0;
-        // Staged, compiled for 3 blocks a multiprocessor: the FP8 form took 96 registers, 2 blocks
-        // an SM and 3 waves of its 800 blocks; at 80 (no spill) 2 waves (bench/NOTES.md,
-        // session 12: +2.8% on the FP8 step; 4 blocks spilled and gained nothing).
-        if (smem) kernel = moe_gate_up_fused_kernel<T, true, kS, true, kGateUpStagedBlocks>;
+      if constexpr (kStagesX<T, true, kL, kS>) {
+        smem = vec ? staged_x_launch_bytes<T, true, kL, kS>(I / WeightChunk<T, true>::kN) : 0;
+        if (smem) kernel = moe_down_part_kernel<T, true, kS, true, kL, kR, kU, kM>;
       }
-      launch_overlapped(kernel, grid, kGateUpThreads, smem, stream(), x.data(), as<T>(gate_up),
-                        scales_of(gate_up), ids, pairs, per_token, E, H, I, swiglu_limit,
-                        act.data());
-    });
-    if (!(ok = launched(op))) return;
-    with_dtype(down, [&](auto t) {
-      using T = std::remove_cvref_t<decltype(t)>;
-      const auto launch = [&](auto lanes, auto rows, auto loads, auto min_blocks) {
-        constexpr int kL = decltype(lanes)::value, kR = decltype(rows)::value,
-                      kU = decltype(loads)::value, kM = decltype(min_blocks)::value;
-        const dim3 grid(grid_for(H * kL / kR, kDownThreads), static_cast<unsigned>(P));
-        const bool vec = vec_ok<T>(act.data(), down.data, I);
-        auto kernel = vec ? moe_down_part_kernel<T, true, kS, false, kL, kR, kU, kM>
-                          : moe_down_part_kernel<T, false, kS, false, kL, kR, kU, kM>;
-        std::size_t smem = 0;
-        if constexpr (kStagesX<T, true, kL, kS>) {
-          smem = vec ? staged_x_launch_bytes<T, true, kL, kS>(I / WeightChunk<T, true>::kN) : 0;
-          if (smem) kernel = moe_down_part_kernel<T, true, kS, true, kL, kR, kU, kM>;
-        }
-        launch_overlapped(kernel, grid, kDownThreads, smem, stream(), act.data(), as<T>(down),
-                          scales_of(down), ids, pairs, E, H, I, part.data());
-      };
-      // A group of lanes per down row sized to its 16-byte chunks (640 wide: 40 FP8 chunks, 80
-      // bf16), 5 loads in flight each, one row a group, compiled for 4 blocks a multiprocessor
-      // (64 registers, no spill): 800 blocks in 1.5 waves where 16 lanes with 8 loads in flight
-      // (most of them past the row's end for FP8) took 128 registers and 3 waves (bench/NOTES.md,
-      // session 12). f32 keeps the 16-lane form.
-      using Loads = std::integral_constant<int, 5>;
-      using OneRow = std::integral_constant<int, 1>;
-      using FourBlocks = std::integral_constant<int, 4>;
-      if constexpr (std::is_same_v<T, e4m3_bits>)
-        launch(std::integral_constant<int, 8>{}, OneRow{}, Loads{}, FourBlocks{});
-      else if constexpr (std::is_same_v<T, bf16_bits>)
-        launch(std::integral_constant<int, 16>{}, OneRow{}, Loads{}, FourBlocks{});
-      else
-        launch(std::integral_constant<int, kDownLanes>{}, std::integral_constant<int, kDownRows>{},
-               std::integral_constant<int, 8>{}, std::integral_constant<int, 1>{});
-    });
-    ok = launched(op);
-  }();
-  return ok;
+      launch_overlapped(kernel, grid, kDownThreads, smem, stream(), act.data(), as<T>(down),
+                        scales_of(down), ids, pairs, E, H, I, part.data());
+    };
+    // A group of lanes per down row sized to its 16-byte chunks (640 wide: 40 FP8 chunks, 80
+    // bf16), 5 loads in flight each, one row a group, compiled for 4 blocks a multiprocessor
+    // (64 registers, no spill): 800 blocks in 1.5 waves where 16 lanes with 8 loads in flight
+    // (most of them past the row's end for FP8) took 128 registers and 3 waves (bench/NOTES.md,
+    // session 12). f32 keeps the 16-lane form.
+    using Loads = std::integral_constant<int, 5>;
+    using OneRow = std::integral_constant<int, 1>;
+    using FourBlocks = std::integral_constant<int, 4>;
+    if constexpr (std::is_same_v<T, e4m3_bits>)
+      launch(std::integral_constant<int, 8>{}, OneRow{}, Loads{}, FourBlocks{});
+    else if constexpr (std::is_same_v<T, bf16_bits>)
+      launch(std::integral_constant<int, 16>{}, OneRow{}, Loads{}, FourBlocks{});
+    else
+      launch(std::integral_constant<int, kDownLanes>{}, std::integral_constant<int, kDownRows>{},
+             std::integral_constant<int, 8>{}, std::integral_constant<int, 1>{});
+  });
+  return launched(op);
 }
 
 void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,

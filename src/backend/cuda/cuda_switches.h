@@ -3,7 +3,7 @@
 // a device, and what the kernel benchmark times as "old".
 //   FLASHSERVE_CUDA_OLD_TOPK=1, FLASHSERVE_CUDA_OLD_INDEX=1, FLASHSERVE_CUDA_OLD_ATTENTION=1,
 //   FLASHSERVE_CUDA_OLD_CONTEXT=1 (all three); FLASHSERVE_CUDA_MOE_PAIRS=1 runs moe_experts on its
-//   (token, expert) pair kernels at every token count (the one-token fused path off);
+//   (token, expert) pair kernels at every token count (the fused path of 1-4 tokens off);
 //   FLASHSERVE_CUDA_OLD_DELTA=1 runs gated_delta_rule_chunked token by token at every length.
 // Read at every call (host side only, a getenv), so one process can time both; a graph captures
 // whichever was chosen when it was recorded.
