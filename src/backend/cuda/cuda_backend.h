@@ -351,6 +351,11 @@ class CudaBackend final : public Backend {
   // IQ2_XXS's codebook (quant::kIq2XxsGrid, 2 KB) in device memory, copied there by the first
   // IQ2_XXS upload (at load, never inside a step graph); the packed kernels read it.
   DeviceBuffer iq2_grid_;
+  // The streamed routed experts' counters (cuda_moe_stream.h: kMoeStreamSyncInts ints, zeroed at
+  // creation and reset by each launch), and the device's figures its grid is sized from.
+  DeviceBuffer moe_sync_;
+  int multiprocessors_ = 0;
+  int smem_optin_ = 0;
   HostStaging staging_;
   // Step graphs (docs/GPU.md): off unless FLASHSERVE_CUDA_GRAPHS=1 at construction (with the
   // fused decode ops eager steps are as fast and MTP rounds faster: bench/NOTES.md). mode_ says
