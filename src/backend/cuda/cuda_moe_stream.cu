@@ -303,10 +303,16 @@ template <typename T, int kWarps, int kStages>
 bool launch_stages(const MoeStreamArgs& a, const Layout& L, std::size_t smem,
                    cudaStream_t stream) {
   const auto kernel = moe_stream_kernel<T, kWarps, kStages>;
-  // Opt in to the device's shared memory once per kernel; the grid is as many blocks as the
-  // device holds at once, so every block is resident (the down items wait on other blocks).
-  static const cudaError_t opted = cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, a.smem_optin);
+  // Opt in to the device's shared memory once per kernel (what its static table leaves); the
+  // grid is as many blocks as the device holds at once, so every block is resident (the down
+  // items wait on other blocks).
+  static const cudaError_t opted = [&] {
+    cudaFuncAttributes attributes{};
+    const cudaError_t e = cudaFuncGetAttributes(&attributes, kernel);
+    if (e != cudaSuccess) return e;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                a.smem_optin - static_cast<int>(attributes.sharedSizeBytes));
+  }();
   int per_sm = 0;
   if (opted != cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * kWarp, smem) !=
