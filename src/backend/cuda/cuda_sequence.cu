@@ -54,20 +54,24 @@ __global__ void __launch_bounds__(kDeltaThreads)
                       const float* beta, std::int64_t S, std::int64_t Hv, std::int64_t dk,
                       std::int64_t dv, std::int64_t rep, std::int64_t qk_stride, float* state,
                       float* out, float* states) {
-  wait_for_inputs();  // when launched overlapped (cuda_common.h)
-  release_dependents();
   __shared__ float part[2][kDeltaGroups][kWarp + 1];
   const int lane = threadIdx.x, grp = threadIdx.y;
   const std::int64_t h = blockIdx.x, j = blockIdx.y * static_cast<std::int64_t>(kWarp) + lane;
   const bool col = j < dv;
   const std::int64_t kh = h / rep, v_stride = Hv * dv;
   float* Sm = state + h * dk * dv;
+  // The state is loaded before the wait, as weights are (cuda_common.h): its last writer is this
+  // kernel in an earlier step, or a copy queued before the step (a rollback, a restore), and both
+  // have finished before the kernel before this one could stop waiting, which is when this one
+  // starts. A DRAM round trip per layer off the step's critical path.
   float st[kRows];
 #pragma unroll
   for (int m = 0; m < kRows; ++m) {
     const std::int64_t i = grp + kDeltaGroups * m;
     st[m] = (col && i < dk) ? Sm[i * dv + j] : 0.0f;
   }
+  wait_for_inputs();  // when launched overlapped (cuda_common.h)
+  release_dependents();
   for (std::int64_t t = 0; t < S; ++t) {
     const float* kt = k + t * qk_stride + kh * dk;
     const float* qt = q + t * qk_stride + kh * dk;
