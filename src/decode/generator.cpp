@@ -1,6 +1,7 @@
 #include "decode/generator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <optional>
@@ -44,6 +45,12 @@ std::string exit_path_name(ExitPath p) {
 }
 
 namespace {
+
+std::int64_t nanoseconds_since(std::chrono::steady_clock::time_point began) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                              began)
+      .count();
+}
 
 // log softmax(row / temperature) at `token`, and the `top` most likely ids.
 TokenLogprobs score(std::span<const float> row, TokenId token, const SamplerConfig& sampler,
@@ -254,8 +261,10 @@ class Turn {
     std::vector<DraftToken> drafts;
     const auto covered = static_cast<std::int64_t>(state_.tokens.size());
     const std::int64_t history_rows = std::max<std::int64_t>(covered - 1, 0);
+    const auto draft_began = std::chrono::steady_clock::now();
     if (auto s = drafter.propose(state_, primary, depth, opt_.sampler, rng_, drafts); !s.ok())
       return s;
+    result_.stats.draft_ns += nanoseconds_since(draft_began);
     // Rows the drafter appended are speculative; committed rows come from the trunk's hiddens.
     if (state_.mtp_history) {
       if (auto s = state_.mtp_history->truncate(history_rows); !s.ok()) return s;
@@ -268,7 +277,9 @@ class Turn {
         RollbackPoint::take(*state_.trunk, static_cast<std::int64_t>(verify_in.size()));
     ForwardOutput verify;
     const auto verify_rows = on_backend_ ? LogitsRows::kAllArgmax : LogitsRows::kAll;
+    const auto verify_began = std::chrono::steady_clock::now();
     if (auto s = model_.forward(*state_.trunk, verify_in, verify_rows, verify); !s.ok()) return s;
+    result_.stats.verify_ns += nanoseconds_since(verify_began);
     const auto vocab = static_cast<std::size_t>(model_.info().vocab_size);
     // Sampled on the backend: the target distributions of the drafts' rows, from their tops.
     std::vector<TokenDistribution> p_rows;

@@ -102,6 +102,12 @@ TEST(BenchRun, TinyCpuRunReportsEveryFigure) {
       EXPECT_EQ(m["tokens"], 6);
       EXPECT_DOUBLE_EQ(m["measured_accept"].get<double>(), 1.0);
       EXPECT_GE(m["tokens_per_round"].get<double>(), (6.0) / ((6 + depth) / (depth + 1)));
+      // A round's halves are timed, and together take less than the whole run's time a round.
+      const double draft = m["draft_ms_per_round"], verify = m["verify_ms_per_round"];
+      EXPECT_GT(draft, 0) << "depth " << depth;
+      EXPECT_GT(verify, 0) << "depth " << depth;
+      EXPECT_LE((draft + verify) * m["rounds"].get<double>(), m["seconds"].get<double>() * 1e3);
+      EXPECT_GT(m["autoregressive_ms_per_token"].get<double>(), 0);
     }
   }
   ASSERT_TRUE(r.contains("profile"));
