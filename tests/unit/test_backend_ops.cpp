@@ -13,6 +13,7 @@
 // 3. Failure recording (`BackendStatus.*`) and the device-aware Tensor (`TensorTest.*`).
 #include <gtest/gtest.h>
 
+#include <stdlib.h>  // setenv, unsetenv
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -868,7 +869,20 @@ std::vector<Case> make_cases() {
                                                    {2, 500, 4, 4, 32, 4, 64},
                                                    {3, 300, 6, 2, 36, 4, 32},
                                                    // D % 4 != 0 (the earlier kernel).
-                                                   {2, 100, 4, 1, 30, 4, 8}}) {
+                                                   {2, 100, 4, 1, 30, 4, 8},
+                                                   // The tiled split kernel's edges: 1k keys (half
+                                                   // the picks -1, whole tiles of -1 keys), 4 rows
+                                                   // whose tails end in different tiles, a chunk
+                                                   // of exactly one tile (2,048 + 0 tail),
+                                                   {2, 1024, 24, 2, 256, 4, 512},
+                                                   {4, 1027, 24, 2, 256, 4, 512},
+                                                   {1, 2048, 24, 2, 256, 4, 512},
+                                                   // two-stage pipelines: one head a warp
+                                                   // (rep 3), two heads of 128 (rep 8),
+                                                   {5, 2000, 12, 4, 256, 4, 256},
+                                                   {9, 3000, 16, 2, 128, 4, 256},
+                                                   // one tile shorter than a warp, rep 32.
+                                                   {1, 9, 32, 1, 64, 4, 2}}) {
     add("block_sparse_attention_S" + n(c.S) + "_T" + n(c.T) + "_Hq" + n(c.Hq) + "_Hkv" + n(c.Hkv) +
             "_D" + n(c.D) + "_top" + n(c.top),
         kProduct, [=](Rng& rng) -> OpRun {
@@ -1891,6 +1905,53 @@ TEST(CudaMoePairs, EachTokenOfAVerifySumsAsItsDecodeStep) {
           << "token " << t;
     }
     ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+  }
+}
+
+// block_sparse_attention's tiled split kernel (cuda_attention_tiles.cu) against the split kernel
+// before it (FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION=1) on the released decode shapes: 24 query / 2
+// KV heads of 256, top 512 blocks of 4, 1-4 query rows at 1k, 16k and 64k keys, the same inputs.
+// The two sum in different orders, so within fp32 rounding, not bit for bit; the op suite's
+// Cuda/ cases check both against the CPU.
+TEST(CudaAttention, TiledSplitKernelMatchesTheKernelBefore) {
+  std::string why;
+  auto be = backend_under_test("cuda", &why);
+  if (!be) GTEST_SKIP() << why;
+  struct EnvRestore {
+    ~EnvRestore() { unsetenv("FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION"); }
+  } restore;
+  if (std::getenv("FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION") != nullptr ||
+      std::getenv("FLASHSERVE_CUDA_OLD_ATTENTION") != nullptr ||
+      std::getenv("FLASHSERVE_CUDA_OLD_CONTEXT") != nullptr)
+    GTEST_SKIP() << "an old-kernel switch is set";
+  constexpr std::int64_t Hq = 24, Hkv = 2, D = 256, block = 4, top = 512;
+  Rng rng(0x7173a11u);
+  const Feed f{*be};
+  for (const std::int64_t T : {1024, 16384, 65536}) {
+    const auto k = random_tensor({T, Hkv * D}, rng), v = random_tensor({T, Hkv * D}, rng);
+    const Tensor kd = f.in(k), vd = f.in(v);
+    for (const std::int64_t S : {1, 2, 3, 4}) {
+      SCOPED_TRACE("T " + std::to_string(T) + " S " + std::to_string(S));
+      const auto first = T - S;
+      // Queries scaled up so the softmax is peaked (one key can dominate a tile).
+      const auto q = random_tensor({S, Hq * D}, rng, 4.0f);
+      const auto picked = random_picks(S, first, block, top, rng);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+      Tensor tiled, before;
+      be->block_sparse_attention(f.in(q), kd, vd, Hq, Hkv, f.in(picked), block, first, scale,
+                                 tiled);
+      setenv("FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION", "1", 1);
+      be->block_sparse_attention(f.in(q), kd, vd, Hq, Hkv, f.in(picked), block, first, scale,
+                                 before);
+      unsetenv("FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION");
+      ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+      const auto a = tiled.to_host_vector(), b = before.to_host_vector();
+      ASSERT_EQ(a.size(), b.size());
+      double worst = 0;
+      for (std::size_t i = 0; i < a.size(); ++i)
+        worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])));
+      EXPECT_LT(worst, 2e-5);
+    }
   }
 }
 

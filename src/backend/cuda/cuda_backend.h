@@ -42,8 +42,11 @@
 //   token by token (cuda_switches.h).
 // - block_sparse_attention (cuda_attention.cu): split-K over the selected keys, a block per
 //   (query, KV head, chunk) loading each K/V tile once for the query heads that share it, then a
-//   merge of the partials in a fixed order; FLASHSERVE_CUDA_OLD_ATTENTION=1 keeps the older kernel
-//   (a block per (query, head)).
+//   merge of the partials in a fixed order. The split kernel (cuda_attention_tiles.cu) takes
+//   32-key tiles by cp.async (two stages when a chunk has several), a key a lane for the scores
+//   and one softmax step a tile; FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION=1 runs the split kernel
+//   before it (a key at a time), FLASHSERVE_CUDA_OLD_ATTENTION=1 the older kernel (a block per
+//   (query, head)).
 // - The fused decode ops (backend.h; cuda_fused.cu): the hyper-connection read in 2 kernels (was
 //   12), the GatedDeltaNet's four input projections with their gates in one, its conv, silu and
 //   q/k norms in one, the router's softmax/top-k/renormalise in one after its GEMV, the shared
