@@ -408,6 +408,84 @@ const std::vector<MoeBlockShape>& moe_block_shapes() {
   return shapes;
 }
 
+// The inputs of QSA's projections (Backend::qsa_projections): x [S, in], q (query and gate
+// interleaved: 2 * heads * D rows), k and v (kv_heads * D rows each), the indexer's query heads
+// and its key (index_rows), in `dtype` or block-scaled FP8, with f32 biases when `bias`.
+struct QsaProjShape {
+  std::int64_t S, in, q_rows, kv_rows, index_rows;
+  DType dtype;
+  bool fp8, bias;
+  std::string name() const {
+    return "qsa_projections_S" + n(S) + "_in" + n(in) + "_q" + n(q_rows) + "_kv" + n(kv_rows) +
+           "_i" + n(index_rows) + (fp8 ? "_fp8" : "_" + dt(dtype)) + (bias ? "_bias" : "");
+  }
+};
+struct QsaProjInputs {
+  QsaProjShape c;
+  Tensor x;
+  std::shared_ptr<HostWeight> q, k, v, index;          // !fp8
+  std::shared_ptr<HostFp8Weight> q8, k8, v8, index8;   // fp8
+  std::shared_ptr<HostWeight> q_bias, k_bias, v_bias;  // bias
+
+  // {qg, k, v, index_qk} of qsa_projections on f's backend, or of its sequence (Backend's body:
+  // linear and add_bias, on that backend) when `sequence`.
+  std::vector<Tensor> run(const Feed& f, bool sequence) const {
+    const Weight wq = c.fp8 ? f.w(*q8) : f.w(*q), wk = c.fp8 ? f.w(*k8) : f.w(*k);
+    const Weight wv = c.fp8 ? f.w(*v8) : f.w(*v), wi = c.fp8 ? f.w(*index8) : f.w(*index);
+    const Weight bq = c.bias ? f.w(*q_bias) : Weight{}, bk = c.bias ? f.w(*k_bias) : Weight{};
+    const Weight bv = c.bias ? f.w(*v_bias) : Weight{};
+    const Tensor xin = f.in(x);
+    Tensor oq, ok, ov, oi;
+    if (sequence)
+      f.be.Backend::qsa_projections(xin, wq, wk, wv, wi, bq, bk, bv, oq, ok, ov, oi);
+    else
+      f.be.qsa_projections(xin, wq, wk, wv, wi, bq, bk, bv, oq, ok, ov, oi);
+    return {oq, ok, ov, oi};
+  }
+};
+std::shared_ptr<const QsaProjInputs> qsa_projection_inputs(const QsaProjShape& c, Rng& rng) {
+  auto in = std::make_shared<QsaProjInputs>();
+  in->c = c;
+  in->x = random_tensor({c.S, c.in}, rng);
+  const float ws = 1.0f / std::sqrt(static_cast<float>(c.in));
+  auto make = [&](std::int64_t rows, std::shared_ptr<HostWeight>& w,
+                  std::shared_ptr<HostFp8Weight>& w8) {
+    if (c.fp8) {
+      w8 = std::make_shared<HostFp8Weight>(Shape{rows, c.in});
+      w8->fill_all(rng, ws);
+    } else {
+      w = std::make_shared<HostWeight>(random_weight(c.dtype, {rows, c.in}, rng, ws));
+    }
+  };
+  make(c.q_rows, in->q, in->q8);
+  make(c.kv_rows, in->k, in->k8);
+  make(c.kv_rows, in->v, in->v8);
+  make(c.index_rows, in->index, in->index8);
+  if (c.bias) {
+    in->q_bias = std::make_shared<HostWeight>(random_weight(DType::kF32, {c.q_rows}, rng));
+    in->k_bias = std::make_shared<HostWeight>(random_weight(DType::kF32, {c.kv_rows}, rng));
+    in->v_bias = std::make_shared<HostWeight>(random_weight(DType::kF32, {c.kv_rows}, rng));
+  }
+  return in;
+}
+
+// The QSA projection cases: the released shapes (hidden 2560; 24 heads of 256 with their gates,
+// 2 KV heads, the indexer's 4 heads of 128 and its key) at 1-4 rows in bf16 and FP8 (one
+// multi_gemv on the GPU), with biases, small f32 widths, and 20 rows and an off-chunk width (the
+// sequence there).
+const std::vector<QsaProjShape>& qsa_projection_shapes() {
+  static const std::vector<QsaProjShape> shapes{
+      {1, 2560, 12288, 512, 640, DType::kBF16, false, false},
+      {2, 2560, 12288, 512, 640, DType::kBF16, false, false},
+      {4, 2560, 12288, 512, 640, DType::kBF16, false, true},
+      {1, 2560, 12288, 512, 640, DType::kF32, true, false},
+      {3, 2560, 12288, 512, 640, DType::kF32, true, true},
+      {3, 256, 128, 64, 96, DType::kF32, false, true},
+      {20, 256, 128, 64, 96, DType::kBF16, false, true},
+      {2, 70, 128, 64, 96, DType::kBF16, false, false}};
+  return shapes;
+}
+
 std::vector<Case> make_cases() {
   std::vector<Case> cases;
   auto add = [&](std::string name, double tol, std::function<OpRun(Rng&)> build) {
@@ -1417,6 +1495,14 @@ std::vector<Case> make_cases() {
     });
   }
 
+  // QSA's four projections over one x (qsa_projections).
+  for (const auto& c : qsa_projection_shapes()) {
+    add(c.name(), kProduct, [=](Rng& rng) -> OpRun {
+      auto in = qsa_projection_inputs(c, rng);
+      return [in](const Feed& f) { return in->run(f, /*sequence=*/false); };
+    });
+  }
+
   // --- mHC and the DeepSeek/GLM router (model/common/mhc.h, router.h) ---
   struct MhcShape {
     std::int64_t S, H, D;
@@ -1905,6 +1991,33 @@ TEST(CudaMoePairs, EachTokenOfAVerifySumsAsItsDecodeStep) {
           << "token " << t;
     }
     ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+  }
+}
+
+// The CUDA qsa_projections (one multi_gemv, cuda_fused.cu) computes the bits of its sequence
+// (linear, add_bias) on the same backend: at 1-4 rows its rows sum with the lanes linear takes and
+// the bias is added after the sum, as add_bias adds it; beyond, it is the sequence.
+TEST(CudaQsaProjections, EqualsItsSequenceBitForBit) {
+  std::string why;
+  auto be = backend_under_test("cuda", &why);
+  if (!be) GTEST_SKIP() << why;
+  std::uint64_t seed = 0x95a0u;
+  for (const auto& c : qsa_projection_shapes()) {
+    SCOPED_TRACE(c.name());
+    Rng rng(++seed);
+    const auto in = qsa_projection_inputs(c, rng);
+    const Feed f{*be};
+    const auto fused = in->run(f, /*sequence=*/false);
+    const auto sequence = in->run(f, /*sequence=*/true);
+    be->synchronize();
+    ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+    ASSERT_EQ(fused.size(), sequence.size());
+    for (std::size_t o = 0; o < fused.size(); ++o) {
+      SCOPED_TRACE("output " + std::to_string(o));
+      const Tensor a = fused[o].to(host_memory()), b = sequence[o].to(host_memory());
+      ASSERT_EQ(a.shape(), b.shape());
+      EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.bytes()), 0);
+    }
   }
 }
 
@@ -2648,6 +2761,38 @@ TEST_F(CpuOps, IndexScoresEqualDirect) {
 
 // The fused stream mix equals the sequence it fuses (the base backend's body), for bf16 and f32
 // up weights and a width that is not a multiple of the kernel's 64 columns.
+// qsa_projections' default body (what the CPU runs) is the sequence the QSA layer ran before it:
+// the indexer's product, then q, k, v, each followed by its bias, bit for bit.
+TEST_F(CpuOps, QsaProjectionsEqualTheSequence) {
+  std::uint64_t seed = 0x95a0u;
+  for (const auto& c : qsa_projection_shapes()) {
+    if (c.in > 256) continue;  // the small widths; the released ones run in the op suite
+    SCOPED_TRACE(c.name());
+    Rng r(++seed);
+    const auto in = qsa_projection_inputs(c, r);
+    const Feed f{*be};
+    const auto got = in->run(f, /*sequence=*/false);
+    const Weight wq = f.w(*in->q), wk = f.w(*in->k), wv = f.w(*in->v), wi = f.w(*in->index);
+    Tensor q, k, v, index;
+    be->linear(in->x, wi, index);
+    be->linear(in->x, wq, q);
+    be->linear(in->x, wk, k);
+    be->linear(in->x, wv, v);
+    if (c.bias) {
+      be->add_bias(q, f.w(*in->q_bias));
+      be->add_bias(k, f.w(*in->k_bias));
+      be->add_bias(v, f.w(*in->v_bias));
+    }
+    const std::vector<Tensor> want{q, k, v, index};
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t o = 0; o < got.size(); ++o) {
+      SCOPED_TRACE("output " + std::to_string(o));
+      ASSERT_EQ(got[o].shape(), want[o].shape());
+      EXPECT_EQ(std::memcmp(got[o].raw(), want[o].raw(), want[o].bytes()), 0);
+    }
+  }
+}
+
 TEST_F(CpuOps, StreamMixEqualsTheUnfusedSequence) {
   for (const auto& [S, W, dtype] : std::vector<std::tuple<int, int, DType>>{
            {5, 256, DType::kBF16}, {3, 40, DType::kF32}, {1, 7, DType::kF32}}) {
