@@ -175,6 +175,14 @@ void Backend::qsa_projections(const Tensor& x, const Weight& q_w, const Weight& 
   linear(x, v_w, v);
   if (!v_bias.empty()) add_bias(v, v_bias);
 }
+void Backend::head_norm_rope(Tensor& a, const Weight& wa, Tensor* b, const Weight& wb,
+                             std::int64_t head_dim, float eps, std::int64_t rotary_dim,
+                             std::int64_t first, double theta) {
+  rms_norm(a, wa, head_dim, eps, /*unit_offset=*/true, a);
+  if (b != nullptr) rms_norm(*b, wb, head_dim, eps, /*unit_offset=*/true, *b);
+  rope(a, head_dim, rotary_dim, first, 1, theta);
+  if (b != nullptr) rope(*b, head_dim, rotary_dim, first, 1, theta);
+}
 void Backend::gated_delta_net_conv(const Tensor& qkv, const Weight& conv, Tensor& tail,
                                    std::int64_t key_dim, std::int64_t head_dim, Tensor& q,
                                    Tensor& k, Tensor& v) {

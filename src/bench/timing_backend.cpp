@@ -177,6 +177,14 @@ void TimingBackend::qsa_projections(const Tensor& x, const Weight& q_w, const We
     be.qsa_projections(x, q_w, k_w, v_w, index_w, q_bias, k_bias, v_bias, qg, k, v, index_qk);
   });
 }
+void TimingBackend::head_norm_rope(Tensor& a, const Weight& wa, Tensor* b, const Weight& wb,
+                                   std::int64_t head_dim, float eps, std::int64_t rotary_dim,
+                                   std::int64_t first, double theta) {
+  // With RoPE (the attention group), as the QSA layer's norms and RoPE it replaces were split.
+  run(OpGroup::kAttention, [&](Backend& be) {
+    be.head_norm_rope(a, wa, b, wb, head_dim, eps, rotary_dim, first, theta);
+  });
+}
 void TimingBackend::gated_delta_net_conv(const Tensor& qkv, const Weight& conv, Tensor& tail,
                                          std::int64_t key_dim, std::int64_t head_dim, Tensor& q,
                                          Tensor& k, Tensor& v) {

@@ -486,6 +486,62 @@ const std::vector<QsaProjShape>& qsa_projection_shapes() {
   return shapes;
 }
 
+// The inputs of head_norm_rope: a [S, heads_a * D] and, when heads_b > 0, b [S, heads_b * D],
+// their norm weights (one head wide, or a's spanning its row when `row_weight`), at positions
+// first.. with `rotary` of each head's D columns rotated.
+struct HeadNormRopeShape {
+  std::int64_t S, heads_a, heads_b, D, rotary, first;
+  bool row_weight;
+  std::string name() const {
+    return "head_norm_rope_S" + n(S) + "_a" + n(heads_a) + "_b" + n(heads_b) + "_D" + n(D) +
+           "_rot" + n(rotary) + "_at" + n(first) + (row_weight ? "_roww" : "");
+  }
+};
+struct HeadNormRopeInputs {
+  HeadNormRopeShape c;
+  Tensor a, b;
+  std::shared_ptr<HostWeight> wa, wb;
+  static constexpr float kEps = 1e-6f;
+  static constexpr double kTheta = 1e7;
+
+  // {a, b} after head_norm_rope on f's backend, or after its sequence (Backend's body: rms_norm
+  // and rope on that backend) when `sequence`.
+  std::vector<Tensor> run(const Feed& f, bool sequence) const {
+    Tensor ta = f.in(a), tb = c.heads_b > 0 ? f.in(b) : Tensor{};
+    const Weight wxa = f.w(*wa), wxb = c.heads_b > 0 ? f.w(*wb) : Weight{};
+    Tensor* pb = c.heads_b > 0 ? &tb : nullptr;
+    if (sequence)
+      f.be.Backend::head_norm_rope(ta, wxa, pb, wxb, c.D, kEps, c.rotary, c.first, kTheta);
+    else
+      f.be.head_norm_rope(ta, wxa, pb, wxb, c.D, kEps, c.rotary, c.first, kTheta);
+    return c.heads_b > 0 ? std::vector<Tensor>{ta, tb} : std::vector<Tensor>{ta};
+  }
+};
+std::shared_ptr<const HeadNormRopeInputs> head_norm_rope_inputs(const HeadNormRopeShape& c,
+                                                                Rng& rng) {
+  auto in = std::make_shared<HeadNormRopeInputs>();
+  in->c = c;
+  in->a = random_tensor({c.S, c.heads_a * c.D}, rng, 3.0f);
+  in->wa = std::make_shared<HostWeight>(
+      random_weight(DType::kF32, {c.row_weight ? c.heads_a * c.D : c.D}, rng, 0.5f));
+  if (c.heads_b > 0) {
+    in->b = random_tensor({c.S, c.heads_b * c.D}, rng, 3.0f);
+    in->wb = std::make_shared<HostWeight>(random_weight(DType::kF32, {c.D}, rng, 0.5f));
+  }
+  return in;
+}
+
+// The released QSA layer's queries and keys (24 and 2 heads of 256, a quarter rotated) and the
+// indexer's queries alone (4 of 128) at 1-4 rows deep in a context, full rotation, a head of 36
+// rotating 18 with a row-wide weight, and 20 rows.
+const std::vector<HeadNormRopeShape>& head_norm_rope_shapes() {
+  static const std::vector<HeadNormRopeShape> shapes{
+      {1, 24, 2, 256, 64, 65535, false}, {4, 24, 2, 256, 64, 16383, false},
+      {3, 4, 0, 128, 64, 1000, false},   {2, 8, 2, 32, 32, 7, false},
+      {3, 6, 3, 36, 18, 100, true},      {20, 4, 1, 64, 64, 0, false}};
+  return shapes;
+}
+
 std::vector<Case> make_cases() {
   std::vector<Case> cases;
   auto add = [&](std::string name, double tol, std::function<OpRun(Rng&)> build) {
@@ -1495,6 +1551,13 @@ std::vector<Case> make_cases() {
     });
   }
 
+  // The per-head norms and RoPE of QSA's queries and keys (head_norm_rope).
+  for (const auto& c : head_norm_rope_shapes()) {
+    add(c.name(), kReduction, [=](Rng& rng) -> OpRun {
+      auto in = head_norm_rope_inputs(c, rng);
+      return [in](const Feed& f) { return in->run(f, /*sequence=*/false); };
+    });
+  }
   // QSA's four projections over one x (qsa_projections).
   for (const auto& c : qsa_projection_shapes()) {
     add(c.name(), kProduct, [=](Rng& rng) -> OpRun {
@@ -2006,6 +2069,32 @@ TEST(CudaQsaProjections, EqualsItsSequenceBitForBit) {
     SCOPED_TRACE(c.name());
     Rng rng(++seed);
     const auto in = qsa_projection_inputs(c, rng);
+    const Feed f{*be};
+    const auto fused = in->run(f, /*sequence=*/false);
+    const auto sequence = in->run(f, /*sequence=*/true);
+    be->synchronize();
+    ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+    ASSERT_EQ(fused.size(), sequence.size());
+    for (std::size_t o = 0; o < fused.size(); ++o) {
+      SCOPED_TRACE("output " + std::to_string(o));
+      const Tensor a = fused[o].to(host_memory()), b = sequence[o].to(host_memory());
+      ASSERT_EQ(a.shape(), b.shape());
+      EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.bytes()), 0);
+    }
+  }
+}
+
+// The CUDA head_norm_rope (one kernel, cuda_elementwise.cu) computes the bits of its sequence
+// (rms_norm, rope) on the same backend.
+TEST(CudaHeadNormRope, EqualsItsSequenceBitForBit) {
+  std::string why;
+  auto be = backend_under_test("cuda", &why);
+  if (!be) GTEST_SKIP() << why;
+  std::uint64_t seed = 0x40e3u;
+  for (const auto& c : head_norm_rope_shapes()) {
+    SCOPED_TRACE(c.name());
+    Rng rng(++seed);
+    const auto in = head_norm_rope_inputs(c, rng);
     const Feed f{*be};
     const auto fused = in->run(f, /*sequence=*/false);
     const auto sequence = in->run(f, /*sequence=*/true);
@@ -2784,6 +2873,33 @@ TEST_F(CpuOps, QsaProjectionsEqualTheSequence) {
       be->add_bias(v, f.w(*in->v_bias));
     }
     const std::vector<Tensor> want{q, k, v, index};
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t o = 0; o < got.size(); ++o) {
+      SCOPED_TRACE("output " + std::to_string(o));
+      ASSERT_EQ(got[o].shape(), want[o].shape());
+      EXPECT_EQ(std::memcmp(got[o].raw(), want[o].raw(), want[o].bytes()), 0);
+    }
+  }
+}
+
+// head_norm_rope's default body (what the CPU runs) is the four ops the QSA layer ran before it:
+// rms_norm of each (unit offset), then rope of each, bit for bit.
+TEST_F(CpuOps, HeadNormRopeEqualsTheSequence) {
+  std::uint64_t seed = 0x40e3u;
+  for (const auto& c : head_norm_rope_shapes()) {
+    SCOPED_TRACE(c.name());
+    Rng r(++seed);
+    const auto in = head_norm_rope_inputs(c, r);
+    const Feed f{*be};
+    const auto got = in->run(f, /*sequence=*/false);
+    Tensor a = in->a, b = in->b;
+    const float eps = HeadNormRopeInputs::kEps;
+    const double theta = HeadNormRopeInputs::kTheta;
+    be->rms_norm(a, f.w(*in->wa), c.D, eps, true, a);
+    if (c.heads_b > 0) be->rms_norm(b, f.w(*in->wb), c.D, eps, true, b);
+    be->rope(a, c.D, c.rotary, c.first, 1, theta);
+    if (c.heads_b > 0) be->rope(b, c.D, c.rotary, c.first, 1, theta);
+    const auto want = c.heads_b > 0 ? std::vector<Tensor>{a, b} : std::vector<Tensor>{a};
     ASSERT_EQ(got.size(), want.size());
     for (std::size_t o = 0; o < got.size(); ++o) {
       SCOPED_TRACE("output " + std::to_string(o));

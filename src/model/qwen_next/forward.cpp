@@ -216,8 +216,8 @@ void QwenNextModel::qsa_indexer(const QsaWeights& w, QsaCache& cache, Position f
   Tensor q, raw;
   be.slice_cols(qk, 0, nI * dI, q);
   be.slice_cols(qk, nI * dI, dI, raw);
-  be.rms_norm(q, w.index_q_norm, dI, eps, true, q);
-  be.rope(q, dI, config_.rotary_dim(), first, 1, config_.rope_theta);
+  be.head_norm_rope(q, w.index_q_norm, nullptr, {}, dI, eps, config_.rotary_dim(), first,
+                    config_.rope_theta);
   be.append_rows(cache.index_keys, raw);
   // Blocks completed by this call: mean of raw keys (fp32), k_layernorm, RoPE at the block's
   // first position (Q4M 741-752). They never change afterwards, so they are cached.
@@ -251,10 +251,9 @@ void QwenNextModel::qsa_attention(const QsaWeights& w, QsaCache& cache, Position
   qsa_indexer(w, cache, first, index_qk, picked);
   Tensor q, gate, o;
   be.split_interleaved(qg, Hq, D, q, gate);  // per head [query | output gate]
-  be.rms_norm(q, w.q_norm, D, eps, true, q);
-  be.rms_norm(k, w.k_norm, D, eps, true, k);
-  be.rope(q, D, config_.rotary_dim(), first, 1, config_.rope_theta);
-  be.rope(k, D, config_.rotary_dim(), first, 1, config_.rope_theta);
+  // Per-head norms and RoPE of q and k (one kernel on a GPU).
+  be.head_norm_rope(q, w.q_norm, &k, w.k_norm, D, eps, config_.rotary_dim(), first,
+                    config_.rope_theta);
   be.append_rows(cache.keys, k);
   be.append_rows(cache.values, v);
   be.block_sparse_attention(q, cache.keys, cache.values, Hq, Hkv, picked, cache.block, first,
