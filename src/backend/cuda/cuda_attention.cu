@@ -287,11 +287,11 @@ void CudaBackend::block_sparse_attention(const Tensor& q, const Tensor& k, const
   const bool split_kernels = !old_kernel_requested("FLASHSERVE_CUDA_OLD_ATTENTION") &&
                              rep <= kSplitMaxThreads / kWarp && D % 4 == 0 && aligned &&
                              k.dtype() == DType::kF32 && v.dtype() == DType::kF32;
-  // The tiled kernel's float4 stores need 16-byte output rows too; the reservation is sticky, so
-  // a replay's walk takes the same branch as its recording.
+  // The tiled kernel copies q rows by 16 bytes and stores float4s, so q and out need 16-byte rows
+  // too; the reservation is sticky, so a replay's walk takes the same branch as its recording.
   if (split_kernels && !old_kernel_requested("FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION") &&
-      tiled_attention_takes(rep, D) && reinterpret_cast<std::uintptr_t>(out.data()) % 16 == 0 &&
-      reserve_tiled_attention()) {
+      tiled_attention_takes(rep, D) && reinterpret_cast<std::uintptr_t>(q.data()) % 16 == 0 &&
+      reinterpret_cast<std::uintptr_t>(out.data()) % 16 == 0 && reserve_tiled_attention()) {
     // Every query visits at most top*block picked keys plus block-1 tail keys.
     const auto split = tiled_attention_split(top * block + block - 1, S * kv_heads);
     if (!check(split.splits <= kMaxSplits && S * split.splits < (std::int64_t{1} << 31) &&

@@ -83,8 +83,11 @@ __global__ void __launch_bounds__(kMaxThreads / kHeads) attention_tiles_kernel(T
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp, warp = tid / kWarp;
   const int threads = static_cast<int>(blockDim.x);
 
+  // This KV head's query rows join the first tile's copies (one round trip for both; a loop of
+  // plain loads and stores would wait on each load in turn).
   const float* qg = a.q + s * a.Hq * D + g * rep * D;
-  for (std::int64_t i = tid; i < rep * D; i += threads) qs[i] = qg[i];
+  for (std::int64_t i = tid; i < rep * D / 4; i += threads)
+    cp_async16(qs + 4 * i, qg + 4 * i, true);
 
   const std::int64_t pos = a.first.get() + s, tail0 = (pos + 1) / a.block * a.block;
   const std::int64_t n_pick = a.top * a.block, n_all = n_pick + (pos + 1 - tail0);
@@ -137,7 +140,10 @@ __global__ void __launch_bounds__(kMaxThreads / kHeads) attention_tiles_kernel(T
   if (tiles > 0) {
     keys_of(f_begin, 0);
     __syncthreads();
-    fetch(0);
+    fetch(0);  // commits the query rows' copies with the tile's
+  } else {
+    cp_async_commit();  // a chunk past this query's keys: nothing to read, no copy left pending
+    cp_async_wait<0>();
   }
   for (std::int64_t t = 0; t < tiles; ++t) {
     const int b = a.stages == 2 ? static_cast<int>(t & 1) : 0;

@@ -32,7 +32,7 @@ struct TiledAttention {
 };
 
 // Whether the tiled kernel takes these shapes (query heads per KV head, head width); the caller
-// also needs 16-byte aligned K, V and out rows.
+// also needs 16-byte aligned q, K, V and out rows.
 bool tiled_attention_takes(std::int64_t rep, std::int64_t D);
 
 // The split of `most` keys (the longest visit of any query) over `groups` = queries x KV heads:
