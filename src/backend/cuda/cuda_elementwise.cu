@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_switches.h"
 
 namespace fs::cuda {
 namespace {
@@ -686,8 +687,9 @@ void CudaBackend::head_norm_rope(Tensor& a, const Weight& wa, Tensor* b, const W
            w.dtype == DType::kF32 && !w.block_scaled() && w.numel() > 0 &&
            t.cols() % w.numel() == 0;
   };
-  const bool fused = head_dim <= 4096 && rotary_dim % 2 == 0 && rotary_dim >= 0 &&
-                     rotary_dim <= head_dim && rotary_dim / 2 <= kMaxRopeHalf && fits(a, wa) &&
+  const bool fused = !env_flag("FLASHSERVE_CUDA_QSA_UNFUSED") && head_dim <= 4096 &&
+                     rotary_dim % 2 == 0 && rotary_dim >= 0 && rotary_dim <= head_dim &&
+                     rotary_dim / 2 <= kMaxRopeHalf && fits(a, wa) &&
                      (b == nullptr || (fits(*b, wb) && b->rows() == a.rows() && b != &a));
   if (!fused) {
     Backend::head_norm_rope(a, wa, b, wb, head_dim, eps, rotary_dim, first, theta);

@@ -35,6 +35,7 @@
 #include "backend/cuda/cuda_epilogue.cuh"
 #include "backend/cuda/cuda_gemv.cuh"
 #include "backend/cuda/cuda_shared_expert.cuh"
+#include "backend/cuda/cuda_switches.h"
 #include "backend/cuda/cuda_weight_checks.cuh"
 
 namespace fs::cuda {
@@ -617,7 +618,8 @@ void CudaBackend::qsa_projections(const Tensor& x, const Weight& q_w, const Weig
   const auto bias_ok = [](const Weight& b, const Weight& w) {
     return b.empty() || (b.dtype == DType::kF32 && !b.block_scaled() && b.numel() == w.rows());
   };
-  const bool fused = S >= 1 && S <= kFusedRows && (matrix_dtype(q_w) || fp8_matrix(q_w)) &&
+  const bool fused = !env_flag("FLASHSERVE_CUDA_QSA_UNFUSED") && S >= 1 && S <= kFusedRows &&
+                     (matrix_dtype(q_w) || fp8_matrix(q_w)) &&
                      chunked(dtype, x.data(), {&q_w, &k_w, &v_w, &index_w}, in) &&
                      q_w.cols() == in && k_w.cols() == in && v_w.cols() == in &&
                      index_w.cols() == in && bias_ok(q_bias, q_w) && bias_ok(k_bias, k_w) &&
