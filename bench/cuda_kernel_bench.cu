@@ -3,8 +3,10 @@
 // Flash Next shapes for 1-4 tokens, each beside the kernel it replaced (kept below, verbatim in
 // behaviour, as `legacy`), and the QSA context kernels (index_scores, select_blocks,
 // block_sparse_attention) at context 1k/16k/64k for 1, 2 and 4 rows, new beside "old" (the
-// backend's earlier kernels, chosen with FLASHSERVE_CUDA_OLD_CONTEXT=1). Prints a table and writes
-// JSON; it never passes or fails on time.
+// backend's earlier kernels, chosen with FLASHSERVE_CUDA_OLD_CONTEXT=1), the attention also beside
+// "split16" (its split kernel before session 13's tiled one,
+// FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION=1). Prints a table and writes JSON; it never passes or fails
+// on time.
 //
 //   cuda_kernel_bench [--json PATH] [--quick] [--fp8 | --quant | --delta]
 //
@@ -691,6 +693,18 @@ void bench_context(fs::Backend& be, cudaStream_t s, std::int64_t T, std::vector<
     rows[at].max_diff = d_scores;
     rows[at + 1].max_diff = static_cast<double>(differ) / static_cast<double>(pa.numel());
     rows[at + 2].max_diff = d_att;
+    // The split kernel before session 13's tiled one (FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION=1) on
+    // the new rows' picks: the before/after of the tiled kernel in one binary; its diff is
+    // against the tiled kernel's output.
+    setenv("FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION", "1", 1);
+    fs::Tensor o_split;
+    const double t_split = time_calls(s, calls, [&](int) {
+      be.block_sparse_attention(q, k, v, Hq, Hkv, outs[0].picked, kBlock, first, scale, o_split);
+    });
+    unsetenv("FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION");
+    cudaStreamSynchronize(s);
+    rows.push_back({"block_sparse_attn", shape, "split16", S, rows[at + 2].bytes, t_split,
+                    max_rel_diff(o_split, outs[0].o.data(), static_cast<std::size_t>(S * Hq * D))});
   }
   if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
 }

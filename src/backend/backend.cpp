@@ -163,6 +163,26 @@ void Backend::gated_delta_net_in_proj(const Tensor& x, const Weight& w_qkv, cons
   activate(g, Activation::kSoftplus);
   mul_cols(g, decay_rate);
 }
+void Backend::qsa_projections(const Tensor& x, const Weight& q_w, const Weight& k_w,
+                              const Weight& v_w, const Weight& index_w, const Weight& q_bias,
+                              const Weight& k_bias, const Weight& v_bias, Tensor& qg, Tensor& k,
+                              Tensor& v, Tensor& index_qk) {
+  linear(x, index_w, index_qk);
+  linear(x, q_w, qg);
+  if (!q_bias.empty()) add_bias(qg, q_bias);
+  linear(x, k_w, k);
+  if (!k_bias.empty()) add_bias(k, k_bias);
+  linear(x, v_w, v);
+  if (!v_bias.empty()) add_bias(v, v_bias);
+}
+void Backend::head_norm_rope(Tensor& a, const Weight& wa, Tensor* b, const Weight& wb,
+                             std::int64_t head_dim, float eps, std::int64_t rotary_dim,
+                             std::int64_t first, double theta) {
+  rms_norm(a, wa, head_dim, eps, /*unit_offset=*/true, a);
+  if (b != nullptr) rms_norm(*b, wb, head_dim, eps, /*unit_offset=*/true, *b);
+  rope(a, head_dim, rotary_dim, first, 1, theta);
+  if (b != nullptr) rope(*b, head_dim, rotary_dim, first, 1, theta);
+}
 void Backend::gated_delta_net_conv(const Tensor& qkv, const Weight& conv, Tensor& tail,
                                    std::int64_t key_dim, std::int64_t head_dim, Tensor& q,
                                    Tensor& k, Tensor& v) {

@@ -332,6 +332,20 @@ class Backend {
   virtual void gated_delta_net_conv(const Tensor& qkv, const Weight& conv, Tensor& tail,
                                     std::int64_t key_dim, std::int64_t head_dim, Tensor& q,
                                     Tensor& k, Tensor& v);
+  // QSA's projections over the same x (Q4M 847-901 and the indexer's query/key projection):
+  //   index_qk = x · index_w^T, qg = x · q_w^T (+ q_bias), k = x · k_w^T (+ k_bias),
+  //   v = x · v_w^T (+ v_bias); an empty bias weight is no bias.
+  virtual void qsa_projections(const Tensor& x, const Weight& q_w, const Weight& k_w,
+                               const Weight& v_w, const Weight& index_w, const Weight& q_bias,
+                               const Weight& k_bias, const Weight& v_bias, Tensor& qg, Tensor& k,
+                               Tensor& v, Tensor& index_qk);
+  // Per-head RMSNorm (unit offset, Qwen's q/k norms) then rotate-half RoPE, in place, of a and of
+  // b when not null, all rows at positions first, first + 1, ... (a QSA layer's queries and keys;
+  // the indexer's queries alone):
+  //   rms_norm(t, w_t, head_dim, eps, true, t); rope(t, head_dim, rotary_dim, first, 1, theta).
+  virtual void head_norm_rope(Tensor& a, const Weight& wa, Tensor* b, const Weight& wb,
+                              std::int64_t head_dim, float eps, std::int64_t rotary_dim,
+                              std::int64_t first, double theta);
   // The MoE router (Q4M 904-976): softmax over x · router^T in fp32, the top_k best experts
   // (experts [S, top_k] int32, weights [S, top_k] f32), renormalised to sum 1 when `normalize`.
   virtual void route_experts(const Tensor& x, const Weight& router, std::int64_t top_k,

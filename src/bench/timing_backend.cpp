@@ -169,6 +169,22 @@ void TimingBackend::gated_delta_net_in_proj(const Tensor& x, const Weight& w_qkv
     be.gated_delta_net_in_proj(x, w_qkv, w_z, w_b, w_a, dt_bias, decay_rate, qkv, z, beta, g);
   });
 }
+void TimingBackend::qsa_projections(const Tensor& x, const Weight& q_w, const Weight& k_w,
+                                    const Weight& v_w, const Weight& index_w, const Weight& q_bias,
+                                    const Weight& k_bias, const Weight& v_bias, Tensor& qg,
+                                    Tensor& k, Tensor& v, Tensor& index_qk) {
+  run(OpGroup::kLinear, [&](Backend& be) {
+    be.qsa_projections(x, q_w, k_w, v_w, index_w, q_bias, k_bias, v_bias, qg, k, v, index_qk);
+  });
+}
+void TimingBackend::head_norm_rope(Tensor& a, const Weight& wa, Tensor* b, const Weight& wb,
+                                   std::int64_t head_dim, float eps, std::int64_t rotary_dim,
+                                   std::int64_t first, double theta) {
+  // With RoPE (the attention group), as the QSA layer's norms and RoPE it replaces were split.
+  run(OpGroup::kAttention, [&](Backend& be) {
+    be.head_norm_rope(a, wa, b, wb, head_dim, eps, rotary_dim, first, theta);
+  });
+}
 void TimingBackend::gated_delta_net_conv(const Tensor& qkv, const Weight& conv, Tensor& tail,
                                          std::int64_t key_dim, std::int64_t head_dim, Tensor& q,
                                          Tensor& k, Tensor& v) {

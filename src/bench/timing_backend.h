@@ -120,6 +120,13 @@ class TimingBackend final : public Backend {
                                const Weight& w_b, const Weight& w_a, const Weight& dt_bias,
                                const Weight& decay_rate, Tensor& qkv, Tensor& z, Tensor& beta,
                                Tensor& g) override;
+  void qsa_projections(const Tensor& x, const Weight& q_w, const Weight& k_w, const Weight& v_w,
+                       const Weight& index_w, const Weight& q_bias, const Weight& k_bias,
+                       const Weight& v_bias, Tensor& qg, Tensor& k, Tensor& v,
+                       Tensor& index_qk) override;
+  void head_norm_rope(Tensor& a, const Weight& wa, Tensor* b, const Weight& wb,
+                      std::int64_t head_dim, float eps, std::int64_t rotary_dim, std::int64_t first,
+                      double theta) override;
   void gated_delta_net_conv(const Tensor& qkv, const Weight& conv, Tensor& tail,
                             std::int64_t key_dim, std::int64_t head_dim, Tensor& q, Tensor& k,
                             Tensor& v) override;

@@ -13,6 +13,7 @@
 // 3. Failure recording (`BackendStatus.*`) and the device-aware Tensor (`TensorTest.*`).
 #include <gtest/gtest.h>
 
+#include <stdlib.h>  // setenv, unsetenv
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -407,6 +408,140 @@ const std::vector<MoeBlockShape>& moe_block_shapes() {
                                                  {1, 72, 6, 3, 36, 40, DType::kF32, false},
                                                  {1, 70, 6, 3, 37, 37, DType::kBF16, false},
                                                  {1, 256, 8, 2, 192, 192, DType::kF32, true}};
+  return shapes;
+}
+
+// The inputs of QSA's projections (Backend::qsa_projections): x [S, in], q (query and gate
+// interleaved: 2 * heads * D rows), k and v (kv_heads * D rows each), the indexer's query heads
+// and its key (index_rows), in `dtype` or block-scaled FP8, with f32 biases when `bias`.
+struct QsaProjShape {
+  std::int64_t S, in, q_rows, kv_rows, index_rows;
+  DType dtype;
+  bool fp8, bias;
+  std::string name() const {
+    return "qsa_projections_S" + n(S) + "_in" + n(in) + "_q" + n(q_rows) + "_kv" + n(kv_rows) +
+           "_i" + n(index_rows) + (fp8 ? "_fp8" : "_" + dt(dtype)) + (bias ? "_bias" : "");
+  }
+};
+struct QsaProjInputs {
+  QsaProjShape c;
+  Tensor x;
+  std::shared_ptr<HostWeight> q, k, v, index;          // !fp8
+  std::shared_ptr<HostFp8Weight> q8, k8, v8, index8;   // fp8
+  std::shared_ptr<HostWeight> q_bias, k_bias, v_bias;  // bias
+
+  // {qg, k, v, index_qk} of qsa_projections on f's backend, or of its sequence (Backend's body:
+  // linear and add_bias, on that backend) when `sequence`.
+  std::vector<Tensor> run(const Feed& f, bool sequence) const {
+    const Weight wq = c.fp8 ? f.w(*q8) : f.w(*q), wk = c.fp8 ? f.w(*k8) : f.w(*k);
+    const Weight wv = c.fp8 ? f.w(*v8) : f.w(*v), wi = c.fp8 ? f.w(*index8) : f.w(*index);
+    const Weight bq = c.bias ? f.w(*q_bias) : Weight{}, bk = c.bias ? f.w(*k_bias) : Weight{};
+    const Weight bv = c.bias ? f.w(*v_bias) : Weight{};
+    const Tensor xin = f.in(x);
+    Tensor oq, ok, ov, oi;
+    if (sequence)
+      f.be.Backend::qsa_projections(xin, wq, wk, wv, wi, bq, bk, bv, oq, ok, ov, oi);
+    else
+      f.be.qsa_projections(xin, wq, wk, wv, wi, bq, bk, bv, oq, ok, ov, oi);
+    return {oq, ok, ov, oi};
+  }
+};
+std::shared_ptr<const QsaProjInputs> qsa_projection_inputs(const QsaProjShape& c, Rng& rng) {
+  auto in = std::make_shared<QsaProjInputs>();
+  in->c = c;
+  in->x = random_tensor({c.S, c.in}, rng);
+  const float ws = 1.0f / std::sqrt(static_cast<float>(c.in));
+  auto make = [&](std::int64_t rows, std::shared_ptr<HostWeight>& w,
+                  std::shared_ptr<HostFp8Weight>& w8) {
+    if (c.fp8) {
+      w8 = std::make_shared<HostFp8Weight>(Shape{rows, c.in});
+      w8->fill_all(rng, ws);
+    } else {
+      w = std::make_shared<HostWeight>(random_weight(c.dtype, {rows, c.in}, rng, ws));
+    }
+  };
+  make(c.q_rows, in->q, in->q8);
+  make(c.kv_rows, in->k, in->k8);
+  make(c.kv_rows, in->v, in->v8);
+  make(c.index_rows, in->index, in->index8);
+  if (c.bias) {
+    in->q_bias = std::make_shared<HostWeight>(random_weight(DType::kF32, {c.q_rows}, rng));
+    in->k_bias = std::make_shared<HostWeight>(random_weight(DType::kF32, {c.kv_rows}, rng));
+    in->v_bias = std::make_shared<HostWeight>(random_weight(DType::kF32, {c.kv_rows}, rng));
+  }
+  return in;
+}
+
+// The QSA projection cases: the released shapes (hidden 2560; 24 heads of 256 with their gates,
+// 2 KV heads, the indexer's 4 heads of 128 and its key) at 1-4 rows in bf16 and FP8 (one
+// multi_gemv on the GPU), with biases, small f32 widths, and 20 rows and an off-chunk width (the
+// sequence there).
+const std::vector<QsaProjShape>& qsa_projection_shapes() {
+  static const std::vector<QsaProjShape> shapes{
+      {1, 2560, 12288, 512, 640, DType::kBF16, false, false},
+      {2, 2560, 12288, 512, 640, DType::kBF16, false, false},
+      {4, 2560, 12288, 512, 640, DType::kBF16, false, true},
+      {1, 2560, 12288, 512, 640, DType::kF32, true, false},
+      {3, 2560, 12288, 512, 640, DType::kF32, true, true},
+      {3, 256, 128, 64, 96, DType::kF32, false, true},
+      {20, 256, 128, 64, 96, DType::kBF16, false, true},
+      {2, 70, 128, 64, 96, DType::kBF16, false, false}};
+  return shapes;
+}
+
+// The inputs of head_norm_rope: a [S, heads_a * D] and, when heads_b > 0, b [S, heads_b * D],
+// their norm weights (one head wide, or a's spanning its row when `row_weight`), at positions
+// first.. with `rotary` of each head's D columns rotated.
+struct HeadNormRopeShape {
+  std::int64_t S, heads_a, heads_b, D, rotary, first;
+  bool row_weight;
+  std::string name() const {
+    return "head_norm_rope_S" + n(S) + "_a" + n(heads_a) + "_b" + n(heads_b) + "_D" + n(D) +
+           "_rot" + n(rotary) + "_at" + n(first) + (row_weight ? "_roww" : "");
+  }
+};
+struct HeadNormRopeInputs {
+  HeadNormRopeShape c;
+  Tensor a, b;
+  std::shared_ptr<HostWeight> wa, wb;
+  static constexpr float kEps = 1e-6f;
+  static constexpr double kTheta = 1e7;
+
+  // {a, b} after head_norm_rope on f's backend, or after its sequence (Backend's body: rms_norm
+  // and rope on that backend) when `sequence`.
+  std::vector<Tensor> run(const Feed& f, bool sequence) const {
+    Tensor ta = f.in(a), tb = c.heads_b > 0 ? f.in(b) : Tensor{};
+    const Weight wxa = f.w(*wa), wxb = c.heads_b > 0 ? f.w(*wb) : Weight{};
+    Tensor* pb = c.heads_b > 0 ? &tb : nullptr;
+    if (sequence)
+      f.be.Backend::head_norm_rope(ta, wxa, pb, wxb, c.D, kEps, c.rotary, c.first, kTheta);
+    else
+      f.be.head_norm_rope(ta, wxa, pb, wxb, c.D, kEps, c.rotary, c.first, kTheta);
+    return c.heads_b > 0 ? std::vector<Tensor>{ta, tb} : std::vector<Tensor>{ta};
+  }
+};
+std::shared_ptr<const HeadNormRopeInputs> head_norm_rope_inputs(const HeadNormRopeShape& c,
+                                                                Rng& rng) {
+  auto in = std::make_shared<HeadNormRopeInputs>();
+  in->c = c;
+  in->a = random_tensor({c.S, c.heads_a * c.D}, rng, 3.0f);
+  in->wa = std::make_shared<HostWeight>(
+      random_weight(DType::kF32, {c.row_weight ? c.heads_a * c.D : c.D}, rng, 0.5f));
+  if (c.heads_b > 0) {
+    in->b = random_tensor({c.S, c.heads_b * c.D}, rng, 3.0f);
+    in->wb = std::make_shared<HostWeight>(random_weight(DType::kF32, {c.D}, rng, 0.5f));
+  }
+  return in;
+}
+
+// The released QSA layer's queries and keys (24 and 2 heads of 256, a quarter rotated) and the
+// indexer's queries alone (4 of 128) at 1-4 rows deep in a context, full rotation, a head of 36
+// rotating 18 with a row-wide weight, and 20 rows.
+const std::vector<HeadNormRopeShape>& head_norm_rope_shapes() {
+  static const std::vector<HeadNormRopeShape> shapes{
+      {1, 24, 2, 256, 64, 65535, false}, {4, 24, 2, 256, 64, 16383, false},
+      {3, 4, 0, 128, 64, 1000, false},   {2, 8, 2, 32, 32, 7, false},
+      {3, 6, 3, 36, 18, 100, true},      {20, 4, 1, 64, 64, 0, false}};
   return shapes;
 }
 
@@ -871,7 +1006,20 @@ std::vector<Case> make_cases() {
                                                    {2, 500, 4, 4, 32, 4, 64},
                                                    {3, 300, 6, 2, 36, 4, 32},
                                                    // D % 4 != 0 (the earlier kernel).
-                                                   {2, 100, 4, 1, 30, 4, 8}}) {
+                                                   {2, 100, 4, 1, 30, 4, 8},
+                                                   // The tiled split kernel's edges: 1k keys (half
+                                                   // the picks -1, whole tiles of -1 keys), 4 rows
+                                                   // whose tails end in different tiles, a chunk
+                                                   // of exactly one tile (2,048 + 0 tail),
+                                                   {2, 1024, 24, 2, 256, 4, 512},
+                                                   {4, 1027, 24, 2, 256, 4, 512},
+                                                   {1, 2048, 24, 2, 256, 4, 512},
+                                                   // two-stage pipelines: one head a warp
+                                                   // (rep 3), two heads of 128 (rep 8),
+                                                   {5, 2000, 12, 4, 256, 4, 256},
+                                                   {9, 3000, 16, 2, 128, 4, 256},
+                                                   // one tile shorter than a warp, rep 32.
+                                                   {1, 9, 32, 1, 64, 4, 2}}) {
     add("block_sparse_attention_S" + n(c.S) + "_T" + n(c.T) + "_Hq" + n(c.Hq) + "_Hkv" + n(c.Hkv) +
             "_D" + n(c.D) + "_top" + n(c.top),
         kProduct, [=](Rng& rng) -> OpRun {
@@ -1402,6 +1550,21 @@ std::vector<Case> make_cases() {
   for (const auto& c : moe_block_shapes()) {
     add(c.name(), kProduct, [=](Rng& rng) -> OpRun {
       auto in = moe_block_inputs(c, rng);
+      return [in](const Feed& f) { return in->run(f, /*sequence=*/false); };
+    });
+  }
+
+  // The per-head norms and RoPE of QSA's queries and keys (head_norm_rope).
+  for (const auto& c : head_norm_rope_shapes()) {
+    add(c.name(), kReduction, [=](Rng& rng) -> OpRun {
+      auto in = head_norm_rope_inputs(c, rng);
+      return [in](const Feed& f) { return in->run(f, /*sequence=*/false); };
+    });
+  }
+  // QSA's four projections over one x (qsa_projections).
+  for (const auto& c : qsa_projection_shapes()) {
+    add(c.name(), kProduct, [=](Rng& rng) -> OpRun {
+      auto in = qsa_projection_inputs(c, rng);
       return [in](const Feed& f) { return in->run(f, /*sequence=*/false); };
     });
   }
@@ -1971,6 +2134,110 @@ TEST(CudaMoeStream, EqualsTheTwoKernelsBitForBit) {
     EXPECT_NE(std::memcmp(streamed1.data(), streamed2.data(), two1.size() * sizeof(float)), 0);
   }
 #endif
+}
+
+// The CUDA qsa_projections (one multi_gemv, cuda_fused.cu) computes the bits of its sequence
+// (linear, add_bias) on the same backend: at 1-4 rows its rows sum with the lanes linear takes and
+// the bias is added after the sum, as add_bias adds it; beyond, it is the sequence.
+TEST(CudaQsaProjections, EqualsItsSequenceBitForBit) {
+  std::string why;
+  auto be = backend_under_test("cuda", &why);
+  if (!be) GTEST_SKIP() << why;
+  if (std::getenv("FLASHSERVE_CUDA_QSA_UNFUSED") != nullptr)
+    GTEST_SKIP() << "FLASHSERVE_CUDA_QSA_UNFUSED is set: nothing fused to compare";
+  std::uint64_t seed = 0x95a0u;
+  for (const auto& c : qsa_projection_shapes()) {
+    SCOPED_TRACE(c.name());
+    Rng rng(++seed);
+    const auto in = qsa_projection_inputs(c, rng);
+    const Feed f{*be};
+    const auto fused = in->run(f, /*sequence=*/false);
+    const auto sequence = in->run(f, /*sequence=*/true);
+    be->synchronize();
+    ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+    ASSERT_EQ(fused.size(), sequence.size());
+    for (std::size_t o = 0; o < fused.size(); ++o) {
+      SCOPED_TRACE("output " + std::to_string(o));
+      const Tensor a = fused[o].to(host_memory()), b = sequence[o].to(host_memory());
+      ASSERT_EQ(a.shape(), b.shape());
+      EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.bytes()), 0);
+    }
+  }
+}
+
+// The CUDA head_norm_rope (one kernel, cuda_elementwise.cu) computes the bits of its sequence
+// (rms_norm, rope) on the same backend.
+TEST(CudaHeadNormRope, EqualsItsSequenceBitForBit) {
+  std::string why;
+  auto be = backend_under_test("cuda", &why);
+  if (!be) GTEST_SKIP() << why;
+  if (std::getenv("FLASHSERVE_CUDA_QSA_UNFUSED") != nullptr)
+    GTEST_SKIP() << "FLASHSERVE_CUDA_QSA_UNFUSED is set: nothing fused to compare";
+  std::uint64_t seed = 0x40e3u;
+  for (const auto& c : head_norm_rope_shapes()) {
+    SCOPED_TRACE(c.name());
+    Rng rng(++seed);
+    const auto in = head_norm_rope_inputs(c, rng);
+    const Feed f{*be};
+    const auto fused = in->run(f, /*sequence=*/false);
+    const auto sequence = in->run(f, /*sequence=*/true);
+    be->synchronize();
+    ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+    ASSERT_EQ(fused.size(), sequence.size());
+    for (std::size_t o = 0; o < fused.size(); ++o) {
+      SCOPED_TRACE("output " + std::to_string(o));
+      const Tensor a = fused[o].to(host_memory()), b = sequence[o].to(host_memory());
+      ASSERT_EQ(a.shape(), b.shape());
+      EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.bytes()), 0);
+    }
+  }
+}
+
+// block_sparse_attention's tiled split kernel (cuda_attention_tiles.cu) against the split kernel
+// before it (FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION=1) on the released decode shapes: 24 query / 2
+// KV heads of 256, top 512 blocks of 4, 1-4 query rows at 1k, 16k and 64k keys, the same inputs.
+// The two sum in different orders, so within fp32 rounding, not bit for bit; the op suite's
+// Cuda/ cases check both against the CPU.
+TEST(CudaAttention, TiledSplitKernelMatchesTheKernelBefore) {
+  std::string why;
+  auto be = backend_under_test("cuda", &why);
+  if (!be) GTEST_SKIP() << why;
+  struct EnvRestore {
+    ~EnvRestore() { unsetenv("FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION"); }
+  } restore;
+  if (std::getenv("FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION") != nullptr ||
+      std::getenv("FLASHSERVE_CUDA_OLD_ATTENTION") != nullptr ||
+      std::getenv("FLASHSERVE_CUDA_OLD_CONTEXT") != nullptr)
+    GTEST_SKIP() << "an old-kernel switch is set";
+  constexpr std::int64_t Hq = 24, Hkv = 2, D = 256, block = 4, top = 512;
+  Rng rng(0x7173a11u);
+  const Feed f{*be};
+  for (const std::int64_t T : {1024, 16384, 65536}) {
+    const auto k = random_tensor({T, Hkv * D}, rng), v = random_tensor({T, Hkv * D}, rng);
+    const Tensor kd = f.in(k), vd = f.in(v);
+    for (const std::int64_t S : {1, 2, 3, 4}) {
+      SCOPED_TRACE("T " + std::to_string(T) + " S " + std::to_string(S));
+      const auto first = T - S;
+      // Queries scaled up so the softmax is peaked (one key can dominate a tile).
+      const auto q = random_tensor({S, Hq * D}, rng, 4.0f);
+      const auto picked = random_picks(S, first, block, top, rng);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+      Tensor tiled, before;
+      be->block_sparse_attention(f.in(q), kd, vd, Hq, Hkv, f.in(picked), block, first, scale,
+                                 tiled);
+      setenv("FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION", "1", 1);
+      be->block_sparse_attention(f.in(q), kd, vd, Hq, Hkv, f.in(picked), block, first, scale,
+                                 before);
+      unsetenv("FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION");
+      ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+      const auto a = tiled.to_host_vector(), b = before.to_host_vector();
+      ASSERT_EQ(a.size(), b.size());
+      double worst = 0;
+      for (std::size_t i = 0; i < a.size(); ++i)
+        worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])));
+      EXPECT_LT(worst, 2e-5);
+    }
+  }
 }
 
 // The CUDA moe_block is exact by construction (cuda_moe_block.cu): its five kernels compute what
@@ -2666,6 +2933,65 @@ TEST_F(CpuOps, IndexScoresEqualDirect) {
 
 // The fused stream mix equals the sequence it fuses (the base backend's body), for bf16 and f32
 // up weights and a width that is not a multiple of the kernel's 64 columns.
+// qsa_projections' default body (what the CPU runs) is the sequence the QSA layer ran before it:
+// the indexer's product, then q, k, v, each followed by its bias, bit for bit.
+TEST_F(CpuOps, QsaProjectionsEqualTheSequence) {
+  std::uint64_t seed = 0x95a0u;
+  for (const auto& c : qsa_projection_shapes()) {
+    if (c.in > 256) continue;  // the small widths; the released ones run in the op suite
+    SCOPED_TRACE(c.name());
+    Rng r(++seed);
+    const auto in = qsa_projection_inputs(c, r);
+    const Feed f{*be};
+    const auto got = in->run(f, /*sequence=*/false);
+    const Weight wq = f.w(*in->q), wk = f.w(*in->k), wv = f.w(*in->v), wi = f.w(*in->index);
+    Tensor q, k, v, index;
+    be->linear(in->x, wi, index);
+    be->linear(in->x, wq, q);
+    be->linear(in->x, wk, k);
+    be->linear(in->x, wv, v);
+    if (c.bias) {
+      be->add_bias(q, f.w(*in->q_bias));
+      be->add_bias(k, f.w(*in->k_bias));
+      be->add_bias(v, f.w(*in->v_bias));
+    }
+    const std::vector<Tensor> want{q, k, v, index};
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t o = 0; o < got.size(); ++o) {
+      SCOPED_TRACE("output " + std::to_string(o));
+      ASSERT_EQ(got[o].shape(), want[o].shape());
+      EXPECT_EQ(std::memcmp(got[o].raw(), want[o].raw(), want[o].bytes()), 0);
+    }
+  }
+}
+
+// head_norm_rope's default body (what the CPU runs) is the four ops the QSA layer ran before it:
+// rms_norm of each (unit offset), then rope of each, bit for bit.
+TEST_F(CpuOps, HeadNormRopeEqualsTheSequence) {
+  std::uint64_t seed = 0x40e3u;
+  for (const auto& c : head_norm_rope_shapes()) {
+    SCOPED_TRACE(c.name());
+    Rng r(++seed);
+    const auto in = head_norm_rope_inputs(c, r);
+    const Feed f{*be};
+    const auto got = in->run(f, /*sequence=*/false);
+    Tensor a = in->a, b = in->b;
+    const float eps = HeadNormRopeInputs::kEps;
+    const double theta = HeadNormRopeInputs::kTheta;
+    be->rms_norm(a, f.w(*in->wa), c.D, eps, true, a);
+    if (c.heads_b > 0) be->rms_norm(b, f.w(*in->wb), c.D, eps, true, b);
+    be->rope(a, c.D, c.rotary, c.first, 1, theta);
+    if (c.heads_b > 0) be->rope(b, c.D, c.rotary, c.first, 1, theta);
+    const auto want = c.heads_b > 0 ? std::vector<Tensor>{a, b} : std::vector<Tensor>{a};
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t o = 0; o < got.size(); ++o) {
+      SCOPED_TRACE("output " + std::to_string(o));
+      ASSERT_EQ(got[o].shape(), want[o].shape());
+      EXPECT_EQ(std::memcmp(got[o].raw(), want[o].raw(), want[o].bytes()), 0);
+    }
+  }
+}
+
 TEST_F(CpuOps, StreamMixEqualsTheUnfusedSequence) {
   for (const auto& [S, W, dtype] : std::vector<std::tuple<int, int, DType>>{
            {5, 256, DType::kBF16}, {3, 40, DType::kF32}, {1, 7, DType::kF32}}) {

@@ -1,11 +1,16 @@
-// Block-sparse softmax attention over the QSA selection: a split-K kernel for decode-sized work
+// Block-sparse softmax attention over the QSA selection: split-K kernels for decode-sized work
 // (few queries: the selected keys spread over many blocks, each kv head's rows loaded once for
 // its query heads, then a deterministic merge), and the earlier kernel (a block per (query,
-// head)), kept for shapes the split kernel does not take and behind FLASHSERVE_CUDA_OLD_ATTENTION.
+// head)), kept for shapes the split kernels do not take and behind FLASHSERVE_CUDA_OLD_ATTENTION.
+// Two split kernels write the same partials for the same merge: the tiled one
+// (cuda_attention_tiles.cu, session 13: 32-key tiles, a key a lane, cp.async loads in flight),
+// and the one before it here (16-key tiles walked a key at a time), kept for shapes the tiled one
+// does not take and behind FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION (cuda_switches.h).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/cuda/cuda_attention_tiles.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_switches.h"
@@ -241,6 +246,13 @@ __global__ void attention_merge_kernel(const float* part_acc, const float* part_
   }
 }
 
+// The merge of `rows` = queries x heads, each over `splits` partials.
+void launch_merge(const float* acc, const float* ml, std::int64_t rows, std::int64_t splits,
+                  std::int64_t D, float* out, cudaStream_t stream) {
+  launch_overlapped(attention_merge_kernel, static_cast<unsigned>(rows), 256, 0, stream, acc, ml,
+                    splits, D, out);
+}
+
 }  // namespace
 
 void CudaBackend::block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -272,8 +284,54 @@ void CudaBackend::block_sparse_attention(const Tensor& q, const Tensor& k, const
   const auto per = (D + kWarp - 1) / kWarp;
   const bool aligned = reinterpret_cast<std::uintptr_t>(k.data()) % 16 == 0 &&
                        reinterpret_cast<std::uintptr_t>(v.data()) % 16 == 0;
-  if (!old_kernel_requested("FLASHSERVE_CUDA_OLD_ATTENTION") && rep <= kSplitMaxThreads / kWarp &&
-      D % 4 == 0 && aligned && k.dtype() == DType::kF32 && v.dtype() == DType::kF32) {
+  const bool split_kernels = !old_kernel_requested("FLASHSERVE_CUDA_OLD_ATTENTION") &&
+                             rep <= kSplitMaxThreads / kWarp && D % 4 == 0 && aligned &&
+                             k.dtype() == DType::kF32 && v.dtype() == DType::kF32;
+  // The tiled kernel copies q rows by 16 bytes and stores float4s, so q and out need 16-byte rows
+  // too; the reservation is sticky, so a replay's walk takes the same branch as its recording.
+  if (split_kernels && !old_kernel_requested("FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION") &&
+      tiled_attention_takes(rep, D) && reinterpret_cast<std::uintptr_t>(q.data()) % 16 == 0 &&
+      reinterpret_cast<std::uintptr_t>(out.data()) % 16 == 0 && reserve_tiled_attention()) {
+    // Every query visits at most top*block picked keys plus block-1 tail keys.
+    const auto split = tiled_attention_split(top * block + block - 1, S * kv_heads);
+    if (!check(split.splits <= kMaxSplits && S * split.splits < (std::int64_t{1} << 31) &&
+                   kv_heads <= 65535,
+               kOp, "split grid out of range"))
+      return;
+    Tensor part_acc, part_ml;  // pooled scratch, released after the launch (stream order)
+    TiledAttention a;
+    if (split.splits > 1) {
+      if (!ensure(part_acc, {S * heads * split.splits, D}) ||
+          !ensure(part_ml, {S * heads * split.splits, 2}))
+        return;
+      a.part_acc = part_acc.data();
+      a.part_ml = part_ml.data();
+    }
+    // `first` is a per-step scalar inside a step graph; nothing else here depends on it.
+    a.first = step_scalar(first);
+    if (walking()) return;
+    a.q = q.data();
+    a.k = k.data();
+    a.v = v.data();
+    a.picked = p;
+    a.top = top;
+    a.Hq = heads;
+    a.rep = rep;
+    a.D = D;
+    a.kv_stride = kv_heads * D;
+    a.block = block;
+    a.scale = scale;
+    a.splits = split.splits;
+    a.chunk = split.chunk;
+    a.stages = split.stages;
+    a.out = out.data();
+    launch_tiled_attention(a, S, kv_heads, stream());
+    if (!launched(kOp) || split.splits == 1) return;
+    launch_merge(a.part_acc, a.part_ml, S * heads, split.splits, D, out.data(), stream());
+    launched(kOp);
+    return;
+  }
+  if (split_kernels) {
     // Every query visits at most top*block picked keys plus block-1 tail keys.
     const std::int64_t most = top * block + block - 1;
     const std::int64_t groups = S * kv_heads;
@@ -319,8 +377,7 @@ void CudaBackend::block_sparse_attention(const Tensor& q, const Tensor& k, const
       split(std::integral_constant<int, 8>{});
     }
     if (!launched(kOp) || splits == 1) return;
-    launch_overlapped(attention_merge_kernel, static_cast<unsigned>(S * heads), 256, 0, stream(),
-                      acc, ml, splits, D, out.data());
+    launch_merge(acc, ml, S * heads, splits, D, out.data(), stream());
     launched(kOp);
     return;
   }

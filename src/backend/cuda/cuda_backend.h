@@ -42,16 +42,19 @@
 //   token by token (cuda_switches.h).
 // - block_sparse_attention (cuda_attention.cu): split-K over the selected keys, a block per
 //   (query, KV head, chunk) loading each K/V tile once for the query heads that share it, then a
-//   merge of the partials in a fixed order; FLASHSERVE_CUDA_OLD_ATTENTION=1 keeps the older kernel
-//   (a block per (query, head)).
+//   merge of the partials in a fixed order. The split kernel (cuda_attention_tiles.cu) takes
+//   32-key tiles by cp.async (two stages when a chunk has several), a key a lane for the scores
+//   and one softmax step a tile; FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION=1 runs the split kernel
+//   before it (a key at a time), FLASHSERVE_CUDA_OLD_ATTENTION=1 the older kernel (a block per
+//   (query, head)).
 // - The fused decode ops (backend.h; cuda_fused.cu): the hyper-connection read in 2 kernels (was
 //   12), the GatedDeltaNet's four input projections with their gates in one, its conv, silu and
-//   q/k norms in one, the router's softmax/top-k/renormalise in one after its GEMV, the shared
-//   expert in two, at 1-4 rows (more rows run the unfused sequence); Qwen's whole MoE block
-//   (moe_block, cuda_moe_block.cu) at one token in five kernels instead of seven (the shared
-//   gate/up inside the routing's grid, the routed combine inside the shared down). Each computes
-//   the unfused CUDA sequence's bits, except the hyper-connection read (its norm folded into its
-//   first product, within rounding).
+//   q/k norms in one, QSA's q, k, v and indexer projections in one (session 13), the router's
+//   softmax/top-k/renormalise in one after its GEMV, the shared expert in two, at 1-4 rows (more
+//   rows run the unfused sequence); Qwen's whole MoE block (moe_block, cuda_moe_block.cu) at one
+//   token in five kernels instead of seven (the shared gate/up inside the routing's grid, the
+//   routed combine inside the shared down). Each computes the unfused CUDA sequence's bits, except
+//   the hyper-connection read (its norm folded into its first product, within rounding).
 // - argmax_rows (greedy sampling): ties to the lower index; a row of the vocabulary's length is
 //   read by a block per slice of 4,096 and the slices merged in order by one warp, a short row by
 //   one block; only the int32 ids are read back by the caller.
@@ -244,6 +247,13 @@ class CudaBackend final : public Backend {
                                const Weight& w_b, const Weight& w_a, const Weight& dt_bias,
                                const Weight& decay_rate, Tensor& qkv, Tensor& z, Tensor& beta,
                                Tensor& g) override;
+  void qsa_projections(const Tensor& x, const Weight& q_w, const Weight& k_w, const Weight& v_w,
+                       const Weight& index_w, const Weight& q_bias, const Weight& k_bias,
+                       const Weight& v_bias, Tensor& qg, Tensor& k, Tensor& v,
+                       Tensor& index_qk) override;
+  void head_norm_rope(Tensor& a, const Weight& wa, Tensor* b, const Weight& wb,
+                      std::int64_t head_dim, float eps, std::int64_t rotary_dim, std::int64_t first,
+                      double theta) override;
   void gated_delta_net_conv(const Tensor& qkv, const Weight& conv, Tensor& tail,
                             std::int64_t key_dim, std::int64_t head_dim, Tensor& q, Tensor& k,
                             Tensor& v) override;

@@ -1,9 +1,11 @@
-// Norms, elementwise ops, layout moves, hyper-connection stream ops and RoPE.
+// Norms, elementwise ops, layout moves, hyper-connection stream ops and RoPE (and the per-head
+// norm and RoPE of QSA's queries and keys in one kernel, head_norm_rope).
 #include <algorithm>
 #include <cmath>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_switches.h"
 
 namespace fs::cuda {
 namespace {
@@ -312,6 +314,60 @@ __global__ void append_kernel(const void* src, void* dst, StepScalar at, std::in
     d[i] = s[i];
 }
 
+// head_norm_rope: a block per (row, head) of a then of b, reduce_threads(head_dim) threads. The
+// norm is rms_norm_kernel's (each thread's columns summed in the same order in double, the same
+// block_sum, the same products), the rotation rope_kernel's (cos/sin of the row's position in
+// double, no fused multiply-adds), the head kept in shared memory between them: the bits of the
+// two kernels it replaces.
+struct NormRopeSide {
+  float* x = nullptr;  // [rows, heads * head_dim], in place
+  const float* w = nullptr;
+  std::int64_t wn = 0, heads = 0;
+};
+
+__global__ void head_norm_rope_kernel(NormRopeSide a, NormRopeSide b, std::int64_t head_dim,
+                                      float eps, std::int64_t rotary_dim, StepScalar first,
+                                      const RopeFreqs freqs) {
+  __shared__ double red[32];
+  extern __shared__ float head[];  // the normed head [head_dim], then cos[half], sin[half]
+  const std::int64_t per_row = a.heads + b.heads;
+  const std::int64_t row = blockIdx.x / per_row, k = blockIdx.x % per_row;
+  const bool in_a = k < a.heads;
+  const NormRopeSide& t = in_a ? a : b;
+  const std::int64_t h = in_a ? k : k - a.heads, cols = t.heads * head_dim;
+  float* p = t.x + row * cols + h * head_dim;
+  float* cs = head + head_dim;
+  const std::int64_t half = rotary_dim / 2;
+  wait_for_inputs();  // when launched overlapped (cuda_common.h)
+  release_dependents();
+  const std::int64_t pos = first.get() + row;
+  for (std::int64_t i = threadIdx.x; i < half; i += blockDim.x) {
+    const double angle = static_cast<double>(pos) * freqs.v[i];
+    double s, c;
+    sincos(angle, &s, &c);
+    cs[i] = static_cast<float>(c);
+    cs[half + i] = static_cast<float>(s);
+  }
+  double ss = 0;
+  for (std::int64_t c = threadIdx.x; c < head_dim; c += blockDim.x)
+    ss += static_cast<double>(p[c]) * p[c];
+  ss = block_sum(ss, red);
+  const float inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(head_dim) + eps));
+  for (std::int64_t c = threadIdx.x; c < head_dim; c += blockDim.x)
+    head[c] = p[c] * inv * (1.0f + t.w[(h * head_dim + c) % t.wn]);
+  __syncthreads();
+  for (std::int64_t c = threadIdx.x; c < head_dim; c += blockDim.x) {
+    float v = head[c];
+    if (c < half) {
+      v = __fsub_rn(__fmul_rn(v, cs[c]), __fmul_rn(head[c + half], cs[half + c]));
+    } else if (c < rotary_dim) {
+      const std::int64_t i = c - half;
+      v = __fadd_rn(__fmul_rn(v, cs[i]), __fmul_rn(head[i], cs[half + i]));
+    }
+    p[c] = v;
+  }
+}
+
 }  // namespace
 
 // --- normalisation -------------------------------------------------------------------------------
@@ -617,6 +673,43 @@ void CudaBackend::rope(Tensor& x, std::int64_t head_dim, std::int64_t rotary_dim
   const auto smem = static_cast<std::size_t>(rotary_dim) * sizeof(float);
   launch_overlapped(rope_kernel, static_cast<unsigned>(x.rows()), 128, smem, stream(), x.data(),
                     x.cols(), head_dim, rotary_dim, at, stride, freqs);
+  launched(kOp);
+}
+
+void CudaBackend::head_norm_rope(Tensor& a, const Weight& wa, Tensor* b, const Weight& wb,
+                                 std::int64_t head_dim, float eps, std::int64_t rotary_dim,
+                                 std::int64_t first, double theta) {
+  constexpr const char* kOp = "head_norm_rope";
+  // One head a block, kept in shared memory; otherwise (heads over 4,096, rotary widths rope
+  // refuses, a weight that is not f32 spanning a head or the row) the two ops it fuses.
+  const auto fits = [&](const Tensor& t, const Weight& w) {
+    return !t.shape().empty() && head_dim > 0 && t.cols() % head_dim == 0 &&
+           w.dtype == DType::kF32 && !w.block_scaled() && w.numel() > 0 &&
+           t.cols() % w.numel() == 0;
+  };
+  const bool fused = !env_flag("FLASHSERVE_CUDA_QSA_UNFUSED") && head_dim <= 4096 &&
+                     rotary_dim % 2 == 0 && rotary_dim >= 0 && rotary_dim <= head_dim &&
+                     rotary_dim / 2 <= kMaxRopeHalf && fits(a, wa) &&
+                     (b == nullptr || (fits(*b, wb) && b->rows() == a.rows() && b != &a));
+  if (!fused) {
+    Backend::head_norm_rope(a, wa, b, wb, head_dim, eps, rotary_dim, first, theta);
+    return;
+  }
+  if (failed() || !on_device(kOp, {&a}) || !on_device(kOp, wa)) return;
+  if (b != nullptr && (!on_device(kOp, {b}) || !on_device(kOp, wb))) return;
+  NormRopeSide sa{a.data(), wa.f32(), wa.numel(), a.cols() / head_dim}, sb;
+  if (b != nullptr) sb = NormRopeSide{b->data(), wb.f32(), wb.numel(), b->cols() / head_dim};
+  const auto blocks = a.rows() * (sa.heads + sb.heads);
+  if (blocks == 0) return;
+  const StepScalar at = step_scalar(first);
+  if (walking()) return;
+  RopeFreqs freqs{};
+  for (std::int64_t i = 0; i < rotary_dim / 2; ++i)
+    freqs.v[i] = static_cast<float>(
+        1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(rotary_dim)));
+  const auto smem = static_cast<std::size_t>(head_dim + rotary_dim) * sizeof(float);
+  launch_overlapped(head_norm_rope_kernel, static_cast<unsigned>(blocks), reduce_threads(head_dim),
+                    smem, stream(), sa, sb, head_dim, eps, rotary_dim, at, freqs);
   launched(kOp);
 }
 

@@ -16,6 +16,8 @@
 //    epilogues; then the stream mix as a GEMV over mix_up whose thread group takes the four rows
 //    of one output column (one per stream) and finishes the norm, sigmoid, product and mean.
 //  - gated_delta_net_in_proj: one multi_gemv over qkv, z, b and a with the gate epilogues.
+//  - qsa_projections: one multi_gemv over QSA's q, k, v and indexer projections (biases in the
+//    epilogue, as add_bias after linear adds them).
 //  - gated_delta_net_conv: one kernel, a block per q/k head (or per chunk of v channels) looping
 //    over the tokens: conv, silu, the head's l2 norm and the q scale, then the tail update.
 //  - shared_expert: gate and up rows of each intermediate unit in one thread group (swiglu in its
@@ -33,6 +35,7 @@
 #include "backend/cuda/cuda_epilogue.cuh"
 #include "backend/cuda/cuda_gemv.cuh"
 #include "backend/cuda/cuda_shared_expert.cuh"
+#include "backend/cuda/cuda_switches.h"
 #include "backend/cuda/cuda_weight_checks.cuh"
 
 namespace fs::cuda {
@@ -600,6 +603,54 @@ void CudaBackend::gated_delta_net_in_proj(const Tensor& x, const Weight& w_qkv, 
   run_multi_gemv(x, dtype, segs, stream());
   launched(kOp);
 }
+
+// --- QSA ------------------------------------------------------------------------------------
+
+void CudaBackend::qsa_projections(const Tensor& x, const Weight& q_w, const Weight& k_w,
+                                  const Weight& v_w, const Weight& index_w, const Weight& q_bias,
+                                  const Weight& k_bias, const Weight& v_bias, Tensor& qg, Tensor& k,
+                                  Tensor& v, Tensor& index_qk) {
+  constexpr const char* kOp = "qsa_projections";
+  if (failed() || !on_device(kOp, {&x})) return;
+  const auto S = x.shape().empty() ? 0 : x.rows(), in = x.cols();
+  const auto dtype = q_w.dtype;
+  // A bias is none, or f32 with one entry per output row.
+  const auto bias_ok = [](const Weight& b, const Weight& w) {
+    return b.empty() || (b.dtype == DType::kF32 && !b.block_scaled() && b.numel() == w.rows());
+  };
+  const bool fused = !env_flag("FLASHSERVE_CUDA_QSA_UNFUSED") && S >= 1 && S <= kFusedRows &&
+                     (matrix_dtype(q_w) || fp8_matrix(q_w)) &&
+                     chunked(dtype, x.data(), {&q_w, &k_w, &v_w, &index_w}, in) &&
+                     q_w.cols() == in && k_w.cols() == in && v_w.cols() == in &&
+                     index_w.cols() == in && bias_ok(q_bias, q_w) && bias_ok(k_bias, k_w) &&
+                     bias_ok(v_bias, v_w);
+  if (!fused) {
+    Backend::qsa_projections(x, q_w, k_w, v_w, index_w, q_bias, k_bias, v_bias, qg, k, v, index_qk);
+    return;
+  }
+  for (const Weight* w : {&q_w, &k_w, &v_w, &index_w, &q_bias, &k_bias, &v_bias})
+    if (!w->empty() && !on_device(kOp, *w)) return;
+  for (Tensor* t : {&qg, &k, &v, &index_qk})
+    if (!check(t != &x, kOp, "an output may not be x")) return;
+  if (!ensure(qg, {S, q_w.rows()}) || !ensure(k, {S, k_w.rows()}) || !ensure(v, {S, v_w.rows()}) ||
+      !ensure(index_qk, {S, index_w.rows()}))
+    return;
+  const auto with_bias = [](const Weight& b) {
+    Epilogue ep;
+    ep.bias = b.empty() ? nullptr : b.f32();
+    return ep;
+  };
+  Segments segs;
+  add_segment(segs, q_w, qg.data(), q_w.rows(), with_bias(q_bias));
+  add_segment(segs, k_w, k.data(), k_w.rows(), with_bias(k_bias));
+  add_segment(segs, v_w, v.data(), v_w.rows(), with_bias(v_bias));
+  add_segment(segs, index_w, index_qk.data(), index_w.rows(), Epilogue{});
+  if (walking()) return;  // a replay: outputs ensured, nothing queued
+  run_multi_gemv(x, dtype, segs, stream());
+  launched(kOp);
+}
+
+// --- GatedDeltaNet (continued) ------------------------------------------------------------------
 
 void CudaBackend::gated_delta_net_conv(const Tensor& qkv, const Weight& conv, Tensor& tail,
                                        std::int64_t key_dim, std::int64_t head_dim, Tensor& q,

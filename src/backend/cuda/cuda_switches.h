@@ -4,7 +4,12 @@
 //   FLASHSERVE_CUDA_OLD_TOPK=1, FLASHSERVE_CUDA_OLD_INDEX=1, FLASHSERVE_CUDA_OLD_ATTENTION=1,
 //   FLASHSERVE_CUDA_OLD_CONTEXT=1 (all three); FLASHSERVE_CUDA_MOE_PAIRS=1 runs moe_experts on its
 //   (token, expert) pair kernels at every token count (the fused path of 1-4 tokens off);
-//   FLASHSERVE_CUDA_OLD_DELTA=1 runs gated_delta_rule_chunked token by token at every length.
+//   FLASHSERVE_CUDA_OLD_DELTA=1 runs gated_delta_rule_chunked token by token at every length;
+//   FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION=1 runs block_sparse_attention's split kernel of sessions
+//   10-12 (16-key tiles walked a key at a time) instead of the tiled one of session 13
+//   (cuda_attention_tiles.cu); FLASHSERVE_CUDA_OLD_ATTENTION / _CONTEXT still pick the earliest;
+//   FLASHSERVE_CUDA_QSA_UNFUSED=1 runs qsa_projections and head_norm_rope as their op sequences
+//   (the same bits, more kernels: the "before" of session 13's QSA fusions in the same binary).
 // Read at every call (host side only, a getenv), so one process can time both; a graph captures
 // whichever was chosen when it was recorded.
 #pragma once

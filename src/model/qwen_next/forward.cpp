@@ -209,16 +209,15 @@ void QwenNextModel::gated_delta_net(const GatedDeltaNetWeights& w, GatedDeltaNet
 }
 
 void QwenNextModel::qsa_indexer(const QsaWeights& w, QsaCache& cache, Position first,
-                                const Tensor& x, Tensor& picked) {
+                                const Tensor& qk, Tensor& picked) {
   auto& be = *backend_;
   const auto nI = config_.indexer_n_heads, dI = config_.indexer_head_dim, c = cache.block;
   const auto eps = static_cast<float>(config_.rms_norm_eps);
-  Tensor qk, q, raw;
-  be.linear(x, w.index_qk_proj, qk);
+  Tensor q, raw;
   be.slice_cols(qk, 0, nI * dI, q);
   be.slice_cols(qk, nI * dI, dI, raw);
-  be.rms_norm(q, w.index_q_norm, dI, eps, true, q);
-  be.rope(q, dI, config_.rotary_dim(), first, 1, config_.rope_theta);
+  be.head_norm_rope(q, w.index_q_norm, nullptr, {}, dI, eps, config_.rotary_dim(), first,
+                    config_.rope_theta);
   be.append_rows(cache.index_keys, raw);
   // Blocks completed by this call: mean of raw keys (fp32), k_layernorm, RoPE at the block's
   // first position (Q4M 741-752). They never change afterwards, so they are cached.
@@ -244,20 +243,17 @@ void QwenNextModel::qsa_attention(const QsaWeights& w, QsaCache& cache, Position
   const auto Hq = config_.num_attention_heads, Hkv = config_.num_key_value_heads,
              D = config_.head_dim;
   const auto eps = static_cast<float>(config_.rms_norm_eps);
+  // The four products over x in one op (one kernel on a GPU at decode sizes).
+  Tensor qg, k, v, index_qk;
+  be.qsa_projections(x, w.q_proj, w.k_proj, w.v_proj, w.index_qk_proj, w.q_bias, w.k_bias, w.v_bias,
+                     qg, k, v, index_qk);
   Tensor picked;
-  qsa_indexer(w, cache, first, x, picked);
-  Tensor qg, q, gate, k, v, o;
-  be.linear(x, w.q_proj, qg);
-  if (!w.q_bias.empty()) be.add_bias(qg, w.q_bias);
+  qsa_indexer(w, cache, first, index_qk, picked);
+  Tensor q, gate, o;
   be.split_interleaved(qg, Hq, D, q, gate);  // per head [query | output gate]
-  be.linear(x, w.k_proj, k);
-  if (!w.k_bias.empty()) be.add_bias(k, w.k_bias);
-  be.linear(x, w.v_proj, v);
-  if (!w.v_bias.empty()) be.add_bias(v, w.v_bias);
-  be.rms_norm(q, w.q_norm, D, eps, true, q);
-  be.rms_norm(k, w.k_norm, D, eps, true, k);
-  be.rope(q, D, config_.rotary_dim(), first, 1, config_.rope_theta);
-  be.rope(k, D, config_.rotary_dim(), first, 1, config_.rope_theta);
+  // Per-head norms and RoPE of q and k (one kernel on a GPU).
+  be.head_norm_rope(q, w.q_norm, &k, w.k_norm, D, eps, config_.rotary_dim(), first,
+                    config_.rope_theta);
   be.append_rows(cache.keys, k);
   be.append_rows(cache.values, v);
   be.block_sparse_attention(q, cache.keys, cache.values, Hq, Hkv, picked, cache.block, first,

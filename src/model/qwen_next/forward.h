@@ -57,8 +57,9 @@ class QwenNextModel final : public Model {
   void qsa_attention(const QsaWeights& w, QsaCache& cache, Position first, const Tensor& x,
                      Tensor& y);
   // The indexer's block selection for the current queries (Q4M 693-779), picked [S, budget/c]
-  // int32 in backend memory; updates the cache's raw keys and pooled blocks.
-  void qsa_indexer(const QsaWeights& w, QsaCache& cache, Position first, const Tensor& x,
+  // int32 in backend memory; updates the cache's raw keys and pooled blocks. `qk` is x's index
+  // projection (x · index_qk_proj^T, from qsa_projections with the attention's own).
+  void qsa_indexer(const QsaWeights& w, QsaCache& cache, Position first, const Tensor& qk,
                    Tensor& picked);
   QwenNextConfig config_;
   QwenNextWeights weights_;
