@@ -317,10 +317,10 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
            {"draft_ms_per_round", st.rounds ? st.draft_ns / 1e6 / st.rounds : 0.0},
            {"verify_ms_per_round", st.rounds ? st.verify_ns / 1e6 / st.rounds : 0.0},
            {"autoregressive_ms_per_token", 1e3 / ar_tps}});
-      log << "bench: context " << ctx << " MTP depth " << d << " " << tps << " tok/s (a round: draft "
-          << (st.rounds ? st.draft_ns / 1e6 / st.rounds : 0.0) << " ms, verify "
-          << (st.rounds ? st.verify_ns / 1e6 / st.rounds : 0.0) << " ms; autoregressive step "
-          << 1e3 / ar_tps << " ms)\n";
+      log << "bench: context " << ctx << " MTP depth " << d << " " << tps
+          << " tok/s (a round: draft " << (st.rounds ? st.draft_ns / 1e6 / st.rounds : 0.0)
+          << " ms, verify " << (st.rounds ? st.verify_ns / 1e6 / st.rounds : 0.0)
+          << " ms; autoregressive step " << 1e3 / ar_tps << " ms)\n";
     }
     row["modes"] = modes;
     decode.push_back(row);

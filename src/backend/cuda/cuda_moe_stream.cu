@@ -51,13 +51,13 @@ inline constexpr int kRowLanes = std::is_same_v<T, e4m3_bits> ? 8 : 16;
 struct Layout {
   std::int64_t E, H, I;
   int pairs, per_token, tokens;
-  std::int64_t gate_items;      // pairs * I
-  std::int64_t down_per_slot;   // ceil(H / kRows)
-  std::int64_t down_items;      // pairs * down_per_slot
-  int gc_h, gc_i;               // scale-grid widths of gate_up and down (FP8)
-  std::int64_t gr_gu, gr_dn;    // scale-grid heights of one expert's gate_up and down
-  int stage_bytes;              // one item, 16-byte multiple
-  int x_words, act_words;       // float4s of a staged token row, of a warp's staged act row
+  std::int64_t gate_items;     // pairs * I
+  std::int64_t down_per_slot;  // ceil(H / kRows)
+  std::int64_t down_items;     // pairs * down_per_slot
+  int gc_h, gc_i;              // scale-grid widths of gate_up and down (FP8)
+  std::int64_t gr_gu, gr_dn;   // scale-grid heights of one expert's gate_up and down
+  int stage_bytes;             // one item, 16-byte multiple
+  int x_words, act_words;      // float4s of a staged token row, of a warp's staged act row
 };
 
 __device__ __forceinline__ unsigned shared_address(const void* p) {
@@ -125,7 +125,7 @@ __device__ __forceinline__ float chunk_dot(const uint4& raw, float scale, X&& xw
 }
 
 template <typename T, int kWarps, int kStages>
-__global__ void __launch_bounds__(kWarps * kWarp, 1)
+__global__ void __launch_bounds__(kWarps* kWarp, 1)
     moe_stream_kernel(const float* x, const T* gate_up, const float* gu_scales, const T* down,
                       const float* dn_scales, const std::int32_t* ids, float limit, float* act,
                       float* part, int* sync, const Layout L) {
@@ -140,7 +140,8 @@ __global__ void __launch_bounds__(kWarps * kWarp, 1)
 
   wait_for_inputs();  // the ids and x are the kernels' before
   release_dependents();
-  const int lane = static_cast<int>(threadIdx.x % kWarp), warp = static_cast<int>(threadIdx.x / kWarp);
+  const int lane = static_cast<int>(threadIdx.x % kWarp),
+            warp = static_cast<int>(threadIdx.x / kWarp);
   const std::int64_t H = L.H, I = L.I, gchunks = H / kN, dchunks = I / kN;
   float4* xs = stream_smem;
   float4* my_act = xs + L.tokens * L.x_words + warp * L.act_words;
@@ -162,8 +163,7 @@ __global__ void __launch_bounds__(kWarps * kWarp, 1)
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * kWarps,
                      gw = static_cast<std::int64_t>(blockIdx.x) * kWarps + warp;
   const std::int64_t a0 = L.gate_items * gw / warps, na = L.gate_items * (gw + 1) / warps - a0;
-  const std::int64_t b0 = L.down_items * gw / warps,
-                     n = na + L.down_items * (gw + 1) / warps - b0;
+  const std::int64_t b0 = L.down_items * gw / warps, n = na + L.down_items * (gw + 1) / warps - b0;
   const auto stage = [&](std::int64_t t) { return stages + (t % kStages) * L.stage_bytes; };
 
   // Queues item t's copies (rows, then their scales) and commits them as one group; past the end
@@ -300,8 +300,7 @@ int stream_warps() {
 std::atomic<std::uint64_t> launches{0};
 
 template <typename T, int kWarps, int kStages>
-bool launch_stages(const MoeStreamArgs& a, const Layout& L, std::size_t smem,
-                   cudaStream_t stream) {
+bool launch_stages(const MoeStreamArgs& a, const Layout& L, std::size_t smem, cudaStream_t stream) {
   const auto kernel = moe_stream_kernel<T, kWarps, kStages>;
   // Opt in to the device's shared memory once per kernel (what its static table leaves); the
   // grid is as many blocks as the device holds at once, so every block is resident (the down
@@ -323,9 +322,10 @@ bool launch_stages(const MoeStreamArgs& a, const Layout& L, std::size_t smem,
   }
   const auto grid = static_cast<unsigned>(a.multiprocessors * per_sm);
   launches.fetch_add(1, std::memory_order_relaxed);
-  launch_overlapped(kernel, grid, kWarps * kWarp, smem, stream, a.x, static_cast<const T*>(a.gate_up),
-                    a.gate_up_scales, static_cast<const T*>(a.down), a.down_scales, a.ids, a.limit,
-                    a.act, a.part, a.sync, L);
+  launch_overlapped(kernel, grid, kWarps * kWarp, smem, stream, a.x,
+                    static_cast<const T*>(a.gate_up), a.gate_up_scales,
+                    static_cast<const T*>(a.down), a.down_scales, a.ids, a.limit, a.act, a.part,
+                    a.sync, L);
   return true;
 }
 
@@ -359,9 +359,9 @@ bool launch_typed(const MoeStreamArgs& a, cudaStream_t stream) {
   const auto plan = [&](int warps, std::size_t& smem) -> int {
     const auto fixed = static_cast<std::int64_t>(L.tokens * L.x_words + warps * L.act_words) *
                        static_cast<std::int64_t>(sizeof(float4));
-    const std::int64_t budget =
-        a.smem_optin - fixed - static_cast<std::int64_t>(kMoeStreamSlots * sizeof(std::int64_t)) -
-        1024;
+    const std::int64_t budget = a.smem_optin - fixed -
+                                static_cast<std::int64_t>(kMoeStreamSlots * sizeof(std::int64_t)) -
+                                1024;
     const std::int64_t per_stage = static_cast<std::int64_t>(warps) * L.stage_bytes;
     const std::int64_t stages = std::min<std::int64_t>(kMaxStages, budget / per_stage);
     smem = static_cast<std::size_t>(fixed + stages * per_stage);

@@ -26,7 +26,7 @@ struct MoeStreamArgs {
   int pairs = 0;
   int per_token = 0;  // slot u reads token u / per_token's row of x
   std::int64_t E = 0, H = 0, I = 0;
-  float limit = 0.0f;  // clamped_swiglu's
+  float limit = 0.0f;     // clamped_swiglu's
   float* act = nullptr;   // [pairs, I]
   float* part = nullptr;  // [pairs, H]
   int* sync = nullptr;    // kMoeStreamSyncInts ints, zero
