@@ -2060,8 +2060,8 @@ TEST(CudaMoePairs, EachTokenOfAVerifySumsAsItsDecodeStep) {
   }
 }
 
-// The routed experts' streamed kernel (cuda_moe_stream.cu) computes what the two kernels it
-// replaces compute (FLASHSERVE_CUDA_MOE_STREAM=0), bit for bit: 1-4 tokens, FP8 and bf16, the
+// The routed experts' opt-in streamed kernel (cuda_moe_stream.cu, FLASHSERVE_CUDA_MOE_STREAM=1)
+// computes what the two default kernels compute, bit for bit: 1-4 tokens, FP8 and bf16, the
 // released shapes and small ones (lanes with no chunk), a slot with no expert, the clamped
 // SwiGLU; and two launches in a row on different tokens, so a launch that left its counters set
 // would let the second read the first's rows.
@@ -2119,7 +2119,7 @@ TEST(CudaMoeStream, EqualsTheTwoKernelsBitForBit) {
       return y.to_host_vector();
     };
     const auto x1 = random_tensor({c.S, c.H}, rng), x2 = random_tensor({c.S, c.H}, rng);
-    ::unsetenv("FLASHSERVE_CUDA_MOE_STREAM");
+    ::setenv("FLASHSERVE_CUDA_MOE_STREAM", "1", 1);
     const auto launches = fs::cuda::moe_stream_launches();
     const auto streamed1 = run(x1), streamed2 = run(x2);
     EXPECT_EQ(fs::cuda::moe_stream_launches(), launches + 2) << "the streamed kernel did not run";

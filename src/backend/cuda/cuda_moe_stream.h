@@ -37,7 +37,7 @@ struct MoeStreamArgs {
 // Queues the kernel when it takes these shapes and returns true (a launch error is then the
 // caller's to read); false, queueing nothing, where it does not (rows not whole 16-byte chunks,
 // unaligned, more slots than kMoeStreamSlots, too little shared memory, FLASHSERVE_CUDA_MOE_STREAM
-// set to 0): the caller runs the two kernels.
+// not set to 1: the kernel is opt-in, slower than the two on the H200): the caller runs the two kernels.
 bool launch_moe_stream(const MoeStreamArgs& a, cudaStream_t stream);
 
 // How many launches launch_moe_stream has queued in this process (tests: that a path took it).
