@@ -8,7 +8,7 @@
 // FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION=1). Prints a table and writes JSON; it never passes or fails
 // on time.
 //
-//   cuda_kernel_bench [--json PATH] [--quick] [--fp8 | --quant | --delta]
+//   cuda_kernel_bench [--json PATH] [--quick] [--fp8 | --quant | --delta | --prefetch]
 //
 // --fp8: only the products on block-scaled FP8 E4M3 weights (issue 15) beside their bf16 forms.
 // --quant: only the packed formats (issue 15: FP4 E2M1 + E8M0, Q8_0, Q4_K, Q5_K, Q6_K, Q2_K) in
@@ -16,6 +16,10 @@
 // --delta: only the gated delta rule's prefill form (gated_delta_rule_chunked at S = 512 and
 // 4096): the chunk kernels beside the token-by-token kernel, us, tokens/s and their ratio (also
 // at the end of a full run).
+// --prefetch: what asking L2 for a GEMV's weights one op ahead buys (Backend::prefetch, docs/GPU.md
+// step 10): a spin of T us (standing in for the small ops between two weight-streaming ones), then
+// the GEMV, with and without the prefetch kernel before the spin; the row's time is the pair's
+// minus the spin's alone.
 //
 // Timing: each measurement is a CUDA graph of many calls on the backend's stream, replayed 5
 // times (best kept), so launch overhead is that of graph replay, as in a graph-captured decode
@@ -41,6 +45,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_memory.h"
 
 namespace {
@@ -451,6 +456,53 @@ void bench_gemv_fp8(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64
   if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
 }
 
+// One block that lets the next kernel be scheduled and then spins `ns` nanoseconds of the global
+// timer: the small kernels of a step, which leave the memory idle.
+__global__ void spin_kernel(long long ns) {
+  fs::cuda::release_dependents();
+  long long t0 = 0, t = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
+void bench_prefetch(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t out, bool fp8,
+                    const std::string& name, std::vector<Row>& rows) {
+  const double wbytes = static_cast<double>(in * out) * (fp8 ? 1 : 2);
+  auto w8 = fp8 ? make_fp8(1, out, in, std::size_t{1} << 30, s, 23) : Fp8Weights{};
+  auto w16 =
+      fp8 ? DeviceWeights{}
+          : make_weights(static_cast<std::size_t>(in * out), true, std::size_t{1} << 30, s, 17);
+  const int copies = fp8 ? w8.copies : w16.copies;
+  const auto view = [&](int i) {
+    return fp8 ? w8.view(i % copies, {out, in}) : w16.view(i % copies, fs::DType::kBF16, {out, in});
+  };
+  const int n = std::max(copies, 16);
+  fs::Tensor x = be.new_tensor({1, in});
+  fill(x.raw(), static_cast<std::size_t>(in), false, 1.0f, 99, s);
+  fs::Tensor y;
+  const std::string shape =
+      std::to_string(in) + "->" + std::to_string(out) + (fp8 ? " fp8" : " bf16");
+  for (const long long spin_us : {0LL, 5LL, 10LL, 20LL}) {
+    const auto spin = [&] {
+      fs::cuda::launch_overlapped(spin_kernel, 1, 32, 0, s, spin_us * 1000);
+    };
+    const double t_spin = time_calls(s, n, [&](int) { spin(); });
+    for (const bool ahead : {false, true}) {
+      const double t = time_calls(s, n, [&](int i) {
+        const fs::Weight w = view(i);
+        if (ahead) be.prefetch({&w});
+        spin();
+        be.linear(x, w, y);
+      });
+      rows.push_back({name, shape + " spin " + std::to_string(spin_us) + "us",
+                      ahead ? "ahead" : "none", 1, wbytes, t - t_spin, 0});
+    }
+  }
+  if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
+}
+
 void bench_moe_fp8(fs::Backend& be, cudaStream_t s, std::vector<Row>& rows, bool quick) {
   constexpr std::int64_t E = 512, K = 10, H = 2560, I = 640;
   auto gate_up = make_fp8(E, 2 * I, H, 0, s, 31);
@@ -782,13 +834,15 @@ void print_delta(const std::vector<DeltaRow>& rows) {
 
 int main(int argc, char** argv) {
   std::string json_path;
-  bool quick = false, fp8_only = false, quant_only = false, delta_only = false;
+  bool quick = false, fp8_only = false, quant_only = false, delta_only = false,
+       prefetch_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--fp8")) fp8_only = true;
     if (!std::strcmp(argv[i], "--quant")) quant_only = true;
     if (!std::strcmp(argv[i], "--delta")) delta_only = true;
+    if (!std::strcmp(argv[i], "--prefetch")) prefetch_only = true;
   }
   auto made = fs::make_cuda_backend();
   if (!made.ok()) {
@@ -831,7 +885,13 @@ int main(int argc, char** argv) {
                                 {"gdn_ba", 2560, 48},           {"router", 2560, 512},
                                 {"shared_gate_up", 2560, 1280}, {"shared_down", 640, 2560},
                                 {"o_proj", 6144, 2560},         {"lm_head", 2560, 248320}};
-  if (quant_only) {
+  if (prefetch_only) {
+    // The GDN input projection's qkv part and all of it (qkv, z, b, a), and the out-projection.
+    bench_prefetch(be, s, 2560, 10240, true, "gdn_qkv", rows);
+    bench_prefetch(be, s, 2560, 16480, true, "gdn_in_proj", rows);
+    bench_prefetch(be, s, 6144, 2560, true, "o_proj", rows);
+    bench_prefetch(be, s, 2560, 10240, false, "gdn_qkv", rows);
+  } else if (quant_only) {
     // The decode GEMV on each packed format beside bf16 and FP8, then the routed experts.
     bench_gemv(be, s, 2560, 10240, true, "gdn_qkv", rows);
     bench_gemv_fp8(be, s, 2560, 10240, "gdn_qkv", rows);

@@ -143,6 +143,8 @@ class CudaBackend final : public Backend {
   std::optional<DeviceMemoryInfo> device_memory() const override;
   void synchronize() override;
 
+  void prefetch(std::initializer_list<const Weight*> ws) override;
+
   void linear(const Tensor& x, const Weight& w, Tensor& y) override;
   void add_bias(Tensor& y, const Weight& bias) override;
 
@@ -305,6 +307,9 @@ class CudaBackend final : public Backend {
   // on shapes it has checked, a slot per (token, expert) pair: act [S*k, I] = each pair's
   // swiglu(gate_up · x_token), part [S*k, H] = its down product (the combine is the caller's).
   // Queues them; false when a launch failed (recorded under `op`).
+  // Asks L2 for the down rows of the routed experts that `experts` (k int32 ids, written by the
+  // routing kernel queued before) names, from a [E, H, I] stacked weight (cuda_prefetch.h).
+  void prefetch_routed(const Tensor& experts, const Weight& w);
   bool moe_token_parts(const char* op, const Tensor& x, const Weight& gate_up, const Weight& down,
                        const Tensor& experts, float swiglu_limit, Tensor& act, Tensor& part);
 
