@@ -16,10 +16,8 @@
 // --delta: only the gated delta rule's prefill form (gated_delta_rule_chunked at S = 512 and
 // 4096): the chunk kernels beside the token-by-token kernel, us, tokens/s and their ratio (also
 // at the end of a full run).
-// --prefetch: what asking L2 for a GEMV's weights one op ahead buys (Backend::prefetch, docs/GPU.md
-// step 10): a spin of T us (standing in for the small ops between two weight-streaming ones), then
-// the GEMV, with and without the prefetch kernel before the spin; the row's time is the pair's
-// minus the spin's alone.
+// --prefetch: what asking L2 for a GEMV's weights ahead buys (Backend::prefetch, docs/GPU.md
+// step 10; bench_prefetch below says what each row runs).
 //
 // Timing: each measurement is a CUDA graph of many calls on the backend's stream, replayed 5
 // times (best kept), so launch overhead is that of graph replay, as in a graph-captured decode
@@ -45,6 +43,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_memory.h"
 
@@ -195,7 +194,8 @@ void gemv(int S, const float* x, const T* w, float* y, std::int64_t in, std::int
 
 // Seconds per call of `call(i)` (i = 0 .. n-1, one graph of n calls), best of 5 replays. Falls
 // back to timing the calls eagerly when the stream cannot be captured.
-double time_calls(cudaStream_t s, int n, const std::function<void(int)>& call) {
+double time_calls(cudaStream_t s, int n, const std::function<void(int)>& call,
+                  bool graph_them = true) {
   for (int i = 0; i < n; ++i) call(i);  // warm: every scratch buffer is allocated now
   cudaStreamSynchronize(s);
   cudaEvent_t a, b;
@@ -203,7 +203,8 @@ double time_calls(cudaStream_t s, int n, const std::function<void(int)>& call) {
   cudaEventCreate(&b);
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  bool graphed = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+  bool graphed =
+      graph_them && cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) == cudaSuccess;
   if (graphed) {
     for (int i = 0; i < n; ++i) call(i);
     graphed = cudaStreamEndCapture(s, &graph) == cudaSuccess &&
@@ -456,17 +457,15 @@ void bench_gemv_fp8(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64
   if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
 }
 
-// One block that lets the next kernel be scheduled and then spins `ns` nanoseconds of the global
-// timer: the small kernels of a step, which leave the memory idle.
-__global__ void spin_kernel(long long ns) {
-  fs::cuda::release_dependents();
-  long long t0 = 0, t = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  } while (t - t0 < ns);
-}
-
+// Backend::prefetch measured on one weight-streaming product (rows "prefetch", time per call):
+//   cold        the product alone, a different copy of W each call (the decode step's case);
+//   warm        the same copy every call: W stays in L2 (60 MB), what a perfect prefetch gives;
+//   small       six small ops (scale on a 4 KB row, standing in for the norms and mixes between two
+//               products), then the product on a cold copy;
+//   small+pf    the same with W asked for (Backend::prefetch) before the small ops;
+//   ...-eager   the same calls launched one by one instead of replayed as a graph;
+//   events      cold, eager, with an event recorded on the stream between the products (what a
+//               prefetch's fork adds): whether that costs the overlapped launch its overlap.
 void bench_prefetch(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t out, bool fp8,
                     const std::string& name, std::vector<Row>& rows) {
   const double wbytes = static_cast<double>(in * out) * (fp8 ? 1 : 2);
@@ -481,25 +480,43 @@ void bench_prefetch(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64
   const int n = std::max(copies, 16);
   fs::Tensor x = be.new_tensor({1, in});
   fill(x.raw(), static_cast<std::size_t>(in), false, 1.0f, 99, s);
+  fs::Tensor small = be.new_tensor({1, 1024});
+  fill(small.raw(), 1024, false, 1.0f, 98, s);
   fs::Tensor y;
+  cudaEvent_t mark;
+  cudaEventCreateWithFlags(&mark, cudaEventDisableTiming);
   const std::string shape =
       std::to_string(in) + "->" + std::to_string(out) + (fp8 ? " fp8" : " bf16");
-  for (const long long spin_us : {0LL, 5LL, 10LL, 20LL}) {
-    const auto spin = [&] {
-      fs::cuda::launch_overlapped(spin_kernel, 1, 32, 0, s, spin_us * 1000);
-    };
-    const double t_spin = time_calls(s, n, [&](int) { spin(); });
-    for (const bool ahead : {false, true}) {
-      const double t = time_calls(s, n, [&](int i) {
-        const fs::Weight w = view(i);
-        if (ahead) be.prefetch({&w});
-        spin();
-        be.linear(x, w, y);
-      });
-      rows.push_back({name, shape + " spin " + std::to_string(spin_us) + "us",
-                      ahead ? "ahead" : "none", 1, wbytes, t - t_spin, 0});
-    }
-  }
+  const auto add = [&](const char* impl, double t) {
+    rows.push_back({name, shape, impl, 1, wbytes, t, 0});
+  };
+  const auto product = [&](int i) { be.linear(x, view(i), y); };
+  auto* cuda = dynamic_cast<fs::cuda::CudaBackend*>(&be);
+  const auto smalls = [&](int i, bool ahead) {
+    const fs::Weight w = view(i);
+    if (ahead) be.prefetch({&w});
+    for (int k = 0; k < 6; ++k) be.scale(small, 1.0f);
+    be.linear(x, w, y);
+    // A capture must end with the prefetch stream joined (eagerly there is nothing to join).
+    if (ahead && i == n - 1 && cuda != nullptr) cuda->join_prefetches();
+  };
+  add("cold", time_calls(s, n, product));
+  add("warm", time_calls(s, n, [&](int) { product(0); }));
+  add("small", time_calls(s, n, [&](int i) { smalls(i, false); }));
+  add("small+pf", time_calls(s, n, [&](int i) { smalls(i, true); }));
+  add("cold-eager", time_calls(s, n, product, false));
+  add("events", time_calls(
+                    s, n,
+                    [&](int i) {
+                      cudaEventRecord(mark, s);
+                      product(i);
+                    },
+                    false));
+  add("small-eager", time_calls(
+                         s, n, [&](int i) { smalls(i, false); }, false));
+  add("small+pf-eager", time_calls(
+                            s, n, [&](int i) { smalls(i, true); }, false));
+  cudaEventDestroy(mark);
   if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
 }
 

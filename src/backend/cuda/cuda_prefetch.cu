@@ -97,7 +97,10 @@ __global__ void prefetch_experts_kernel(const std::int32_t* ids, int k, int E,
 const PrefetchSettings& prefetch_settings() {
   static const PrefetchSettings s = [] {
     PrefetchSettings p;
-    p.on = env_number("FLASHSERVE_CUDA_PREFETCH", 1) != 0;
+    const char* mode = std::getenv("FLASHSERVE_CUDA_PREFETCH");
+    const std::string m = mode != nullptr ? mode : "";
+    p.on = m != "0";
+    p.chain = m == "chain";
     p.max_bytes = static_cast<std::uint64_t>(env_number("FLASHSERVE_CUDA_PREFETCH_MB", 32)) << 20;
     p.blocks = static_cast<int>(
         std::clamp<long>(env_number("FLASHSERVE_CUDA_PREFETCH_BLOCKS", 32), 1, 1024));
@@ -111,15 +114,21 @@ std::uint64_t prefetch_launches() {
   return launches.load(std::memory_order_relaxed);
 }
 
-cudaError_t launch_prefetch(const PrefetchRanges& r, int blocks, cudaStream_t stream) {
-  return launch_overlapped(prefetch_kernel, blocks, kWarp, 0, stream, r);
+cudaError_t launch_prefetch(const PrefetchRanges& r, int blocks, bool chained,
+                            cudaStream_t stream) {
+  if (chained) return launch_overlapped(prefetch_kernel, blocks, kWarp, 0, stream, r);
+  prefetch_kernel<<<blocks, kWarp, 0, stream>>>(r);
+  return cudaGetLastError();
 }
 
 cudaError_t launch_prefetch_experts(const std::int32_t* ids, int k, int E, const std::uint8_t* base,
                                     std::uint64_t stride, std::uint64_t bytes, int blocks,
-                                    cudaStream_t stream) {
-  return launch_overlapped(prefetch_experts_kernel, blocks, kWarp, 0, stream, ids, k, E, base,
-                           stride, bytes);
+                                    bool chained, cudaStream_t stream) {
+  if (chained)
+    return launch_overlapped(prefetch_experts_kernel, blocks, kWarp, 0, stream, ids, k, E, base,
+                             stride, bytes);
+  prefetch_experts_kernel<<<blocks, kWarp, 0, stream>>>(ids, k, E, base, stride, bytes);
+  return cudaGetLastError();
 }
 
 // --- the op --------------------------------------------------------------------------------------
@@ -146,8 +155,35 @@ void CudaBackend::prefetch(std::initializer_list<const Weight*> ws) {
     budget -= n;
   }
   if (r.count == 0) return;
-  launch_prefetch(r, settings.blocks, stream());
+  const cudaStream_t s = prefetch_stream(settings.chain);
+  if (s == nullptr) return;
+  launch_prefetch(r, settings.blocks, settings.chain, s);
   if (launched("prefetch")) launches.fetch_add(1, std::memory_order_relaxed);
+}
+
+cudaStream_t CudaBackend::prefetch_stream(bool chained) {
+  if (chained) return stream();
+  // The fork: the prefetch stream waits for what the step's stream has queued so far, so the
+  // kernel starts with the op queued last and nothing on the step's stream waits for it.
+  if (!check(prefetch_stream_ != nullptr && prefetch_fork_ != nullptr, "prefetch",
+             "no prefetch stream") ||
+      !check(cudaEventRecord(prefetch_fork_, stream()) == cudaSuccess &&
+                 cudaStreamWaitEvent(prefetch_stream_, prefetch_fork_, 0) == cudaSuccess,
+             "prefetch", "fork failed"))
+    return nullptr;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream(), &capture) == cudaSuccess &&
+      capture == cudaStreamCaptureStatusActive)
+    prefetch_forked_ = true;  // a recording must join it back before it ends
+  return prefetch_stream_;
+}
+
+void CudaBackend::join_prefetches() {
+  if (!prefetch_forked_) return;
+  prefetch_forked_ = false;
+  if (cudaEventRecord(prefetch_join_, prefetch_stream_) != cudaSuccess ||
+      cudaStreamWaitEvent(stream(), prefetch_join_, 0) != cudaSuccess)
+    fail(internal_error("cuda: prefetch: join failed"));
 }
 
 void CudaBackend::prefetch_routed(const Tensor& experts, const Weight& w) {
@@ -158,9 +194,11 @@ void CudaBackend::prefetch_routed(const Tensor& experts, const Weight& w) {
   const auto base = reinterpret_cast<std::uintptr_t>(w.data);
   // Whole 16-byte units at 16-byte aligned addresses for every expert, or no prefetch.
   if (stride == 0 || stride % 16 != 0 || base % 16 != 0) return;
+  const cudaStream_t s = prefetch_stream(settings.chain);
+  if (s == nullptr) return;
   launch_prefetch_experts(experts.data_as<std::int32_t>(), static_cast<int>(experts.numel()),
                           static_cast<int>(w.shape[0]), w.data, stride, stride, settings.blocks,
-                          stream());
+                          settings.chain, s);
   if (launched("prefetch")) launches.fetch_add(1, std::memory_order_relaxed);
 }
 

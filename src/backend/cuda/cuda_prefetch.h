@@ -30,12 +30,17 @@ struct PrefetchRanges {
 
 // How the prefetch kernels run (read once per process from the environment, for measuring):
 //   FLASHSERVE_CUDA_PREFETCH=0          no prefetch kernel at all (Backend::prefetch does nothing)
+//   FLASHSERVE_CUDA_PREFETCH=chain      the kernel in the step's own stream (measured slower: the
+//                                       next kernel waits for it, and it ends only once its
+//                                       prefetches have landed); default: on a second stream
+//                                       forked from the step's (an event), so nothing waits for it
 //   FLASHSERVE_CUDA_PREFETCH_MB=N       at most N MB asked for by one call (default 32: L2 holds
 //                                       50 MB, and the op that runs meanwhile needs some of it)
 //   FLASHSERVE_CUDA_PREFETCH_BLOCKS=N   blocks of one warp issuing the slices (default 32)
 //   FLASHSERVE_CUDA_PREFETCH_EXPERTS=0  no prefetch of the routed experts' down rows (moe_block)
 struct PrefetchSettings {
   bool on = true;
+  bool chain = false;
   std::uint64_t max_bytes = std::uint64_t{32} << 20;
   int blocks = 32;
   bool experts = true;
@@ -49,16 +54,16 @@ std::uint64_t prefetch_launches();
 // Bytes one thread asks for with one bulk prefetch.
 constexpr std::uint32_t kPrefetchSlice = 64 * 1024;
 
-// Queues the prefetch of `r` on `stream`, launched overlapped (cuda_common.h): it lets the next
-// kernel be scheduled at once and ends only after the kernel before it, so the chain's order
-// stands. `blocks` of one warp.
-cudaError_t launch_prefetch(const PrefetchRanges& r, int blocks, cudaStream_t stream);
+// Queues the prefetch of `r` on `stream`, `blocks` of one warp. `chained`: launched overlapped
+// (cuda_common.h) in the step's stream: it lets the next kernel be scheduled at once and ends only
+// after the kernel before it, so the chain's order stands.
+cudaError_t launch_prefetch(const PrefetchRanges& r, int blocks, bool chained, cudaStream_t stream);
 
 // Queues the prefetch of the routed experts that `ids` (k int32 in device memory, written by the
 // kernel before) names: for each, `bytes` bytes at base + id * stride. It reads the ids after its
 // wait, so it ends after the routing; E bounds the ids (others are skipped).
 cudaError_t launch_prefetch_experts(const std::int32_t* ids, int k, int E, const std::uint8_t* base,
                                     std::uint64_t stride, std::uint64_t bytes, int blocks,
-                                    cudaStream_t stream);
+                                    bool chained, cudaStream_t stream);
 
 }  // namespace fs::cuda
