@@ -34,7 +34,6 @@
 #include "tensor/quant/block_scaled.h"
 #include "tensor/quant/minifloat.h"
 #if FLASHSERVE_HAVE_CUDA
-#include "backend/cuda/cuda_moe_stream.h"
 #include "backend/cuda/cuda_prefetch.h"
 #endif
 
@@ -2059,82 +2058,6 @@ TEST(CudaMoePairs, EachTokenOfAVerifySumsAsItsDecodeStep) {
     }
     ASSERT_TRUE(be->status().ok()) << be->status().to_string();
   }
-}
-
-// The routed experts' opt-in streamed kernel (cuda_moe_stream.cu, FLASHSERVE_CUDA_MOE_STREAM=1)
-// computes what the two default kernels compute, bit for bit: 1-4 tokens, FP8 and bf16, the
-// released shapes and small ones (lanes with no chunk), a slot with no expert, the clamped
-// SwiGLU; and two launches in a row on different tokens, so a launch that left its counters set
-// would let the second read the first's rows.
-TEST(CudaMoeStream, EqualsTheTwoKernelsBitForBit) {
-#if !FLASHSERVE_HAVE_CUDA
-  GTEST_SKIP() << "built without CUDA";
-#else
-  std::string why;
-  auto be = backend_under_test("cuda", &why);
-  if (!be) GTEST_SKIP() << why;
-  struct StreamShape {
-    std::int64_t S, H, E, I, k;
-    bool fp8;
-    float limit;
-  };
-  for (const auto& c : std::vector<StreamShape>{{1, 2560, 32, 640, 10, true, 0.0f},
-                                                {4, 2560, 32, 640, 10, true, 0.0f},
-                                                {1, 2560, 32, 640, 10, false, 0.0f},
-                                                {3, 2560, 32, 640, 10, false, 0.0f},
-                                                {2, 256, 8, 192, 3, true, 1.0f},
-                                                {1, 512, 16, 128, 4, false, 0.0f},
-                                                {4, 256, 8, 64, 4, false, 1.0f}}) {
-    SCOPED_TRACE("S " + std::to_string(c.S) + " H " + std::to_string(c.H) + " I " +
-                 std::to_string(c.I) + (c.fp8 ? " fp8" : " bf16"));
-    Rng rng(0x57e4u + static_cast<unsigned>(c.S * 7 + c.H + c.I));
-    const Feed f{*be};
-    auto [experts, weights] = random_routing(c.S, c.E, c.k, rng);
-    experts.data_as<std::int32_t>()[1] = -1;  // a slot with no expert
-    std::vector<bool> used(static_cast<std::size_t>(c.E));
-    for (std::int64_t i = 0; i < experts.numel(); ++i)
-      if (const auto e = experts.data_as<std::int32_t>()[i]; e >= 0)
-        used[static_cast<std::size_t>(e)] = true;
-    Weight gu, dn;
-    HostFp8Weight gate_up8(Shape{c.E, 2 * c.I, c.H}), down8(Shape{c.E, c.H, c.I});
-    HostWeight gate_up16(DType::kBF16, Shape{c.E, 2 * c.I, c.H}),
-        down16(DType::kBF16, Shape{c.E, c.H, c.I});
-    for (std::int64_t e = 0; e < c.E; ++e) {
-      if (!used[static_cast<std::size_t>(e)]) continue;
-      const float sg = 1.0f / std::sqrt(static_cast<float>(c.H)),
-                  sd = 1.0f / std::sqrt(static_cast<float>(c.I));
-      if (c.fp8) {
-        gate_up8.fill(rng, sg, e);
-        down8.fill(rng, sd, e);
-      } else {
-        gate_up16.fill(rng, sg, e * 2 * c.I * c.H, 2 * c.I * c.H);
-        down16.fill(rng, sd, e * c.H * c.I, c.H * c.I);
-      }
-    }
-    gu = c.fp8 ? f.w(gate_up8) : f.w(gate_up16);
-    dn = c.fp8 ? f.w(down8) : f.w(down16);
-    const Tensor ids = f.in(experts), wts = f.in(weights);
-    const auto run = [&](const Tensor& x) {
-      Tensor y;
-      be->moe_experts(f.in(x), gu, dn, ids, wts, c.limit, y);
-      return y.to_host_vector();
-    };
-    const auto x1 = random_tensor({c.S, c.H}, rng), x2 = random_tensor({c.S, c.H}, rng);
-    ::setenv("FLASHSERVE_CUDA_MOE_STREAM", "1", 1);
-    const auto launches = fs::cuda::moe_stream_launches();
-    const auto streamed1 = run(x1), streamed2 = run(x2);
-    EXPECT_EQ(fs::cuda::moe_stream_launches(), launches + 2) << "the streamed kernel did not run";
-    ::setenv("FLASHSERVE_CUDA_MOE_STREAM", "0", 1);
-    const auto two1 = run(x1), two2 = run(x2);
-    ::unsetenv("FLASHSERVE_CUDA_MOE_STREAM");
-    ASSERT_TRUE(be->status().ok()) << be->status().to_string();
-    ASSERT_EQ(streamed1.size(), static_cast<std::size_t>(c.S * c.H));
-    ASSERT_EQ(two1.size(), streamed1.size());
-    EXPECT_EQ(std::memcmp(streamed1.data(), two1.data(), two1.size() * sizeof(float)), 0);
-    EXPECT_EQ(std::memcmp(streamed2.data(), two2.data(), two2.size() * sizeof(float)), 0);
-    EXPECT_NE(std::memcmp(streamed1.data(), streamed2.data(), two1.size() * sizeof(float)), 0);
-  }
-#endif
 }
 
 // The CUDA qsa_projections (one multi_gemv, cuda_fused.cu) computes the bits of its sequence

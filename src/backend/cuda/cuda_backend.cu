@@ -8,7 +8,6 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
-#include "backend/cuda/cuda_moe_stream.h"
 #include "tensor/quant/iq2_xxs_grid.h"
 
 namespace fs {
@@ -156,22 +155,6 @@ Expected<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   if (const auto e = cudaMalloc(&ws, kCublasWorkspace); e != cudaSuccess)
     return internal_error(cuda_message("cuBLAS workspace", e));
   b->cublas_workspace_.reset(ws);
-  void* sync = nullptr;
-  if (const auto e = cudaMalloc(&sync, kMoeStreamSyncInts * sizeof(int)); e != cudaSuccess)
-    return internal_error(cuda_message("the routed experts' counters", e));
-  b->moe_sync_.reset(sync);
-  // Finished before the backend's (non-blocking) stream can queue a kernel reading them.
-  cudaError_t zeroed = cudaMemset(sync, 0, kMoeStreamSyncInts * sizeof(int));
-  if (zeroed == cudaSuccess) zeroed = cudaDeviceSynchronize();
-  if (zeroed != cudaSuccess)
-    return internal_error(cuda_message("the routed experts' counters", zeroed));
-  if (cudaDeviceGetAttribute(&b->multiprocessors_, cudaDevAttrMultiProcessorCount, device) !=
-          cudaSuccess ||
-      cudaDeviceGetAttribute(&b->smem_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
-          cudaSuccess) {
-    cudaGetLastError();  // the streamed experts then stay off (multiprocessors_ 0)
-    b->multiprocessors_ = 0;
-  }
   if (cudaStreamCreateWithFlags(&b->prefetch_stream_, cudaStreamNonBlocking) != cudaSuccess ||
       cudaEventCreateWithFlags(&b->prefetch_fork_, cudaEventDisableTiming) != cudaSuccess ||
       cudaEventCreateWithFlags(&b->prefetch_join_, cudaEventDisableTiming) != cudaSuccess)

@@ -373,11 +373,6 @@ class CudaBackend final : public Backend {
   // IQ2_XXS's codebook (quant::kIq2XxsGrid, 2 KB) in device memory, copied there by the first
   // IQ2_XXS upload (at load, never inside a step graph); the packed kernels read it.
   DeviceBuffer iq2_grid_;
-  // The streamed routed experts' counters (cuda_moe_stream.h: kMoeStreamSyncInts ints, zeroed at
-  // creation and reset by each launch), and the device's figures its grid is sized from.
-  DeviceBuffer moe_sync_;
-  int multiprocessors_ = 0;
-  int smem_optin_ = 0;
   HostStaging staging_;
   // Backend::prefetch's second stream and its fork/join events (made at creation);
   // prefetch_forked_: a prefetch was forked from a capture that has not joined it yet.

@@ -20,7 +20,6 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_gemv.cuh"
 #include "backend/cuda/cuda_moe_common.cuh"
-#include "backend/cuda/cuda_moe_stream.h"
 #include "backend/cuda/cuda_switches.h"
 
 namespace fs::cuda {
@@ -475,32 +474,6 @@ bool CudaBackend::moe_token_parts(const char* op, const Tensor& x, const Weight&
   const auto* ids = experts.data_as<std::int32_t>();
   const int pairs = static_cast<int>(P);
   const int per_token = static_cast<int>(experts.cols());
-  // The streamed kernel first (cuda_moe_stream.cu): the two kernels below, bit for bit, in one.
-  const bool fp8 = fp8_ok(gate_up) && fp8_ok(down);
-  if (fp8 || (gate_up.dtype == DType::kBF16 && down.dtype == DType::kBF16 &&
-              !gate_up.block_scaled() && !down.block_scaled())) {
-    MoeStreamArgs a;
-    a.x = x.data();
-    a.tokens = static_cast<int>(S);
-    a.gate_up = gate_up.data;
-    a.gate_up_scales = scales_of(gate_up);
-    a.down = down.data;
-    a.down_scales = scales_of(down);
-    a.fp8 = fp8;
-    a.ids = ids;
-    a.pairs = pairs;
-    a.per_token = per_token;
-    a.E = E;
-    a.H = H;
-    a.I = I;
-    a.limit = swiglu_limit;
-    a.act = act.data();
-    a.part = part.data();
-    a.sync = static_cast<int*>(moe_sync_.get());
-    a.multiprocessors = multiprocessors_;
-    a.smem_optin = smem_optin_;
-    if (launch_moe_stream(a, stream())) return launched(op);
-  }
   // Slots are pairs (kS = 1): one token's, or 2-4 tokens' pairs each reading its token's row.
   constexpr int kS = 1;
   with_dtype(gate_up, [&](auto t) {
