@@ -21,7 +21,6 @@
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <span>
@@ -377,13 +376,6 @@ class Backend {
   // tensor [rows, 1] (read them with std::bit_cast<double>). The CPU sums in column order, as
   // the host sampler does, so its totals equal the sampler's bit for bit.
   virtual void softmax_denominators(const Tensor& x, double temperature, Tensor& totals);
-
-  // --- hints -------------------------------------------------------------------------------------
-  // The weights `ws` are read by an op queued soon after this call. A device backend may start
-  // pulling them into its cache now, so that their bytes stream while the ops queued between run
-  // (docs/GPU.md step 10: the CUDA backend asks L2 for them, at most a budget of bytes); nothing
-  // waits for it and no result changes. Null and host weights are skipped. Default: nothing.
-  virtual void prefetch(std::initializer_list<const Weight*> /*ws*/) {}
 
   // --- step graphs (DESIGN "On the GPU" rule 5, docs/GPU.md) ----------------------------------
   // A device backend may run the ops of one decode step as one graph. The first step of a key

@@ -40,8 +40,6 @@ class TimingBackend final : public Backend {
     return inner_->upload(w, matrix_dtype);
   }
   void synchronize() override { inner_->synchronize(); }
-  // Not an op group: forwarded untimed (a hint that queues no work the step waits on).
-  void prefetch(std::initializer_list<const Weight*> ws) override { inner_->prefetch(ws); }
 
   void linear(const Tensor& x, const Weight& w, Tensor& y) override;
   void add_bias(Tensor& y, const Weight& bias) override;

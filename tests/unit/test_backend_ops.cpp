@@ -33,9 +33,6 @@
 #include "backend/cpu/cpu_kernels.h"
 #include "tensor/quant/block_scaled.h"
 #include "tensor/quant/minifloat.h"
-#if FLASHSERVE_HAVE_CUDA
-#include "backend/cuda/cuda_prefetch.h"
-#endif
 
 namespace fs {
 namespace {
@@ -2190,84 +2187,6 @@ TEST(CudaMoeBlock, EqualsItsSequenceBitForBit) {
       EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.bytes()), 0);
     }
   }
-}
-
-// Backend::prefetch (cuda_prefetch.cu) only asks L2 for weights: a product after it equals the
-// product without it bit for bit, eagerly and in a step graph (recorded, then replayed with a walk
-// that queues nothing); host and null weights are skipped; the MoE block's one-token path asks for
-// its routed experts' rows and still equals its sequence (CudaMoeBlock above runs that path). The
-// launch counter proves each prefetch kernel ran.
-TEST(CudaPrefetch, ChangesNoResult) {
-#if !FLASHSERVE_HAVE_CUDA
-  GTEST_SKIP() << "built without CUDA";
-#else
-  std::string why;
-  auto be = backend_under_test("cuda", &why);
-  if (!be) GTEST_SKIP() << why;
-  if (!fs::cuda::prefetch_settings().on) GTEST_SKIP() << "FLASHSERVE_CUDA_PREFETCH=0";
-  Rng rng(0x9f37u);
-  const Feed f{*be};
-  HostFp8Weight w8(Shape{1024, 2560});
-  w8.fill(rng, 1.0f / 50.0f, 0);
-  const auto wb = random_weight(DType::kBF16, {300, 2560}, rng, 0.02f);
-  const Weight w = f.w(w8), b = f.w(wb), host = wb.view();
-  const Tensor x = f.in(random_tensor({1, 2560}, rng));
-  const auto product = [&](const Weight& m) {
-    Tensor y;
-    be->linear(x, m, y);
-    return y.to_host_vector();
-  };
-  const auto want = product(w), want_b = product(b);
-  ASSERT_TRUE(be->status().ok()) << be->status().to_string();
-
-  const auto launches = fs::cuda::prefetch_launches();
-  be->prefetch({&w, nullptr, &b, &host});
-  EXPECT_EQ(fs::cuda::prefetch_launches(), launches + 1);
-  EXPECT_EQ(product(w), want);
-  EXPECT_EQ(product(b), want_b);
-  be->prefetch({&host, nullptr});  // nothing in device memory: nothing queued
-  EXPECT_EQ(fs::cuda::prefetch_launches(), launches + 1);
-  ASSERT_TRUE(be->status().ok()) << be->status().to_string();
-
-  be->set_step_graphs(true);
-  const auto stats = be->step_graph_stats();
-  for (int step = 0; step < 3; ++step) {
-    SCOPED_TRACE("step " + std::to_string(step));
-    be->begin_step_graph({{0x9f37}});
-    be->prefetch({&w});
-    Tensor y;
-    be->linear(x, w, y);
-    be->launch_step_graph();
-    ASSERT_TRUE(be->status().ok()) << be->status().to_string();
-    EXPECT_EQ(y.to_host_vector(), want);
-  }
-  const auto after = be->step_graph_stats();
-  be->set_step_graphs(false);
-  EXPECT_EQ(after.captures - stats.captures, 1);
-  EXPECT_EQ(after.replays - stats.replays, 2);
-  EXPECT_EQ(after.walk_leaked_nodes, stats.walk_leaked_nodes) << "a walk queued a prefetch";
-  // Recorded once (the replays run the recorded kernel, not a new launch).
-  EXPECT_EQ(fs::cuda::prefetch_launches(), launches + 2);
-
-  // The MoE block's one-token path, routed experts' rows prefetched: its output is its sequence's.
-  const auto& c = moe_block_shapes().front();
-  ASSERT_EQ(c.S, 1);
-  const auto in = moe_block_inputs(c, rng);
-  const auto before = fs::cuda::prefetch_launches();
-  const auto fused = in->run(f, /*sequence=*/false);
-  const auto sequence = in->run(f, /*sequence=*/true);
-  be->synchronize();
-  ASSERT_TRUE(be->status().ok()) << be->status().to_string();
-  if (fs::cuda::prefetch_settings().experts) {
-    EXPECT_EQ(fs::cuda::prefetch_launches(), before + 1) << "the routed experts' prefetch";
-  }
-  ASSERT_EQ(fused.size(), sequence.size());
-  for (std::size_t o = 0; o < fused.size(); ++o) {
-    const Tensor a = fused[o].to(host_memory()), e = sequence[o].to(host_memory());
-    ASSERT_EQ(a.bytes(), e.bytes());
-    EXPECT_EQ(std::memcmp(a.raw(), e.raw(), a.bytes()), 0) << "output " << o;
-  }
-#endif
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -155,10 +155,6 @@ Expected<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   if (const auto e = cudaMalloc(&ws, kCublasWorkspace); e != cudaSuccess)
     return internal_error(cuda_message("cuBLAS workspace", e));
   b->cublas_workspace_.reset(ws);
-  if (cudaStreamCreateWithFlags(&b->prefetch_stream_, cudaStreamNonBlocking) != cudaSuccess ||
-      cudaEventCreateWithFlags(&b->prefetch_fork_, cudaEventDisableTiming) != cudaSuccess ||
-      cudaEventCreateWithFlags(&b->prefetch_join_, cudaEventDisableTiming) != cudaSuccess)
-    return internal_error("cuda: the prefetch stream and its events");
   if (const char* env = std::getenv("FLASHSERVE_CUDA_GRAPHS"); env != nullptr && *env != '\0')
     b->graphs_on_ = std::string(env) != "0";
   for (const auto s : {cublasSetStream(b->cublas_, b->stream()),
@@ -173,13 +169,6 @@ Expected<std::unique_ptr<Backend>> CudaBackend::create(int device) {
 
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream());
-  // A prefetch still reading weights must be done before they are freed.
-  if (prefetch_stream_ != nullptr) {
-    cudaStreamSynchronize(prefetch_stream_);
-    cudaStreamDestroy(prefetch_stream_);
-  }
-  if (prefetch_fork_ != nullptr) cudaEventDestroy(prefetch_fork_);
-  if (prefetch_join_ != nullptr) cudaEventDestroy(prefetch_join_);
   if (cublas_ != nullptr) cublasDestroy(cublas_);
 }
 
@@ -273,7 +262,6 @@ void CudaBackend::end_step_graph(bool run) {
   step_ = nullptr;
   const auto divergence = cuda_memory_->end_step();
   step_scratch_.clear();  // arena blocks: they stay with the graph
-  join_prefetches();      // a capture ends with every stream it forked joined
   cudaGraph_t graph = nullptr;
   const auto e = cudaStreamEndCapture(stream(), &graph);
   auto& stats = graphs_.stats();

@@ -143,12 +143,6 @@ class CudaBackend final : public Backend {
   std::optional<DeviceMemoryInfo> device_memory() const override;
   void synchronize() override;
 
-  void prefetch(std::initializer_list<const Weight*> ws) override;
-  // Makes the step's stream wait for the prefetch kernels forked from it while it was being
-  // captured (a capture must end joined); nothing otherwise. end_step_graph calls it; so does a
-  // caller capturing the stream itself (cuda_kernel_bench).
-  void join_prefetches();
-
   void linear(const Tensor& x, const Weight& w, Tensor& y) override;
   void add_bias(Tensor& y, const Weight& bias) override;
 
@@ -311,12 +305,6 @@ class CudaBackend final : public Backend {
   // on shapes it has checked, a slot per (token, expert) pair: act [S*k, I] = each pair's
   // swiglu(gate_up · x_token), part [S*k, H] = its down product (the combine is the caller's).
   // Queues them; false when a launch failed (recorded under `op`).
-  // Asks L2 for the down rows of the routed experts that `experts` (k int32 ids, written by the
-  // routing kernel queued before) names, from a [E, H, I] stacked weight (cuda_prefetch.h).
-  void prefetch_routed(const Tensor& experts, const Weight& w);
-  // The stream a prefetch kernel goes on: the step's when `chained`, else the prefetch stream
-  // forked from it (cuda_prefetch.cu); nullptr on failure (recorded).
-  cudaStream_t prefetch_stream(bool chained);
   bool moe_token_parts(const char* op, const Tensor& x, const Weight& gate_up, const Weight& down,
                        const Tensor& experts, float swiglu_limit, Tensor& act, Tensor& part);
 
@@ -374,12 +362,6 @@ class CudaBackend final : public Backend {
   // IQ2_XXS upload (at load, never inside a step graph); the packed kernels read it.
   DeviceBuffer iq2_grid_;
   HostStaging staging_;
-  // Backend::prefetch's second stream and its fork/join events (made at creation);
-  // prefetch_forked_: a prefetch was forked from a capture that has not joined it yet.
-  cudaStream_t prefetch_stream_ = nullptr;
-  cudaEvent_t prefetch_fork_ = nullptr;
-  cudaEvent_t prefetch_join_ = nullptr;
-  bool prefetch_forked_ = false;
   // Step graphs (docs/GPU.md): off unless FLASHSERVE_CUDA_GRAPHS=1 at construction (with the
   // fused decode ops eager steps are as fast and MTP rounds faster: bench/NOTES.md). mode_ says
   // whether the ops are run (eager), recorded (the first step of a key) or walked (a replay);

@@ -294,9 +294,7 @@ void CudaBackend::moe_block(const Tensor& x, const Weight& router, std::int64_t 
   });
   if (!launched(kOp)) return;
 
-  // 3-4. The routed experts' gate/up and down (moe_experts' kernels), the down rows of the chosen
-  // experts asked of L2 first, so they stream while the gate/up runs (cuda_prefetch.h).
-  prefetch_routed(experts, down);
+  // 3-4. The routed experts' gate/up and down (moe_experts' kernels).
   if (!moe_token_parts(kOp, x, gate_up, down, experts, 0.0f, act, part)) return;
 
   // 5. The shared down, accumulated into the routed combine.

@@ -107,35 +107,19 @@ QwenNextModel::QwenNextModel(QwenNextConfig config, QwenNextWeights weights,
 
 QwenNextModel::~QwenNextModel() = default;
 
-// The prefetch hints (Backend::prefetch) sit one op ahead of the weights they name: a device
-// backend starts pulling those while the op just queued and the small ops after it run (the
-// hyper-connection reads, the conv and delta rule, the indexer and attention), when the memory
-// would otherwise idle. They change no result.
 void QwenNextModel::decoder_layer(const QwenLayerWeights& lw, const LayerCaches& caches,
-                                  Position first, std::span<const TokenId> tokens, Tensor& h,
-                                  const HyperConnectionWeights* next_read) {
+                                  Position first, std::span<const TokenId> tokens, Tensor& h) {
   auto& be = *backend_;
   Tensor x, y, inject;
   if (lw.ple) ple_inject(*lw.ple, *caches.ple, tokens, h);
-  if (lw.kind == QwenLayerKind::kLinearAttention) {
-    const auto& w = *lw.gdn;
-    be.prefetch({&w.in_proj_qkv, &w.in_proj_z, &w.in_proj_b, &w.in_proj_a});
-  } else {
-    const auto& w = *lw.qsa;
-    be.prefetch({&w.q_proj, &w.k_proj, &w.v_proj, &w.index_qk_proj});
-  }
   hyper_connection_read(be, lw.attn_hc, h, x, &inject);
   if (lw.kind == QwenLayerKind::kLinearAttention) {
     gated_delta_net(*lw.gdn, *caches.gdn, x, y);
   } else {
     qsa_attention(*lw.qsa, *caches.qsa, first, x, y);
   }
-  const MoeWeights& m = lw.moe;
-  be.prefetch({&lw.mlp_hc.mix_down, &lw.mlp_hc.mix_up, &m.router, &m.shared_gate_proj,
-               &m.shared_up_proj, &m.shared_down_proj, &m.shared_expert_gate});
   hyper_connection_write(be, h, y, inject);
   hyper_connection_read(be, lw.mlp_hc, h, x, &inject);
-  if (next_read != nullptr) be.prefetch({&next_read->mix_down, &next_read->mix_up});
   moe(be, lw.moe, x, y);
   hyper_connection_write(be, h, y, inject);
 }
@@ -199,7 +183,6 @@ void QwenNextModel::gated_delta_net(const GatedDeltaNetWeights& w, GatedDeltaNet
   // beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias), the log decay (Q4M 579-581).
   be.gated_delta_net_in_proj(x, w.in_proj_qkv, w.in_proj_z, w.in_proj_b, w.in_proj_a, w.dt_bias,
                              w.decay_rate, qkv, z, b, a);
-  be.prefetch({&w.out_proj});  // streams while the conv, the delta rule and the norm run
   const bool keep = cache.window.open(cache.covered, S);
   if (keep) keep_conv_inputs(cache.conv_tail, qkv, cache.window);
   // silu(conv(qkv)) split into q, k, v; l2norm of q and k (eps 1e-6, FLA's convention), then
@@ -264,7 +247,6 @@ void QwenNextModel::qsa_attention(const QsaWeights& w, QsaCache& cache, Position
   Tensor qg, k, v, index_qk;
   be.qsa_projections(x, w.q_proj, w.k_proj, w.v_proj, w.index_qk_proj, w.q_bias, w.k_bias, w.v_bias,
                      qg, k, v, index_qk);
-  be.prefetch({&w.o_proj});  // streams while the indexer and the attention run
   Tensor picked;
   qsa_indexer(w, cache, first, index_qk, picked);
   Tensor q, gate, o;
@@ -338,9 +320,7 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
   be.embedding({&weights_.embed_tokens, 1}, ids, e);
   be.repeat_cols(e, config_.hc_count, h);  // every stream starts as the embedding (Q4M 1480)
   for (std::size_t i = 0; i < weights_.layers.size(); ++i) {
-    const bool last = i + 1 == weights_.layers.size();
-    decoder_layer(weights_.layers[i], bound[i], first, tokens, h,
-                  last ? &weights_.final_mixer : &weights_.layers[i + 1].attn_hc);
+    decoder_layer(weights_.layers[i], bound[i], first, tokens, h);
   }
   // No final RMSNorm: the mixer's grouped hc_norm is the last normalisation (Q4M 1493).
   Tensor mixed;

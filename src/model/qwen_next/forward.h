@@ -45,11 +45,8 @@ class QwenNextModel final : public Model {
   };
   // One decoder layer on the widened stream h [S, hc*H] (Q4M 1273-1310):
   // [ple_inject] -> read -> gated_delta_net | qsa_attention -> write -> read -> moe -> write.
-  // `next_read`: the hyper-connection read that follows the layer (the next layer's, or the final
-  // mixer), whose weights are asked for early (Backend::prefetch); null: none.
   void decoder_layer(const QwenLayerWeights& lw, const LayerCaches& caches, Position first,
-                     std::span<const TokenId> tokens, Tensor& h,
-                     const HyperConnectionWeights* next_read = nullptr);
+                     std::span<const TokenId> tokens, Tensor& h);
 
   // One function per block, named as the reference names them. `h` is [S, hc*H], `x` [S, H].
   void ple_inject(const PleWeights& w, PleCache& cache, std::span<const TokenId> tokens, Tensor& h);
