@@ -8,7 +8,7 @@
 // FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION=1). Prints a table and writes JSON; it never passes or fails
 // on time.
 //
-//   cuda_kernel_bench [--json PATH] [--quick] [--fp8 | --quant | --delta]
+//   cuda_kernel_bench [--json PATH] [--quick] [--fp8 | --quant | --delta | --chain]
 //
 // --fp8: only the products on block-scaled FP8 E4M3 weights (issue 15) beside their bf16 forms.
 // --quant: only the packed formats (issue 15: FP4 E2M1 + E8M0, Q8_0, Q4_K, Q5_K, Q6_K, Q2_K) in
@@ -16,6 +16,8 @@
 // --delta: only the gated delta rule's prefill form (gated_delta_rule_chunked at S = 512 and
 // 4096): the chunk kernels beside the token-by-token kernel, us, tokens/s and their ratio (also
 // at the end of a full run).
+// --chain: what bounds a weight-streaming product inside the decode step's chain of kernels
+// (bench_chain below says what each row runs).
 //
 // Timing: each measurement is a CUDA graph of many calls on the backend's stream, replayed 5
 // times (best kept), so launch overhead is that of graph replay, as in a graph-captured decode
@@ -190,7 +192,8 @@ void gemv(int S, const float* x, const T* w, float* y, std::int64_t in, std::int
 
 // Seconds per call of `call(i)` (i = 0 .. n-1, one graph of n calls), best of 5 replays. Falls
 // back to timing the calls eagerly when the stream cannot be captured.
-double time_calls(cudaStream_t s, int n, const std::function<void(int)>& call) {
+double time_calls(cudaStream_t s, int n, const std::function<void(int)>& call,
+                  bool graph_them = true) {
   for (int i = 0; i < n; ++i) call(i);  // warm: every scratch buffer is allocated now
   cudaStreamSynchronize(s);
   cudaEvent_t a, b;
@@ -198,7 +201,8 @@ double time_calls(cudaStream_t s, int n, const std::function<void(int)>& call) {
   cudaEventCreate(&b);
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  bool graphed = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+  bool graphed =
+      graph_them && cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
   if (graphed) {
     for (int i = 0; i < n; ++i) call(i);
     graphed = cudaStreamEndCapture(s, &graph) == cudaSuccess &&
@@ -448,6 +452,60 @@ void bench_gemv_fp8(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64
     rows.push_back(
         {name, std::to_string(in) + "->" + std::to_string(out) + " fp8", "fp8", S, wbytes, t, 0});
   }
+  if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
+}
+
+// One weight-streaming product in the decode step's chain of overlapped kernels (rows "chain",
+// time per call; session 14 measured these to decide against prefetching weights into L2):
+//   cold         the product alone, a different copy of W each call (the decode step's case);
+//   warm         the same copy every call, so W stays in L2 (60 MB): what any prefetch could give;
+//   small        six small ops (scale on a 4 KB row, as the norms and mixes between two products)
+//                before the product: what a small kernel costs in the chain;
+//   ...-eager    the same calls launched one by one instead of replayed as a graph;
+//   events       cold, eager, with an event recorded between the products: whether a stream
+//                operation between two overlapped kernels costs them their overlap.
+void bench_chain(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t out, bool fp8,
+                 const std::string& name, std::vector<Row>& rows) {
+  const double wbytes = static_cast<double>(in * out) * (fp8 ? 1 : 2);
+  auto w8 = fp8 ? make_fp8(1, out, in, std::size_t{1} << 30, s, 23) : Fp8Weights{};
+  auto w16 =
+      fp8 ? DeviceWeights{}
+          : make_weights(static_cast<std::size_t>(in * out), true, std::size_t{1} << 30, s, 17);
+  const int copies = fp8 ? w8.copies : w16.copies;
+  const auto view = [&](int i) {
+    return fp8 ? w8.view(i % copies, {out, in}) : w16.view(i % copies, fs::DType::kBF16, {out, in});
+  };
+  const int n = std::max(copies, 16);
+  fs::Tensor x = be.new_tensor({1, in});
+  fill(x.raw(), static_cast<std::size_t>(in), false, 1.0f, 99, s);
+  fs::Tensor small = be.new_tensor({1, 1024});
+  fill(small.raw(), 1024, false, 1.0f, 98, s);
+  fs::Tensor y;
+  cudaEvent_t mark;
+  cudaEventCreateWithFlags(&mark, cudaEventDisableTiming);
+  const std::string shape =
+      std::to_string(in) + "->" + std::to_string(out) + (fp8 ? " fp8" : " bf16");
+  const auto add = [&](const char* impl, double t) {
+    rows.push_back({name, shape, impl, 1, wbytes, t, 0});
+  };
+  const auto product = [&](int i) { be.linear(x, view(i), y); };
+  const auto smalls = [&](int i) {
+    for (int k = 0; k < 6; ++k) be.scale(small, 1.0f);
+    product(i);
+  };
+  add("cold", time_calls(s, n, product));
+  add("warm", time_calls(s, n, [&](int) { product(0); }));
+  add("small", time_calls(s, n, smalls));
+  add("cold-eager", time_calls(s, n, product, false));
+  add("events", time_calls(
+                    s, n,
+                    [&](int i) {
+                      cudaEventRecord(mark, s);
+                      product(i);
+                    },
+                    false));
+  add("small-eager", time_calls(s, n, smalls, false));
+  cudaEventDestroy(mark);
   if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
 }
 
@@ -782,13 +840,14 @@ void print_delta(const std::vector<DeltaRow>& rows) {
 
 int main(int argc, char** argv) {
   std::string json_path;
-  bool quick = false, fp8_only = false, quant_only = false, delta_only = false;
+  bool quick = false, fp8_only = false, quant_only = false, delta_only = false, chain_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--fp8")) fp8_only = true;
     if (!std::strcmp(argv[i], "--quant")) quant_only = true;
     if (!std::strcmp(argv[i], "--delta")) delta_only = true;
+    if (!std::strcmp(argv[i], "--chain")) chain_only = true;
   }
   auto made = fs::make_cuda_backend();
   if (!made.ok()) {
@@ -831,7 +890,13 @@ int main(int argc, char** argv) {
                                 {"gdn_ba", 2560, 48},           {"router", 2560, 512},
                                 {"shared_gate_up", 2560, 1280}, {"shared_down", 640, 2560},
                                 {"o_proj", 6144, 2560},         {"lm_head", 2560, 248320}};
-  if (quant_only) {
+  if (chain_only) {
+    // The GDN input projection's qkv part and all of it (qkv, z, b, a), the out-projection.
+    bench_chain(be, s, 2560, 10240, true, "gdn_qkv", rows);
+    bench_chain(be, s, 2560, 16480, true, "gdn_in_proj", rows);
+    bench_chain(be, s, 6144, 2560, true, "o_proj", rows);
+    bench_chain(be, s, 2560, 10240, false, "gdn_qkv", rows);
+  } else if (quant_only) {
     // The decode GEMV on each packed format beside bf16 and FP8, then the routed experts.
     bench_gemv(be, s, 2560, 10240, true, "gdn_qkv", rows);
     bench_gemv_fp8(be, s, 2560, 10240, "gdn_qkv", rows);
