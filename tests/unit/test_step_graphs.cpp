@@ -319,8 +319,8 @@ void run_head_rounds(Model& m, std::span<const TokenId> prompt, int rounds, bool
   ASSERT_TRUE(head.set_draft_vocabulary(vocab).ok());
   stats.after = be.step_graph_stats();
   EXPECT_EQ(max_difference(compare_states(*eager.trunk, *graphed.trunk)), 0.0);
-  // Past the indexer's budget (64 tokens on the embedded model) the selection is sparse.
-  EXPECT_GT(eager.tokens.size(), 64u + prompt.size() / 2);
+  // Well past the indexer's budget (64 rows on the embedded model), where its selection is sparse.
+  EXPECT_GT(eager.tokens.size(), 96u);
 }
 
 // The head's step graphs in a long session's steady state (the history reserved ahead, so its
