@@ -105,6 +105,14 @@ void Backend::append_rows(Tensor&, const Tensor&) {
 void Backend::embedding(std::span<const Weight>, std::span<const std::int64_t>, Tensor&) {
   unimplemented("embedding");
 }
+void Backend::upload_rows(std::span<const float> values, std::int64_t cols, Tensor& out) {
+  if (failed()) return;
+  if (cols <= 0 || values.size() % static_cast<std::size_t>(cols) != 0)
+    return fail(invalid_argument("upload_rows: " + std::to_string(values.size()) +
+                                 " values are not rows of " + std::to_string(cols)));
+  if (!ensure(out, {static_cast<std::int64_t>(values.size()) / cols, cols})) return;
+  out.copy_from_host(values);
+}
 void Backend::stream_mean(const Tensor&, std::int64_t, Tensor&) {
   unimplemented("stream_mean");
 }

@@ -128,6 +128,11 @@ class Backend {
   // whose rows are gathered on the host and copied in.
   virtual void embedding(std::span<const Weight> shards, std::span<const std::int64_t> ids,
                          Tensor& out);
+  // out[values.size() / cols, cols] = values, rows the host holds (the trunk's hidden rows an MTP
+  // head reads). A device queues the copy without waiting, through pinned staging (inside a step
+  // graph the graph's own, which each replay rewrites: docs/GPU.md "Step 10"). The default body
+  // is the memory's synchronous copy, right for host memory.
+  virtual void upload_rows(std::span<const float> values, std::int64_t cols, Tensor& out);
 
   // --- hyper-connections -----------------------------------------------------------------------
   // out[r, :] = mean over s of x[r, s*W : (s+1)*W]  (W = x.cols / streams).

@@ -289,10 +289,14 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
       if (!model->mtp()) break;
       // A short untimed run first: a depth's first verify meets new shapes (d+1 rows), whose
       // buffers the pool then allocates once.
-      ForcedAcceptanceDrafter warm(*model, ref, base.tokens.size(), o.accept, c.vocab_size, 7);
+      // The head picks where generate's own drafter would for these (greedy) decodes.
+      const bool head_picks_on_backend = picks_on_backend(*model, GenerateOptions{});
+      ForcedAcceptanceDrafter warm(*model, ref, base.tokens.size(), o.accept, c.vocab_size, 7,
+                                   head_picks_on_backend);
       if (auto w = b.decode(base, d + 3, d, &warm); !w.ok()) return w.status();
       ForcedAcceptanceDrafter drafter(*model, ref, base.tokens.size(), o.accept, c.vocab_size,
-                                      static_cast<std::uint32_t>(o.seed * 31 + d));
+                                      static_cast<std::uint32_t>(o.seed * 31 + d),
+                                      head_picks_on_backend);
       auto r = b.decode(base, n, d, &drafter);
       if (!r.ok()) return r.status();
       const auto& st = r->result.stats;

@@ -15,10 +15,13 @@ namespace fs::bench {
 class ForcedAcceptanceDrafter final : public Drafter {
  public:
   // `reference` is the greedy continuation of the state's tokens at construction
-  // (`prompt_length` of them); `vocab` bounds the wrong tokens.
+  // (`prompt_length` of them); `vocab` bounds the wrong tokens. `pick_on_backend`: the head's
+  // picks stay on the backend, as generate's own drafter takes them (picks_on_backend), so a
+  // draft costs here what it costs there.
   ForcedAcceptanceDrafter(Model& model, std::vector<TokenId> reference, std::size_t prompt_length,
-                          double accept, std::int64_t vocab, std::uint32_t seed)
-      : head_(model),
+                          double accept, std::int64_t vocab, std::uint32_t seed,
+                          bool pick_on_backend)
+      : head_(model, pick_on_backend),
         reference_(std::move(reference)),
         prompt_length_(prompt_length),
         accept_(accept),

@@ -76,6 +76,11 @@ void TimingBackend::embedding(std::span<const Weight> shards, std::span<const st
                               Tensor& out) {
   run(OpGroup::kEmbedding, [&](Backend& be) { be.embedding(shards, ids, out); });
 }
+void TimingBackend::upload_rows(std::span<const float> values, std::int64_t cols, Tensor& out) {
+  run(
+      OpGroup::kEmbedding, [&](Backend& be) { be.upload_rows(values, cols, out); },
+      /*may_run_dry=*/false);
+}
 void TimingBackend::stream_mean(const Tensor& x, std::int64_t streams, Tensor& out) {
   run(OpGroup::kNormsHc, [&](Backend& be) { be.stream_mean(x, streams, out); });
 }

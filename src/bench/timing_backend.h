@@ -67,6 +67,9 @@ class TimingBackend final : public Backend {
   void append_rows(Tensor& cache, const Tensor& x) override;
   void embedding(std::span<const Weight> shards, std::span<const std::int64_t> ids,
                  Tensor& out) override;
+  // The MTP head's hidden rows in (under the embedding: both bring host values in); never dry,
+  // since a dry copy would leave the head reading stale rows.
+  void upload_rows(std::span<const float> values, std::int64_t cols, Tensor& out) override;
   void stream_mean(const Tensor& x, std::int64_t streams, Tensor& out) override;
   void add_scaled_streams(Tensor& h, const Tensor& y, const Tensor& w) override;
   void grouped_dot(const Tensor& a, const Tensor& b, std::int64_t group, Tensor& out) override;

@@ -781,6 +781,20 @@ std::vector<Case> make_cases() {
           };
         });
   }
+  // Host rows in (the MTP head's hidden input): six uploads queued back to back, more than a
+  // device's staging ring has slots, so a slot is reused while earlier copies may be in flight.
+  for (const auto& [S, W] :
+       std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 1024}, {4, 10240}}) {
+    add("upload_rows_" + n(S) + "x" + n(W), kExact, [=](Rng& rng) -> OpRun {
+      std::vector<std::vector<float>> rows;
+      for (int i = 0; i < 6; ++i) rows.push_back(random_tensor({S, W}, rng).to_host_vector());
+      return [=](const Feed& f) {
+        std::vector<Tensor> out(rows.size());
+        for (std::size_t i = 0; i < rows.size(); ++i) f.be.upload_rows(rows[i], W, out[i]);
+        return out;
+      };
+    });
+  }
   for (const auto& [S, W] :
        std::vector<std::pair<std::int64_t, std::int64_t>>{{3, 256}, {4, 2560}}) {
     add("repeat_cols_" + n(S) + "x" + n(W), kExact, [=](Rng& rng) -> OpRun {
@@ -2230,6 +2244,19 @@ class CpuOps : public ::testing::Test {
   std::unique_ptr<Backend> be = make_cpu_backend();
   std::mt19937 rng{7};
 };
+
+// upload_rows: host values become [rows, cols]; values that are not whole rows are refused.
+TEST_F(CpuOps, UploadRowsTakesWholeRowsOnly) {
+  const std::vector<float> v{1, 2, 3, 4, 5, 6};
+  Tensor t;
+  be->upload_rows(v, 3, t);
+  EXPECT_EQ(t.shape(), (Shape{2, 3}));
+  EXPECT_EQ(t.to_host_vector(), v);
+  be->upload_rows(v, 4, t);
+  ASSERT_FALSE(be->status().ok());
+  EXPECT_NE(be->status().to_string().find("upload_rows"), std::string::npos);
+  be->clear_status();
+}
 
 TEST_F(CpuOps, LinearF32AndBf16) {
   const auto x = normal_tensor({5, 70}, rng), w = normal_tensor({130, 70}, rng);

@@ -707,6 +707,27 @@ void CudaBackend::embedding(std::span<const Weight> shards, std::span<const std:
   launched(kOp);
 }
 
+// The rows go through pinned staging as the embedding's descriptors do: eagerly a ring slot (the
+// copy is queued, nothing waits for it), inside a step graph the graph's own buffer, which the
+// recorded copy node reads when the graph runs and each replay's walk rewrites.
+void CudaBackend::upload_rows(std::span<const float> values, std::int64_t cols, Tensor& out) {
+  constexpr const char* kOp = "upload_rows";
+  if (failed()) return;
+  if (!check(cols > 0 && values.size() % static_cast<std::size_t>(cols) == 0, kOp,
+             "the values are not whole rows"))
+    return;
+  if (!ensure(out, {static_cast<std::int64_t>(values.size()) / cols, cols})) return;
+  if (values.empty()) return;
+  const auto bytes = values.size_bytes();
+  void* staging = host_staging(bytes, kOp);
+  if (staging == nullptr) return;
+  std::memcpy(staging, values.data(), bytes);
+  if (walking()) return;  // the recorded copy reads the staging just written
+  auto e = cudaMemcpyAsync(out.raw(), staging, bytes, cudaMemcpyHostToDevice, stream());
+  if (const auto e2 = staged(); e == cudaSuccess) e = e2;
+  if (e != cudaSuccess) fail(internal_error(cuda_message(kOp, e)));
+}
+
 }  // namespace cuda
 
 // --- factory -------------------------------------------------------------------------------------

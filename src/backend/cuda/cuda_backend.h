@@ -174,6 +174,7 @@ class CudaBackend final : public Backend {
 
   void embedding(std::span<const Weight> shards, std::span<const std::int64_t> ids,
                  Tensor& out) override;
+  void upload_rows(std::span<const float> values, std::int64_t cols, Tensor& out) override;
 
   void stream_mean(const Tensor& x, std::int64_t streams, Tensor& out) override;
   void add_scaled_streams(Tensor& h, const Tensor& y, const Tensor& w) override;

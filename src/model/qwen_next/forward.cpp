@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "model/common/forward_inputs.h"
 #include "model/common/hyper_connection.h"
@@ -9,6 +11,7 @@
 #include "model/common/moe.h"
 #include "model/common/ngram_hash.h"
 #include "model/qwen_next/mtp.h"
+#include "model/qwen_next/step_graph.h"
 
 namespace fs {
 namespace {
@@ -22,42 +25,28 @@ Activation gate_activation(const std::string& name) {
 template <typename Bound>
 std::vector<std::int64_t> cache_identity(const std::vector<Bound>& bound) {
   std::vector<std::int64_t> words;
-  auto add = [&](const Tensor& t) {
-    words.push_back(static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(t.raw())));
-    words.push_back(static_cast<std::int64_t>(t.capacity_bytes()));
-  };
   for (const auto& b : bound) {
     if (b.gdn != nullptr) {
-      add(b.gdn->recurrent);
-      add(b.gdn->conv_tail);
-      add(b.gdn->window.states);
-      add(b.gdn->window.history);
+      add_buffer_identity(b.gdn->recurrent, words);
+      add_buffer_identity(b.gdn->conv_tail, words);
+      add_buffer_identity(b.gdn->window.states, words);
+      add_buffer_identity(b.gdn->window.history, words);
     }
     if (b.ple != nullptr) {
-      add(b.ple->conv_tail);
-      add(b.ple->window.history);
+      add_buffer_identity(b.ple->conv_tail, words);
+      add_buffer_identity(b.ple->window.history, words);
     }
-    if (b.qsa != nullptr) {
-      add(b.qsa->keys);
-      add(b.qsa->values);
-      add(b.qsa->index_keys);
-      add(b.qsa->blocks);
-    }
+    if (b.qsa != nullptr) add_buffer_identity(*b.qsa, words);
   }
   return words;
 }
 
 // Room in every appendable cache for a step of S tokens, so nothing is reallocated inside its
-// graph (capacity grows geometrically: a regrowth, and so a new recording, is rare).
+// graph (step_graph.h).
 template <typename Bound>
 bool reserve_step(const std::vector<Bound>& bound, std::int64_t S) {
   for (const auto& b : bound) {
-    if (b.qsa == nullptr) continue;
-    QsaCache& c = *b.qsa;
-    const auto rows = c.index_keys.rows() + S;
-    if (!c.keys.reserve_rows(c.keys.rows() + S) || !c.values.reserve_rows(c.values.rows() + S) ||
-        !c.index_keys.reserve_rows(rows) || !c.blocks.reserve_rows(rows / c.block))
-      return false;
+    if (b.qsa != nullptr && !reserve_step(*b.qsa, S)) return false;
   }
   return true;
 }
@@ -80,14 +69,22 @@ Backend::StepGraphKey step_graph_key(const std::vector<Bound>& bound, std::int64
       key.words.push_back(keeps(b.gdn->window));
     }
     if (b.ple != nullptr) key.words.push_back(keeps(b.ple->window));
-    if (b.qsa != nullptr) {
-      const QsaCache& c = *b.qsa;
-      key.words.push_back((c.index_keys.rows() + S) / c.block - c.blocks.rows());
-    }
+    if (b.qsa != nullptr) key.words.push_back(blocks_completed(*b.qsa, S));
   }
   const auto identity = cache_identity(bound);
   key.words.insert(key.words.end(), identity.begin(), identity.end());
   return key;
+}
+
+// FLASHSERVE_TRUNK_GRAPHS=0 keeps the trunk's steps eager while the backend's step graphs are on,
+// so only the MTP head's forwards are graphs (docs/GPU.md "Step 10": the bench compares the two;
+// the trunk's replay walk was measured to cost about what its launches save). Read once.
+bool trunk_graphs_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("FLASHSERVE_TRUNK_GRAPHS");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return on;
 }
 
 }  // namespace
@@ -305,7 +302,8 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
   // descriptors, shapes, per-step positions) while the kept graph does the rest. Nothing between
   // begin and launch returns early or reads device memory.
   constexpr std::int64_t kMaxGraphTokens = 4;  // the verify of MTP depth 3
-  const bool graph = S <= kMaxGraphTokens && logits_stay_on_backend(rows) && be.step_graphs();
+  const bool graph = S <= kMaxGraphTokens && logits_stay_on_backend(rows) && be.step_graphs() &&
+                     trunk_graphs_enabled();
   std::vector<std::int64_t> identity;
   if (graph) {
     if (!reserve_step(bound, S))
