@@ -20,7 +20,6 @@
 #include "decode/generator.h"
 #include "model/loader.h"
 #include "model/qwen_next/forward.h"
-#include "model/qwen_next/state.h"
 #include "test_support.h"
 
 namespace fs {
@@ -177,8 +176,7 @@ TEST_F(GpuGraphs, HfTinyQwenFixturesStepsAreBitIdenticalWithGraphsOnAndOff) {
 
 // generate() at every MTP depth: the same tokens, acceptances, final logits and states with graphs
 // on and off (the trunk's steps run as graphs: the one-token steps at depth 0, the verify forwards
-// of depth + 1 rows at depths 1-3; the MTP head's drafts and history steps too, docs/GPU.md
-// "Step 10").
+// of depth + 1 rows at depths 1-3; the MTP head's draft and history forwards stay eager).
 TEST_F(GpuGraphs, GreedyGenerateIsIdenticalWithGraphsOnAndOffAtEveryMtpDepth) {
   auto m = load(kEmbedded, "cuda", "bf16");
   ASSERT_TRUE(m);
@@ -211,196 +209,6 @@ TEST_F(GpuGraphs, GreedyGenerateIsIdenticalWithGraphsOnAndOffAtEveryMtpDepth) {
     EXPECT_EQ(max_difference(compare_states(*on_state.trunk, *off_state.trunk)), 0.0);
     EXPECT_EQ(max_difference(compare_states(*on_state.mtp_history, *off_state.mtp_history)), 0.0);
   }
-}
-
-// The MTP head's forwards as step graphs (docs/GPU.md "Step 10"). Two decode states of one model
-// run the same MTP rounds: the eager side with graphs off, the graphed side with them on, the
-// trunk eager on both (so any difference is the head's). Each round drafts a chain of depth 3
-// (one-row head forwards on the device's pick), compares every draft's pick, hidden row and
-// logits row in bits, truncates the speculative history rows away as the generator does, then
-// commits 1-4 tokens (the primary and the first drafts), whose history rows the head appends in
-// one forward of that many rows. The commit counts cycle so that drafts and history steps meet
-// every position within the indexer's blocks of 4 and complete blocks; every fifth round drafts
-// over a 4,096-token draft vocabulary (another key). Prints the graph counters.
-struct HeadRoundsStats {
-  Backend::StepGraphStats before, after;
-  std::int64_t head_forwards = 0;  // of the graphed side
-};
-
-void run_head_rounds(Model& m, std::span<const TokenId> prompt, int rounds, bool reserve,
-                     HeadRoundsStats& stats) {
-  Backend& be = backend_of(m);
-  MtpHead& head = *m.mtp();
-  const auto vocab = m.info().vocab_size;
-  be.set_step_graphs(false);
-  auto start = [&]() {  // the next token's pick on the device, as the generator leaves it
-    DecodeState s = new_decode_state(m);
-    const Status st = extend(m, s, prompt, 0, LogitsRows::kLastArgmax);
-    EXPECT_TRUE(st.ok()) << st.to_string();
-    return s;
-  };
-  DecodeState eager = start(), graphed = start();
-  if (reserve) {
-    // Room for every row the rounds append: the history keeps its buffers, so the keys are only
-    // the shapes and branches (the steady state of a long session).
-    auto& qsa = dynamic_cast<QsaCache&>(graphed.mtp_history->cache(0));
-    const auto rows = qsa.keys.rows() + 4 * rounds + 8;
-    ASSERT_TRUE(qsa.keys.reserve_rows(rows) && qsa.values.reserve_rows(rows) &&
-                qsa.index_keys.reserve_rows(rows) && qsa.blocks.reserve_rows(rows / qsa.block));
-  }
-  stats.before = be.step_graph_stats();
-  TokenId next = eager.next_argmax.value_or(0);
-  ASSERT_TRUE(eager.next_argmax.has_value());
-  ASSERT_EQ(graphed.next_argmax.value_or(-1), eager.next_argmax.value_or(-1));
-  Tensor held;  // the graphed side's logits of the draft before, kept across the next draft
-  std::vector<float> held_values;
-  for (int round = 0; round < rounds; ++round) {
-    SCOPED_TRACE("round " + std::to_string(round));
-    ASSERT_TRUE(head.set_draft_vocabulary(round % 5 == 4 ? 4096 : vocab).ok());
-    const auto committed = static_cast<std::int64_t>(eager.tokens.size()) - 1;
-    std::vector<float> hidden[2] = {eager.last_hidden, graphed.last_hidden};
-    ASSERT_TRUE(same_bits(hidden[0], hidden[1]));
-    std::vector<TokenId> drafts;
-    TokenId in = next;
-    for (int d = 0; d < 3; ++d) {
-      SCOPED_TRACE("draft " + std::to_string(d));
-      const TokenId tok[1] = {in};
-      ForwardOutput o[2];
-      for (int g = 0; g < 2; ++g) {
-        be.set_step_graphs(g == 1);
-        DecodeState& side = g == 0 ? eager : graphed;
-        const Status st =
-            head.forward(*side.mtp_history, hidden[g], tok, LogitsRows::kLastArgmax, o[g]);
-        ASSERT_TRUE(st.ok()) << st.to_string();
-      }
-      ++stats.head_forwards;
-      if (!held_values.empty()) {
-        ASSERT_TRUE(same_bits(held.to_host_vector(), held_values))
-            << "a held draft logits row changed when the next draft ran";
-      }
-      ASSERT_EQ(o[0].argmax.size(), 1u);
-      ASSERT_EQ(o[0].argmax, o[1].argmax);
-      ASSERT_TRUE(same_bits(o[0].hidden, o[1].hidden)) << "the draft's hidden row differs";
-      const auto logits = o[0].device_logits.to_host_vector();
-      ASSERT_TRUE(same_bits(logits, o[1].device_logits.to_host_vector()))
-          << "the draft's logits row differs";
-      held = std::move(o[1].device_logits);
-      held_values = logits;
-      for (int g = 0; g < 2; ++g) hidden[g] = std::move(o[g].hidden);
-      drafts.push_back(o[0].argmax[0]);
-      in = drafts.back();
-    }
-    // The drafts' history rows are speculative (Drafter::propose).
-    ASSERT_TRUE(eager.mtp_history->truncate(committed).ok());
-    ASSERT_TRUE(graphed.mtp_history->truncate(committed).ok());
-    // Commit the primary and the first drafts: a trunk forward (eager) on each side, then the
-    // history rows of those tokens, one head forward of that many rows.
-    const auto n = static_cast<std::size_t>(1 + round % 4);
-    std::vector<TokenId> commit{next};
-    commit.insert(commit.end(), drafts.begin(),
-                  drafts.begin() + static_cast<std::ptrdiff_t>(n - 1));
-    for (int g = 0; g < 2; ++g) {
-      DecodeState& side = g == 0 ? eager : graphed;
-      be.set_step_graphs(false);
-      ForwardOutput out;
-      Status st = m.forward(*side.trunk, commit, LogitsRows::kAllArgmax, out);
-      ASSERT_TRUE(st.ok()) << st.to_string();
-      be.set_step_graphs(g == 1);
-      st = absorb(m, side, commit, std::move(out));
-      ASSERT_TRUE(st.ok()) << st.to_string();
-    }
-    ++stats.head_forwards;
-    be.set_step_graphs(false);
-    ASSERT_EQ(eager.next_argmax.value_or(-1), graphed.next_argmax.value_or(-1));
-    ASSERT_EQ(max_difference(compare_states(*eager.mtp_history, *graphed.mtp_history)), 0.0)
-        << "the history rows of " << n << " committed tokens differ";
-    next = eager.next_argmax.value_or(0);
-  }
-  ASSERT_TRUE(head.set_draft_vocabulary(vocab).ok());
-  stats.after = be.step_graph_stats();
-  EXPECT_EQ(max_difference(compare_states(*eager.trunk, *graphed.trunk)), 0.0);
-  // Well past the indexer's budget (64 rows on the embedded model), where its selection is sparse.
-  EXPECT_GT(eager.tokens.size(), 96u);
-}
-
-// The head's step graphs in a long session's steady state (the history reserved ahead, so its
-// buffers never move): every draft and every history step of at most 4 rows is a graph, the
-// replays equal the eager forwards in bits, and only the first forward of each key records:
-// drafts 2 keys a draft vocabulary (completing an indexer block or not), history steps of 1-3
-// rows 2 keys each and of 4 rows 1 (it always completes a block): 11 in all.
-TEST_F(GpuGraphs, MtpHeadGraphsReplayTheEagerHeadBitForBit) {
-  for (const char* dtype : {"bf16", "f32"}) {
-    SCOPED_TRACE(dtype);
-    auto m = load(kEmbedded, "cuda", dtype);
-    ASSERT_TRUE(m);
-    ASSERT_NE(m->mtp(), nullptr);
-    const auto all = embedded_prompt();
-    HeadRoundsStats stats;
-    run_head_rounds(*m, std::span(all).first(31), 40, /*reserve=*/true, stats);
-    if (HasFatalFailure()) return;
-    print_stats("MTP head, reserved history", stats.before, stats.after);
-    const auto& [a, b] = std::tie(stats.before, stats.after);
-    EXPECT_EQ(b.launches - a.launches, stats.head_forwards)
-        << "every draft and history step runs as a graph";
-    EXPECT_LE(b.captures - a.captures, 11) << "a key that does not repeat";
-    EXPECT_GE(b.replays - a.replays, stats.head_forwards - 11);
-    EXPECT_EQ(b.evictions - a.evictions, 0);
-    EXPECT_EQ(b.walk_leaked_nodes - a.walk_leaked_nodes, 0)
-        << "an op queued work during a replay's walk (it must return when walking)";
-  }
-}
-
-// The same rounds with the history growing as it does by itself: each regrowth of a history
-// tensor is a new key (reserve_step makes it happen before a recording, never inside one), and
-// the replays still equal the eager forwards in bits.
-TEST_F(GpuGraphs, MtpHeadGraphsStayExactAcrossHistoryRegrowth) {
-  auto m = load(kEmbedded, "cuda", "bf16");
-  ASSERT_TRUE(m);
-  ASSERT_NE(m->mtp(), nullptr);
-  const auto all = embedded_prompt();
-  HeadRoundsStats stats;
-  run_head_rounds(*m, std::span(all).first(31), 60, /*reserve=*/false, stats);
-  if (HasFatalFailure()) return;
-  print_stats("MTP head, growing history", stats.before, stats.after);
-  const auto& [a, b] = std::tie(stats.before, stats.after);
-  EXPECT_EQ(b.launches - a.launches, stats.head_forwards);
-  EXPECT_GT(b.replays - a.replays, stats.head_forwards / 2);
-  EXPECT_EQ(b.walk_leaked_nodes - a.walk_leaked_nodes, 0);
-}
-
-// generate() drafts with the head's graphs: at MTP depth 3 with graphs on, more graphs launch
-// than the trunk's forwards alone would (a round's verify and its drafts and history step), and
-// the tokens equal those with graphs off (the acceptances, logits and states:
-// GreedyGenerateIsIdenticalWithGraphsOnAndOffAtEveryMtpDepth).
-TEST_F(GpuGraphs, GenerateDraftsWithTheHeadsGraphs) {
-  auto m = load(kEmbedded, "cuda", "bf16");
-  ASSERT_TRUE(m);
-  Backend& be = backend_of(*m);
-  const auto all = embedded_prompt();
-  const auto prompt = std::span(all).first(31);
-  GenerateOptions opt;
-  opt.max_tokens = 120;
-  opt.mtp_depth = 3;
-  be.set_step_graphs(false);
-  DecodeState off_state = prefill(*m, prompt);
-  const auto off = generate(*m, off_state, opt);
-  ASSERT_TRUE(off.error.ok()) << off.error.to_string();
-  be.set_step_graphs(true);
-  DecodeState on_state = prefill(*m, prompt);
-  const auto before = be.step_graph_stats();
-  const auto on = generate(*m, on_state, opt);
-  const auto after = be.step_graph_stats();
-  be.set_step_graphs(false);
-  ASSERT_TRUE(on.error.ok()) << on.error.to_string();
-  print_stats("generate, depth 3", before, after);
-  EXPECT_EQ(on.tokens, off.tokens);
-  const std::int64_t rounds = on.stats.rounds;
-  ASSERT_GT(rounds, 0);
-  // Each speculative round: one verify, up to 3 drafts (one per draft while they continue), and
-  // one history step; the trunk alone would launch at most one graph a round.
-  EXPECT_GT(after.launches - before.launches, 2 * rounds)
-      << "the head's drafts and history steps ran eagerly";
-  EXPECT_EQ(after.walk_leaked_nodes - before.walk_leaked_nodes, 0);
 }
 
 // Rule 5's "no allocation inside a step": once both keys of a state (a plain step and one that

@@ -32,25 +32,17 @@ Status MtpHeadBase::check_inputs(const ModelState& history, std::span<const floa
   return {};
 }
 
+// Queued without a wait on a device backend (Backend::upload_rows): the head's first op is
+// launched while the copy is in flight.
 Tensor MtpHeadBase::upload_hidden(Backend& be, std::span<const float> hidden) const {
   Tensor h;
   be.upload_rows(hidden, hidden_width(), h);
   return h;
 }
 
-bool MtpHeadBase::runs_as_step_graph(Backend& be, std::int64_t S, LogitsRows rows) {
-  constexpr std::int64_t kMaxGraphTokens = 4;  // the history rows after a depth-3 verify
-  return S <= kMaxGraphTokens && (rows == LogitsRows::kNone || logits_stay_on_backend(rows)) &&
-         be.step_graphs();
-}
-
 Status MtpHeadBase::finish(Backend& be, LogitsRows rows, const Tensor& x, Tensor logits,
-                           const Tensor& ids, bool graphed, ForwardOutput& out) const {
+                           const Tensor& ids, ForwardOutput& out) const {
   if (Status s = take_backend_status(be); !s.ok()) return s.with_context("MTP head");
-  if (graphed && !logits.shape().empty()) {
-    Tensor kept = logits;  // a device copy, queued behind the graph
-    logits = std::move(kept);
-  }
   out.hidden_width = hidden_width();
   out.hidden = x.to_host_vector();
   if (Status s = logits_to_output(be, rows, std::move(logits), ids, out); !s.ok())

@@ -34,20 +34,13 @@ class MtpHeadBase : public MtpHead {
     return cache;
   }
 
-  // The trunk's hidden rows [S, hidden_width()], which the caller holds on the host: copied in
-  // without a host wait (Backend::upload_rows), so also inside a step graph.
+  // The trunk's hidden rows [S, hidden_width()], which the caller holds on the host.
   Tensor upload_hidden(Backend& be, std::span<const float> hidden) const;
 
-  // Whether a forward of S rows asking for `rows` runs as one step graph (docs/GPU.md "Step
-  // 10"): a draft (one row, its pick on the device) or a history step of at most 4 rows (no
-  // logits) on a backend that has graphs.
-  static bool runs_as_step_graph(Backend& be, std::int64_t S, LogitsRows rows);
-
   // The end of a head's forward: the backend's status, the head's hidden `x` (the next depth's
-  // input) and the logits of `rows` into `out`. `graphed`: the forward was a step graph, whose
-  // blocks its next replay overwrites, so the logits the caller keeps move to a pooled copy.
+  // input) and the logits of `rows` into `out`.
   Status finish(Backend& be, LogitsRows rows, const Tensor& x, Tensor logits, const Tensor& ids,
-                bool graphed, ForwardOutput& out) const;
+                ForwardOutput& out) const;
 
  private:
   Status check_inputs(const ModelState& history, std::span<const float> hidden,

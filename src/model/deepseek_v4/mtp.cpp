@@ -59,7 +59,7 @@ Status DeepseekV4MtpHead::forward(ModelState& history, std::span<const float> hi
     be.rms_norm(collapsed, w_.norm, H, eps, false, collapsed);
     lm_head_rows(be, collapsed, rows, draft_head(model_.weights_.lm_head), logits, picked);
   }
-  return finish(be, rows, x, std::move(logits), picked, /*graphed=*/false, out);
+  return finish(be, rows, x, std::move(logits), picked, out);
 }
 
 }  // namespace fs

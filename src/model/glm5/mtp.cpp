@@ -57,7 +57,7 @@ Status Glm5MtpHead::forward(ModelState& history, std::span<const float> hidden,
     be.rms_norm(x, w_.shared_head_norm, D, eps, false, normed);
     lm_head_rows(be, normed, rows, draft_head(model_.weights_.lm_head), logits, argmax);
   }
-  return finish(be, rows, x, std::move(logits), argmax, /*graphed=*/false, out);
+  return finish(be, rows, x, std::move(logits), argmax, out);
 }
 
 }  // namespace fs

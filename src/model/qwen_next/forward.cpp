@@ -2,8 +2,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <string_view>
 
 #include "model/common/forward_inputs.h"
 #include "model/common/hyper_connection.h"
@@ -74,17 +72,6 @@ Backend::StepGraphKey step_graph_key(const std::vector<Bound>& bound, std::int64
   const auto identity = cache_identity(bound);
   key.words.insert(key.words.end(), identity.begin(), identity.end());
   return key;
-}
-
-// FLASHSERVE_TRUNK_GRAPHS=0 keeps the trunk's steps eager while the backend's step graphs are on,
-// so only the MTP head's forwards are graphs (docs/GPU.md "Step 10": the bench compares the two;
-// the trunk's replay walk was measured to cost about what its launches save). Read once.
-bool trunk_graphs_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("FLASHSERVE_TRUNK_GRAPHS");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
-  return on;
 }
 
 }  // namespace
@@ -302,8 +289,7 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
   // descriptors, shapes, per-step positions) while the kept graph does the rest. Nothing between
   // begin and launch returns early or reads device memory.
   constexpr std::int64_t kMaxGraphTokens = 4;  // the verify of MTP depth 3
-  const bool graph = S <= kMaxGraphTokens && logits_stay_on_backend(rows) && be.step_graphs() &&
-                     trunk_graphs_enabled();
+  const bool graph = S <= kMaxGraphTokens && logits_stay_on_backend(rows) && be.step_graphs();
   std::vector<std::int64_t> identity;
   if (graph) {
     if (!reserve_step(bound, S))

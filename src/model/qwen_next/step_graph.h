@@ -1,6 +1,7 @@
-// What a step graph's key needs from a Qwen QSA cache, shared by the trunk's forward and the MTP
-// head's (docs/GPU.md "Step 3" and "Step 10"): the buffers a recorded kernel points at, the room
-// a step appends into, and the indexer's block branch, which changes the step's ops.
+// What a step graph's key needs from a Qwen QSA cache (docs/GPU.md "Step 3"): the buffers a
+// recorded kernel points at, the room a step appends into, and the indexer's block branch, which
+// changes the step's ops. The trunk's forward uses it; the MTP head's graphs (branch
+// experiments/mtp-head-graphs, docs/GPU.md "Step 10") share it.
 #pragma once
 
 #include <cstdint>
