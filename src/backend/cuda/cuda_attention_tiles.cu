@@ -18,9 +18,7 @@
 #include "backend/cuda/cuda_attention_tiles.h"
 
 #include <algorithm>
-#include <mutex>
 #include <type_traits>
-#include <vector>
 
 #include "backend/cuda/cuda_common.h"
 
@@ -300,22 +298,11 @@ TiledSplit tiled_attention_split(std::int64_t most, std::int64_t groups) {
 }
 
 bool reserve_tiled_attention() {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
-  static std::mutex mutex;
-  static std::vector<bool> reserved;
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto d = static_cast<std::size_t>(device);
-  if (d < reserved.size() && reserved[d]) return true;
-  const bool ok =
-      allow_smem<1, 1>() && allow_smem<1, 2>() && allow_smem<2, 1>() && allow_smem<2, 2>();
-  if (!ok) {
-    (void)cudaGetLastError();  // a refusal is answered by another kernel, not an error
-    return false;
-  }
-  if (reserved.size() <= d) reserved.resize(d + 1, false);
-  reserved[d] = true;
-  return true;
+  static OncePerDevice reserved;
+  // A refusal is answered by another kernel (the caller's fallback), not an error.
+  return reserved.run([] {
+    return allow_smem<1, 1>() && allow_smem<1, 2>() && allow_smem<2, 1>() && allow_smem<2, 2>();
+  });
 }
 
 cudaError_t launch_tiled_attention(const TiledAttention& a, std::int64_t S, std::int64_t kv_heads,

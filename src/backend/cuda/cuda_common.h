@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <mutex>
 #include <utility>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -35,6 +37,33 @@ __device__ __forceinline__ void release_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 bool overlap_enabled();  // FLASHSERVE_CUDA_OVERLAP, read once (default on)
+
+// A host step that must succeed once per device, such as raising kernels' dynamic shared memory
+// limits (cudaFuncSetAttribute is per device): `run(step)` calls step() on the current device
+// until it has returned true there, then returns true at once. A failed step clears the CUDA error
+// it left (its caller falls back or reports it) and is tried again on the next call.
+class OncePerDevice {
+ public:
+  template <typename Step>
+  bool run(Step&& step) {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return false;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto d = static_cast<std::size_t>(device);
+    if (d < done_.size() && done_[d]) return true;
+    if (!step()) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    if (done_.size() <= d) done_.resize(d + 1, false);
+    done_[d] = true;
+    return true;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<bool> done_;
+};
 // FLASHSERVE_CUDA_MOE_BLOCK, read once (default on): =0 runs moe_block as its sequence of ops.
 bool moe_block_enabled();
 

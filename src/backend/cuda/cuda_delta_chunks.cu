@@ -26,9 +26,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <mutex>
 #include <type_traits>
-#include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
@@ -415,23 +413,14 @@ bool allow_smem(Kernel kernel, std::int64_t floats) {
 // The most shared memory each kernel takes (heads of 128), reserved once per device, so that a
 // call inside a stream capture makes no attribute calls.
 bool reserve_smem() {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
-  static std::mutex mutex;
-  static std::vector<bool> reserved;
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto d = static_cast<std::size_t>(device);
-  if (d < reserved.size() && reserved[d]) return true;
-  const std::int64_t ld = row_stride(kMaxHead, kMaxHead);
-  const bool ok = allow_smem(chunk_prepare_kernel<true>, prepare_smem_floats(true, ld)) &&
-                  allow_smem(chunk_prepare_kernel<false>, prepare_smem_floats(false, ld)) &&
-                  allow_smem(chunk_state_kernel<32>, state_smem_floats(kMaxHead, 32)) &&
-                  allow_smem(chunk_state_kernel<16>, state_smem_floats(kMaxHead, 16));
-  if (ok) {
-    if (reserved.size() <= d) reserved.resize(d + 1, false);
-    reserved[d] = true;
-  }
-  return ok;
+  static OncePerDevice reserved;
+  return reserved.run([] {
+    const std::int64_t ld = row_stride(kMaxHead, kMaxHead);
+    return allow_smem(chunk_prepare_kernel<true>, prepare_smem_floats(true, ld)) &&
+           allow_smem(chunk_prepare_kernel<false>, prepare_smem_floats(false, ld)) &&
+           allow_smem(chunk_state_kernel<32>, state_smem_floats(kMaxHead, 32)) &&
+           allow_smem(chunk_state_kernel<16>, state_smem_floats(kMaxHead, 16));
+  });
 }
 
 }  // namespace
