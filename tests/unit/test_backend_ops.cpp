@@ -2071,6 +2071,32 @@ TEST(CudaMoePairs, EachTokenOfAVerifySumsAsItsDecodeStep) {
   }
 }
 
+// A fused CUDA op against its sequence of ops on the same backend, shape by shape: `make(c, rng)`
+// gives the inputs, whose run(feed, sequence) returns the outputs of the fused op (false) or of
+// its sequence (true); every output must be equal in bits.
+template <typename Shapes, typename MakeInputs>
+void expect_fused_equals_sequence(Backend& be, const Shapes& shapes, std::uint64_t seed,
+                                  MakeInputs make) {
+  for (const auto& c : shapes) {
+    SCOPED_TRACE(c.name());
+    Rng rng(++seed);
+    const auto in = make(c, rng);
+    const Feed f{be};
+    const auto fused = in->run(f, /*sequence=*/false);
+    const auto sequence = in->run(f, /*sequence=*/true);
+    be.synchronize();
+    ASSERT_TRUE(be.status().ok()) << be.status().to_string();
+    ASSERT_EQ(fused.size(), sequence.size());
+    for (std::size_t o = 0; o < fused.size(); ++o) {
+      SCOPED_TRACE("output " + std::to_string(o));
+      const Tensor a = fused[o].to(host_memory()), b = sequence[o].to(host_memory());
+      ASSERT_EQ(a.dtype(), b.dtype());
+      ASSERT_EQ(a.shape(), b.shape());
+      EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.bytes()), 0);
+    }
+  }
+}
+
 // The CUDA qsa_projections (one multi_gemv, cuda_fused.cu) computes the bits of its sequence
 // (linear, add_bias) on the same backend: at 1-4 rows its rows sum with the lanes linear takes and
 // the bias is added after the sum, as add_bias adds it; beyond, it is the sequence.
@@ -2080,24 +2106,7 @@ TEST(CudaQsaProjections, EqualsItsSequenceBitForBit) {
   if (!be) GTEST_SKIP() << why;
   if (std::getenv("FLASHSERVE_CUDA_QSA_UNFUSED") != nullptr)
     GTEST_SKIP() << "FLASHSERVE_CUDA_QSA_UNFUSED is set: nothing fused to compare";
-  std::uint64_t seed = 0x95a0u;
-  for (const auto& c : qsa_projection_shapes()) {
-    SCOPED_TRACE(c.name());
-    Rng rng(++seed);
-    const auto in = qsa_projection_inputs(c, rng);
-    const Feed f{*be};
-    const auto fused = in->run(f, /*sequence=*/false);
-    const auto sequence = in->run(f, /*sequence=*/true);
-    be->synchronize();
-    ASSERT_TRUE(be->status().ok()) << be->status().to_string();
-    ASSERT_EQ(fused.size(), sequence.size());
-    for (std::size_t o = 0; o < fused.size(); ++o) {
-      SCOPED_TRACE("output " + std::to_string(o));
-      const Tensor a = fused[o].to(host_memory()), b = sequence[o].to(host_memory());
-      ASSERT_EQ(a.shape(), b.shape());
-      EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.bytes()), 0);
-    }
-  }
+  expect_fused_equals_sequence(*be, qsa_projection_shapes(), 0x95a0u, qsa_projection_inputs);
 }
 
 // The CUDA head_norm_rope (one kernel, cuda_elementwise.cu) computes the bits of its sequence
@@ -2108,24 +2117,7 @@ TEST(CudaHeadNormRope, EqualsItsSequenceBitForBit) {
   if (!be) GTEST_SKIP() << why;
   if (std::getenv("FLASHSERVE_CUDA_QSA_UNFUSED") != nullptr)
     GTEST_SKIP() << "FLASHSERVE_CUDA_QSA_UNFUSED is set: nothing fused to compare";
-  std::uint64_t seed = 0x40e3u;
-  for (const auto& c : head_norm_rope_shapes()) {
-    SCOPED_TRACE(c.name());
-    Rng rng(++seed);
-    const auto in = head_norm_rope_inputs(c, rng);
-    const Feed f{*be};
-    const auto fused = in->run(f, /*sequence=*/false);
-    const auto sequence = in->run(f, /*sequence=*/true);
-    be->synchronize();
-    ASSERT_TRUE(be->status().ok()) << be->status().to_string();
-    ASSERT_EQ(fused.size(), sequence.size());
-    for (std::size_t o = 0; o < fused.size(); ++o) {
-      SCOPED_TRACE("output " + std::to_string(o));
-      const Tensor a = fused[o].to(host_memory()), b = sequence[o].to(host_memory());
-      ASSERT_EQ(a.shape(), b.shape());
-      EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.bytes()), 0);
-    }
-  }
+  expect_fused_equals_sequence(*be, head_norm_rope_shapes(), 0x40e3u, head_norm_rope_inputs);
 }
 
 // block_sparse_attention's tiled split kernel (cuda_attention_tiles.cu) against the split kernel
@@ -2182,25 +2174,7 @@ TEST(CudaMoeBlock, EqualsItsSequenceBitForBit) {
   std::string why;
   auto be = backend_under_test("cuda", &why);
   if (!be) GTEST_SKIP() << why;
-  std::uint64_t seed = 0x30eb10c0u;
-  for (const auto& c : moe_block_shapes()) {
-    SCOPED_TRACE(c.name());
-    Rng rng(++seed);
-    const auto in = moe_block_inputs(c, rng);
-    const Feed f{*be};
-    const auto fused = in->run(f, /*sequence=*/false);
-    const auto sequence = in->run(f, /*sequence=*/true);
-    be->synchronize();
-    ASSERT_TRUE(be->status().ok()) << be->status().to_string();
-    ASSERT_EQ(fused.size(), sequence.size());
-    for (std::size_t o = 0; o < fused.size(); ++o) {
-      SCOPED_TRACE("output " + std::to_string(o));
-      const Tensor a = fused[o].to(host_memory()), b = sequence[o].to(host_memory());
-      ASSERT_EQ(a.dtype(), b.dtype());
-      ASSERT_EQ(a.shape(), b.shape());
-      EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.bytes()), 0);
-    }
-  }
+  expect_fused_equals_sequence(*be, moe_block_shapes(), 0x30eb10c0u, moe_block_inputs);
 }
 
 // ---------------------------------------------------------------------------------------------
