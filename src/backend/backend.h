@@ -129,9 +129,10 @@ class Backend {
   virtual void embedding(std::span<const Weight> shards, std::span<const std::int64_t> ids,
                          Tensor& out);
   // out[values.size() / cols, cols] = values, rows the host holds (the trunk's hidden rows an MTP
-  // head reads). A device queues the copy without waiting, through pinned staging (inside a step
-  // graph the graph's own, which each replay rewrites: docs/GPU.md "Step 10"). The default body
-  // is the memory's synchronous copy, right for host memory.
+  // head reads). A device queues the copy without waiting, through pinned staging (the CUDA
+  // backend also stages into a step graph's own buffers; no graph in main uploads rows yet, the
+  // branch experiments/mtp-head-graphs does and tests it: docs/GPU.md "Step 10"). The default
+  // body is the memory's synchronous copy, right for host memory.
   virtual void upload_rows(std::span<const float> values, std::int64_t cols, Tensor& out);
 
   // --- hyper-connections -----------------------------------------------------------------------
