@@ -87,32 +87,37 @@ struct Fp8Scale {
   }
 };
 
-// Two e4m3 bytes placed as the high bytes of a word's halves ([b1, 0, b0, 0]) become the f16 pair
-// e4m3(b) * 2^-8: the sign stays at bit 15, the 7 magnitude bits move down one place into the
-// f16's exponent (bias 15 against 7) and mantissa; subnormals land on f16 subnormals. Exact.
-__device__ __forceinline__ float2 e4m3_pair_times_2m8(unsigned hi_bytes) {
-  const unsigned h = (hi_bytes & 0x80008000u) | ((hi_bytes >> 1) & 0x3f803f80u);
+// Two e4m3 bytes (the low one first) as their exact f16 pair, by the hardware's conversion (one
+// instruction for two weights on sm_89 and later; sessions 9-14 built e4m3 * 2^-8 from a byte
+// permute, two masks, a shift and an or).
+__device__ __forceinline__ float2 e4m3_pair(unsigned short two) {
+  unsigned h;
+  asm("{\n\t.reg .b16 t;\n\tmov.b16 t, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, t;\n\t}"
+      : "=r"(h)
+      : "h"(two));
   return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
 
 // A 16-byte chunk's 16 weights lie in one 128x128 block, so its dot product with x is summed from
-// the exact e4m3 * 2^-8 values and multiplied by the block's scale * 2^8 once (kDeferredScale):
-// per weight a quarter of a byte permute, shift and mask and a half-to-float move, no product by
-// the scale. Rounded differently from the CPU's w = e4m3 * scale product (within the op tests'
-// tolerance); every CUDA kernel on FP8 weights goes through this chunk, so they agree bit for bit.
+// the exact e4m3 values and multiplied by the block's scale once (kDeferredScale): per weight half
+// a conversion instruction and a half-to-float move, no product by the scale. Rounded differently
+// from the CPU's w = e4m3 * scale product (within the op tests' tolerance); every CUDA kernel on
+// FP8 weights goes through this chunk, so they agree bit for bit. (Until session 14 the pair was
+// e4m3 * 2^-8 from integer operations, with the 2^8 in the scale: a power of two apart, so the
+// sums round the same outside f32 subnormals.)
 template <>
 struct WeightChunk<e4m3_bits, true> {
   static constexpr int kN = 16;
   static constexpr bool kScaled = true;
   static constexpr bool kDeferredScale = true;
-  static constexpr float kScaleFactor = 256.0f;  // the 2^8 the unscaled weights lack
+  static constexpr float kScaleFactor = 1.0f;  // the pairs are the weights themselves
   using Raw = uint4;
   __device__ __forceinline__ static Raw load(const e4m3_bits* p) { return load_streaming(p); }
   // Weights 4i..4i+3 of the chunk (word i): widened a word at a time, so only four are live.
   __device__ __forceinline__ static void widen_word(const Raw& v, int i, float (&f)[4]) {
     const unsigned u = i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
-    const float2 lo = e4m3_pair_times_2m8(__byte_perm(u, 0, 0x1404));
-    const float2 hi = e4m3_pair_times_2m8(__byte_perm(u, 0, 0x3424));
+    const float2 lo = e4m3_pair(static_cast<unsigned short>(u & 0xffffu));
+    const float2 hi = e4m3_pair(static_cast<unsigned short>(u >> 16));
     f[0] = lo.x;
     f[1] = lo.y;
     f[2] = hi.x;
