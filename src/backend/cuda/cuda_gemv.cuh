@@ -190,6 +190,10 @@ struct StagedX {
 // The largest staged x: the default dynamic shared memory limit (no opt-in), which still lets 3
 // blocks share a multiprocessor at the out-projections' 24 KB.
 constexpr std::size_t kMaxStagedXBytes = 48 * 1024;
+// The largest staged x of a launch that opts in to more (cudaFuncAttributeMaxDynamicSharedMemorySize,
+// set once per kernel): the FP8 out-projections' 6144 columns at the verify's 2-4 tokens, 96 KB at
+// four, two blocks a multiprocessor (228 KB).
+constexpr std::size_t kMaxStagedXOptInBytes = 96 * 1024;
 // Token counts staged (batch 1 and the depth 1-3 verify); more tokens would mostly not fit.
 constexpr int kMaxStagedTokens = 4;
 template <int kS>
@@ -226,14 +230,14 @@ inline constexpr bool kStagesX = kVec&& kMayStageX<kS>&& kG <= kWarp &&
 
 bool staged_x_enabled();
 template <typename T, bool kVec, int kG, int kS>
-std::size_t staged_x_launch_bytes(std::int64_t chunks) {
+std::size_t staged_x_launch_bytes(std::int64_t chunks, std::size_t cap = kMaxStagedXBytes) {
   static_assert(kStagesX<T, kVec, kG, kS>, "ask only where kStagesX allows staging");
   if (!staged_x_enabled() || chunks < kG) return 0;
   const auto bytes =
       static_cast<std::size_t>(kS) *
       static_cast<std::size_t>(StagedX<WeightChunk<T, kVec>::kN, kG>::token_words(chunks)) *
       sizeof(float4);
-  return bytes <= kMaxStagedXBytes ? bytes : 0;
+  return bytes <= cap ? bytes : 0;
 }
 
 // acc[r][s] += this thread's share of rows[r] · x_{r,s}, over the chunks lane, lane + kG, ...

@@ -24,10 +24,14 @@ inline constexpr int kDefaultChunksInFlight = kR == 1 ? 8 : (kR == 2 ? 4 : 2);
 // kStaged: x is read from shared memory (StagedX, cuda_gemv.cuh). Staged one-token GEMVs keep
 // to 85 registers so that 3 blocks share a multiprocessor: the FP8 out-projection took 127 and
 // ran 2 blocks an SM, 1.21 waves of its 320 blocks, the SMs idle 42% of the kernel (ncu, session
-// 10).
+// 10). The verify's 2-4 tokens keep to 128 so that 2 do: the FP8 kernels of 3-4 tokens took
+// 136-160 and ran one block (8 warps) an SM (ptxas -v, session 15).
+template <int kS, bool kStaged>
+inline constexpr int kGemvMinBlocks = kStaged && kS == 1 ? 3 : (kS <= 4 ? 2 : 1);
+
 template <typename T, bool kVec, int kS, int kR, int kG, int kU = kDefaultChunksInFlight<kR>,
           bool kStaged = false>
-__global__ void __launch_bounds__(kGemvThreads, kStaged&& kS == 1 ? 3 : 1)
+__global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<kS, kStaged>))
     gemv_kernel(const float* x, const T* w, const float* scales, std::int64_t grid_cols, float* y,
                 std::int64_t in, std::int64_t out) {
   const std::int64_t group =
@@ -62,15 +66,31 @@ struct GemvScales {
   std::int64_t grid_cols = 0;
 };
 
-template <typename T, bool kVec, int kS, int kR, int kG, int kU = kDefaultChunksInFlight<kR>>
+// Lets `kernel` take up to kMaxStagedXOptInBytes of dynamic shared memory (once per device).
+template <auto kernel>
+bool allow_large_staged_x() {
+  static OncePerDevice once;
+  return once.run([] {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(kMaxStagedXOptInBytes)) == cudaSuccess;
+  });
+}
+
+// kLargeX: x may be staged beyond the default 48 KB (kMaxStagedXOptInBytes); where the attribute
+// cannot be set the launch reads x unstaged, the same sums.
+template <typename T, bool kVec, int kS, int kR, int kG, int kU = kDefaultChunksInFlight<kR>,
+          bool kLargeX = false>
 void launch_gemv(const float* x, const T* w, GemvScales sc, float* y, std::int64_t in,
                  std::int64_t out, cudaStream_t stream) {
   const auto groups = (out + kR - 1) / kR;
   auto kernel = gemv_kernel<T, kVec, kS, kR, kG, kU>;
   std::size_t smem = 0;
   if constexpr (kStagesX<T, kVec, kG, kS>) {
-    smem = staged_x_launch_bytes<T, kVec, kG, kS>(in / WeightChunk<T, kVec>::kN);
-    if (smem) kernel = gemv_kernel<T, kVec, kS, kR, kG, kU, true>;
+    constexpr auto staged = gemv_kernel<T, kVec, kS, kR, kG, kU, true>;
+    smem = staged_x_launch_bytes<T, kVec, kG, kS>(
+        in / WeightChunk<T, kVec>::kN, kLargeX ? kMaxStagedXOptInBytes : kMaxStagedXBytes);
+    if (smem > kMaxStagedXBytes && !allow_large_staged_x<staged>()) smem = 0;
+    if (smem) kernel = staged;
   }
   launch_overlapped(kernel, grid_for(groups * kG, kGemvThreads), kGemvThreads, smem, stream, x, w,
                     sc.data, sc.grid_cols, y, in, out);
@@ -97,6 +117,16 @@ void gemv_rows(const float* x, const T* w, GemvScales sc, float* y, std::int64_t
     // The out-projections' 384-chunk rows: all 12 chunks of a lane in one round.
     if (!short_rows && chunks > 8 * kWarp && chunks <= 12 * kWarp) {
       launch_gemv<T, kVec, 1, 1, kWarp, 12>(x, w, sc, y, in, out, stream);
+      return;
+    }
+  }
+  // The same rows at the verify's 2-4 tokens: x staged (up to 96 KB, opt-in), two rows a warp so
+  // that the grid is one wave at two blocks a multiprocessor (2560 rows: 160 blocks). Unstaged at
+  // one row a warp they read x at the L1's pace, 8.8-23.8% of the copy bandwidth (cuda_kernel_bench
+  // --fp8, session 15 call A: 15.3 / 32.4 / 41.7 us at 2 / 3 / 4 tokens against 6.9 at one).
+  if constexpr (kS >= 2 && kS <= kMaxStagedTokens && WeightChunk<T, kVec>::kDeferredScale) {
+    if (!short_rows && !many_rows && chunks > 8 * kWarp && chunks <= 12 * kWarp) {
+      launch_gemv<T, kVec, kS, 2, kWarp, 6, true>(x, w, sc, y, in, out, stream);
       return;
     }
   }
