@@ -190,9 +190,9 @@ struct StagedX {
 // The largest staged x: the default dynamic shared memory limit (no opt-in), which still lets 3
 // blocks share a multiprocessor at the out-projections' 24 KB.
 constexpr std::size_t kMaxStagedXBytes = 48 * 1024;
-// The largest staged x of a launch that opts in to more (cudaFuncAttributeMaxDynamicSharedMemorySize,
-// set once per kernel): the FP8 out-projections' 6144 columns at the verify's 2-4 tokens, 96 KB at
-// four, two blocks a multiprocessor (228 KB).
+// The largest staged x of a launch that opts in to more
+// (cudaFuncAttributeMaxDynamicSharedMemorySize, set once per kernel): the FP8 out-projections' 6144
+// columns at the verify's 2-4 tokens, 96 KB at four, two blocks a multiprocessor (228 KB).
 constexpr std::size_t kMaxStagedXOptInBytes = 96 * 1024;
 // Token counts staged (batch 1 and the depth 1-3 verify); more tokens would mostly not fit.
 constexpr int kMaxStagedTokens = 4;

@@ -27,7 +27,7 @@ inline constexpr int kDefaultChunksInFlight = kR == 1 ? 8 : (kR == 2 ? 4 : 2);
 // 10). The verify's 2-4 tokens keep to 128 so that 2 do: the FP8 kernels of 3-4 tokens took
 // 136-160 and ran one block (8 warps) an SM (ptxas -v, session 15).
 template <int kS, bool kStaged>
-inline constexpr int kGemvMinBlocks = kStaged && kS == 1 ? 3 : (kS <= 4 ? 2 : 1);
+inline constexpr int kGemvMinBlocks = kStaged&& kS == 1 ? 3 : (kS <= 4 ? 2 : 1);
 
 template <typename T, bool kVec, int kS, int kR, int kG, int kU = kDefaultChunksInFlight<kR>,
           bool kStaged = false>
