@@ -1289,7 +1289,8 @@ std::vector<Case> make_cases() {
   // --- block-scaled FP8 weights (issue 15) ---
   // linear: the GEMV on the e4m3 bytes at 1-8 rows (32- and 8-lane groups, 1/2/4 rows a group,
   // 16-byte chunks or single elements for widths off the chunk, partial 128-blocks in rows and
-  // columns), dequantised tiles + sgemm beyond; moe_experts: the fused one-token path, the pair
+  // columns; the out-projections' 6144 columns at 2-4 rows, x staged beyond 48 KB),
+  // dequantised tiles + sgemm beyond; moe_experts: the fused one-token path, the pair
   // path (2-4 tokens) and prefill-sized token counts, chunked and element paths.
   struct Fp8LinearShape {
     std::int64_t S, in, out;
@@ -1302,6 +1303,9 @@ std::vector<Case> make_cases() {
                                                               {1, 2560, 12288},
                                                               {8, 2560, 4097},
                                                               {2, 2562, 4097},
+                                                              {2, 6144, 2560},
+                                                              {3, 6144, 2560},
+                                                              {4, 6144, 301},
                                                               {20, 512, 300},
                                                               {70, 2560, 1000}}) {
     add("linear_S" + n(S) + "_in" + n(in) + "_out" + n(out) + "_fp8", kProduct,
@@ -2028,6 +2032,42 @@ TEST(CudaDryOps, QueueNothingAndKeepTheOutputs) {
   const auto got = y.to_host_vector();
   EXPECT_TRUE(std::any_of(got.begin(), got.end(), [](float v) { return v != 0.0f; }));
   EXPECT_FALSE(make_cpu_backend()->set_dry_ops(true));
+}
+
+// An MTP verify's 2-4 tokens through the FP8 GEMV sum each token's row as the one-token call does
+// (the same lanes per row at every token count; session 15's out-projection path stages x beyond
+// 48 KB and takes two rows a warp): bit for bit, at the released out-projection (6144 -> 2560) and
+// GDN qkv (2560 -> 10240) shapes.
+TEST(CudaLinearFp8, EachTokenOfAVerifySumsAsItsDecodeStep) {
+  std::string why;
+  auto be = backend_under_test("cuda", &why);
+  if (!be) GTEST_SKIP() << why;
+  for (const auto& [in, out] : std::vector<std::pair<std::int64_t, std::int64_t>>{
+           {6144, 2560}, {2560, 10240}}) {
+    Rng rng(0xf8a1u + static_cast<unsigned>(in));
+    const Feed f{*be};
+    HostFp8Weight w(Shape{out, in});
+    w.fill_all(rng, 1.0f / std::sqrt(static_cast<float>(in)));
+    const Weight wd = f.w(w);
+    for (const std::int64_t S : {2, 3, 4}) {
+      SCOPED_TRACE("in " + std::to_string(in) + " S " + std::to_string(S));
+      const auto x = random_tensor({S, in}, rng);
+      Tensor all;
+      be->linear(f.in(x), wd, all);
+      const auto got = all.to_host_vector();
+      for (std::int64_t t = 0; t < S; ++t) {
+        Tensor row(host_memory(), {1, in}, DType::kF32);
+        std::memcpy(row.raw(), x.data() + t * in, static_cast<std::size_t>(in) * sizeof(float));
+        Tensor one;
+        be->linear(f.in(row), wd, one);
+        const auto want = one.to_host_vector();
+        ASSERT_EQ(want.size(), static_cast<std::size_t>(out));
+        EXPECT_EQ(std::memcmp(want.data(), got.data() + t * out, want.size() * sizeof(float)), 0)
+            << "token " << t;
+      }
+    }
+    ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+  }
 }
 
 // An MTP verify's 2-4 tokens go through the routed experts as 2-4 decode steps would: each
