@@ -2042,8 +2042,8 @@ TEST(CudaLinearFp8, EachTokenOfAVerifySumsAsItsDecodeStep) {
   std::string why;
   auto be = backend_under_test("cuda", &why);
   if (!be) GTEST_SKIP() << why;
-  for (const auto& [in, out] : std::vector<std::pair<std::int64_t, std::int64_t>>{
-           {6144, 2560}, {2560, 10240}}) {
+  for (const auto& [in, out] :
+       std::vector<std::pair<std::int64_t, std::int64_t>>{{6144, 2560}, {2560, 10240}}) {
     Rng rng(0xf8a1u + static_cast<unsigned>(in));
     const Feed f{*be};
     HostFp8Weight w(Shape{out, in});
