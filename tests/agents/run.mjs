@@ -137,7 +137,9 @@ const describeRecord = (r) =>
 // Problems that are the model's content, not the protocol's (see --attempts).
 const MODEL_PROBLEMS = [/^no exit within /, /^no final answer$/, /^no \S+ call \(calls: /,
   /^no tool output holding /, /^the server received no request carrying the tool result$/,
-  /^the answer does not quote /, /^refused after a reply cut at the context limit: /];
+  /^the answer does not quote /, /^refused after a reply cut at the context limit: /,
+  /^exit \S+ after a reply cut at the context limit$/,
+  /^the agent reported an error result after a reply cut at the context limit$/];
 // An agent killed at the turn limit (the model still streaming) also reports an error result:
 // that one follows from the kill.
 const onlyModelProblems = (res) => {
@@ -154,23 +156,26 @@ async function runTurn(agent, turn, recorder, dir) {
   const r = await runAgent(agent, { base: recorder.base, dir, prompt, timeoutMs: turnTimeoutMs });
   const records = recorder.records.slice(first);
   let problems = [];
+  // A reply the server cut at the context limit is the model's loop. What an agent does with it
+  // follows from that loop: Codex exits 1 reporting an error result, Qwen Code sends the
+  // conversation on and gets context_length_exceeded (clean-clone CI of session 15, each once).
+  // Those count as the model's content (see --attempts); any other exit, error or refusal is the
+  // protocol's.
+  const cutAt = records.findIndex((rec) => !rec.outbound && rec.status < 400 &&
+    /"finish_reason":"length"|"stop_reason":"max_tokens"|"status":"incomplete"/.test(rec.answer?.tail ?? ''));
+  const afterCut = cutAt >= 0 ? ' after a reply cut at the context limit' : '';
   if (r.timedOut) problems.push(`no exit within ${turnTimeoutMs / 1000} s (killed)`);
-  else if (r.code !== 0) problems.push(`exit ${r.code ?? r.signal}`);
-  if (r.isError) problems.push('the agent reported an error result');
+  else if (r.code !== 0) problems.push(`exit ${r.code ?? r.signal}${afterCut}`);
+  if (r.isError) problems.push(`the agent reported an error result${afterCut}`);
   if (!r.answer.trim()) problems.push('no final answer');
-  // A reply the server cut at the context limit is the model's loop; an agent that sends the
-  // conversation on with it gets context_length_exceeded, which follows from that loop (Qwen Code
-  // does so: CI of session 15). Any other refusal is the protocol's.
-  let cut = false;
-  for (const rec of records) {
+  records.forEach((rec, i) => {
     if (rec.outbound) problems.push(`connection beyond loopback: ${rec.method} ${rec.path}`);
     else if (!(rec.status < 400)) {
-      const overflow = cut && rec.status === 400 && /"code":"context_length_exceeded"/.test(rec.error ?? '');
-      problems.push(`${overflow ? 'refused after a reply cut at the context limit' : 'refused'}: ${describeRecord(rec)}`);
-    } else if (/"finish_reason":"length"|"stop_reason":"max_tokens"|"status":"incomplete"/.test(rec.answer?.tail ?? '')) {
-      cut = true;
+      const overflow = cutAt >= 0 && i > cutAt && rec.status === 400 &&
+        /"code":"context_length_exceeded"/.test(rec.error ?? '');
+      problems.push(`refused${overflow ? afterCut : ''}: ${describeRecord(rec)}`);
     }
-  }
+  });
   // How far each accepted answer got, when the turn failed: the agent may have given up on a
   // stream still running, or refused one that ended.
   const answers = records
