@@ -15,6 +15,10 @@ const SECRET_HEADERS = new Set(['authorization', 'x-api-key', 'cookie', 'proxy-a
 // How much of the start and of the end of an answer a record keeps (enough for any error JSON,
 // and for the last events of a stream).
 const ANSWER_KEEP = 8192;
+// How each API says that a reply was cut at its token limit (max_tokens or the context). Seen
+// anywhere in the answer, not only in its kept end: the Responses API's last event repeats the
+// whole request (its tools run to tens of kilobytes) after the `response.incomplete` type.
+const CUT_MARKS = /"finish_reason":"length"|"stop_reason":"max_tokens"|"type":"response\.incomplete"/;
 
 function redact(headers) {
   const out = {};
@@ -23,14 +27,17 @@ function redact(headers) {
 }
 
 // A sink for the answer's bytes that keeps, decoded (the agents accept gzip, br, zstd), the text
-// of a refusal in rec.error, and for any answer rec.answer = {bytes, head, tail}: the decoded size
-// and its first and last ANSWER_KEEP characters.
+// of a refusal in rec.error, and for any answer rec.answer = {bytes, head, tail, cut}: the decoded
+// size, its first and last ANSWER_KEEP characters, and whether it said the reply was cut at its
+// token limit (CUT_MARKS).
 function watchAnswer(rec, encoding) {
   const decoders = { gzip: zlib.createGunzip, deflate: zlib.createInflate, br: zlib.createBrotliDecompress,
     zstd: zlib.createZstdDecompress };
-  rec.answer = { bytes: 0, head: '', tail: '' };
+  rec.answer = { bytes: 0, head: '', tail: '', cut: false };
   const keep = (chunk) => {
     const text = chunk.toString('utf8');
+    // With the end of the text before it: a mark may straddle two chunks.
+    if (!rec.answer.cut) rec.answer.cut = CUT_MARKS.test(rec.answer.tail.slice(-64) + text);
     rec.answer.bytes += chunk.length;
     if (rec.answer.head.length < ANSWER_KEEP) rec.answer.head += text.slice(0, ANSWER_KEEP - rec.answer.head.length);
     rec.answer.tail = (rec.answer.tail + text).slice(-ANSWER_KEEP);

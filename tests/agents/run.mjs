@@ -2,7 +2,8 @@
 // tool turn, headless, each in the agent's own HOME and working directory (agents.mjs).
 //
 //   node tests/agents/run.mjs --binary build/src/flashserve --model models/qwen4-tiny-code \
-//        [--agent claude-code|codex|qwen-code]... [--max-context N] [--turn-timeout-s S]
+//        [--agent claude-code|codex|qwen-code]... [--max-context N] [--max-tokens-limit N]
+//        [--turn-timeout-s S]
 //        [--timeout-s S] [--scratch DIR] [--keep] [--records DIR] [--fake-model]
 //        [--turn plain|tool]...
 //
@@ -20,13 +21,18 @@
 // the server's answer, to DIR/<agent>.<turn>-<n>.json. --keep keeps the agents' HOME and working
 // directories (under --scratch, default the system's temporary directory).
 // --turn picks the turns (default both, plain first).
+// --max-tokens-limit N is the server's --max-tokens-limit: the agents ask for 32000 tokens a reply
+// (Qwen Code 64000 on a retry), and a reply of the tiny model that loops runs to the context limit
+// (12,000 tokens, about 50 s on two cores) unless the server clamps it; clamped, a loop costs a
+// few seconds and leaves the context room for the agent's next request.
 // --attempts N (default 1) runs a failed turn again, in a fresh HOME and working directory, up to
 // N times in all, when every problem is the model's content (no exit in time while it streamed,
-// no tool call, no final answer or one without the tool's output) and none is the protocol's (a
-// refused request, an error result, an exit code, a connection beyond loopback). The agents put
-// the working directory (a random temporary name) and the date into their prompts, so each run
-// is a different greedy continuation for the 22 MB embedded model, and a few of them loop; a
-// fresh directory is a fresh prompt. Every attempt is printed; the summary counts them.
+// no tool call, no final answer or one without the tool's output, a reply cut at its token limit
+// and what the agent did after it) and none is the protocol's (a refused request, an error
+// result, an exit code, a connection beyond loopback). The agents put the working directory (a
+// random temporary name) and the date into their prompts, so each run is a different greedy
+// continuation for the 22 MB embedded model, and a few of them loop; a fresh directory is a
+// fresh prompt. Every attempt is printed; the summary counts them.
 // --fake-model runs the agents against fake_model.mjs instead of the server (checks the agents'
 // configuration and this harness alone). Exits 77 (ctest: skipped) when an agent is not
 // installed (npm ci in tests/agents; scripts/setup.sh does it).
@@ -83,7 +89,9 @@ const globalTimer = setTimeout(() => {
 }, Number(argOf('--timeout-s', '600')) * 1000);
 
 async function startFlashserve() {
-  const extra = [...(model ? ['--model', model] : []), ...(argOf('--max-context') ? ['--max-context', argOf('--max-context')] : [])];
+  const extra = [...(model ? ['--model', model] : [])];
+  for (const flag of ['--max-context', '--max-tokens-limit'])
+    if (argOf(flag)) extra.push(flag, argOf(flag));
   const s = await spawnServer(binary, extra);
   for (let i = 0; i < 100; ++i) {
     try {
@@ -137,9 +145,9 @@ const describeRecord = (r) =>
 // Problems that are the model's content, not the protocol's (see --attempts).
 const MODEL_PROBLEMS = [/^no exit within /, /^no final answer$/, /^no \S+ call \(calls: /,
   /^no tool output holding /, /^the server received no request carrying the tool result$/,
-  /^the answer does not quote /, /^refused after a reply cut at the context limit: /,
-  /^exit \S+ after a reply cut at the context limit$/,
-  /^the agent reported an error result after a reply cut at the context limit$/];
+  /^the answer does not quote /, /^a reply was cut at its token limit /,
+  /^refused after a reply cut at its token limit: /, /^exit \S+ after a reply cut at its token limit$/,
+  /^the agent reported an error result after a reply cut at its token limit$/];
 // An agent killed at the turn limit (the model still streaming) also reports an error result:
 // that one follows from the kill.
 const onlyModelProblems = (res) => {
@@ -156,14 +164,20 @@ async function runTurn(agent, turn, recorder, dir) {
   const r = await runAgent(agent, { base: recorder.base, dir, prompt, timeoutMs: turnTimeoutMs });
   const records = recorder.records.slice(first);
   let problems = [];
-  // A reply the server cut at the context limit is the model's loop. What an agent does with it
-  // follows from that loop: Codex exits 1 reporting an error result, Qwen Code sends the
-  // conversation on and gets context_length_exceeded (clean-clone CI of session 15, each once).
-  // Those count as the model's content (see --attempts); any other exit, error or refusal is the
-  // protocol's.
-  const cutAt = records.findIndex((rec) => !rec.outbound && rec.status < 400 &&
-    /"finish_reason":"length"|"stop_reason":"max_tokens"|"status":"incomplete"/.test(rec.answer?.tail ?? ''));
-  const afterCut = cutAt >= 0 ? ' after a reply cut at the context limit' : '';
+  // A reply the server cut at its token limit (the request's max_tokens, clamped by
+  // --max-tokens-limit, or the context) is the model's loop: a turn is the model's to end. What an
+  // agent does with the cut reply follows from that loop: Claude Code asks three more times, then
+  // reports an error result and exits 1; Codex reports one and exits 1; Qwen Code asks four more
+  // times and ends with no answer, or sends the conversation on and, cut at the context, gets
+  // context_length_exceeded (clean-clone CI of session 15). Those count as the model's content
+  // (see --attempts); any other exit, error or refusal is the protocol's.
+  const cuts = records.map((rec, i) => ({ rec, i }))
+    .filter(({ rec }) => !rec.outbound && rec.status < 400 && rec.answer?.cut);
+  const cutAt = cuts.length ? cuts[0].i : -1;
+  const afterCut = cutAt >= 0 ? ' after a reply cut at its token limit' : '';
+  if (cuts.length)
+    problems.push(`a reply was cut at its token limit (the model's loop): ` +
+      cuts.map(({ rec, i }) => `request ${i + 1}, ${rec.answer.bytes} bytes`).join('; '));
   if (r.timedOut) problems.push(`no exit within ${turnTimeoutMs / 1000} s (killed)`);
   else if (r.code !== 0) problems.push(`exit ${r.code ?? r.signal}${afterCut}`);
   if (r.isError) problems.push(`the agent reported an error result${afterCut}`);
@@ -218,7 +232,7 @@ async function runTurn(agent, turn, recorder, dir) {
 }
 
 // What the server counted during retried attempts (see --attempts): refusals by "endpoint
-// status", and replies cut at the context limit.
+// status", and replies cut at their token limit.
 const LENGTH_CUTS = 'flashserve_finish_total{reason="length"}';
 const excused = { refused: new Map(), cuts: 0 };
 function excuse(before, after) {
@@ -278,10 +292,10 @@ try {
       .filter((c) => c.count > 0);
     serverChecks.push({ name: 'metrics: no 4xx/5xx in flashserve_requests_total', ok: bad.length === 0,
       detail: bad.map((c) => `${c.endpoint} ${c.status} x${c.count}`).join(', ') });
-    // A turn is the model's to end: an answer cut at the context limit is not one (Codex takes it
-    // as final, Qwen Code retries it with max_tokens 64000).
+    // A turn is the model's to end: an answer cut at its token limit is not one (each turn checks
+    // its own replies; this counts what the server cut, whatever the recorder saw).
     const cut = (m.figures[LENGTH_CUTS] ?? 0) - excused.cuts;
-    serverChecks.push({ name: 'metrics: no generation cut at the context (finish_total{reason="length"})',
+    serverChecks.push({ name: 'metrics: no generation cut at its token limit (finish_total{reason="length"})',
       ok: cut === 0, detail: `${cut} cut` + (excused.cuts ? ` (and ${excused.cuts} in retried attempts)` : '') });
     const stopped = await stopFlashserve(server);
     const log = server.log();
