@@ -66,6 +66,10 @@ void Backend::add(Tensor&, const Tensor&) {
 void Backend::mul(Tensor&, const Tensor&) {
   unimplemented("mul");
 }
+void Backend::mul_activated(Tensor& x, Tensor& gate, Activation act) {
+  activate(gate, act);
+  mul(x, gate);
+}
 void Backend::mul_cols(Tensor&, const Weight&) {
   unimplemented("mul_cols");
 }

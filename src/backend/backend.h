@@ -93,6 +93,10 @@ class Backend {
   virtual void scale(Tensor& x, float s);            // in place
   virtual void add(Tensor& x, const Tensor& y);      // x += y
   virtual void mul(Tensor& x, const Tensor& y);      // x *= y
+  // x *= act(gate): the sequence activate(gate), mul(x, gate) as one op, bit for bit (QSA's
+  // output gate). gate is scratch: the default body activates it in place, a backend's own may
+  // leave it as it was.
+  virtual void mul_activated(Tensor& x, Tensor& gate, Activation act);
   // x[r, c] *= v[c] (a per-column vector broadcast over rows).
   virtual void mul_cols(Tensor& x, const Weight& v);
   // x[r, c] *= s[r] (a per-row scalar, s is [rows, 1]).

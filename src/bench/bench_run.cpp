@@ -1,10 +1,12 @@
 #include "bench/bench_run.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <random>
 #include <sstream>
+#include <string_view>
 
 #include "bench/bench_config.h"
 #include "bench/decode_bytes.h"
@@ -132,9 +134,47 @@ Expected<json> marginal_pass(Bench& b, const QwenNextConfig& c, const BenchOptio
     b.log << "bench: without " << op_group_name(group) << " " << *without << " ms per token ("
           << share << " ms its share)\n";
   }
+  json ops = json::object();
+  if (o.marginal_ops) {
+    // The ops one step runs, by name and count, then each one dry in turn.
+    b.timing->set_count_ops(true);
+    auto one = b.decode(base, 1, 0, nullptr);
+    b.timing->set_count_ops(false);
+    if (!one.ok()) return one.status();
+    const auto counts = b.timing->op_counts();
+    std::vector<std::pair<double, std::string>> ranked;
+    // Ops whose outputs are indices that later ops read addresses from (the picked blocks, the
+    // routed experts) are never dry on their own: stale memory there is an out-of-bounds read,
+    // not a stale value (session 17's first run: a dry select_blocks faulted the attention).
+    // Their groups' shares cover them, with their consumers.
+    constexpr std::array<std::string_view, 4> kIndexOps = {"select_blocks", "topk", "route_experts",
+                                                           "select_experts"};
+    for (const auto& [name, calls] : counts) {
+      if (std::find(kIndexOps.begin(), kIndexOps.end(), name) != kIndexOps.end()) continue;
+      b.timing->set_dry_op(name);
+      auto without = ms_per_token();
+      b.timing->set_dry_op(std::nullopt);
+      if (!without.ok()) {
+        ops[name] = {{"error", without.status().to_string()}};
+        continue;
+      }
+      const double share = *full - *without;
+      ops[name] = {
+          {"ms_per_token", share}, {"ms_per_token_without", *without}, {"calls_per_token", calls}};
+      ranked.emplace_back(share, name);
+    }
+    std::sort(ranked.rbegin(), ranked.rend());
+    for (const auto& [share, name] : ranked) {
+      const auto calls = counts.find(name)->second;
+      b.log << "bench: op " << name << " x" << calls << ": " << share << " ms per token ("
+            << 1e3 * share / static_cast<double>(std::max<std::int64_t>(1, calls))
+            << " us a call)\n";
+    }
+  }
   return json{{"context", o.contexts.front()},
               {"ms_per_token", *full},
               {"groups", groups},
+              {"ops", ops},
               {"sum_of_shares_ms", shares},
               {"note",
                "a group's share is the step's time minus the step's time with that group's ops "

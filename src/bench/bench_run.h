@@ -31,6 +31,9 @@ struct BenchOptions {
   // share of the step is measured as the step runs, launches overlapped (the profiled pass
   // brackets each op with events, which serialises them). Backends that cannot run dry skip it.
   bool marginal = false;
+  // With marginal: also each op by name dry in turn (TimingBackend::set_dry_op), the ops of the
+  // step ranked by their share. One more timed decode per op kind (~40 on Qwen).
+  bool marginal_ops = false;
   std::int64_t draft_vocab = 0;  // MTP drafts over ids [0, n) (0: the whole vocabulary)
   // Matrices: "bf16", or "fp8" (the projections FP8 E4M3 with 128x128 f32 block scales, the
   // rest bf16: what `convert --quantize fp8` and the FP8 releases hold).

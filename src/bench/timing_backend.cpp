@@ -36,6 +36,9 @@ void TimingBackend::add(Tensor& x, const Tensor& y) {
 void TimingBackend::mul(Tensor& x, const Tensor& y) {
   run(OpGroup::kElementwise, [&](Backend& be) { be.mul(x, y); });
 }
+void TimingBackend::mul_activated(Tensor& x, Tensor& gate, Activation act) {
+  run(OpGroup::kElementwise, [&](Backend& be) { be.mul_activated(x, gate, act); });
+}
 void TimingBackend::mul_cols(Tensor& x, const Weight& v) {
   run(OpGroup::kElementwise, [&](Backend& be) { be.mul_cols(x, v); });
 }

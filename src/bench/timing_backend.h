@@ -7,8 +7,12 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
+#include <source_location>
+#include <string>
+#include <string_view>
 
 #include "backend/backend.h"
 #include "bench/op_clock.h"
@@ -26,6 +30,16 @@ class TimingBackend final : public Backend {
   // The ops of group g run dry until cleared with nullopt, except the token picks, which the
   // decode loop reads.
   void set_dry_group(std::optional<OpGroup> g) { dry_group_ = g; }
+  // The same for one op by name (a Backend method: "linear", "head_norm_rope", ...), for the
+  // per-op shares of `bench --marginal-ops`.
+  void set_dry_op(std::optional<std::string> op) { dry_op_ = std::move(op); }
+  // While on, every op that may run dry is counted by name (a map lookup per op on the host);
+  // op_counts() holds the counts since the last set_count_ops(true).
+  void set_count_ops(bool on) {
+    count_ops_ = on;
+    if (on) op_counts_.clear();
+  }
+  const std::map<std::string, std::int64_t, std::less<>>& op_counts() const { return op_counts_; }
   // Seconds per group and ops per group since the last reset (waits for the device).
   std::array<double, kOpGroups> seconds() { return clock_->totals(); }
   const std::array<std::int64_t, kOpGroups>& calls() const { return calls_; }
@@ -53,6 +67,7 @@ class TimingBackend final : public Backend {
   void scale(Tensor& x, float s) override;
   void add(Tensor& x, const Tensor& y) override;
   void mul(Tensor& x, const Tensor& y) override;
+  void mul_activated(Tensor& x, Tensor& gate, Activation act) override;
   void mul_cols(Tensor& x, const Weight& v) override;
   void mul_rows(Tensor& x, const Tensor& s) override;
   void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) override;
@@ -163,10 +178,29 @@ class TimingBackend final : public Backend {
       inner_->clear_status();
     }
   }
+  // The op's name from its wrapper's signature: "... TimingBackend::NAME(...)".
+  static std::string_view op_name(const std::source_location& where) {
+    std::string_view f = where.function_name();
+    constexpr std::string_view kClass = "TimingBackend::";
+    const auto at = f.find(kClass);
+    if (at == std::string_view::npos) return f;
+    f.remove_prefix(at + kClass.size());
+    return f.substr(0, f.find('('));
+  }
   template <typename F>
-  void run(OpGroup g, F&& fn, bool may_run_dry = true) {
+  void run(OpGroup g, F&& fn, bool may_run_dry = true,
+           const std::source_location where = std::source_location::current()) {
     if (failed()) return;
-    const bool dry = may_run_dry && dry_group_ == g;
+    bool dry = may_run_dry && dry_group_ == g;
+    if (may_run_dry && (count_ops_ || dry_op_)) {
+      const std::string_view name = op_name(where);
+      if (count_ops_) {
+        auto it = op_counts_.find(name);
+        if (it == op_counts_.end()) it = op_counts_.emplace(std::string(name), 0).first;
+        ++it->second;
+      }
+      dry = dry || (dry_op_ && *dry_op_ == name);
+    }
     if (dry) inner_->set_dry_ops(true);
     if (enabled_) {
       ++calls_[static_cast<std::size_t>(g)];
@@ -188,6 +222,9 @@ class TimingBackend final : public Backend {
   std::int64_t vocab_;
   bool enabled_ = false;
   std::optional<OpGroup> dry_group_;
+  std::optional<std::string> dry_op_;
+  bool count_ops_ = false;
+  std::map<std::string, std::int64_t, std::less<>> op_counts_;
   std::array<std::int64_t, kOpGroups> calls_{};
 };
 

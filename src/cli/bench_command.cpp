@@ -73,6 +73,9 @@ void add_bench_command(CLI::App& app, Action& action) {
   cmd->add_flag("--marginal", o->bench.marginal,
                 "Also time autoregressive decode with each op group's ops dry: each group's "
                 "share of the overlapped step (a device backend only)");
+  cmd->add_flag("--marginal-ops", o->bench.marginal_ops,
+                "With --marginal: also each op kind's share (each op by name dry in turn), "
+                "ranked");
   cmd->add_option("--json", o->json_path, "Also write the JSON result to this file");
   cmd->callback([o, &action] {
     action = [o]() -> int {

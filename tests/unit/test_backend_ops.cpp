@@ -2207,6 +2207,115 @@ TEST(CudaAttention, TiledSplitKernelMatchesTheKernelBefore) {
   }
 }
 
+// The hyper-connection read's stream mix reads h and the norm weight before its wait (session 17).
+// The values are the same, so the bits must be those of the kernel that reads them after the wait
+// (FLASHSERVE_CUDA_HC_PREWAIT=0). h is rewritten by a kernel right before every read, so a stream
+// mix that read h before hc_down's wait for that kernel had released it would see the old h.
+TEST(CudaHyperConnection, ReadsBeforeTheWaitsGiveTheBitsOfTheKernelsBefore) {
+  std::string why;
+  auto be = backend_under_test("cuda", &why);
+  if (!be) GTEST_SKIP() << why;
+  struct EnvRestore {
+    ~EnvRestore() { unsetenv("FLASHSERVE_CUDA_HC_PREWAIT"); }
+  } restore;
+  if (std::getenv("FLASHSERVE_CUDA_HC_PREWAIT") != nullptr)
+    GTEST_SKIP() << "FLASHSERVE_CUDA_HC_PREWAIT is set";
+  struct Shape4 {
+    std::int64_t S, W, rank;
+    bool inject;
+    DType dtype;
+  };
+  Rng rng(0x4c7e0u);
+  const Feed f{*be};
+  for (const auto& c : std::vector<Shape4>{{1, 2560, 320, true, DType::kBF16},
+                                           {2, 2560, 320, true, DType::kBF16},
+                                           {3, 2560, 320, false, DType::kBF16},
+                                           {4, 2560, 320, true, DType::kBF16},
+                                           {2, 40, 12, true, DType::kF32},
+                                           {1, 64, 16, false, DType::kBF16}}) {
+    SCOPED_TRACE("S " + std::to_string(c.S) + " W " + std::to_string(c.W));
+    const std::int64_t streams = 4, in = streams * c.W;
+    Tensor h = f.in(random_tensor({c.S, in}, rng, 2.0f));
+    const Tensor delta = f.in(random_tensor({c.S, in}, rng, 0.5f));
+    const Weight norm = f.w(random_weight(DType::kF32, {in}, rng, 0.5f));
+    const Weight down =
+        f.w(random_weight(c.dtype, {c.rank, in}, rng, 4.0f / std::sqrt(static_cast<float>(in))));
+    const Weight up = f.w(
+        random_weight(c.dtype, {in, c.rank}, rng, 4.0f / std::sqrt(static_cast<float>(c.rank))));
+    const Weight inj =
+        f.w(random_weight(c.dtype, {streams, in}, rng, 4.0f / std::sqrt(static_cast<float>(in))));
+    for (int step = 0; step < 4; ++step) {
+      be->add(h, delta);  // the kernel right before the read writes h
+      Tensor mixed, inject, mixed0, inject0;
+      be->hyper_connection_read(h, norm, down, up, inj, streams, c.W, 1e-6f, mixed,
+                                c.inject ? &inject : nullptr);
+      setenv("FLASHSERVE_CUDA_HC_PREWAIT", "0", 1);
+      be->hyper_connection_read(h, norm, down, up, inj, streams, c.W, 1e-6f, mixed0,
+                                c.inject ? &inject0 : nullptr);
+      unsetenv("FLASHSERVE_CUDA_HC_PREWAIT");
+      ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+      const auto a = mixed.to_host_vector(), b = mixed0.to_host_vector();
+      ASSERT_EQ(a.size(), b.size());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "step " << step;
+      if (c.inject) {
+        const auto ia = inject.to_host_vector(), ib = inject0.to_host_vector();
+        EXPECT_EQ(std::memcmp(ia.data(), ib.data(), ia.size() * sizeof(float)), 0)
+            << "step " << step;
+      }
+    }
+  }
+}
+
+// mul_activated is activate(gate) then mul(x, gate) in one kernel: the same bits, and gate may stay
+// as it was. Also the plain launches made overlapped in session 17 (grouped_dot, causal_conv1d
+// and its tail update), each right after a kernel that writes its input: the CPU's values.
+TEST(CudaMulActivated, EqualsActivateThenMulBitForBit) {
+  std::string why;
+  auto be = backend_under_test("cuda", &why);
+  if (!be) GTEST_SKIP() << why;
+  Rng rng(0x5191u);
+  const Feed f{*be};
+  for (const auto act : {Activation::kSigmoid, Activation::kSilu, Activation::kSoftplus}) {
+    for (const std::int64_t n : {1, 6144, 6145, 24 * 256 * 4}) {
+      const auto x = random_tensor({1, n}, rng, 3.0f), g = random_tensor({1, n}, rng, 4.0f);
+      Tensor xf = f.in(x), gf = f.in(g), xs = f.in(x), gs = f.in(g);
+      be->mul_activated(xf, gf, act);
+      be->activate(gs, act);
+      be->mul(xs, gs);
+      ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+      const auto a = xf.to_host_vector(), b = xs.to_host_vector();
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << n;
+    }
+  }
+  // grouped_dot, causal_conv1d (with its tail) each right after the kernel that wrote its input.
+  auto cpu = backend_under_test("cpu", &why);
+  ASSERT_TRUE(cpu) << why;
+  const std::int64_t S = 3, C = 1024, K = 4;
+  const auto a = random_tensor({S, C}, rng), b = random_tensor({S, C}, rng),
+             d = random_tensor({S, C}, rng);
+  const auto tail = random_tensor({K - 1, C}, rng);
+  const auto w = random_weight(DType::kF32, {C, K}, rng, 0.5f);
+  auto run = [&](Backend& be2) {
+    const Feed g{be2};
+    Tensor ad = g.in(a), bd = g.in(b), td = g.in(tail), dots, conv;
+    be2.add(ad, g.in(d));
+    be2.grouped_dot(ad, bd, 64, dots);
+    be2.add(bd, g.in(d));
+    be2.causal_conv1d(bd, g.w(w), 1, td, conv);
+    be2.add(ad, conv);  // conv read after the tail update queued behind it
+    return std::vector<std::vector<float>>{dots.to_host_vector(), conv.to_host_vector(),
+                                           td.to_host_vector(), ad.to_host_vector()};
+  };
+  const auto on_gpu = run(*be), on_cpu = run(*cpu);
+  for (std::size_t i = 0; i < on_gpu.size(); ++i) {
+    ASSERT_EQ(on_gpu[i].size(), on_cpu[i].size());
+    double worst = 0;
+    for (std::size_t j = 0; j < on_gpu[i].size(); ++j)
+      worst = std::max(worst, static_cast<double>(std::fabs(on_gpu[i][j] - on_cpu[i][j])));
+    EXPECT_LT(worst, 1e-4) << "output " << i;
+  }
+}
+
 // The CUDA moe_block is exact by construction (cuda_moe_block.cu): its five kernels compute what
 // route_experts, moe_experts and shared_expert compute on the same backend, bit for bit, at one
 // token (the fused kernels) and beyond (the sequence). Bitwise, not within a tolerance.

@@ -12,6 +12,7 @@
 #include "bench/bench_run.h"
 #include "bench/decode_bytes.h"
 #include "bench/fill.h"
+#include "bench/timing_backend.h"
 #include "bench/weight_mix.h"
 #include "test_support.h"
 
@@ -373,6 +374,58 @@ TEST(BenchRun, MarginalPassGivesEveryGroupAShareOnTheGpu) {
     EXPECT_GT(m["groups"][g]["ms_per_token_without"].get<double>(), 0) << g;
   }
   EXPECT_NE(bench_table(*r).find("share of the overlapped"), std::string::npos);
+}
+
+// --marginal-ops: every op kind of the step by its method name, each with its calls per token and
+// a step that still ran without it.
+TEST(BenchRun, MarginalOpsGiveEachOpKindAShareOnTheGpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  BenchOptions o = marginal_options("cuda");
+  o.marginal_ops = true;
+  std::ostringstream log;
+  auto r = run_bench(o, log);
+  ASSERT_TRUE(r.ok()) << r.status().to_string() << "\n" << log.str();
+  const auto& ops = (*r)["marginal"]["ops"];
+  for (const char* op :
+       {"linear", "hyper_connection_read", "gated_delta_net_in_proj", "block_sparse_attention"}) {
+    ASSERT_TRUE(ops.contains(op)) << op << "\n" << ops.dump(1);
+    ASSERT_FALSE(ops[op].contains("error")) << op << ": " << ops[op]["error"];
+    EXPECT_GT(ops[op]["calls_per_token"].get<std::int64_t>(), 0) << op;
+    EXPECT_GT(ops[op]["ms_per_token_without"].get<double>(), 0) << op;
+  }
+  for (const auto& [name, v] : ops.items())
+    EXPECT_EQ(name.find_first_of("(: "), std::string::npos) << "a mangled op name: " << name;
+  EXPECT_NE(log.str().find("bench: op "), std::string::npos);
+}
+
+// `--marginal-ops` dries one op kind at a time by the name of its Backend method: the names come
+// from the wrappers' signatures, so a wrapper that named the wrong op (or a compiler that spells
+// signatures differently) would show up here as a missing or mangled name.
+TEST(TimingBackend, CountsOpsByTheirBackendMethodNames) {
+  auto inner = make_backend("cpu");
+  ASSERT_TRUE(inner.ok()) << inner.status().to_string();
+  TimingBackend t(std::move(*inner), 1000);
+  Tensor x = t.new_tensor({1, 4}), y = t.new_tensor({1, 4});
+  t.upload_rows(std::vector<float>{1, 2, 3, 4}, 4, x);
+  t.upload_rows(std::vector<float>{1, 1, 1, 1}, 4, y);
+  t.add(x, y);  // not counted: counting is off
+  t.set_count_ops(true);
+  t.add(x, y);
+  t.add(x, y);
+  t.scale(x, 0.5f);
+  t.set_count_ops(false);
+  t.mul(x, y);
+  ASSERT_TRUE(t.status().ok()) << t.status().to_string();
+  const auto& counts = t.op_counts();
+  ASSERT_EQ(counts.size(), 2u);
+  EXPECT_EQ(counts.at("add"), 2);
+  EXPECT_EQ(counts.at("scale"), 1);
+  // A dry op on a backend that cannot run dry still runs (the CPU computes it).
+  t.set_dry_op("add");
+  t.add(x, y);
+  t.set_dry_op(std::nullopt);
+  // x[0]: 1, three adds of 1 (one uncounted) make 4, the scale 2, the mul by ones 2, the dry add 3.
+  EXPECT_FLOAT_EQ(x.to_host_vector()[0], 3.0f);
 }
 
 TEST(BenchCli, CpuCommandPrintsJsonAndCudaWithoutGpuSaysSo) {

@@ -157,6 +157,8 @@ class CudaBackend final : public Backend {
   void scale(Tensor& x, float s) override;
   void add(Tensor& x, const Tensor& y) override;
   void mul(Tensor& x, const Tensor& y) override;
+  // One kernel: x[i] = x[i] * act(gate[i]) with the two ops' roundings; gate is not written.
+  void mul_activated(Tensor& x, Tensor& gate, Activation act) override;
   void mul_cols(Tensor& x, const Weight& v) override;
   void mul_rows(Tensor& x, const Tensor& s) override;
   void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) override;

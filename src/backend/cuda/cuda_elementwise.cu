@@ -47,6 +47,16 @@ struct MulOp {
   const float* y;
   __device__ void operator()(std::int64_t i) const { x[i] *= y[i]; }
 };
+// activate then mul: act(g) rounded as ActivateOp stores it, then the product as MulOp's.
+struct MulActivatedOp {
+  float* x;
+  const float* g;
+  Activation act;
+  __device__ void operator()(std::int64_t i) const {
+    const float a = apply_act(g[i], act);
+    x[i] = __fmul_rn(x[i], a);
+  }
+};
 struct MulColsOp {
   float* x;
   const float* v;
@@ -254,6 +264,8 @@ __global__ void normalize_rows_kernel(float* x, std::int64_t cols) {
 // out[r, g] = sum over group g of a*b, in double; a warp per (r, g).
 __global__ void grouped_dot_kernel(const float* a, const float* b, std::int64_t n,
                                    std::int64_t group, float* out) {
+  wait_for_inputs();  // when launched overlapped (cuda_common.h)
+  release_dependents();
   const std::int64_t wi =
       (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kWarp;
   if (wi >= n) return;
@@ -470,6 +482,15 @@ void CudaBackend::mul(Tensor& x, const Tensor& y) {
   launched("mul");
 }
 
+void CudaBackend::mul_activated(Tensor& x, Tensor& gate, Activation act) {
+  constexpr const char* kOp = "mul_activated";
+  if (failed() || !on_device(kOp, {&x, &gate})) return;
+  if (!check(x.numel() == gate.numel(), kOp, "sizes differ")) return;
+  if (walking()) return;
+  launch_map(x.numel(), MulActivatedOp{x.data(), gate.data(), act}, stream());
+  launched(kOp);
+}
+
 void CudaBackend::mul_cols(Tensor& x, const Weight& v) {
   if (failed() || !on_device("mul_cols", v) || !on_device("mul_cols", {&x})) return;
   if (!check(v.dtype == DType::kF32 && v.numel() == x.cols(), "mul_cols",
@@ -647,8 +668,8 @@ void CudaBackend::grouped_dot(const Tensor& a, const Tensor& b, std::int64_t gro
   const auto n = a.rows() * groups;
   if (n == 0) return;
   if (walking()) return;
-  grouped_dot_kernel<<<grid_for(n * kWarp, kThreads), kThreads, 0, stream()>>>(
-      a.data(), b.data(), n, group, out.data());
+  launch_overlapped(grouped_dot_kernel, grid_for(n * kWarp, kThreads), kThreads, 0, stream(),
+                    a.data(), b.data(), n, group, out.data());
   launched(kOp);
 }
 

@@ -286,7 +286,7 @@ __global__ void __launch_bounds__(kGemvThreads)
 // c, W + c, 2W + c, 3W + c and writes out[s, c] = (sum over k of sigmoid(m_k) * xn[s, kW + c]) / 4,
 // m_k = up row kW + c · u[s]; the sum in stream order, as mul then stream_mean. xn = h * inv_k *
 // (1 + nw) as rms_norm computes it, from hc_down_kernel's inv.
-template <typename T, int kS, int kG>
+template <typename T, int kS, int kG, bool kEarly = false>
 __global__ void __launch_bounds__(kGemvThreads)
     stream_mix_kernel(const float* h, const float* inv, const float* nw, const float* u,
                       const T* up, std::int64_t rank, std::int64_t W, float* out) {
@@ -300,6 +300,23 @@ __global__ void __launch_bounds__(kGemvThreads)
     xs[k] = u;
   }
   float acc[kMixStreams][kS] = {};
+  // kEarly: lane 0 reads its column's h and nw before the wait, beside the first weight loads,
+  // which takes one L2 round trip off the end of the kernel (the sums that need u, then these
+  // loads, then the store, was the order). Safe for h because hc_down_kernel, the kernel before
+  // this one, releases it only after its own wait for h's writer, so h is complete when this
+  // kernel starts (read through L2 with __ldcg: no L1 line of an earlier kernel); nw is a weight.
+  // The same values, so the same bits (CudaHyperConnection test). FP8 48 layers: +1.5%, 172.2
+  // against 169.6 tok/s over three rounds (bench/NOTES.md, session 17). Staging hc_down's norm
+  // weight the same way (cp.async before its wait) was measured too: 1% slower, not kept.
+  float hv[kS][kMixStreams] = {}, nv[kMixStreams] = {};
+  if (kEarly && lane == 0 && c < W) {
+#pragma unroll
+    for (int k = 0; k < kMixStreams; ++k) {
+      nv[k] = __ldg(nw + k * W + c);
+#pragma unroll
+      for (int s = 0; s < kS; ++s) hv[s][k] = __ldcg(h + s * kMixStreams * W + k * W + c);
+    }
+  }
   // The group count is a quarter of a plain GEMV's over these rows, so each thread keeps more of
   // its rows in flight: rank 320 in bf16 is 5 chunks a lane, all 4 rows' issued at once (before
   // the wait for u, h and inv, inside rows_dot).
@@ -316,8 +333,9 @@ __global__ void __launch_bounds__(kGemvThreads)
       float sum = 0;
 #pragma unroll
       for (int k = 0; k < kMixStreams; ++k) {
-        const float xn =
-            __fmul_rn(__fmul_rn(row[k * W + c], inv[s * kMixStreams + k]), 1.0f + nw[k * W + c]);
+        const float hk = kEarly ? hv[s][k] : row[k * W + c];
+        const float nk = kEarly ? nv[k] : nw[k * W + c];
+        const float xn = __fmul_rn(__fmul_rn(hk, inv[s * kMixStreams + k]), 1.0f + nk);
         sum = __fadd_rn(sum, __fmul_rn(apply_act(m[k], Activation::kSigmoid), xn));
       }
       out[s * W + c] = sum / static_cast<float>(kMixStreams);
@@ -329,19 +347,22 @@ __global__ void __launch_bounds__(kGemvThreads)
 template <typename T, int kS>
 void launch_hc_read(const float* h, const float* nw, const Segments& segs, const float* u,
                     const T* up, std::int64_t rank, std::int64_t W, float eps, float* inv,
-                    float* out, cudaStream_t stream) {
+                    float* out, cudaStream_t stream, bool early) {
   const auto in = kMixStreams * W;
   launch_overlapped(hc_down_kernel<T, kS>, static_cast<unsigned>(segs.total), kGemvThreads, 0,
                     stream, h, nw, segs, in, W, eps, inv);
   // Blocks of 64 threads: 2,560 columns in groups of 8 lanes make 320 blocks, every SM busy (at
   // 256 threads they were 80).
   constexpr int kMixThreads = 64;
+  const auto mix = [&](auto kernel, int lanes) {
+    launch_overlapped(kernel, grid_for(W * lanes, kMixThreads), kMixThreads, 0, stream, h, inv, nw,
+                      u, up, rank, W, out);
+  };
   if (gemv_short_rows(rank / WeightChunk<T, true>::kN)) {
-    launch_overlapped(stream_mix_kernel<T, kS, 8>, grid_for(W * 8, kMixThreads), kMixThreads, 0,
-                      stream, h, inv, nw, u, up, rank, W, out);
+    early ? mix(stream_mix_kernel<T, kS, 8, true>, 8) : mix(stream_mix_kernel<T, kS, 8>, 8);
   } else {
-    launch_overlapped(stream_mix_kernel<T, kS, kWarp>, grid_for(W * kWarp, kMixThreads),
-                      kMixThreads, 0, stream, h, inv, nw, u, up, rank, W, out);
+    early ? mix(stream_mix_kernel<T, kS, kWarp, true>, kWarp)
+          : mix(stream_mix_kernel<T, kS, kWarp>, kWarp);
   }
 }
 
@@ -550,14 +571,17 @@ void CudaBackend::hyper_connection_read(const Tensor& h, const Weight& norm, con
     add_segment(segs, inject.data, inject_out->data(), streams, inject_ep);
   }
   if (walking()) return;  // a replay: outputs ensured, nothing queued
+  // FLASHSERVE_CUDA_HC_PREWAIT=0: the stream mix reads h and nw after its wait, as before session
+  // 17 (an A/B in one binary; the same bits either way).
+  const bool early = env_flag_default_on("FLASHSERVE_CUDA_HC_PREWAIT");
   with_count<kFusedRows>(S, [&](auto tokens) {
     constexpr int kS = decltype(tokens)::value;
     if (dtype == DType::kBF16)
       launch_hc_read<bf16_bits, kS>(h.data(), norm.f32(), segs, u.data(), as<bf16_bits>(mix_up),
-                                    rank, width, eps, inv.data(), mixed.data(), stream());
+                                    rank, width, eps, inv.data(), mixed.data(), stream(), early);
     else
       launch_hc_read<float, kS>(h.data(), norm.f32(), segs, u.data(), as<float>(mix_up), rank,
-                                width, eps, inv.data(), mixed.data(), stream());
+                                width, eps, inv.data(), mixed.data(), stream(), early);
   });
   launched(kOp);
 }

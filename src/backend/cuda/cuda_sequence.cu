@@ -16,6 +16,8 @@ template <typename T>
 __global__ void conv1d_kernel(const float* x, const T* w, const float* tail, std::int64_t S,
                               std::int64_t C, std::int64_t K, std::int64_t dilation, std::int64_t L,
                               float* y) {
+  wait_for_inputs();  // when launched overlapped (cuda_common.h)
+  release_dependents();
   const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (i >= S * C) return;
   const std::int64_t t = i / C, c = i % C;
@@ -32,6 +34,8 @@ __global__ void conv1d_kernel(const float* x, const T* w, const float* tail, std
 // window row S + i, which (when still in the tail) is overwritten only at the later step S + i.
 __global__ void conv_tail_kernel(const float* x, float* tail, std::int64_t S, std::int64_t C,
                                  std::int64_t L) {
+  wait_for_inputs();  // after conv1d_kernel, which reads the tail this overwrites
+  release_dependents();
   const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (c >= C) return;
   for (std::int64_t i = 0; i < L; ++i) {
@@ -152,17 +156,18 @@ void CudaBackend::causal_conv1d(const Tensor& x, const Weight& w, std::int64_t d
   if (!ensure(target, x.shape())) return;
   if (S == 0 || C == 0 || walking()) return;
   if (w.dtype == DType::kF32) {
-    conv1d_kernel<<<grid_for(S * C, 256), 256, 0, stream()>>>(
-        x.data(), reinterpret_cast<const float*>(w.data), tail.data(), S, C, K, dilation, L,
-        target.data());
+    launch_overlapped(conv1d_kernel<float>, grid_for(S * C, 256), 256, 0, stream(), x.data(),
+                      reinterpret_cast<const float*>(w.data), tail.data(), S, C, K, dilation, L,
+                      target.data());
   } else {
-    conv1d_kernel<<<grid_for(S * C, 256), 256, 0, stream()>>>(
-        x.data(), reinterpret_cast<const bf16_bits*>(w.data), tail.data(), S, C, K, dilation, L,
-        target.data());
+    launch_overlapped(conv1d_kernel<bf16_bits>, grid_for(S * C, 256), 256, 0, stream(), x.data(),
+                      reinterpret_cast<const bf16_bits*>(w.data), tail.data(), S, C, K, dilation, L,
+                      target.data());
   }
   if (!launched(kOp)) return;
   if (L > 0) {
-    conv_tail_kernel<<<grid_for(C, 256), 256, 0, stream()>>>(x.data(), tail.data(), S, C, L);
+    launch_overlapped(conv_tail_kernel, grid_for(C, 256), 256, 0, stream(), x.data(), tail.data(),
+                      S, C, L);
     if (!launched(kOp)) return;
   }
   if (alias) memory_->copy(y.raw(), target.raw(), y.bytes());

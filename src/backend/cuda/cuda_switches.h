@@ -24,6 +24,13 @@ inline bool env_flag(const char* var) {
   return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
 }
 
+// A switch that is on unless set to "0" (FLASHSERVE_CUDA_HC_PREWAIT: the hyper-connection read's
+// stream mix reads h and its norm weight before its wait, cuda_fused.cu).
+inline bool env_flag_default_on(const char* var) {
+  const char* v = std::getenv(var);
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
 // `var` is one of the per-kernel names above.
 inline bool old_kernel_requested(const char* var) {
   return env_flag(var) || env_flag("FLASHSERVE_CUDA_OLD_CONTEXT");

@@ -242,8 +242,7 @@ void QwenNextModel::qsa_attention(const QsaWeights& w, QsaCache& cache, Position
   be.append_rows(cache.values, v);
   be.block_sparse_attention(q, cache.keys, cache.values, Hq, Hkv, picked, cache.block, first,
                             1.0f / std::sqrt(static_cast<float>(D)), o);
-  be.activate(gate, Activation::kSigmoid);
-  be.mul(o, gate);
+  be.mul_activated(o, gate, Activation::kSigmoid);  // the output gate: o * sigmoid(gate)
   be.linear(o, w.o_proj, y);
   if (!w.o_bias.empty()) be.add_bias(y, w.o_bias);
 }
