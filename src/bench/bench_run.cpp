@@ -136,12 +136,20 @@ Expected<json> marginal_pass(Bench& b, const QwenNextConfig& c, const BenchOptio
   }
   json ops = json::object();
   if (o.marginal_ops) {
-    // The ops one step runs, by name and count, then each one dry in turn.
+    // The ops decode runs, by name and calls a token (over n tokens: the indexer's block
+    // completions come every fourth token), then each one dry in turn. A single op's share is
+    // small against the step's drift between runs (~1%, 60 us at FP8 48: session 17's first
+    // run gave ~100 us to ops that run once a token and queue microseconds), so each dry run
+    // is taken against the mean of full runs just before and just after it.
     b.timing->set_count_ops(true);
-    auto one = b.decode(base, 1, 0, nullptr);
+    auto counted = b.decode(base, n, 0, nullptr);
     b.timing->set_count_ops(false);
-    if (!one.ok()) return one.status();
+    if (!counted.ok()) return counted.status();
     const auto counts = b.timing->op_counts();
+    const double counted_tokens =
+        static_cast<double>(std::max<std::size_t>(1, counted->result.tokens.size()));
+    auto before = ms_per_token();
+    if (!before.ok()) return before.status();
     std::vector<std::pair<double, std::string>> ranked;
     // Ops whose outputs are indices that later ops read addresses from (the picked blocks, the
     // routed experts) are never dry on their own: stale memory there is an out-of-bounds read,
@@ -158,17 +166,23 @@ Expected<json> marginal_pass(Bench& b, const QwenNextConfig& c, const BenchOptio
         ops[name] = {{"error", without.status().to_string()}};
         continue;
       }
-      const double share = *full - *without;
-      ops[name] = {
-          {"ms_per_token", share}, {"ms_per_token_without", *without}, {"calls_per_token", calls}};
+      auto after = ms_per_token();
+      if (!after.ok()) return after.status();
+      const double around = 0.5 * (*before + *after);
+      const double share = around - *without;
+      const double per_token = static_cast<double>(calls) / counted_tokens;
+      ops[name] = {{"ms_per_token", share},
+                   {"ms_per_token_without", *without},
+                   {"ms_per_token_around", around},
+                   {"calls_per_token", per_token}};
       ranked.emplace_back(share, name);
+      before = after;
     }
     std::sort(ranked.rbegin(), ranked.rend());
     for (const auto& [share, name] : ranked) {
-      const auto calls = counts.find(name)->second;
-      b.log << "bench: op " << name << " x" << calls << ": " << share << " ms per token ("
-            << 1e3 * share / static_cast<double>(std::max<std::int64_t>(1, calls))
-            << " us a call)\n";
+      const double per_token = ops[name]["calls_per_token"].get<double>();
+      b.log << "bench: op " << name << " x" << per_token << ": " << share << " ms per token ("
+            << 1e3 * share / std::max(per_token, 1e-9) << " us a call)\n";
     }
   }
   return json{{"context", o.contexts.front()},
