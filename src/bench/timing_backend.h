@@ -193,7 +193,12 @@ class TimingBackend final : public Backend {
     if (failed()) return;
     bool dry = may_run_dry && dry_group_ == g;
     if (may_run_dry && (count_ops_ || dry_op_)) {
-      const std::string_view name = op_name(where);
+      std::string keyed;
+      std::string_view name = op_name(where);
+      if (!detail_.empty()) {
+        keyed = std::string(name) + "[" + detail_ + "]";
+        name = keyed;
+      }
       if (count_ops_) {
         auto it = op_counts_.find(name);
         if (it == op_counts_.end()) it = op_counts_.emplace(std::string(name), 0).first;
@@ -224,6 +229,16 @@ class TimingBackend final : public Backend {
   std::optional<OpGroup> dry_group_;
   std::optional<std::string> dry_op_;
   bool count_ops_ = false;
+  // Set by a wrapper that keys its op finer than by name (linear: by the weight's shape, so the
+  // per-op shares tell the out-projections from the PLE's and the lm_head's); empty otherwise.
+  std::string detail_;
+
+ public:
+  // Whether op names are being read (counting, or one op dry): wrappers build details only then.
+  bool keys_ops() const { return count_ops_ || dry_op_.has_value(); }
+  void set_op_detail(std::string d) { detail_ = std::move(d); }
+
+ private:
   std::map<std::string, std::int64_t, std::less<>> op_counts_;
   std::array<std::int64_t, kOpGroups> calls_{};
 };

@@ -387,7 +387,7 @@ TEST(BenchRun, MarginalOpsGiveEachOpKindAShareOnTheGpu) {
   ASSERT_TRUE(r.ok()) << r.status().to_string() << "\n" << log.str();
   const auto& ops = (*r)["marginal"]["ops"];
   for (const char* op :
-       {"linear", "hyper_connection_read", "gated_delta_net_in_proj", "block_sparse_attention"}) {
+       {"hyper_connection_read", "gated_delta_net_in_proj", "block_sparse_attention"}) {
     ASSERT_TRUE(ops.contains(op)) << op << "\n" << ops.dump(1);
     ASSERT_FALSE(ops[op].contains("error")) << op << ": " << ops[op]["error"];
     EXPECT_GT(ops[op]["calls_per_token"].get<double>(), 0) << op;
@@ -396,6 +396,10 @@ TEST(BenchRun, MarginalOpsGiveEachOpKindAShareOnTheGpu) {
   }
   for (const auto& [name, v] : ops.items())
     EXPECT_EQ(name.find_first_of("(: "), std::string::npos) << "a mangled op name: " << name;
+  // linear by its weight's shape: at least the lm_head's and one projection's.
+  int linears = 0;
+  for (const auto& [name, v] : ops.items()) linears += name.rfind("linear[", 0) == 0 ? 1 : 0;
+  EXPECT_GE(linears, 2) << ops.dump(1);
   // Index-producing ops are never dry on their own (a stale index is an out-of-bounds read).
   EXPECT_FALSE(ops.contains("select_blocks"));
   EXPECT_NE(log.str().find("bench: op "), std::string::npos);
@@ -416,13 +420,19 @@ TEST(TimingBackend, CountsOpsByTheirBackendMethodNames) {
   t.add(x, y);
   t.add(x, y);
   t.scale(x, 0.5f);
+  // linear is keyed by its weight's shape (the out-projections apart from the PLE's).
+  const std::vector<float> wv(8, 0.25f);
+  const Weight w{DType::kF32, {2, 4}, reinterpret_cast<const std::uint8_t*>(wv.data())};
+  Tensor out;
+  t.linear(x, w, out);
   t.set_count_ops(false);
   t.mul(x, y);
   ASSERT_TRUE(t.status().ok()) << t.status().to_string();
   const auto& counts = t.op_counts();
-  ASSERT_EQ(counts.size(), 2u);
+  ASSERT_EQ(counts.size(), 3u);
   EXPECT_EQ(counts.at("add"), 2);
   EXPECT_EQ(counts.at("scale"), 1);
+  EXPECT_EQ(counts.at("linear[2x4]"), 1);
   // A dry op on a backend that cannot run dry still runs (the CPU computes it).
   t.set_dry_op("add");
   t.add(x, y);
