@@ -153,7 +153,7 @@ Expected<json> marginal_pass(Bench& b, const QwenNextConfig& c, const BenchOptio
     std::vector<std::pair<double, std::string>> ranked;
     // Ops whose outputs are indices that later ops read addresses from (the picked blocks, the
     // routed experts) are never dry on their own: stale memory there is an out-of-bounds read,
-    // not a stale value (session 17's first run: a dry select_blocks faulted the attention).
+    // not a stale value (session 17's first run faulted late in the pass, most likely so).
     // Their groups' shares cover them, with their consumers.
     constexpr std::array<std::string_view, 4> kIndexOps = {"select_blocks", "topk", "route_experts",
                                                            "select_experts"};
