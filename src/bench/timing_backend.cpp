@@ -5,11 +5,11 @@ namespace fs::bench {
 void TimingBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
   const auto g = w.rows() == vocab_ ? OpGroup::kLmHead : OpGroup::kLinear;
   // Keyed by the weight's [rows x cols] (and whether block-scaled) for --marginal-ops.
-  if (keys_ops())
-    set_op_detail(std::to_string(w.rows()) + "x" + std::to_string(w.cols()) +
-                  (w.block_scaled() ? ",scaled" : ""));
+  if (!keys_ops()) return run(g, [&](Backend& be) { be.linear(x, w, y); });
+  detail_ = std::to_string(w.rows()) + "x" + std::to_string(w.cols()) +
+            (w.block_scaled() ? ",scaled" : "");
   run(g, [&](Backend& be) { be.linear(x, w, y); });
-  set_op_detail({});
+  detail_.clear();
 }
 void TimingBackend::add_bias(Tensor& y, const Weight& bias) {
   run(OpGroup::kLinear, [&](Backend& be) { be.add_bias(y, bias); });

@@ -178,6 +178,8 @@ class TimingBackend final : public Backend {
       inner_->clear_status();
     }
   }
+  // Whether op names are being read (counting, or one op dry): wrappers build details only then.
+  bool keys_ops() const { return count_ops_ || dry_op_.has_value(); }
   // The op's name from its wrapper's signature: "... TimingBackend::NAME(...)".
   static std::string_view op_name(const std::source_location& where) {
     std::string_view f = where.function_name();
@@ -232,13 +234,6 @@ class TimingBackend final : public Backend {
   // Set by a wrapper that keys its op finer than by name (linear: by the weight's shape, so the
   // per-op shares tell the out-projections from the PLE's and the lm_head's); empty otherwise.
   std::string detail_;
-
- public:
-  // Whether op names are being read (counting, or one op dry): wrappers build details only then.
-  bool keys_ops() const { return count_ops_ || dry_op_.has_value(); }
-  void set_op_detail(std::string d) { detail_ = std::move(d); }
-
- private:
   std::map<std::string, std::int64_t, std::less<>> op_counts_;
   std::array<std::int64_t, kOpGroups> calls_{};
 };

@@ -2160,6 +2160,12 @@ TEST(CudaHeadNormRope, EqualsItsSequenceBitForBit) {
   expect_fused_equals_sequence(*be, head_norm_rope_shapes(), 0x40e3u, head_norm_rope_inputs);
 }
 
+// A switch a test sets between two runs of an op is unset again however the test ends.
+struct UnsetOnExit {
+  const char* var;
+  ~UnsetOnExit() { unsetenv(var); }
+};
+
 // block_sparse_attention's tiled split kernel (cuda_attention_tiles.cu) against the split kernel
 // before it (FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION=1) on the released decode shapes: 24 query / 2
 // KV heads of 256, top 512 blocks of 4, 1-4 query rows at 1k, 16k and 64k keys, the same inputs.
@@ -2169,9 +2175,7 @@ TEST(CudaAttention, TiledSplitKernelMatchesTheKernelBefore) {
   std::string why;
   auto be = backend_under_test("cuda", &why);
   if (!be) GTEST_SKIP() << why;
-  struct EnvRestore {
-    ~EnvRestore() { unsetenv("FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION"); }
-  } restore;
+  const UnsetOnExit restore{"FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION"};
   if (std::getenv("FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION") != nullptr ||
       std::getenv("FLASHSERVE_CUDA_OLD_ATTENTION") != nullptr ||
       std::getenv("FLASHSERVE_CUDA_OLD_CONTEXT") != nullptr)
@@ -2215,9 +2219,7 @@ TEST(CudaHyperConnection, ReadsBeforeTheWaitsGiveTheBitsOfTheKernelsBefore) {
   std::string why;
   auto be = backend_under_test("cuda", &why);
   if (!be) GTEST_SKIP() << why;
-  struct EnvRestore {
-    ~EnvRestore() { unsetenv("FLASHSERVE_CUDA_HC_PREWAIT"); }
-  } restore;
+  const UnsetOnExit restore{"FLASHSERVE_CUDA_HC_PREWAIT"};
   if (std::getenv("FLASHSERVE_CUDA_HC_PREWAIT") != nullptr)
     GTEST_SKIP() << "FLASHSERVE_CUDA_HC_PREWAIT is set";
   struct Shape4 {
@@ -2267,8 +2269,7 @@ TEST(CudaHyperConnection, ReadsBeforeTheWaitsGiveTheBitsOfTheKernelsBefore) {
 }
 
 // mul_activated is activate(gate) then mul(x, gate) in one kernel: the same bits, and gate may stay
-// as it was. Also the plain launches made overlapped in session 17 (grouped_dot, causal_conv1d
-// and its tail update), each right after a kernel that writes its input: the CPU's values.
+// as it was.
 TEST(CudaMulActivated, EqualsActivateThenMulBitForBit) {
   std::string why;
   auto be = backend_under_test("cuda", &why);
@@ -2287,7 +2288,16 @@ TEST(CudaMulActivated, EqualsActivateThenMulBitForBit) {
       EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << n;
     }
   }
-  // grouped_dot, causal_conv1d (with its tail) each right after the kernel that wrote its input.
+}
+
+// The plain launches made overlapped in session 17 (grouped_dot, causal_conv1d and its tail
+// update), each right after a kernel that writes its input: a kernel that read before its wait
+// would see the input before that write, and differ from the CPU.
+TEST(CudaOverlappedLaunches, GroupedDotAndCausalConvReadTheirInputsAfterTheirWaits) {
+  std::string why;
+  auto be = backend_under_test("cuda", &why);
+  if (!be) GTEST_SKIP() << why;
+  Rng rng(0x5192u);
   auto cpu = backend_under_test("cpu", &why);
   ASSERT_TRUE(cpu) << why;
   const std::int64_t S = 3, C = 1024, K = 4;
