@@ -237,6 +237,21 @@ void Backend::moe_block(const Tensor& x, const Weight& router, std::int64_t top_
   moe_experts(x, gate_up, down, experts, weights, 0, y);
   shared_expert(x, shared_gate, shared_up, shared_down, shared_expert_gate, y);
 }
+void Backend::linear_into_streams(const Tensor& x, const Weight& w, const StreamsWrite& out) {
+  Tensor y;
+  linear(x, w, y);
+  add_scaled_streams(out.h, y, out.inject);
+}
+void Backend::moe_block_into_streams(const Tensor& x, const Weight& router, std::int64_t top_k,
+                                     bool normalize, const Weight& gate_up, const Weight& down,
+                                     const Weight& shared_gate, const Weight& shared_up,
+                                     const Weight& shared_down, const Weight& shared_expert_gate,
+                                     Tensor& experts, Tensor& weights, const StreamsWrite& out) {
+  Tensor y;
+  moe_block(x, router, top_k, normalize, gate_up, down, shared_gate, shared_up, shared_down,
+            shared_expert_gate, experts, weights, y);
+  add_scaled_streams(out.h, y, out.inject);
+}
 void Backend::rope(Tensor&, std::int64_t, std::int64_t, std::int64_t, std::int64_t, double) {
   unimplemented("rope");
 }

@@ -36,6 +36,14 @@ namespace fs {
 // kSqrtSoftplus: sqrt(softplus(x)), DeepSeek V4's router score.
 enum class Activation { kIdentity, kSilu, kSigmoid, kSoftplus, kRelu, kSqrtSoftplus };
 
+// The hyper-connection write of a sublayer's output y [S, W] (model/common/hyper_connection.h):
+// stream k of h [S, streams * W] += inject[:, k] * y (add_scaled_streams). The *_into_streams ops
+// write their output this way instead of returning y.
+struct StreamsWrite {
+  Tensor& h;
+  const Tensor& inject;  // [S, streams]
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -374,6 +382,20 @@ class Backend {
                          const Weight& shared_up, const Weight& shared_down,
                          const Weight& shared_expert_gate, Tensor& experts, Tensor& weights,
                          Tensor& y);
+  // A sublayer's last op fused with the hyper-connection write after it (the default bodies are
+  // these two steps; a device backend writes each output column into the streams from the kernel
+  // that computes it, one kernel fewer a write):
+  //   linear(x, w, y); add_scaled_streams(out.h, y, out.inject)
+  //   moe_block(..., y); add_scaled_streams(out.h, y, out.inject)
+  // The CUDA kernels read out.h and out.inject before they wait for the kernel before them
+  // (cuda_common.h), so neither may be written by the op right before this one; in the decoder
+  // both come from the hyper-connection read at the start of the sublayer, several ops earlier.
+  virtual void linear_into_streams(const Tensor& x, const Weight& w, const StreamsWrite& out);
+  virtual void moe_block_into_streams(const Tensor& x, const Weight& router, std::int64_t top_k,
+                                      bool normalize, const Weight& gate_up, const Weight& down,
+                                      const Weight& shared_gate, const Weight& shared_up,
+                                      const Weight& shared_down, const Weight& shared_expert_gate,
+                                      Tensor& experts, Tensor& weights, const StreamsWrite& out);
 
   // --- sampling ------------------------------------------------------------------------------
   // ids[r, 0] = the index of the largest entry of row r of x, ties to the lower index (the CPU

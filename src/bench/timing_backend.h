@@ -158,6 +158,14 @@ class TimingBackend final : public Backend {
                  const Weight& shared_up, const Weight& shared_down,
                  const Weight& shared_expert_gate, Tensor& experts, Tensor& weights,
                  Tensor& y) override;
+  // The sublayers' last ops with the hyper-connection write (the projection under GEMV, keyed by
+  // its weight's shape as linear is; the MoE block under the routed experts).
+  void linear_into_streams(const Tensor& x, const Weight& w, const StreamsWrite& out) override;
+  void moe_block_into_streams(const Tensor& x, const Weight& router, std::int64_t top_k,
+                              bool normalize, const Weight& gate_up, const Weight& down,
+                              const Weight& shared_gate, const Weight& shared_up,
+                              const Weight& shared_down, const Weight& shared_expert_gate,
+                              Tensor& experts, Tensor& weights, const StreamsWrite& out) override;
   // The greedy pick on the device (counted with the lm_head it reads).
   void argmax_rows(const Tensor& x, Tensor& ids) override;
   void softmax_denominators(const Tensor& x, double temperature, Tensor& totals) override;

@@ -344,6 +344,28 @@ struct MoeBlockInputs {
     }
     return {experts, weights, y};
   }
+  // {experts, weights, h} of the block written into the streams of h (`streams` of them, gates
+  // `inject`): moe_block_into_streams, or when `sequence` moe_block then add_scaled_streams.
+  Tensor h, inject;
+  std::vector<Tensor> run_into_streams(const Feed& f, bool sequence) const {
+    const Weight r = f.w(*router), eg = f.w(*shared_expert_gate);
+    const Weight gu = c.fp8 ? f.w(*gate_up8) : f.w(*gate_up);
+    const Weight dn = c.fp8 ? f.w(*down8) : f.w(*down);
+    const Weight sg = c.fp8 ? f.w(*gate8) : f.w(*gate);
+    const Weight su = c.fp8 ? f.w(*up8) : f.w(*up);
+    const Weight sd = c.fp8 ? f.w(*shared_down8) : f.w(*shared_down);
+    const Tensor xin = f.in(x), gates = f.in(inject);
+    Tensor experts, weights, streams = f.in(h);
+    if (sequence) {
+      Tensor y;
+      f.be.moe_block(xin, r, c.k, true, gu, dn, sg, su, sd, eg, experts, weights, y);
+      f.be.add_scaled_streams(streams, y, gates);
+    } else {
+      f.be.moe_block_into_streams(xin, r, c.k, true, gu, dn, sg, su, sd, eg, experts, weights,
+                                  {streams, gates});
+    }
+    return {experts, weights, streams};
+  }
 };
 std::shared_ptr<const MoeBlockInputs> moe_block_inputs(const MoeBlockShape& c, Rng& rng) {
   auto in = std::make_shared<MoeBlockInputs>();
@@ -352,6 +374,8 @@ std::shared_ptr<const MoeBlockInputs> moe_block_inputs(const MoeBlockShape& c, R
   const float is = 1.0f / std::sqrt(static_cast<float>(c.I));
   const float iss = 1.0f / std::sqrt(static_cast<float>(c.Is));
   in->x = random_tensor({c.S, c.H}, rng);
+  in->h = random_tensor({c.S, 4 * c.H}, rng, 2.0f);
+  in->inject = random_tensor({c.S, 4}, rng, 1.0f);
   in->router = std::make_shared<HostWeight>(random_weight(c.dtype, {c.E, c.H}, rng, 3 * hs));
   in->shared_expert_gate =
       std::make_shared<HostWeight>(random_weight(c.dtype, {1, c.H}, rng, 4 * hs));
@@ -405,6 +429,64 @@ const std::vector<MoeBlockShape>& moe_block_shapes() {
                                                  {1, 72, 6, 3, 36, 40, DType::kF32, false},
                                                  {1, 70, 6, 3, 37, 37, DType::kBF16, false},
                                                  {1, 256, 8, 2, 192, 192, DType::kF32, true}};
+  return shapes;
+}
+
+// The inputs of linear_into_streams: x [S, in], w [out, in] (`dtype` or block-scaled FP8), h
+// [S, streams * out] and the gates [S, streams].
+struct LinearStreamsShape {
+  std::int64_t S, in, out, streams;
+  DType dtype;
+  bool fp8;
+  std::string name() const {
+    return "linear_into_streams_S" + n(S) + "_in" + n(in) + "_out" + n(out) + "_st" + n(streams) +
+           (fp8 ? "_fp8" : "_" + dt(dtype));
+  }
+};
+struct LinearStreamsInputs {
+  LinearStreamsShape c;
+  Tensor x, h, inject;
+  std::shared_ptr<HostWeight> w;
+  std::shared_ptr<HostFp8Weight> w8;
+  // {h}: linear_into_streams, or when `sequence` linear then add_scaled_streams.
+  std::vector<Tensor> run(const Feed& f, bool sequence) const {
+    const Weight wt = c.fp8 ? f.w(*w8) : f.w(*w);
+    const Tensor xin = f.in(x), gates = f.in(inject);
+    Tensor streams = f.in(h);
+    if (sequence) {
+      Tensor y;
+      f.be.linear(xin, wt, y);
+      f.be.add_scaled_streams(streams, y, gates);
+    } else {
+      f.be.linear_into_streams(xin, wt, {streams, gates});
+    }
+    return {streams};
+  }
+};
+std::shared_ptr<const LinearStreamsInputs> linear_streams_inputs(const LinearStreamsShape& c,
+                                                                 Rng& rng) {
+  auto in = std::make_shared<LinearStreamsInputs>();
+  in->c = c;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.in));
+  in->x = random_tensor({c.S, c.in}, rng);
+  in->h = random_tensor({c.S, c.streams * c.out}, rng, 2.0f);
+  in->inject = random_tensor({c.S, c.streams}, rng, 1.0f);
+  if (c.fp8) {
+    in->w8 = std::make_shared<HostFp8Weight>(Shape{c.out, c.in});
+    in->w8->fill_all(rng, scale);
+  } else {
+    in->w = std::make_shared<HostWeight>(random_weight(c.dtype, {c.out, c.in}, rng, scale));
+  }
+  return in;
+}
+const std::vector<LinearStreamsShape>& linear_streams_shapes() {
+  static const std::vector<LinearStreamsShape> shapes{
+      {1, 6144, 2560, 4, DType::kBF16, true},  {2, 6144, 2560, 4, DType::kBF16, true},
+      {3, 6144, 2560, 4, DType::kBF16, true},  {4, 6144, 2560, 4, DType::kBF16, true},
+      {1, 6144, 2560, 4, DType::kBF16, false}, {3, 6144, 2560, 4, DType::kBF16, false},
+      {1, 96, 40, 4, DType::kF32, false},      {2, 96, 40, 6, DType::kF32, false},
+      {1, 70, 33, 4, DType::kBF16, false},     {6, 256, 128, 4, DType::kBF16, true},
+      {12, 256, 64, 4, DType::kF32, false}};
   return shapes;
 }
 
@@ -1569,6 +1651,23 @@ std::vector<Case> make_cases() {
     });
   }
 
+  // The same block written into four hyper-connection streams (moe_block_into_streams).
+  for (const auto& c : moe_block_shapes()) {
+    add(c.name() + "_into_streams", kProduct, [=](Rng& rng) -> OpRun {
+      auto in = moe_block_inputs(c, rng);
+      return [in](const Feed& f) { return in->run_into_streams(f, /*sequence=*/false); };
+    });
+  }
+  // A sublayer's output projection written into the streams (linear_into_streams): the released
+  // out-projections (6144 -> 2560, FP8 and bf16) at 1-4 tokens, f32 rows off the chunk width, and
+  // more tokens than the fused kernel takes.
+  for (const auto& c : linear_streams_shapes()) {
+    add(c.name(), kProduct, [=](Rng& rng) -> OpRun {
+      auto in = linear_streams_inputs(c, rng);
+      return [in](const Feed& f) { return in->run(f, /*sequence=*/false); };
+    });
+  }
+
   // The per-head norms and RoPE of QSA's queries and keys (head_norm_rope).
   for (const auto& c : head_norm_rope_shapes()) {
     add(c.name(), kReduction, [=](Rng& rng) -> OpRun {
@@ -2334,6 +2433,64 @@ TEST(CudaMoeBlock, EqualsItsSequenceBitForBit) {
   auto be = backend_under_test("cuda", &why);
   if (!be) GTEST_SKIP() << why;
   expect_fused_equals_sequence(*be, moe_block_shapes(), 0x30eb10c0u, moe_block_inputs);
+}
+
+// The hyper-connection write in the producer's kernel (linear_into_streams and
+// moe_block_into_streams, cuda_epilogue.cuh StreamsOut) computes the bits of the op then
+// add_scaled_streams: the same row values, then add_scaled_streams' arithmetic. Each run follows
+// kernels that write h, then the gates, then x, the nearest the contract lets the op's writers
+// be (backend.h: h and the gates are read before the wait): a kernel that read them before
+// their writers finished, or x before its wait, would differ from the sequence.
+TEST(CudaStreamsWrite, EqualsTheOpThenAddScaledStreamsBitForBit) {
+  std::string why;
+  auto be = backend_under_test("cuda", &why);
+  if (!be) GTEST_SKIP() << why;
+  if (std::getenv("FLASHSERVE_CUDA_FUSED_HC_WRITE") != nullptr)
+    GTEST_SKIP() << "FLASHSERVE_CUDA_FUSED_HC_WRITE is set";
+  const Feed f{*be};
+  const auto compare = [&](const std::vector<Tensor>& fused, const std::vector<Tensor>& sequence) {
+    be->synchronize();
+    ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+    ASSERT_EQ(fused.size(), sequence.size());
+    for (std::size_t o = 0; o < fused.size(); ++o) {
+      const Tensor a = fused[o].to(host_memory()), b = sequence[o].to(host_memory());
+      ASSERT_EQ(a.shape(), b.shape()) << "output " << o;
+      EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.bytes()), 0) << "output " << o;
+    }
+  };
+  std::uint64_t seed = 0x57e4u;
+  for (const auto& c : linear_streams_shapes()) {
+    SCOPED_TRACE(c.name());
+    Rng rng(++seed);
+    auto in = linear_streams_inputs(c, rng);
+    const Weight wt = c.fp8 ? f.w(*in->w8) : f.w(*in->w);
+    const auto dh = random_tensor(in->h.shape(), rng, 0.5f),
+               dg = random_tensor(in->inject.shape(), rng, 0.25f),
+               dx = random_tensor(in->x.shape(), rng, 0.5f);
+    const auto run = [&](bool sequence) {
+      Tensor h = f.in(in->h), gates = f.in(in->inject), x = f.in(in->x);
+      be->add(h, f.in(dh));
+      be->add(gates, f.in(dg));
+      be->add(x, f.in(dx));
+      if (sequence) {
+        Tensor y;
+        be->linear(x, wt, y);
+        be->add_scaled_streams(h, y, gates);
+      } else {
+        be->linear_into_streams(x, wt, {h, gates});
+      }
+      return std::vector<Tensor>{h};
+    };
+    const auto fused = run(false);
+    compare(fused, run(true));
+  }
+  for (const auto& c : moe_block_shapes()) {
+    SCOPED_TRACE(c.name() + " into streams");
+    Rng rng(++seed);
+    auto in = moe_block_inputs(c, rng);
+    const auto fused = in->run_into_streams(f, /*sequence=*/false);
+    compare(fused, in->run_into_streams(f, /*sequence=*/true));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -272,6 +272,14 @@ class CudaBackend final : public Backend {
                  const Weight& shared_up, const Weight& shared_down,
                  const Weight& shared_expert_gate, Tensor& experts, Tensor& weights,
                  Tensor& y) override;
+  // The projection and the MoE block with the hyper-connection write in their last kernel
+  // (cuda_linear.cu, cuda_moe_block.cu).
+  void linear_into_streams(const Tensor& x, const Weight& w, const StreamsWrite& out) override;
+  void moe_block_into_streams(const Tensor& x, const Weight& router, std::int64_t top_k,
+                              bool normalize, const Weight& gate_up, const Weight& down,
+                              const Weight& shared_gate, const Weight& shared_up,
+                              const Weight& shared_down, const Weight& shared_expert_gate,
+                              Tensor& experts, Tensor& weights, const StreamsWrite& out) override;
 
   bool set_dry_ops(bool on) override {
     dry_ = on;
@@ -310,6 +318,12 @@ class CudaBackend final : public Backend {
   // Queues them; false when a launch failed (recorded under `op`).
   bool moe_token_parts(const char* op, const Tensor& x, const Weight& gate_up, const Weight& down,
                        const Tensor& experts, float swiglu_limit, Tensor& act, Tensor& part);
+  // moe_block with its output in y_out, or (y_out null) written into the streams of `into`.
+  void moe_block_to(const Tensor& x, const Weight& router, std::int64_t top_k, bool normalize,
+                    const Weight& gate_up, const Weight& down, const Weight& shared_gate,
+                    const Weight& shared_up, const Weight& shared_down,
+                    const Weight& shared_expert_gate, Tensor& experts, Tensor& weights,
+                    Tensor* y_out, const StreamsWrite* into);
 
   cudaStream_t stream() const { return cuda_memory_->stream(); }
   // Records "cuda: <op>: <error>" when the last launch failed; true when it did not.

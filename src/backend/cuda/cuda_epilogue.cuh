@@ -34,4 +34,50 @@ __device__ __forceinline__ float finish(const Epilogue& e, float v, std::int64_t
   return v;
 }
 
+// The hyper-connection write of a column's value v (Backend::linear_into_streams,
+// moe_block_into_streams): stream k of h [S, streams * W] += inject[s, k] * v, with
+// add_scaled_streams' arithmetic (mul_add), so the bits of the op then add_scaled_streams.
+struct StreamsOut {
+  float* h = nullptr;
+  const float* inject = nullptr;  // [S, streams]
+  std::int64_t streams = 0;
+};
+constexpr int kMaxAheadStreams = 4;  // streams a one-token kernel reads before its wait
+
+// Token 0's h values of column c and its injection gates, read before the kernel's wait (beside
+// its first weight loads), which takes an L2 round trip off the kernel's end. Safe because
+// neither is written by the op right before (the *_into_streams contract, backend.h): every
+// kernel here releases its dependents only after its own wait, so when a kernel starts, every
+// kernel before the one before it has finished. Read through L2 (__ldcg): no L1 line of an
+// earlier kernel. Up to kMaxAheadStreams streams; more are read at the write.
+struct StreamsAhead {
+  float h[kMaxAheadStreams] = {};
+  float g[kMaxAheadStreams] = {};
+  __device__ __forceinline__ void read(const StreamsOut& o, std::int64_t W, std::int64_t c) {
+    if (o.streams > kMaxAheadStreams) return;
+#pragma unroll
+    for (int k = 0; k < kMaxAheadStreams; ++k) {
+      if (k < o.streams) {
+        h[k] = __ldcg(o.h + k * W + c);
+        g[k] = __ldcg(o.inject + k);
+      }
+    }
+  }
+  // Token 0's column c from the values read ahead.
+  __device__ __forceinline__ void write(const StreamsOut& o, std::int64_t W, std::int64_t c,
+                                        float v) const {
+    if (o.streams > kMaxAheadStreams) return write_streams(o, W, 0, c, v);
+#pragma unroll
+    for (int k = 0; k < kMaxAheadStreams; ++k)
+      if (k < o.streams) o.h[k * W + c] = mul_add(g[k], v, h[k]);
+  }
+  // Token s's column c, reading h and the gates now.
+  __device__ __forceinline__ static void write_streams(const StreamsOut& o, std::int64_t W, int s,
+                                                       std::int64_t c, float v) {
+    float* hs = o.h + s * o.streams * W + c;
+    const float* gs = o.inject + s * o.streams;
+    for (std::int64_t k = 0; k < o.streams; ++k) hs[k * W] = mul_add(gs[k], v, hs[k * W]);
+  }
+};
+
 }  // namespace fs::cuda

@@ -4,7 +4,10 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_epilogue.cuh"
 #include "backend/cuda/cuda_gemv.cuh"
+#include "backend/cuda/cuda_switches.h"
+#include "backend/cuda/cuda_weight_checks.cuh"
 
 namespace fs::cuda {
 namespace {
@@ -29,15 +32,29 @@ inline constexpr int kDefaultChunksInFlight = kR == 1 ? 8 : (kR == 2 ? 4 : 2);
 template <int kS, bool kStaged>
 inline constexpr int kGemvMinBlocks = kStaged&& kS == 1 ? 3 : (kS <= 4 ? 2 : 1);
 
+// Where a GEMV's values go: y [S, out]; or, kStreams, the hyper-connection write of them into
+// `streams` (Backend::linear_into_streams; StreamsOut, cuda_epilogue.cuh).
+struct GemvOut {
+  float* y = nullptr;
+  StreamsOut streams;
+};
+
 template <typename T, bool kVec, int kS, int kR, int kG, int kU = kDefaultChunksInFlight<kR>,
-          bool kStaged = false>
+          bool kStaged = false, bool kStreams = false>
 __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<kS, kStaged>))
-    gemv_kernel(const float* x, const T* w, const float* scales, std::int64_t grid_cols, float* y,
-                std::int64_t in, std::int64_t out) {
+    gemv_kernel(const float* x, const T* w, const float* scales, std::int64_t grid_cols,
+                const GemvOut o, std::int64_t in, std::int64_t out) {
   const std::int64_t group =
       (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kG;
   const int lane = static_cast<int>(threadIdx.x % kG);
   const std::int64_t r0 = group * kR;
+  // kStreams at one token and one row a group: lane 0 reads its row's h values and the gates
+  // before the wait (StreamsAhead).
+  constexpr bool kAhead = kStreams && kS == 1 && kR == 1;
+  [[maybe_unused]] StreamsAhead ahead;
+  if constexpr (kAhead) {
+    if (lane == 0 && r0 < out) ahead.read(o.streams, out, r0);
+  }
   const T* rows[kR];
   const float* xs[kR];
   const float* scale_rows[kR];
@@ -56,7 +73,13 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<kS, kStaged>))
 #pragma unroll
     for (int s = 0; s < kS; ++s) {
       const float v = group_sum<kG>(acc[r][s]);
-      if (lane == 0 && r0 + r < out) y[s * out + r0 + r] = v;
+      if (lane != 0 || r0 + r >= out) continue;
+      if constexpr (!kStreams)
+        o.y[s * out + r0 + r] = v;
+      else if constexpr (kAhead)
+        ahead.write(o.streams, out, r0, v);
+      else
+        StreamsAhead::write_streams(o.streams, out, s, r0 + r, v);
     }
 }
 
@@ -79,14 +102,14 @@ bool allow_large_staged_x() {
 // kLargeX: x may be staged beyond the default 48 KB (kMaxStagedXOptInBytes); where the attribute
 // cannot be set the launch reads x unstaged, the same sums.
 template <typename T, bool kVec, int kS, int kR, int kG, int kU = kDefaultChunksInFlight<kR>,
-          bool kLargeX = false>
-void launch_gemv(const float* x, const T* w, GemvScales sc, float* y, std::int64_t in,
+          bool kLargeX = false, bool kStreams = false>
+void launch_gemv(const float* x, const T* w, GemvScales sc, const GemvOut& y, std::int64_t in,
                  std::int64_t out, cudaStream_t stream) {
   const auto groups = (out + kR - 1) / kR;
-  auto kernel = gemv_kernel<T, kVec, kS, kR, kG, kU>;
+  auto kernel = gemv_kernel<T, kVec, kS, kR, kG, kU, false, kStreams>;
   std::size_t smem = 0;
   if constexpr (kStagesX<T, kVec, kG, kS>) {
-    constexpr auto staged = gemv_kernel<T, kVec, kS, kR, kG, kU, true>;
+    constexpr auto staged = gemv_kernel<T, kVec, kS, kR, kG, kU, true, kStreams>;
     smem = staged_x_launch_bytes<T, kVec, kG, kS>(
         in / WeightChunk<T, kVec>::kN, kLargeX ? kMaxStagedXOptInBytes : kMaxStagedXBytes);
     if (smem > kMaxStagedXBytes && !allow_large_staged_x<staged>()) smem = 0;
@@ -99,8 +122,8 @@ void launch_gemv(const float* x, const T* w, GemvScales sc, float* y, std::int64
 // Lanes per row as gemv_short_rows says. Several tokens share each thread's W chunks over up to 4
 // rows, unless that would leave the grid too small to fill the SMs (narrow outputs: the router, the
 // GDN gates).
-template <typename T, bool kVec, int kS>
-void gemv_rows(const float* x, const T* w, GemvScales sc, float* y, std::int64_t in,
+template <typename T, bool kVec, int kS, bool kStreams = false>
+void gemv_rows(const float* x, const T* w, GemvScales sc, const GemvOut& y, std::int64_t in,
                std::int64_t out, cudaStream_t stream) {
   constexpr int kWide = kS == 1 ? 1 : (kS == 2 ? 2 : 4);
   const auto chunks = in / WeightChunk<T, kVec>::kN;
@@ -111,12 +134,12 @@ void gemv_rows(const float* x, const T* w, GemvScales sc, float* y, std::int64_t
   // 10 in flight at once (14.5 us, bench/NOTES.md session 9).
   if constexpr (kS == 1 && WeightChunk<T, kVec>::kDeferredScale) {
     if (!short_rows && many_rows && chunks <= 5 * kWarp) {
-      launch_gemv<T, kVec, 1, 2, kWarp, 5>(x, w, sc, y, in, out, stream);
+      launch_gemv<T, kVec, 1, 2, kWarp, 5, false, kStreams>(x, w, sc, y, in, out, stream);
       return;
     }
     // The out-projections' 384-chunk rows: all 12 chunks of a lane in one round.
     if (!short_rows && chunks > 8 * kWarp && chunks <= 12 * kWarp) {
-      launch_gemv<T, kVec, 1, 1, kWarp, 12>(x, w, sc, y, in, out, stream);
+      launch_gemv<T, kVec, 1, 1, kWarp, 12, false, kStreams>(x, w, sc, y, in, out, stream);
       return;
     }
   }
@@ -126,20 +149,20 @@ void gemv_rows(const float* x, const T* w, GemvScales sc, float* y, std::int64_t
   // --fp8, session 15 call A: 15.3 / 32.4 / 41.7 us at 2 / 3 / 4 tokens against 6.9 at one).
   if constexpr (kS >= 2 && kS <= kMaxStagedTokens && WeightChunk<T, kVec>::kDeferredScale) {
     if (!short_rows && !many_rows && chunks > 8 * kWarp && chunks <= 12 * kWarp) {
-      launch_gemv<T, kVec, kS, 2, kWarp, 6, true>(x, w, sc, y, in, out, stream);
+      launch_gemv<T, kVec, kS, 2, kWarp, 6, true, kStreams>(x, w, sc, y, in, out, stream);
       return;
     }
   }
   if (short_rows) {
     if (many_rows)
-      launch_gemv<T, kVec, kS, kWide, 8>(x, w, sc, y, in, out, stream);
+      launch_gemv<T, kVec, kS, kWide, 8, kDefaultChunksInFlight<kWide>, false, kStreams>(x, w, sc, y, in, out, stream);
     else
-      launch_gemv<T, kVec, kS, 1, 8>(x, w, sc, y, in, out, stream);
+      launch_gemv<T, kVec, kS, 1, 8, kDefaultChunksInFlight<1>, false, kStreams>(x, w, sc, y, in, out, stream);
   } else {
     if (many_rows)
-      launch_gemv<T, kVec, kS, kWide, kWarp>(x, w, sc, y, in, out, stream);
+      launch_gemv<T, kVec, kS, kWide, kWarp, kDefaultChunksInFlight<kWide>, false, kStreams>(x, w, sc, y, in, out, stream);
     else
-      launch_gemv<T, kVec, kS, 1, kWarp>(x, w, sc, y, in, out, stream);
+      launch_gemv<T, kVec, kS, 1, kWarp, kDefaultChunksInFlight<1>, false, kStreams>(x, w, sc, y, in, out, stream);
   }
 }
 
@@ -147,12 +170,24 @@ template <typename T>
 void gemv(std::int64_t S, const float* x, const T* w, float* y, std::int64_t in, std::int64_t out,
           cudaStream_t stream, GemvScales sc = {}) {
   const bool vec = vec_ok<T>(x, w, in);
+  const GemvOut o{.y = y};
   with_count<kGemvRows>(S, [&](auto tokens) {
     constexpr int kS = decltype(tokens)::value;
     if (vec)
-      gemv_rows<T, true, kS>(x, w, sc, y, in, out, stream);
+      gemv_rows<T, true, kS>(x, w, sc, o, in, out, stream);
     else
-      gemv_rows<T, false, kS>(x, w, sc, y, in, out, stream);
+      gemv_rows<T, false, kS>(x, w, sc, o, in, out, stream);
+  });
+}
+
+// The GEMV with the hyper-connection write (linear_into_streams): 1-4 tokens (decode and an MTP
+// verify), 16-byte chunks (the caller checked vec_ok); the row sums are gemv's.
+constexpr int kStreamsRows = 4;
+template <typename T>
+void gemv_into_streams(std::int64_t S, const float* x, const T* w, const GemvOut& o,
+                       std::int64_t in, std::int64_t out, cudaStream_t stream, GemvScales sc = {}) {
+  with_count<kStreamsRows>(S, [&](auto tokens) {
+    gemv_rows<T, true, decltype(tokens)::value, true>(x, w, sc, o, in, out, stream);
   });
 }
 
@@ -287,6 +322,49 @@ void CudaBackend::linear_fp8(const Tensor& x, const Weight& w, Tensor& y) {
     if (!launched(kOp)) return;
     sgemm(x.data(), S, in, widened.data(), n, y.data() + r0, out);
   }
+}
+
+// One kernel: the GEMV whose lane 0 of each row writes the row's value into the streams. Taken
+// for 1-4 tokens of f32 activations with f32, bf16 or block-scaled FP8 rows in 16-byte chunks;
+// everything else (and FLASHSERVE_CUDA_FUSED_HC_WRITE=0) runs linear then add_scaled_streams.
+void CudaBackend::linear_into_streams(const Tensor& x, const Weight& w, const StreamsWrite& out) {
+  constexpr const char* kOp = "linear_into_streams";
+  if (failed()) return;
+  const auto sequence = [&] { Backend::linear_into_streams(x, w, out); };
+  const Tensor& h = out.h;
+  const Tensor& inject = out.inject;
+  const auto S = x.rows(), rows = w.rows(), in = w.cols();
+  const auto streams = inject.cols();
+  const bool dtype_ok =
+      w.dtype == DType::kF8E4M3 ? fp8_matrix(w)
+                                : (!w.block_scaled() && (w.dtype == DType::kF32 || w.dtype == DType::kBF16));
+  const bool take =
+      env_flag_default_on("FLASHSERVE_CUDA_FUSED_HC_WRITE") && w.device == Device::kCuda &&
+      w.data != nullptr && !w.is_packed() && w.shape.size() == 2 && dtype_ok &&
+      x.shape().size() == 2 && x.dtype() == DType::kF32 && x.device() == Device::kCuda &&
+      S >= 1 && S <= kStreamsRows && x.cols() == in && in > 0 && rows > 0 &&
+      h.dtype() == DType::kF32 && h.device() == Device::kCuda && h.shape().size() == 2 &&
+      h.rows() == S && inject.dtype() == DType::kF32 && inject.device() == Device::kCuda &&
+      inject.shape().size() == 2 && inject.rows() == S && streams >= 1 &&
+      h.cols() == streams * rows && h.raw() != x.raw() && inject.raw() != h.raw() &&
+      (w.dtype == DType::kF8E4M3   ? vec_ok<e4m3_bits>(x.data(), w.data, in)
+       : w.dtype == DType::kBF16 ? vec_ok<bf16_bits>(x.data(), w.data, in)
+                                 : vec_ok<float>(x.data(), w.data, in));
+  if (!take) return sequence();
+  if (walking()) return;
+  const GemvOut o{.streams = {.h = out.h.data(), .inject = inject.data(), .streams = streams}};
+  if (w.dtype == DType::kF8E4M3) {
+    const GemvScales sc{reinterpret_cast<const float*>(w.scales.data), w.scales.grid_cols(in)};
+    gemv_into_streams(S, x.data(), reinterpret_cast<const e4m3_bits*>(w.data), o, in, rows,
+                      stream(), sc);
+  } else if (w.dtype == DType::kBF16) {
+    gemv_into_streams(S, x.data(), reinterpret_cast<const bf16_bits*>(w.data), o, in, rows,
+                      stream());
+  } else {
+    gemv_into_streams(S, x.data(), reinterpret_cast<const float*>(w.data), o, in, rows,
+                      stream());
+  }
+  launched(kOp);
 }
 
 void CudaBackend::add_bias(Tensor& y, const Weight& bias) {

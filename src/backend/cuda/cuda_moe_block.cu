@@ -104,14 +104,21 @@ struct RoutedCombine {
 // y[c] = finish(down row c · act) accumulated into the routed combine's column c, with the
 // shared expert's epilogue (token gate sigmoid(logit)): a group of kG lanes a row, as the
 // multi-GEMV's (kR = 1; its row sums depend on kG only). Every thread reaches rows_dot (staging).
-template <typename T, int kG, bool kStaged>
+// kStreams: y[c] goes into the hyper-connection streams instead (moe_block_into_streams), its h
+// values and gates read before the wait (StreamsAhead, cuda_epilogue.cuh).
+template <typename T, int kG, bool kStaged, bool kStreams>
 __global__ void __launch_bounds__(kGemvThreads)
     shared_down_combine_kernel(const float* act, const T* down, const float* scales,
                                std::int64_t grid_cols, std::int64_t H, std::int64_t I,
-                               const float* logit, const RoutedCombine routed, float* y) {
+                               const float* logit, const RoutedCombine routed, float* y,
+                               const StreamsOut streams) {
   constexpr int kU = 8;  // the multi-GEMV's chunks in flight at one row a group
   const std::int64_t c = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kG;
   const int lane = static_cast<int>(threadIdx.x % kG);
+  [[maybe_unused]] StreamsAhead ahead;
+  if constexpr (kStreams) {
+    if (lane == 0 && c < H) ahead.read(streams, H, c);
+  }
   const T* rows[1] = {c < H ? down + c * I : nullptr};
   const float* xs[1] = {act};
   const float* scale_rows[1] = {c < H && scales != nullptr ? scales + (c / kFp8Block) * grid_cols
@@ -129,25 +136,29 @@ __global__ void __launch_bounds__(kGemvThreads)
   Epilogue ep;
   ep.token_gate = logit;
   ep.accumulate = true;
-  y[c] = finish(ep, v, c, 0, out);
+  const float value = finish(ep, v, c, 0, out);
+  if constexpr (kStreams)
+    ahead.write(streams, H, c, value);
+  else
+    y[c] = value;
 }
 
-template <typename T, int kG>
+template <typename T, int kG, bool kStreams>
 void launch_shared_down_combine(const float* act, const Weight& down, std::int64_t H,
                                 std::int64_t I, const float* logit, const RoutedCombine& routed,
-                                float* y, cudaStream_t stream) {
-  auto kernel = shared_down_combine_kernel<T, kG, false>;
+                                float* y, const StreamsOut& streams, cudaStream_t stream) {
+  auto kernel = shared_down_combine_kernel<T, kG, false, kStreams>;
   std::size_t smem = 0;
   if constexpr (kStagesX<T, true, kG, 1>) {
     smem = staged_x_launch_bytes<T, true, kG, 1>(I / WeightChunk<T, true>::kN);
-    if (smem) kernel = shared_down_combine_kernel<T, kG, true>;
+    if (smem) kernel = shared_down_combine_kernel<T, kG, true, kStreams>;
   }
   const float* scales =
       down.block_scaled() ? reinterpret_cast<const float*>(down.scales.data) : nullptr;
   const std::int64_t grid_cols = down.block_scaled() ? down.scales.grid_cols(I) : 0;
   launch_overlapped(kernel, grid_for(H * kG, kGemvThreads), kGemvThreads, smem, stream, act,
                     reinterpret_cast<const T*>(down.data), scales, grid_cols, H, I, logit, routed,
-                    y);
+                    y, streams);
 }
 
 // An uploaded, unpacked weight.
@@ -168,16 +179,54 @@ void CudaBackend::moe_block(const Tensor& x, const Weight& router, std::int64_t 
                             const Weight& shared_gate, const Weight& shared_up,
                             const Weight& shared_down, const Weight& shared_expert_gate,
                             Tensor& experts, Tensor& weights, Tensor& y) {
+  moe_block_to(x, router, top_k, normalize, gate_up, down, shared_gate, shared_up, shared_down,
+               shared_expert_gate, experts, weights, &y, nullptr);
+}
+
+void CudaBackend::moe_block_into_streams(const Tensor& x, const Weight& router, std::int64_t top_k,
+                                         bool normalize, const Weight& gate_up, const Weight& down,
+                                         const Weight& shared_gate, const Weight& shared_up,
+                                         const Weight& shared_down,
+                                         const Weight& shared_expert_gate, Tensor& experts,
+                                         Tensor& weights, const StreamsWrite& out) {
+  moe_block_to(x, router, top_k, normalize, gate_up, down, shared_gate, shared_up, shared_down,
+               shared_expert_gate, experts, weights, nullptr, &out);
+}
+
+// y, or (y null) the streams of `into`: the five kernels' last one writes either.
+void CudaBackend::moe_block_to(const Tensor& x, const Weight& router, std::int64_t top_k,
+                               bool normalize, const Weight& gate_up, const Weight& down,
+                               const Weight& shared_gate, const Weight& shared_up,
+                               const Weight& shared_down, const Weight& shared_expert_gate,
+                               Tensor& experts, Tensor& weights, Tensor* y_out,
+                               const StreamsWrite* into) {
   constexpr const char* kOp = "moe_block";
   if (failed()) return;
   const auto sequence = [&] {
-    Backend::moe_block(x, router, top_k, normalize, gate_up, down, shared_gate, shared_up,
-                       shared_down, shared_expert_gate, experts, weights, y);
+    if (y_out != nullptr)
+      Backend::moe_block(x, router, top_k, normalize, gate_up, down, shared_gate, shared_up,
+                         shared_down, shared_expert_gate, experts, weights, *y_out);
+    else
+      Backend::moe_block_into_streams(x, router, top_k, normalize, gate_up, down, shared_gate,
+                                      shared_up, shared_down, shared_expert_gate, experts, weights,
+                                      *into);
   };
-  // One token of f32 activations in device memory.
-  if (!moe_block_enabled() || x.shape().size() != 2 || x.rows() != 1 || x.cols() < 1 ||
-      x.dtype() != DType::kF32 || x.device() != Device::kCuda || x.raw() == nullptr || &y == &x ||
-      &y == &experts || &y == &weights || &experts == &weights)
+  // One token of f32 activations in device memory; the streams (h [1, streams * H] and the gates
+  // [1, streams], f32 on the device) apart from x and the routing (FLASHSERVE_CUDA_FUSED_HC_WRITE=0:
+  // the block to y, then add_scaled_streams).
+  Tensor scratch_y;
+  Tensor& y = y_out != nullptr ? *y_out : scratch_y;
+  const bool streams_ok =
+      into == nullptr ||
+      (env_flag_default_on("FLASHSERVE_CUDA_FUSED_HC_WRITE") && into->h.dtype() == DType::kF32 &&
+       into->h.device() == Device::kCuda && into->h.shape().size() == 2 && into->h.rows() == 1 &&
+       into->inject.dtype() == DType::kF32 && into->inject.device() == Device::kCuda &&
+       into->inject.shape().size() == 2 && into->inject.rows() == 1 && into->inject.cols() >= 1 &&
+       into->h.cols() == into->inject.cols() * x.cols() && &into->h != &x &&
+       &into->h != &experts && &into->h != &weights && into->h.raw() != x.raw());
+  if (!moe_block_enabled() || !streams_ok || x.shape().size() != 2 || x.rows() != 1 ||
+      x.cols() < 1 || x.dtype() != DType::kF32 || x.device() != Device::kCuda ||
+      x.raw() == nullptr || &y == &x || &y == &experts || &y == &weights || &experts == &weights)
     return sequence();
   const auto H = x.cols();
   // route_experts' warp router (cuda_routing.cu): k <= 64, at most 1,024 experts, not the block
@@ -220,11 +269,12 @@ void CudaBackend::moe_block(const Tensor& x, const Weight& router, std::int64_t 
 
   Tensor shared_act, logit;
   if (!ensure(shared_act, {1, Is}) || !ensure(logit, {1, 1})) return;
+  // y itself only when it is the output (the streams take the values otherwise).
   if (!chunked(dtype, shared_act.data(), {&shared_down}, Is)) return sequence();
   Tensor logits;
   linear(x, router, logits);  // the router's GEMV, as route_experts
   if (failed() || !ensure(experts, {1, top_k}, DType::kI32) || !ensure(weights, {1, top_k}) ||
-      !ensure(y, {1, H}))
+      (y_out != nullptr && !ensure(y, {1, H})))
     return;
   // The routed experts' scratch, as moe_experts': the members eagerly, the step's in a graph.
   Tensor& act = scratch(moe_act_);
@@ -300,14 +350,28 @@ void CudaBackend::moe_block(const Tensor& x, const Weight& router, std::int64_t 
   // 5. The shared down, accumulated into the routed combine.
   const RoutedCombine routed{part.data(), experts.data_as<std::int32_t>(), weights.data(),
                              static_cast<int>(top_k), E};
+  const StreamsOut streams =
+      into != nullptr ? StreamsOut{.h = into->h.data(),
+                                   .inject = into->inject.data(),
+                                   .streams = into->inject.cols()}
+                      : StreamsOut{};
   auto down_combine = [&](auto t) {
     using T = decltype(t);
+    const auto launch = [&](auto lanes, auto to_streams) {
+      launch_shared_down_combine<T, decltype(lanes)::value, decltype(to_streams)::value>(
+          shared_act.data(), shared_down, H, Is, logit.data(), routed,
+          y_out != nullptr ? y.data() : nullptr, streams, stream());
+    };
+    const auto by_output = [&](auto lanes) {
+      if (into != nullptr)
+        launch(lanes, std::true_type{});
+      else
+        launch(lanes, std::false_type{});
+    };
     if (gemv_short_rows(down_chunks))
-      launch_shared_down_combine<T, 8>(shared_act.data(), shared_down, H, Is, logit.data(), routed,
-                                       y.data(), stream());
+      by_output(std::integral_constant<int, 8>{});
     else
-      launch_shared_down_combine<T, kWarp>(shared_act.data(), shared_down, H, Is, logit.data(),
-                                           routed, y.data(), stream());
+      by_output(std::integral_constant<int, kWarp>{});
   };
   if (dtype == DType::kF8E4M3)
     down_combine(e4m3_bits{});

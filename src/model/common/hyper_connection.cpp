@@ -10,8 +10,8 @@ void hyper_connection_read(Backend& be, const HyperConnectionWeights& w, const T
                            mixed, inject);
 }
 
-void hyper_connection_write(Backend& be, Tensor& h, const Tensor& y, const Tensor& inject) {
-  be.add_scaled_streams(h, y, inject);
+void project_into_streams(Backend& be, const Tensor& x, const Weight& w, const StreamsWrite& out) {
+  be.linear_into_streams(x, w, out);
 }
 
 }  // namespace fs

@@ -24,7 +24,10 @@ struct HyperConnectionWeights {
 // inject [S, streams] = 2*sigmoid(inject(Xn)/hc) when `inject` is not null.
 void hyper_connection_read(Backend& be, const HyperConnectionWeights& w, const Tensor& h,
                            Tensor& mixed, Tensor* inject);
-// h[:, s] += inject[:, s] * y (h is the un-normalised input of the read).
-void hyper_connection_write(Backend& be, Tensor& h, const Tensor& y, const Tensor& inject);
+// The write, h[:, s] += inject[:, s] * y (h is the un-normalised input of the read), is a
+// StreamsWrite{h, inject} (backend.h) handed to the sublayer: its last op writes its output into
+// the streams (Backend::linear_into_streams, moe_block_into_streams), one kernel on a GPU.
+// y = x · w^T written into the streams.
+void project_into_streams(Backend& be, const Tensor& x, const Weight& w, const StreamsWrite& out);
 
 }  // namespace fs

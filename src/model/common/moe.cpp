@@ -4,13 +4,14 @@
 
 namespace fs {
 
-void moe(Backend& be, const MoeWeights& w, const Tensor& x, Tensor& y) {
-  // The routing (softmax, top-k and the renormalisation, fp32 as Q4M 976), the routed experts and
-  // the gated shared expert in one backend op (its default body is those three ops in order).
+void moe(Backend& be, const MoeWeights& w, const Tensor& x, const StreamsWrite& out) {
+  // The routing (softmax, top-k and the renormalisation, fp32 as Q4M 976), the routed experts,
+  // the gated shared expert and the streams write in one backend op (its default body is those
+  // ops in order).
   Routing routing;
-  be.moe_block(x, w.router, w.top_k, w.norm_topk_prob, w.gate_up, w.down, w.shared_gate_proj,
-               w.shared_up_proj, w.shared_down_proj, w.shared_expert_gate, routing.experts,
-               routing.weights, y);
+  be.moe_block_into_streams(x, w.router, w.top_k, w.norm_topk_prob, w.gate_up, w.down,
+                            w.shared_gate_proj, w.shared_up_proj, w.shared_down_proj,
+                            w.shared_expert_gate, routing.experts, routing.weights, out);
 }
 
 void swiglu_mlp(Backend& be, const SwigluMlpWeights& w, const Tensor& x, Tensor& y) {

@@ -28,8 +28,9 @@ struct MoeWeights {
 
 // y [S, H]: the routing (softmax over the router logits in fp32, top-k, renormalised to sum 1
 // when norm_topk_prob), the routed experts (reading only the routed experts' weights), then the
-// gated shared expert; one backend op (Backend::moe_block).
-void moe(Backend& be, const MoeWeights& w, const Tensor& x, Tensor& y);
+// gated shared expert, written into the hyper-connection streams; one backend op
+// (Backend::moe_block_into_streams).
+void moe(Backend& be, const MoeWeights& w, const Tensor& x, const StreamsWrite& out);
 
 // y = down(silu(min(gate x, L)) * clamp(up x, -L, L)); L = swiglu_limit, 0 for no clamp.
 struct SwigluMlpWeights {

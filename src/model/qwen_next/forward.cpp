@@ -94,18 +94,18 @@ QwenNextModel::~QwenNextModel() = default;
 void QwenNextModel::decoder_layer(const QwenLayerWeights& lw, const LayerCaches& caches,
                                   Position first, std::span<const TokenId> tokens, Tensor& h) {
   auto& be = *backend_;
-  Tensor x, y, inject;
+  Tensor x, inject;
+  // Each sublayer's output y goes into the streams: h = h + concat_s(inject[:, s] * y).
+  const StreamsWrite write{h, inject};
   if (lw.ple) ple_inject(*lw.ple, *caches.ple, tokens, h);
   hyper_connection_read(be, lw.attn_hc, h, x, &inject);
   if (lw.kind == QwenLayerKind::kLinearAttention) {
-    gated_delta_net(*lw.gdn, *caches.gdn, x, y);
+    gated_delta_net(*lw.gdn, *caches.gdn, x, write);
   } else {
-    qsa_attention(*lw.qsa, *caches.qsa, first, x, y);
+    qsa_attention(*lw.qsa, *caches.qsa, first, x, write);
   }
-  hyper_connection_write(be, h, y, inject);
   hyper_connection_read(be, lw.mlp_hc, h, x, &inject);
-  moe(be, lw.moe, x, y);
-  hyper_connection_write(be, h, y, inject);
+  moe(be, lw.moe, x, write);
 }
 
 // PLE (Q4M 1235-1255): hashed n-gram embeddings gate a shared value per stream; a dilated causal
@@ -158,7 +158,7 @@ void QwenNextModel::keep_conv_inputs(const Tensor& tail, const Tensor& inputs,
 
 // GatedDeltaNet (Q4M 510-625).
 void QwenNextModel::gated_delta_net(const GatedDeltaNetWeights& w, GatedDeltaNetCache& cache,
-                                    const Tensor& x, Tensor& y) {
+                                    const Tensor& x, const StreamsWrite& out) {
   auto& be = *backend_;
   const auto S = x.rows(), Hk = config_.linear_num_key_heads, Hv = config_.linear_num_value_heads;
   const auto dk = config_.linear_key_head_dim, dv = config_.linear_value_head_dim;
@@ -188,7 +188,7 @@ void QwenNextModel::gated_delta_net(const GatedDeltaNetWeights& w, GatedDeltaNet
   be.rms_norm_gated(core, w.norm, z, static_cast<float>(config_.rms_norm_eps),
                     gate_activation(config_.output_gate_type), normed);
   normed.reshape({S, value_dim});
-  be.linear(normed, w.out_proj, y);
+  project_into_streams(be, normed, w.out_proj, out);
   cache.covered += S;
 }
 
@@ -222,7 +222,7 @@ void QwenNextModel::qsa_indexer(const QsaWeights& w, QsaCache& cache, Position f
 
 // QSA attention (Q4M 847-901): gated GQA attention over the indexer's selection.
 void QwenNextModel::qsa_attention(const QsaWeights& w, QsaCache& cache, Position first,
-                                  const Tensor& x, Tensor& y) {
+                                  const Tensor& x, const StreamsWrite& out) {
   auto& be = *backend_;
   const auto Hq = config_.num_attention_heads, Hkv = config_.num_key_value_heads,
              D = config_.head_dim;
@@ -243,8 +243,11 @@ void QwenNextModel::qsa_attention(const QsaWeights& w, QsaCache& cache, Position
   be.block_sparse_attention(q, cache.keys, cache.values, Hq, Hkv, picked, cache.block, first,
                             1.0f / std::sqrt(static_cast<float>(D)), o);
   be.mul_activated(o, gate, Activation::kSigmoid);  // the output gate: o * sigmoid(gate)
+  if (w.o_bias.empty()) return project_into_streams(be, o, w.o_proj, out);
+  Tensor y;
   be.linear(o, w.o_proj, y);
-  if (!w.o_bias.empty()) be.add_bias(y, w.o_bias);
+  be.add_bias(y, w.o_bias);
+  be.add_scaled_streams(out.h, y, out.inject);
 }
 
 Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens, LogitsRows rows,

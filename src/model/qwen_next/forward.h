@@ -51,11 +51,12 @@ class QwenNextModel final : public Model {
   // One function per block, named as the reference names them. `h` is [S, hc*H], `x` [S, H].
   void ple_inject(const PleWeights& w, PleCache& cache, std::span<const TokenId> tokens, Tensor& h);
   void keep_conv_inputs(const Tensor& tail, const Tensor& inputs, SpeculationWindow& window);
+  // The sublayers write their output y into the streams (`out`, the hyper-connection write).
   void gated_delta_net(const GatedDeltaNetWeights& w, GatedDeltaNetCache& cache, const Tensor& x,
-                       Tensor& y);
+                       const StreamsWrite& out);
   // Queries are at positions first, first + 1, ...
   void qsa_attention(const QsaWeights& w, QsaCache& cache, Position first, const Tensor& x,
-                     Tensor& y);
+                     const StreamsWrite& out);
   // The indexer's block selection for the current queries (Q4M 693-779), picked [S, budget/c]
   // int32 in backend memory; updates the cache's raw keys and pooled blocks. `qk` is x's index
   // projection (x · index_qk_proj^T, from qsa_projections with the attention's own).
