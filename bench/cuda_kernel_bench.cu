@@ -8,7 +8,7 @@
 // FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION=1). Prints a table and writes JSON; it never passes or fails
 // on time.
 //
-//   cuda_kernel_bench [--json PATH] [--quick] [--fp8 | --quant | --delta | --chain]
+//   cuda_kernel_bench [--json PATH] [--quick] [--fp8 | --quant | --delta | --chain | --forms]
 //
 // --fp8: only the products on block-scaled FP8 E4M3 weights (issue 15) beside their bf16 forms.
 // --quant: only the packed formats (issue 15: FP4 E2M1 + E8M0, Q8_0, Q4_K, Q5_K, Q6_K, Q2_K) in
@@ -18,6 +18,9 @@
 // at the end of a full run).
 // --chain: what bounds a weight-streaming product inside the decode step's chain of kernels
 // (bench_chain below says what each row runs).
+// --forms: the one-token FP8 GEMV in other forms (mma_probe below): the backend's ("fma"), a plain
+// read stream of the same bytes (the floor), a pipelined grid-stride form and a tensor-core form,
+// each with its max relative difference from the backend's output.
 //
 // Timing: each measurement is a CUDA graph of many calls on the backend's stream, replayed 5
 // times (best kept), so launch overhead is that of graph replay, as in a graph-captured decode
@@ -28,6 +31,7 @@
 // nvcc reports discarded [[nodiscard]] class values in the headers (see cuda_backend.h).
 #pragma nv_diag_suppress 2810
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdlib.h>  // setenv, unsetenv
 
@@ -43,6 +47,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_gemv.cuh"
 #include "backend/cuda/cuda_memory.h"
 
 namespace {
@@ -509,6 +514,336 @@ void bench_chain(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t 
   if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
 }
 
+// --- --forms: the one-token FP8 GEMV in other forms, and the read floor --------------------------
+// Why does a one-token FP8 product of 16-42 MB read at 53-73% of the copy bandwidth when the
+// same kernels read 335 MB at 99.6%? Three probes, measured on the H200 in session 18
+// (bench/NOTES.md "Session 18", calls B-D):
+//  - read4 / read8: a plain stream of the product's bytes (16-byte loads, grid-stride, 4 or 8
+//    blocks of 256 a multiprocessor): the floor of any kernel reading them once. It is itself at
+//    70-85% at these sizes (a fixed ~1.7 us a kernel), 100% at 335 MB.
+//  - mma: the tensor cores (mma.sync m16n8k16, f16 in, f32 accumulate): e4m3 pairs converted by
+//    one instruction each, exact in f16; x split into an f16 high part (column 0 of B) and the f16
+//    of the rest (column 1), so a row's dot product is c0 + c1 at ~22 bits of x. Per 256 weights a
+//    warp issues ~6 instructions where the FMA form issues ~24. No faster: the FMA form is not
+//    bound by its instructions.
+//  - pipe: the backend's sums as a pipelined grid-stride loop (each warp issues its next row's
+//    loads before it sums the current row) in 2-4 blocks a multiprocessor: no faster either; the
+//    backend's one-round waves do not lose to a drained memory queue.
+// So the products pay a fixed cost a kernel (~2.9 us against the stream's ~1.7), not a rate: with
+// ~700 kernels a token, those costs are most of the step beyond its bytes (docs/GPU.md, step 14).
+//
+// mma layout: a block takes 16 rows, kWarpsK warps splitting the row's columns (whole 128-column
+// scale blocks each); thread (g = lane / 4, q = lane % 4) loads 16 bytes of rows g and g + 8 a
+// 64-column group and feeds mma step j (of 4) its bytes 4j..4j+3: the k order inside a group is
+// permuted, the same way for x, which a dot product does not see. Each 128 columns' sums are
+// multiplied by their block scale once. x is staged per warp as f16 pairs (no range scaling: the
+// bench's x is within f16's range; a product version would scale x by a power of two).
+namespace mma_probe {
+
+__device__ __forceinline__ unsigned e4m3x2_to_f16x2(unsigned short two) {
+  unsigned h;
+  asm("{\n\t.reg .b16 t;\n\tmov.b16 t, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, t;\n\t}"
+      : "=r"(h)
+      : "h"(two));
+  return h;
+}
+
+__device__ __forceinline__ void mma16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
+                                         unsigned a3, unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint4 load_stream(const std::uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// y[r] = sum over 128-column blocks b of scale[r / 128, b] * (W[r, b] · x[b]), rows a multiple
+// of 16, in / kWarpsK a multiple of 128. Dynamic shared memory: in * 4 bytes.
+template <int kWarpsK, int kR>
+__global__ void __launch_bounds__(32 * kWarpsK)
+    fp8_mma_gemv_kernel(const float* x, const std::uint8_t* w, const float* scales,
+                        std::int64_t grid_cols, float* y, std::int64_t in) {
+  extern __shared__ __half2 xs[];
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const int g = lane / 4, q = lane % 4;
+  const std::int64_t span = in / kWarpsK, c_begin = warp * span;
+  const std::int64_t row0 = blockIdx.x * 16LL + g;
+  const std::uint8_t* w0 = w + row0 * in + c_begin + q * 16;
+  const std::uint8_t* w1 = w0 + 8 * in;
+  const int groups = static_cast<int>(span / 64);
+  // The first round of weights before x (as the backend's kernels issue it before their wait).
+  uint4 a[kR][2];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    if (r < groups) {
+      a[r][0] = load_stream(w0 + r * 64);
+      a[r][1] = load_stream(w1 + r * 64);
+    }
+  }
+  __half2* xh = xs + warp * span;  // span / 2 pairs of the f16 high parts, then the rest's
+  __half2* xl = xh + span / 2;
+  for (std::int64_t p = lane; p < span / 2; p += 32) {
+    const float2 v = *reinterpret_cast<const float2*>(x + c_begin + 2 * p);
+    const __half2 h = __floats2half2_rn(v.x, v.y);
+    const float2 hf = __half22float2(h);
+    xh[p] = h;
+    xl[p] = __floats2half2_rn(v.x - hf.x, v.y - hf.y);
+  }
+  __syncwarp();
+  const __half2* xsrc = g == 0 ? xh : xl;
+  const float* srow = scales + (row0 / 128) * grid_cols + c_begin / 128;
+  float tot[4] = {}, blk[4] = {};
+  for (int G0 = 0; G0 < groups; G0 += kR) {
+    uint4 nxt[kR][2];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      if (G0 + kR + r < groups) {
+        nxt[r][0] = load_stream(w0 + (G0 + kR + r) * 64);
+        nxt[r][1] = load_stream(w1 + (G0 + kR + r) * 64);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const int G = G0 + r;
+      if (G >= groups) break;
+      const unsigned A0[4] = {a[r][0].x, a[r][0].y, a[r][0].z, a[r][0].w};
+      const unsigned A1[4] = {a[r][1].x, a[r][1].y, a[r][1].z, a[r][1].w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        unsigned b0 = 0, b1 = 0;
+        if (g < 2) {
+          const uint2 bb = *reinterpret_cast<const uint2*>(xsrc + (G * 64 + q * 16 + 4 * j) / 2);
+          b0 = bb.x;
+          b1 = bb.y;
+        }
+        mma16816(blk, e4m3x2_to_f16x2(static_cast<unsigned short>(A0[j] & 0xffffu)),
+                 e4m3x2_to_f16x2(static_cast<unsigned short>(A1[j] & 0xffffu)),
+                 e4m3x2_to_f16x2(static_cast<unsigned short>(A0[j] >> 16)),
+                 e4m3x2_to_f16x2(static_cast<unsigned short>(A1[j] >> 16)), b0, b1);
+      }
+      if (G % 2 == 1) {
+        const float sc = __ldg(srow + G / 2);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          tot[i] = fmaf(blk[i], sc, tot[i]);
+          blk[i] = 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      a[r][0] = nxt[r][0];
+      a[r][1] = nxt[r][1];
+    }
+  }
+  __shared__ float part[kWarpsK][16];
+  if (q == 0) {
+    part[warp][g] = tot[0] + tot[1];
+    part[warp][g + 8] = tot[2] + tot[3];
+  }
+  __syncthreads();
+  if (threadIdx.x < 16) {
+    float v = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kWarpsK; ++k) v += part[k][threadIdx.x];
+    y[blockIdx.x * 16LL + threadIdx.x] = v;
+  }
+}
+
+// Random bytes that happen to be e4m3 NaN (S.1111.111) become the largest finite value.
+__global__ void no_nan_kernel(std::uint8_t* w, std::size_t n) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    if ((w[i] & 0x7f) == 0x7f) w[i] ^= 1;
+}
+
+template <int kWarpsK, int kR>
+void launch(const float* x, const std::uint8_t* w, const float* scales, std::int64_t grid_cols,
+            float* y, std::int64_t in, std::int64_t out, cudaStream_t s) {
+  const auto smem = static_cast<std::size_t>(in) * 4;
+  static bool opted = false;
+  if (!opted) {
+    cudaFuncSetAttribute(fp8_mma_gemv_kernel<kWarpsK, kR>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024);
+    opted = true;
+  }
+  fp8_mma_gemv_kernel<kWarpsK, kR>
+      <<<static_cast<unsigned>(out / 16), 32 * kWarpsK, smem, s>>>(x, w, scales, grid_cols, y, in);
+}
+
+// The backend's one-token FP8 GEMV (a warp a row, chunks in the lanes' order, the block scale
+// deferred to each chunk's sum) as a pipelined grid-stride loop: kBlocksPerSm blocks of 8 warps a
+// multiprocessor, each warp walking rows r, r + all warps, ... and issuing the next row's loads
+// before it sums the current one. The backend's kernels give each warp one or two rows, all
+// their loads in one round, in 3+ waves of blocks; between waves the memory queue drains. Here it
+// should not, until the last row. The same sums as the backend's kernel of one row a warp, so
+// maxdiff should be 0 where it takes warp-wide rows.
+template <int kU, int kBlocksPerSm>
+__global__ void __launch_bounds__(256, kBlocksPerSm)
+    pipe_fp8_gemv_kernel(const float* x, const std::uint8_t* w, const float* scales,
+                         std::int64_t grid_cols, float* y, std::int64_t in, std::int64_t out) {
+  using C = fs::cuda::WeightChunk<fs::cuda::e4m3_bits, true>;
+  using L = fs::cuda::StagedX<C::kN, 32>;
+  constexpr int kN = C::kN;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const std::int64_t chunks = in / kN, warps = gridDim.x * 8LL;
+  std::int64_t r = blockIdx.x * 8LL + threadIdx.x / 32;
+  uint4 cur[kU];
+  float sc[kU];
+  const auto load = [&](std::int64_t row, uint4(&raw)[kU], float(&scale)[kU]) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const std::int64_t c = lane + 32LL * u;
+      const bool live = row < out && c < chunks;
+      raw[u] = live ? fs::cuda::load_streaming(w + row * in + c * kN) : uint4{};
+      scale[u] = live ? __ldg(scales + (row / 128) * grid_cols + c * kN / 128) : 0.0f;
+    }
+  };
+  load(r, cur, sc);
+  fs::cuda::stage_x<kN, 32, 1>(x, 0, chunks);
+  for (; r < out; r += warps) {
+    uint4 nxt[kU];
+    float nsc[kU];
+    load(r + warps, nxt, nsc);
+    float acc = 0.0f;
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const std::int64_t c = lane + 32LL * u;
+      if (c >= chunks) break;
+      float d = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kN / 4; ++i) {
+        float w4[4];
+        C::widen_word(cur[u], i, w4);
+        const float4 v = fs::cuda::staged_x[L::at(c, i)];
+        d = fmaf(w4[0], v.x, d);
+        d = fmaf(w4[1], v.y, d);
+        d = fmaf(w4[2], v.z, d);
+        d = fmaf(w4[3], v.w, d);
+      }
+      acc = fmaf(d, sc[u], acc);
+    }
+    acc = fs::cuda::group_sum<32>(acc);
+    if (lane == 0) y[r] = acc;
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      cur[u] = nxt[u];
+      sc[u] = nsc[u];
+    }
+  }
+}
+
+template <int kU, int kBlocksPerSm>
+void launch_pipe(const float* x, const std::uint8_t* w, const float* scales, std::int64_t grid_cols,
+                 float* y, std::int64_t in, std::int64_t out, cudaStream_t s) {
+  using L = fs::cuda::StagedX<16, 32>;
+  const auto smem = static_cast<std::size_t>(L::token_words(in / 16)) * sizeof(float4);
+  static bool opted = false;
+  if (!opted) {
+    cudaFuncSetAttribute(pipe_fp8_gemv_kernel<kU, kBlocksPerSm>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024);
+    opted = true;
+  }
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  pipe_fp8_gemv_kernel<kU, kBlocksPerSm>
+      <<<static_cast<unsigned>(sms * kBlocksPerSm), 256, smem, s>>>(x, w, scales, grid_cols, y, in,
+                                                                    out);
+}
+
+// A read-only stream over `bytes` (16-byte loads, grid-stride, an xor kept so nothing is
+// dropped): the floor of what any kernel reading that many weights once can take, against which
+// the GEMVs' times are read.
+__global__ void read_kernel(const uint4* p, std::size_t n, unsigned* sink) {
+  unsigned v = 0;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const uint4 a = fs::cuda::load_streaming(p + i);
+    v ^= a.x ^ a.y ^ a.z ^ a.w;
+  }
+  if (v == 0x9e3779b9u) *sink = v;
+}
+
+}  // namespace mma_probe
+
+// The backend's FP8 GEMV (one token, cold weights) beside the tensor-core probe above in a few
+// splits of the columns, each compared with the backend's output (max |diff| / max |y|).
+void bench_mma(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t out,
+               const std::string& name, std::vector<Row>& rows) {
+  const double wbytes =
+      static_cast<double>(in * out) + static_cast<double>(blocks(in) * blocks(out)) * 4;
+  auto w = make_fp8(1, out, in, std::size_t{1} << 30, s, 23);
+  mma_probe::no_nan_kernel<<<4096, 256, 0, s>>>(static_cast<std::uint8_t*>(w.codes.get()),
+                                                w.code_stride * static_cast<std::size_t>(w.copies));
+  const int n = std::max(w.copies, 16);
+  fs::Tensor x = be.new_tensor({1, in});
+  fill(x.raw(), static_cast<std::size_t>(in), false, 1.0f, 99, s);
+  fs::Tensor y;
+  const std::string shape = std::to_string(in) + "->" + std::to_string(out) + " fp8";
+  const double t = time_calls(s, n, [&](int i) {
+    be.linear(x, w.view(i % w.copies, {out, in}), y);
+  });
+  rows.push_back({name, shape, "fma", 1, wbytes, t, 0});
+  be.linear(x, w.view(0, {out, in}), y);
+  auto ym = device_alloc(static_cast<std::size_t>(out) * 4);
+  const auto grid_cols = blocks(in);
+  const auto probe = [&](const char* impl, auto kernel_launch) {
+    const double tm = time_calls(s, n, [&](int i) {
+      const auto v = w.view(i % w.copies, {out, in});
+      kernel_launch(x.data(), v.data, reinterpret_cast<const float*>(v.scales.data), grid_cols,
+                    static_cast<float*>(ym.get()), in, out, s);
+    });
+    const auto v = w.view(0, {out, in});
+    kernel_launch(x.data(), v.data, reinterpret_cast<const float*>(v.scales.data), grid_cols,
+                  static_cast<float*>(ym.get()), in, out, s);
+    cudaStreamSynchronize(s);
+    const auto err = cudaGetLastError();
+    if (err != cudaSuccess) std::fprintf(stderr, "mma %s: %s\n", impl, cudaGetErrorString(err));
+    rows.push_back(
+        {name, shape, impl, 1, wbytes, tm,
+         max_rel_diff(y, static_cast<const float*>(ym.get()), static_cast<std::size_t>(out))});
+  };
+  {
+    // The same bytes read by a plain stream (the rows' codes only), a different copy each call.
+    auto sink = device_alloc(4);
+    const auto n16 = static_cast<std::size_t>(in * out) / 16;
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    for (const int per_sm : {4, 8}) {
+      const double tr = time_calls(s, n, [&](int i) {
+        mma_probe::read_kernel<<<sms * per_sm, 256, 0, s>>>(
+            reinterpret_cast<const uint4*>(w.view(i % w.copies, {out, in}).data), n16,
+            static_cast<unsigned*>(sink.get()));
+      });
+      rows.push_back(
+          {name, shape, per_sm == 4 ? "read4" : "read8", 1, static_cast<double>(in * out), tr, 0});
+    }
+  }
+  if (in == 2560) {
+    probe("pipe2", mma_probe::launch_pipe<5, 2>);
+    probe("pipe3", mma_probe::launch_pipe<5, 3>);
+    probe("pipe4", mma_probe::launch_pipe<5, 4>);
+  } else if (in == 6144) {
+    probe("pipe2", mma_probe::launch_pipe<12, 2>);
+    probe("pipe3", mma_probe::launch_pipe<12, 3>);
+  }
+  if ((in / 4) % 128 == 0) {
+    probe("mma4r2", mma_probe::launch<4, 2>);
+    probe("mma4r4", mma_probe::launch<4, 4>);
+  }
+  if ((in / 8) % 128 == 0) probe("mma8r2", mma_probe::launch<8, 2>);
+  if ((in / 2) % 128 == 0) probe("mma2r4", mma_probe::launch<2, 4>);
+  if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
+}
+
 void bench_moe_fp8(fs::Backend& be, cudaStream_t s, std::vector<Row>& rows, bool quick) {
   constexpr std::int64_t E = 512, K = 10, H = 2560, I = 640;
   auto gate_up = make_fp8(E, 2 * I, H, 0, s, 31);
@@ -840,7 +1175,8 @@ void print_delta(const std::vector<DeltaRow>& rows) {
 
 int main(int argc, char** argv) {
   std::string json_path;
-  bool quick = false, fp8_only = false, quant_only = false, delta_only = false, chain_only = false;
+  bool quick = false, fp8_only = false, quant_only = false, delta_only = false, chain_only = false,
+       forms_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     if (!std::strcmp(argv[i], "--quick")) quick = true;
@@ -848,6 +1184,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--quant")) quant_only = true;
     if (!std::strcmp(argv[i], "--delta")) delta_only = true;
     if (!std::strcmp(argv[i], "--chain")) chain_only = true;
+    if (!std::strcmp(argv[i], "--forms")) forms_only = true;
   }
   auto made = fs::make_cuda_backend();
   if (!made.ok()) {
@@ -890,7 +1227,15 @@ int main(int argc, char** argv) {
                                 {"gdn_ba", 2560, 48},           {"router", 2560, 512},
                                 {"shared_gate_up", 2560, 1280}, {"shared_down", 640, 2560},
                                 {"o_proj", 6144, 2560},         {"lm_head", 2560, 248320}};
-  if (chain_only) {
+  if (forms_only) {
+    // The FP8 products of the decode step: GDN qkv, the whole GDN input projection, the
+    // out-projections, the QSA query/gate product.
+    bench_mma(be, s, 2560, 131072, "read_335MB", rows);
+    bench_mma(be, s, 2560, 10240, "gdn_qkv", rows);
+    bench_mma(be, s, 2560, 16480 / 16 * 16, "gdn_in_proj", rows);
+    bench_mma(be, s, 6144, 2560, "o_proj", rows);
+    bench_mma(be, s, 2560, 12288, "attn_q_gate", rows);
+  } else if (chain_only) {
     // The GDN input projection's qkv part and all of it (qkv, z, b, a), the out-projection.
     bench_chain(be, s, 2560, 10240, true, "gdn_qkv", rows);
     bench_chain(be, s, 2560, 16480, true, "gdn_in_proj", rows);

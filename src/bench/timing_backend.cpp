@@ -11,9 +11,9 @@ void TimingBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
   run(g, [&](Backend& be) { be.linear(x, w, y); });
   detail_.clear();
 }
-void TimingBackend::linear_into_streams(const Tensor& x, const Weight& w,
-                                        const StreamsWrite& out) {
-  if (!keys_ops()) return run(OpGroup::kLinear, [&](Backend& be) { be.linear_into_streams(x, w, out); });
+void TimingBackend::linear_into_streams(const Tensor& x, const Weight& w, const StreamsWrite& out) {
+  if (!keys_ops())
+    return run(OpGroup::kLinear, [&](Backend& be) { be.linear_into_streams(x, w, out); });
   detail_ = std::to_string(w.rows()) + "x" + std::to_string(w.cols()) +
             (w.block_scaled() ? ",scaled" : "");
   run(OpGroup::kLinear, [&](Backend& be) { be.linear_into_streams(x, w, out); });
@@ -231,11 +231,13 @@ void TimingBackend::moe_block(const Tensor& x, const Weight& router, std::int64_
                  shared_expert_gate, experts, weights, y);
   });
 }
-void TimingBackend::moe_block_into_streams(
-    const Tensor& x, const Weight& router, std::int64_t top_k, bool normalize,
-    const Weight& gate_up, const Weight& down, const Weight& shared_gate, const Weight& shared_up,
-    const Weight& shared_down, const Weight& shared_expert_gate, Tensor& experts, Tensor& weights,
-    const StreamsWrite& out) {
+void TimingBackend::moe_block_into_streams(const Tensor& x, const Weight& router,
+                                           std::int64_t top_k, bool normalize,
+                                           const Weight& gate_up, const Weight& down,
+                                           const Weight& shared_gate, const Weight& shared_up,
+                                           const Weight& shared_down,
+                                           const Weight& shared_expert_gate, Tensor& experts,
+                                           Tensor& weights, const StreamsWrite& out) {
   run(OpGroup::kExperts, [&](Backend& be) {
     be.moe_block_into_streams(x, router, top_k, normalize, gate_up, down, shared_gate, shared_up,
                               shared_down, shared_expert_gate, experts, weights, out);

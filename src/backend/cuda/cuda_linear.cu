@@ -155,14 +155,18 @@ void gemv_rows(const float* x, const T* w, GemvScales sc, const GemvOut& y, std:
   }
   if (short_rows) {
     if (many_rows)
-      launch_gemv<T, kVec, kS, kWide, 8, kDefaultChunksInFlight<kWide>, false, kStreams>(x, w, sc, y, in, out, stream);
+      launch_gemv<T, kVec, kS, kWide, 8, kDefaultChunksInFlight<kWide>, false, kStreams>(
+          x, w, sc, y, in, out, stream);
     else
-      launch_gemv<T, kVec, kS, 1, 8, kDefaultChunksInFlight<1>, false, kStreams>(x, w, sc, y, in, out, stream);
+      launch_gemv<T, kVec, kS, 1, 8, kDefaultChunksInFlight<1>, false, kStreams>(x, w, sc, y, in,
+                                                                                 out, stream);
   } else {
     if (many_rows)
-      launch_gemv<T, kVec, kS, kWide, kWarp, kDefaultChunksInFlight<kWide>, false, kStreams>(x, w, sc, y, in, out, stream);
+      launch_gemv<T, kVec, kS, kWide, kWarp, kDefaultChunksInFlight<kWide>, false, kStreams>(
+          x, w, sc, y, in, out, stream);
     else
-      launch_gemv<T, kVec, kS, 1, kWarp, kDefaultChunksInFlight<1>, false, kStreams>(x, w, sc, y, in, out, stream);
+      launch_gemv<T, kVec, kS, 1, kWarp, kDefaultChunksInFlight<1>, false, kStreams>(
+          x, w, sc, y, in, out, stream);
   }
 }
 
@@ -336,18 +340,19 @@ void CudaBackend::linear_into_streams(const Tensor& x, const Weight& w, const St
   const auto S = x.rows(), rows = w.rows(), in = w.cols();
   const auto streams = inject.cols();
   const bool dtype_ok =
-      w.dtype == DType::kF8E4M3 ? fp8_matrix(w)
-                                : (!w.block_scaled() && (w.dtype == DType::kF32 || w.dtype == DType::kBF16));
+      w.dtype == DType::kF8E4M3
+          ? fp8_matrix(w)
+          : (!w.block_scaled() && (w.dtype == DType::kF32 || w.dtype == DType::kBF16));
   const bool take =
       env_flag_default_on("FLASHSERVE_CUDA_FUSED_HC_WRITE") && w.device == Device::kCuda &&
       w.data != nullptr && !w.is_packed() && w.shape.size() == 2 && dtype_ok &&
-      x.shape().size() == 2 && x.dtype() == DType::kF32 && x.device() == Device::kCuda &&
-      S >= 1 && S <= kStreamsRows && x.cols() == in && in > 0 && rows > 0 &&
-      h.dtype() == DType::kF32 && h.device() == Device::kCuda && h.shape().size() == 2 &&
-      h.rows() == S && inject.dtype() == DType::kF32 && inject.device() == Device::kCuda &&
+      x.shape().size() == 2 && x.dtype() == DType::kF32 && x.device() == Device::kCuda && S >= 1 &&
+      S <= kStreamsRows && x.cols() == in && in > 0 && rows > 0 && h.dtype() == DType::kF32 &&
+      h.device() == Device::kCuda && h.shape().size() == 2 && h.rows() == S &&
+      inject.dtype() == DType::kF32 && inject.device() == Device::kCuda &&
       inject.shape().size() == 2 && inject.rows() == S && streams >= 1 &&
       h.cols() == streams * rows && h.raw() != x.raw() && inject.raw() != h.raw() &&
-      (w.dtype == DType::kF8E4M3   ? vec_ok<e4m3_bits>(x.data(), w.data, in)
+      (w.dtype == DType::kF8E4M3 ? vec_ok<e4m3_bits>(x.data(), w.data, in)
        : w.dtype == DType::kBF16 ? vec_ok<bf16_bits>(x.data(), w.data, in)
                                  : vec_ok<float>(x.data(), w.data, in));
   if (!take) return sequence();
@@ -361,8 +366,7 @@ void CudaBackend::linear_into_streams(const Tensor& x, const Weight& w, const St
     gemv_into_streams(S, x.data(), reinterpret_cast<const bf16_bits*>(w.data), o, in, rows,
                       stream());
   } else {
-    gemv_into_streams(S, x.data(), reinterpret_cast<const float*>(w.data), o, in, rows,
-                      stream());
+    gemv_into_streams(S, x.data(), reinterpret_cast<const float*>(w.data), o, in, rows, stream());
   }
   launched(kOp);
 }

@@ -212,8 +212,8 @@ void CudaBackend::moe_block_to(const Tensor& x, const Weight& router, std::int64
                                       *into);
   };
   // One token of f32 activations in device memory; the streams (h [1, streams * H] and the gates
-  // [1, streams], f32 on the device) apart from x and the routing (FLASHSERVE_CUDA_FUSED_HC_WRITE=0:
-  // the block to y, then add_scaled_streams).
+  // [1, streams], f32 on the device) apart from x and the routing
+  // (FLASHSERVE_CUDA_FUSED_HC_WRITE=0: the block to y, then add_scaled_streams).
   Tensor scratch_y;
   Tensor& y = y_out != nullptr ? *y_out : scratch_y;
   const bool streams_ok =
@@ -222,8 +222,8 @@ void CudaBackend::moe_block_to(const Tensor& x, const Weight& router, std::int64
        into->h.device() == Device::kCuda && into->h.shape().size() == 2 && into->h.rows() == 1 &&
        into->inject.dtype() == DType::kF32 && into->inject.device() == Device::kCuda &&
        into->inject.shape().size() == 2 && into->inject.rows() == 1 && into->inject.cols() >= 1 &&
-       into->h.cols() == into->inject.cols() * x.cols() && &into->h != &x &&
-       &into->h != &experts && &into->h != &weights && into->h.raw() != x.raw());
+       into->h.cols() == into->inject.cols() * x.cols() && &into->h != &x && &into->h != &experts &&
+       &into->h != &weights && into->h.raw() != x.raw());
   if (!moe_block_enabled() || !streams_ok || x.shape().size() != 2 || x.rows() != 1 ||
       x.cols() < 1 || x.dtype() != DType::kF32 || x.device() != Device::kCuda ||
       x.raw() == nullptr || &y == &x || &y == &experts || &y == &weights || &experts == &weights)
@@ -350,11 +350,10 @@ void CudaBackend::moe_block_to(const Tensor& x, const Weight& router, std::int64
   // 5. The shared down, accumulated into the routed combine.
   const RoutedCombine routed{part.data(), experts.data_as<std::int32_t>(), weights.data(),
                              static_cast<int>(top_k), E};
-  const StreamsOut streams =
-      into != nullptr ? StreamsOut{.h = into->h.data(),
-                                   .inject = into->inject.data(),
-                                   .streams = into->inject.cols()}
-                      : StreamsOut{};
+  const StreamsOut streams = into != nullptr ? StreamsOut{.h = into->h.data(),
+                                                          .inject = into->inject.data(),
+                                                          .streams = into->inject.cols()}
+                                             : StreamsOut{};
   auto down_combine = [&](auto t) {
     using T = decltype(t);
     const auto launch = [&](auto lanes, auto to_streams) {
