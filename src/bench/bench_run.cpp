@@ -356,6 +356,17 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
       const auto& st = r->result.stats;
       std::int64_t drafted = 0, accepted = 0;
       for (int k = 0; k < d; ++k) drafted += st.drafted[k], accepted += st.accepted[k];
+      // The per-draft rate the drafter forces: a draft at position k is reached when the k before
+      // it were accepted (accepted / drafted over all positions is lower at depth > 1, since a
+      // round drafts every position and stops accepting at its first miss). null: never reached.
+      auto given_reached = nlohmann::json::array();
+      for (int k = 0; k < d; ++k) {
+        const std::int64_t reached =
+            k == 0 ? st.drafted[0] : std::min(st.accepted[k - 1], st.drafted[k]);
+        given_reached.push_back(reached > 0
+                                    ? nlohmann::json(static_cast<double>(st.accepted[k]) / reached)
+                                    : nlohmann::json(nullptr));
+      }
       const auto& got = r->result.tokens;
       const bool exact = std::equal(got.begin(), got.end(), ref.begin());
       const double tps = static_cast<double>(got.size()) / r->seconds;
@@ -369,6 +380,7 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
            {"drafted", drafted},
            {"accepted", accepted},
            {"measured_accept", drafted ? static_cast<double>(accepted) / drafted : 0.0},
+           {"accept_given_reached", given_reached},
            {"speedup_vs_autoregressive", tps / ar_tps},
            {"equals_autoregressive", exact},
            // A round's halves (GenerateStats), against the autoregressive step's time.

@@ -102,6 +102,8 @@ TEST(BenchRun, TinyCpuRunReportsEveryFigure) {
       EXPECT_TRUE(m["equals_autoregressive"].get<bool>()) << "depth " << depth;
       EXPECT_EQ(m["tokens"], 6);
       EXPECT_DOUBLE_EQ(m["measured_accept"].get<double>(), 1.0);
+      ASSERT_EQ(m["accept_given_reached"].size(), static_cast<std::size_t>(depth));
+      for (const auto& a : m["accept_given_reached"]) EXPECT_DOUBLE_EQ(a.get<double>(), 1.0);
       EXPECT_GE(m["tokens_per_round"].get<double>(), (6.0) / ((6 + depth) / (depth + 1)));
       // A round's halves are timed, and together take less than the whole run's time a round.
       const double draft = m["draft_ms_per_round"], verify = m["verify_ms_per_round"];
@@ -136,6 +138,11 @@ TEST(BenchRun, ForcedAcceptanceZeroKeepsNoDraftAndStaysExact) {
   for (const auto& m : (*r)["decode"][0]["modes"]) {
     if (m["depth"] == 0) continue;
     EXPECT_EQ(m["accepted"], 0);
+    // The first position is reached every round and never accepted; later ones never reached.
+    const auto& given = m["accept_given_reached"];
+    ASSERT_EQ(given.size(), m["depth"].get<std::size_t>());
+    EXPECT_DOUBLE_EQ(given[0].get<double>(), 0.0);
+    for (std::size_t k = 1; k < given.size(); ++k) EXPECT_TRUE(given[k].is_null()) << k;
     EXPECT_TRUE(m["equals_autoregressive"].get<bool>());
     EXPECT_DOUBLE_EQ(m["tokens_per_round"].get<double>(), 1.0);
   }
