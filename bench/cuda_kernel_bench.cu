@@ -18,9 +18,9 @@
 // at the end of a full run).
 // --chain: what bounds a weight-streaming product inside the decode step's chain of kernels
 // (bench_chain below says what each row runs).
-// --forms: the one-token FP8 GEMV in other forms (mma_probe below): the backend's ("fma"), a plain
-// read stream of the same bytes (the floor), a pipelined grid-stride form and a tensor-core form,
-// each with its max relative difference from the backend's output.
+// --forms: the one-token FP8 GEMV in other forms (namespace forms below): the backend's ("fma"), a
+// plain read stream of the same bytes (the floor), a pipelined grid-stride form and a tensor-core
+// form, each with its max relative difference from the backend's output.
 //
 // Timing: each measurement is a CUDA graph of many calls on the backend's stream, replayed 5
 // times (best kept), so launch overhead is that of graph replay, as in a graph-captured decode
@@ -538,7 +538,7 @@ void bench_chain(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t 
 // permuted, the same way for x, which a dot product does not see. Each 128 columns' sums are
 // multiplied by their block scale once. x is staged per warp as f16 pairs (no range scaling: the
 // bench's x is within f16's range; a product version would scale x by a power of two).
-namespace mma_probe {
+namespace forms {
 
 __device__ __forceinline__ unsigned e4m3x2_to_f16x2(unsigned short two) {
   unsigned h;
@@ -772,17 +772,17 @@ __global__ void read_kernel(const uint4* p, std::size_t n, unsigned* sink) {
   if (v == 0x9e3779b9u) *sink = v;
 }
 
-}  // namespace mma_probe
+}  // namespace forms
 
 // The backend's FP8 GEMV (one token, cold weights) beside the tensor-core probe above in a few
 // splits of the columns, each compared with the backend's output (max |diff| / max |y|).
-void bench_mma(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t out,
-               const std::string& name, std::vector<Row>& rows) {
+void bench_forms(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t out,
+                 const std::string& name, std::vector<Row>& rows) {
   const double wbytes =
       static_cast<double>(in * out) + static_cast<double>(blocks(in) * blocks(out)) * 4;
   auto w = make_fp8(1, out, in, std::size_t{1} << 30, s, 23);
-  mma_probe::no_nan_kernel<<<4096, 256, 0, s>>>(static_cast<std::uint8_t*>(w.codes.get()),
-                                                w.code_stride * static_cast<std::size_t>(w.copies));
+  forms::no_nan_kernel<<<4096, 256, 0, s>>>(static_cast<std::uint8_t*>(w.codes.get()),
+                                            w.code_stride * static_cast<std::size_t>(w.copies));
   const int n = std::max(w.copies, 16);
   fs::Tensor x = be.new_tensor({1, in});
   fill(x.raw(), static_cast<std::size_t>(in), false, 1.0f, 99, s);
@@ -819,7 +819,7 @@ void bench_mma(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t ou
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     for (const int per_sm : {4, 8}) {
       const double tr = time_calls(s, n, [&](int i) {
-        mma_probe::read_kernel<<<sms * per_sm, 256, 0, s>>>(
+        forms::read_kernel<<<sms * per_sm, 256, 0, s>>>(
             reinterpret_cast<const uint4*>(w.view(i % w.copies, {out, in}).data), n16,
             static_cast<unsigned*>(sink.get()));
       });
@@ -828,19 +828,19 @@ void bench_mma(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t ou
     }
   }
   if (in == 2560) {
-    probe("pipe2", mma_probe::launch_pipe<5, 2>);
-    probe("pipe3", mma_probe::launch_pipe<5, 3>);
-    probe("pipe4", mma_probe::launch_pipe<5, 4>);
+    probe("pipe2", forms::launch_pipe<5, 2>);
+    probe("pipe3", forms::launch_pipe<5, 3>);
+    probe("pipe4", forms::launch_pipe<5, 4>);
   } else if (in == 6144) {
-    probe("pipe2", mma_probe::launch_pipe<12, 2>);
-    probe("pipe3", mma_probe::launch_pipe<12, 3>);
+    probe("pipe2", forms::launch_pipe<12, 2>);
+    probe("pipe3", forms::launch_pipe<12, 3>);
   }
   if ((in / 4) % 128 == 0) {
-    probe("mma4r2", mma_probe::launch<4, 2>);
-    probe("mma4r4", mma_probe::launch<4, 4>);
+    probe("mma4r2", forms::launch<4, 2>);
+    probe("mma4r4", forms::launch<4, 4>);
   }
-  if ((in / 8) % 128 == 0) probe("mma8r2", mma_probe::launch<8, 2>);
-  if ((in / 2) % 128 == 0) probe("mma2r4", mma_probe::launch<2, 4>);
+  if ((in / 8) % 128 == 0) probe("mma8r2", forms::launch<8, 2>);
+  if ((in / 2) % 128 == 0) probe("mma2r4", forms::launch<2, 4>);
   if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
 }
 
@@ -1230,11 +1230,11 @@ int main(int argc, char** argv) {
   if (forms_only) {
     // The FP8 products of the decode step: GDN qkv, the whole GDN input projection, the
     // out-projections, the QSA query/gate product.
-    bench_mma(be, s, 2560, 131072, "read_335MB", rows);
-    bench_mma(be, s, 2560, 10240, "gdn_qkv", rows);
-    bench_mma(be, s, 2560, 16480 / 16 * 16, "gdn_in_proj", rows);
-    bench_mma(be, s, 6144, 2560, "o_proj", rows);
-    bench_mma(be, s, 2560, 12288, "attn_q_gate", rows);
+    bench_forms(be, s, 2560, 131072, "read_335MB", rows);
+    bench_forms(be, s, 2560, 10240, "gdn_qkv", rows);
+    bench_forms(be, s, 2560, 16480 / 16 * 16, "gdn_in_proj", rows);
+    bench_forms(be, s, 6144, 2560, "o_proj", rows);
+    bench_forms(be, s, 2560, 12288, "attn_q_gate", rows);
   } else if (chain_only) {
     // The GDN input projection's qkv part and all of it (qkv, z, b, a), the out-projection.
     bench_chain(be, s, 2560, 10240, true, "gdn_qkv", rows);

@@ -4,20 +4,10 @@ namespace fs::bench {
 
 void TimingBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
   const auto g = w.rows() == vocab_ ? OpGroup::kLmHead : OpGroup::kLinear;
-  // Keyed by the weight's [rows x cols] (and whether block-scaled) for --marginal-ops.
-  if (!keys_ops()) return run(g, [&](Backend& be) { be.linear(x, w, y); });
-  detail_ = std::to_string(w.rows()) + "x" + std::to_string(w.cols()) +
-            (w.block_scaled() ? ",scaled" : "");
-  run(g, [&](Backend& be) { be.linear(x, w, y); });
-  detail_.clear();
+  run_keyed(g, w, [&](Backend& be) { be.linear(x, w, y); });
 }
 void TimingBackend::linear_into_streams(const Tensor& x, const Weight& w, const StreamsWrite& out) {
-  if (!keys_ops())
-    return run(OpGroup::kLinear, [&](Backend& be) { be.linear_into_streams(x, w, out); });
-  detail_ = std::to_string(w.rows()) + "x" + std::to_string(w.cols()) +
-            (w.block_scaled() ? ",scaled" : "");
-  run(OpGroup::kLinear, [&](Backend& be) { be.linear_into_streams(x, w, out); });
-  detail_.clear();
+  run_keyed(OpGroup::kLinear, w, [&](Backend& be) { be.linear_into_streams(x, w, out); });
 }
 void TimingBackend::add_bias(Tensor& y, const Weight& bias) {
   run(OpGroup::kLinear, [&](Backend& be) { be.add_bias(y, bias); });

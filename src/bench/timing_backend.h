@@ -197,6 +197,17 @@ class TimingBackend final : public Backend {
     f.remove_prefix(at + kClass.size());
     return f.substr(0, f.find('('));
   }
+  // run, the op keyed by its weight's [rows x cols] (and whether block-scaled) for --marginal-ops
+  // (the out-projections apart from the lm_head and the PLE's products).
+  template <typename F>
+  void run_keyed(OpGroup g, const Weight& w, F&& fn,
+                 const std::source_location where = std::source_location::current()) {
+    if (!keys_ops()) return run(g, std::forward<F>(fn), true, where);
+    detail_ = std::to_string(w.rows()) + "x" + std::to_string(w.cols()) +
+              (w.block_scaled() ? ",scaled" : "");
+    run(g, std::forward<F>(fn), true, where);
+    detail_.clear();
+  }
   template <typename F>
   void run(OpGroup g, F&& fn, bool may_run_dry = true,
            const std::source_location where = std::source_location::current()) {

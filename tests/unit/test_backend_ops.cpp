@@ -326,13 +326,21 @@ struct MoeBlockInputs {
 
   // {experts, weights, y} of moe_block on f's backend, or of its sequence (route_experts,
   // moe_experts, shared_expert) when `sequence`.
+  // The block's weights on f's backend.
+  struct Uploaded {
+    Weight r, eg, gu, dn, sg, su, sd;
+  };
+  Uploaded upload(const Feed& f) const {
+    return {f.w(*router),
+            f.w(*shared_expert_gate),
+            c.fp8 ? f.w(*gate_up8) : f.w(*gate_up),
+            c.fp8 ? f.w(*down8) : f.w(*down),
+            c.fp8 ? f.w(*gate8) : f.w(*gate),
+            c.fp8 ? f.w(*up8) : f.w(*up),
+            c.fp8 ? f.w(*shared_down8) : f.w(*shared_down)};
+  }
   std::vector<Tensor> run(const Feed& f, bool sequence) const {
-    const Weight r = f.w(*router), eg = f.w(*shared_expert_gate);
-    const Weight gu = c.fp8 ? f.w(*gate_up8) : f.w(*gate_up);
-    const Weight dn = c.fp8 ? f.w(*down8) : f.w(*down);
-    const Weight sg = c.fp8 ? f.w(*gate8) : f.w(*gate);
-    const Weight su = c.fp8 ? f.w(*up8) : f.w(*up);
-    const Weight sd = c.fp8 ? f.w(*shared_down8) : f.w(*shared_down);
+    const auto [r, eg, gu, dn, sg, su, sd] = upload(f);
     const Tensor xin = f.in(x);
     Tensor experts, weights, y;
     if (sequence) {
@@ -348,12 +356,7 @@ struct MoeBlockInputs {
   // `inject`): moe_block_into_streams, or when `sequence` moe_block then add_scaled_streams.
   Tensor h, inject;
   std::vector<Tensor> run_into_streams(const Feed& f, bool sequence) const {
-    const Weight r = f.w(*router), eg = f.w(*shared_expert_gate);
-    const Weight gu = c.fp8 ? f.w(*gate_up8) : f.w(*gate_up);
-    const Weight dn = c.fp8 ? f.w(*down8) : f.w(*down);
-    const Weight sg = c.fp8 ? f.w(*gate8) : f.w(*gate);
-    const Weight su = c.fp8 ? f.w(*up8) : f.w(*up);
-    const Weight sd = c.fp8 ? f.w(*shared_down8) : f.w(*shared_down);
+    const auto [r, eg, gu, dn, sg, su, sd] = upload(f);
     const Tensor xin = f.in(x), gates = f.in(inject);
     Tensor experts, weights, streams = f.in(h);
     if (sequence) {
@@ -446,13 +449,20 @@ struct LinearStreamsShape {
 struct LinearStreamsInputs {
   LinearStreamsShape c;
   Tensor x, h, inject;
+  Tensor dh, dinject, dx;  // added to h, the gates and x right before the op when `writes_before`
   std::shared_ptr<HostWeight> w;
   std::shared_ptr<HostFp8Weight> w8;
-  // {h}: linear_into_streams, or when `sequence` linear then add_scaled_streams.
-  std::vector<Tensor> run(const Feed& f, bool sequence) const {
+  // {h}: linear_into_streams, or when `sequence` linear then add_scaled_streams. writes_before:
+  // kernels that write h, then the gates, then x run right before the op, the nearest its
+  // contract lets their writers be (backend.h: h and the gates are read before the wait).
+  std::vector<Tensor> run(const Feed& f, bool sequence, bool writes_before = false) const {
     const Weight wt = c.fp8 ? f.w(*w8) : f.w(*w);
-    const Tensor xin = f.in(x), gates = f.in(inject);
-    Tensor streams = f.in(h);
+    Tensor xin = f.in(x), gates = f.in(inject), streams = f.in(h);
+    if (writes_before) {
+      f.be.add(streams, f.in(dh));
+      f.be.add(gates, f.in(dinject));
+      f.be.add(xin, f.in(dx));
+    }
     if (sequence) {
       Tensor y;
       f.be.linear(xin, wt, y);
@@ -471,6 +481,9 @@ std::shared_ptr<const LinearStreamsInputs> linear_streams_inputs(const LinearStr
   in->x = random_tensor({c.S, c.in}, rng);
   in->h = random_tensor({c.S, c.streams * c.out}, rng, 2.0f);
   in->inject = random_tensor({c.S, c.streams}, rng, 1.0f);
+  in->dh = random_tensor(in->h.shape(), rng, 0.5f);
+  in->dinject = random_tensor(in->inject.shape(), rng, 0.25f);
+  in->dx = random_tensor(in->x.shape(), rng, 0.5f);
   if (c.fp8) {
     in->w8 = std::make_shared<HostFp8Weight>(Shape{c.out, c.in});
     in->w8->fill_all(rng, scale);
@@ -2437,10 +2450,10 @@ TEST(CudaMoeBlock, EqualsItsSequenceBitForBit) {
 
 // The hyper-connection write in the producer's kernel (linear_into_streams and
 // moe_block_into_streams, cuda_epilogue.cuh StreamsOut) computes the bits of the op then
-// add_scaled_streams: the same row values, then add_scaled_streams' arithmetic. Each run follows
-// kernels that write h, then the gates, then x, the nearest the contract lets the op's writers
-// be (backend.h: h and the gates are read before the wait): a kernel that read them before
-// their writers finished, or x before its wait, would differ from the sequence.
+// add_scaled_streams: the same row values, then add_scaled_streams' arithmetic. The projections
+// run right after kernels that write h, the gates and x (LinearStreamsInputs' writes_before): a
+// kernel that read h or the gates before their writers finished, or x before its wait, would
+// differ from the sequence.
 TEST(CudaStreamsWrite, EqualsTheOpThenAddScaledStreamsBitForBit) {
   std::string why;
   auto be = backend_under_test("cuda", &why);
@@ -2463,26 +2476,8 @@ TEST(CudaStreamsWrite, EqualsTheOpThenAddScaledStreamsBitForBit) {
     SCOPED_TRACE(c.name());
     Rng rng(++seed);
     auto in = linear_streams_inputs(c, rng);
-    const Weight wt = c.fp8 ? f.w(*in->w8) : f.w(*in->w);
-    const auto dh = random_tensor(in->h.shape(), rng, 0.5f),
-               dg = random_tensor(in->inject.shape(), rng, 0.25f),
-               dx = random_tensor(in->x.shape(), rng, 0.5f);
-    const auto run = [&](bool sequence) {
-      Tensor h = f.in(in->h), gates = f.in(in->inject), x = f.in(in->x);
-      be->add(h, f.in(dh));
-      be->add(gates, f.in(dg));
-      be->add(x, f.in(dx));
-      if (sequence) {
-        Tensor y;
-        be->linear(x, wt, y);
-        be->add_scaled_streams(h, y, gates);
-      } else {
-        be->linear_into_streams(x, wt, {h, gates});
-      }
-      return std::vector<Tensor>{h};
-    };
-    const auto fused = run(false);
-    compare(fused, run(true));
+    const auto fused = in->run(f, /*sequence=*/false, /*writes_before=*/true);
+    compare(fused, in->run(f, /*sequence=*/true, /*writes_before=*/true));
   }
   for (const auto& c : moe_block_shapes()) {
     SCOPED_TRACE(c.name() + " into streams");

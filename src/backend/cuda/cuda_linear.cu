@@ -337,24 +337,19 @@ void CudaBackend::linear_into_streams(const Tensor& x, const Weight& w, const St
   const auto sequence = [&] { Backend::linear_into_streams(x, w, out); };
   const Tensor& h = out.h;
   const Tensor& inject = out.inject;
-  const auto S = x.rows(), rows = w.rows(), in = w.cols();
-  const auto streams = inject.cols();
-  const bool dtype_ok =
-      w.dtype == DType::kF8E4M3
-          ? fp8_matrix(w)
-          : (!w.block_scaled() && (w.dtype == DType::kF32 || w.dtype == DType::kBF16));
-  const bool take =
-      env_flag_default_on("FLASHSERVE_CUDA_FUSED_HC_WRITE") && w.device == Device::kCuda &&
-      w.data != nullptr && !w.is_packed() && w.shape.size() == 2 && dtype_ok &&
-      x.shape().size() == 2 && x.dtype() == DType::kF32 && x.device() == Device::kCuda && S >= 1 &&
-      S <= kStreamsRows && x.cols() == in && in > 0 && rows > 0 && h.dtype() == DType::kF32 &&
-      h.device() == Device::kCuda && h.shape().size() == 2 && h.rows() == S &&
-      inject.dtype() == DType::kF32 && inject.device() == Device::kCuda &&
-      inject.shape().size() == 2 && inject.rows() == S && streams >= 1 &&
-      h.cols() == streams * rows && h.raw() != x.raw() && inject.raw() != h.raw() &&
-      (w.dtype == DType::kF8E4M3 ? vec_ok<e4m3_bits>(x.data(), w.data, in)
-       : w.dtype == DType::kBF16 ? vec_ok<bf16_bits>(x.data(), w.data, in)
-                                 : vec_ok<float>(x.data(), w.data, in));
+  const auto S = x.shape().empty() ? 0 : x.rows();
+  const auto rows = w.shape.size() == 2 ? w.rows() : 0, in = w.shape.size() == 2 ? w.cols() : 0;
+  const auto streams = inject.shape().size() == 2 ? inject.cols() : 0;
+  const bool take = env_flag_default_on("FLASHSERVE_CUDA_FUSED_HC_WRITE") &&
+                    w.device == Device::kCuda && w.data != nullptr && w.shape.size() == 2 &&
+                    (matrix_dtype(w) || fp8_matrix(w)) && x.shape().size() == 2 &&
+                    x.dtype() == DType::kF32 && x.device() == Device::kCuda && S >= 1 &&
+                    S <= kStreamsRows && x.cols() == in && in > 0 && rows > 0 &&
+                    chunked(w.dtype, x.data(), {&w}, in) && h.dtype() == DType::kF32 &&
+                    h.device() == Device::kCuda && h.shape().size() == 2 && h.rows() == S &&
+                    inject.dtype() == DType::kF32 && inject.device() == Device::kCuda &&
+                    inject.shape().size() == 2 && inject.rows() == S && streams >= 1 &&
+                    h.cols() == streams * rows && h.raw() != x.raw() && inject.raw() != h.raw();
   if (!take) return sequence();
   if (walking()) return;
   const GemvOut o{.streams = {.h = out.h.data(), .inject = inject.data(), .streams = streams}};
