@@ -8,7 +8,8 @@
 // FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION=1). Prints a table and writes JSON; it never passes or fails
 // on time.
 //
-//   cuda_kernel_bench [--json PATH] [--quick] [--fp8 | --quant | --delta | --chain | --forms]
+//   cuda_kernel_bench [--json PATH] [--quick] [--fp8 | --quant | --delta | --chain | --forms |
+//                     --staged | --tokens]
 //
 // --fp8: only the products on block-scaled FP8 E4M3 weights (issue 15) beside their bf16 forms.
 // --quant: only the packed formats (issue 15: FP4 E2M1 + E8M0, Q8_0, Q4_K, Q5_K, Q6_K, Q2_K) in
@@ -567,10 +568,13 @@ __device__ __forceinline__ uint4 load_stream(const std::uint8_t* p) {
 
 // y[r] = sum over 128-column blocks b of scale[r / 128, b] * (W[r, b] · x[b]), rows a multiple
 // of 16, in / kWarpsK a multiple of 128. Dynamic shared memory: in * 4 bytes.
-template <int kWarpsK, int kR>
+// kS tokens (1-4): column n = 2t + p of the mma's B is token t's high (p = 0) or low (p = 1)
+// part, so the 8 columns carry four tokens and one mma instruction serves them all; y [kS, out].
+// A column's sums do not depend on the other columns, so token t's y is the same at any kS.
+template <int kWarpsK, int kR, int kS = 1>
 __global__ void __launch_bounds__(32 * kWarpsK)
     fp8_mma_gemv_kernel(const float* x, const std::uint8_t* w, const float* scales,
-                        std::int64_t grid_cols, float* y, std::int64_t in) {
+                        std::int64_t grid_cols, float* y, std::int64_t in, std::int64_t out) {
   extern __shared__ __half2 xs[];
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int g = lane / 4, q = lane % 4;
@@ -588,17 +592,21 @@ __global__ void __launch_bounds__(32 * kWarpsK)
       a[r][1] = load_stream(w1 + r * 64);
     }
   }
-  __half2* xh = xs + warp * span;  // span / 2 pairs of the f16 high parts, then the rest's
-  __half2* xl = xh + span / 2;
-  for (std::int64_t p = lane; p < span / 2; p += 32) {
-    const float2 v = *reinterpret_cast<const float2*>(x + c_begin + 2 * p);
-    const __half2 h = __floats2half2_rn(v.x, v.y);
-    const float2 hf = __half22float2(h);
-    xh[p] = h;
-    xl[p] = __floats2half2_rn(v.x - hf.x, v.y - hf.y);
+  // Token t's span / 2 pairs of the f16 high parts, then the rest's, at xs + t * in + warp * span.
+#pragma unroll
+  for (int t = 0; t < kS; ++t) {
+    __half2* xh = xs + t * in + warp * span;
+    __half2* xl = xh + span / 2;
+    for (std::int64_t p = lane; p < span / 2; p += 32) {
+      const float2 v = *reinterpret_cast<const float2*>(x + t * in + c_begin + 2 * p);
+      const __half2 h = __floats2half2_rn(v.x, v.y);
+      const float2 hf = __half22float2(h);
+      xh[p] = h;
+      xl[p] = __floats2half2_rn(v.x - hf.x, v.y - hf.y);
+    }
   }
   __syncwarp();
-  const __half2* xsrc = g == 0 ? xh : xl;
+  const __half2* xsrc = xs + (g / 2) * in + warp * span + (g % 2) * (span / 2);
   const float* srow = scales + (row0 / 128) * grid_cols + c_begin / 128;
   float tot[4] = {}, blk[4] = {};
   for (int G0 = 0; G0 < groups; G0 += kR) {
@@ -619,7 +627,7 @@ __global__ void __launch_bounds__(32 * kWarpsK)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         unsigned b0 = 0, b1 = 0;
-        if (g < 2) {
+        if (g < 2 * kS) {
           const uint2 bb = *reinterpret_cast<const uint2*>(xsrc + (G * 64 + q * 16 + 4 * j) / 2);
           b0 = bb.x;
           b1 = bb.y;
@@ -644,17 +652,18 @@ __global__ void __launch_bounds__(32 * kWarpsK)
       a[r][1] = nxt[r][1];
     }
   }
-  __shared__ float part[kWarpsK][16];
-  if (q == 0) {
-    part[warp][g] = tot[0] + tot[1];
-    part[warp][g + 8] = tot[2] + tot[3];
+  __shared__ float part[kWarpsK][kS][16];
+  if (q < kS) {  // thread q holds columns 2q and 2q + 1: token q's two parts
+    part[warp][q][g] = tot[0] + tot[1];
+    part[warp][q][g + 8] = tot[2] + tot[3];
   }
   __syncthreads();
-  if (threadIdx.x < 16) {
+  if (threadIdx.x < 16 * kS) {
+    const int t = static_cast<int>(threadIdx.x / 16), r = static_cast<int>(threadIdx.x % 16);
     float v = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kWarpsK; ++k) v += part[k][threadIdx.x];
-    y[blockIdx.x * 16LL + threadIdx.x] = v;
+    for (int k = 0; k < kWarpsK; ++k) v += part[k][t][r];
+    y[t * out + blockIdx.x * 16LL + r] = v;
   }
 }
 
@@ -665,18 +674,18 @@ __global__ void no_nan_kernel(std::uint8_t* w, std::size_t n) {
     if ((w[i] & 0x7f) == 0x7f) w[i] ^= 1;
 }
 
-template <int kWarpsK, int kR>
+template <int kWarpsK, int kR, int kS = 1>
 void launch(const float* x, const std::uint8_t* w, const float* scales, std::int64_t grid_cols,
             float* y, std::int64_t in, std::int64_t out, cudaStream_t s) {
-  const auto smem = static_cast<std::size_t>(in) * 4;
+  const auto smem = static_cast<std::size_t>(in) * 4 * kS;
   static bool opted = false;
   if (!opted) {
-    cudaFuncSetAttribute(fp8_mma_gemv_kernel<kWarpsK, kR>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024);
+    cudaFuncSetAttribute(fp8_mma_gemv_kernel<kWarpsK, kR, kS>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024);
     opted = true;
   }
-  fp8_mma_gemv_kernel<kWarpsK, kR>
-      <<<static_cast<unsigned>(out / 16), 32 * kWarpsK, smem, s>>>(x, w, scales, grid_cols, y, in);
+  fp8_mma_gemv_kernel<kWarpsK, kR, kS><<<static_cast<unsigned>(out / 16), 32 * kWarpsK, smem, s>>>(
+      x, w, scales, grid_cols, y, in, out);
 }
 
 // The backend's one-token FP8 GEMV (a warp a row, chunks in the lanes' order, the block scale
@@ -841,6 +850,325 @@ void bench_forms(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t 
   }
   if ((in / 8) % 128 == 0) probe("mma8r2", forms::launch<8, 2>);
   if ((in / 2) % 128 == 0) probe("mma2r4", forms::launch<2, 4>);
+  if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
+}
+
+// --- --staged: a chain of FP8 products whose weights land in shared memory before their wait -----
+// The step is a chain of ~700 kernels; each one-token product pays ~2.5 us over its bytes in it
+// (session 18: ~1.2 us the boundary, the rest its own work after the wait, because its weights
+// are read after the wait: only its first round of loads goes out before). This probe asks what
+// a product costs when its block's whole slice of W is copied into shared memory by the copy
+// engine of the multiprocessor (cp.async.bulk onto an mbarrier) BEFORE its wait, and when the
+// kernel lets the next one launch at its start rather than after its wait, so that two products
+// share a multiprocessor (each under half its shared memory): one computing, the next loading.
+// A grid of one block a multiprocessor, each block a contiguous run of rows, staged in two halves
+// (a ring: the third half-stage loads once the first is used, for slices over ~100 KB).
+// Variants (rows "staged", impl):
+//   early      release at the start, weights staged before the wait (the form asked about);
+//   late       release after the wait (the backend's rule), weights staged before it;
+//   after      release at the start, weights staged after the wait;
+//   nocompute  as early, but each row only touched (one word a lane): the floor of this form;
+//   early+2s   early, with two small kernels (a 2560-float scale, 1 block, released at their
+//              start too) between products, as norms and mixes sit between the step's products;
+//   fma+2s     the backend's linear with the same two small kernels between products.
+// maxdiff: y of the computing variants against the backend's linear on the same weights.
+namespace staged {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+// Weights staged a block: two of these kernels (plus x) fit one multiprocessor's 228 KB.
+constexpr int kStageBytes = 100 * 1024;
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void bulk_to_shared(void* dst, const void* src, unsigned bytes,
+                                               std::uint64_t* bar) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+__device__ __forceinline__ void bar_wait(std::uint64_t* bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done)
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+        "selp.u32 %0, 1, 0, p;\n\t}"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+}
+
+enum class Form { kEarly, kLate, kAfter, kNoCompute };
+
+// y = W x for block-scaled e4m3 W [out, in] (in a multiple of 512), one block per
+// `rows_per_block` rows, staged `stage_rows` rows at a time in two halves.
+template <Form kForm>
+__global__ void __launch_bounds__(kThreads, 1)
+    staged_kernel(const float* x, const std::uint8_t* w, const float* scales,
+                  std::int64_t grid_cols, float* y, int in, int out, int rows_per_block,
+                  int stage_rows) {
+  extern __shared__ __align__(128) std::uint8_t smem[];
+  __shared__ std::uint64_t bar[2];
+  constexpr bool kEarlyRelease = kForm != Form::kLate;
+  constexpr bool kPreload = kForm != Form::kAfter;
+  if constexpr (kEarlyRelease) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  const int row0 = blockIdx.x * rows_per_block;
+  const int rows = min(rows_per_block, out - row0);
+  const int phases = (rows + stage_rows - 1) / stage_rows;
+  std::uint8_t* half[2] = {smem, smem + static_cast<std::size_t>(stage_rows) * in};
+  float4* xs = reinterpret_cast<float4*>(smem + 2 * static_cast<std::size_t>(stage_rows) * in);
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&bar[0])));
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&bar[1])));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  const auto issue = [&](int p) {
+    const int r = p * stage_rows, n = min(stage_rows, rows - r);
+    bulk_to_shared(half[p & 1], w + static_cast<std::size_t>(row0 + r) * in,
+                   static_cast<unsigned>(n) * in, &bar[p & 1]);
+  };
+  if (kPreload && threadIdx.x == 0)
+    for (int p = 0; p < min(phases, 2); ++p) issue(p);
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if constexpr (!kEarlyRelease) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if (!kPreload && threadIdx.x == 0)
+    for (int p = 0; p < min(phases, 2); ++p) issue(p);
+  // x as float4 word i of chunk c at xs[i * chunks + c]: a warp's lanes read consecutive float4s.
+  const int chunks = in / 16;
+  for (int j = threadIdx.x; j < chunks * 4; j += kThreads)
+    xs[(j % 4) * chunks + j / 4] = reinterpret_cast<const float4*>(x)[j];
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int p = 0; p < phases; ++p) {
+    bar_wait(&bar[p & 1], (p >> 1) & 1);
+    const int r_begin = p * stage_rows, n = min(stage_rows, rows - r_begin);
+    const std::uint8_t* buf = half[p & 1];
+    for (int r = warp; r < n; r += kWarps) {
+      const int row = row0 + r_begin + r;
+      const auto* wr = reinterpret_cast<const uint4*>(buf + static_cast<std::size_t>(r) * in);
+      float acc = 0.0f;
+      if constexpr (kForm == Form::kNoCompute) {
+        acc = __uint_as_float(wr[lane].x & 0x3f7fffffu);
+      } else {
+        const float* srow = scales + (row / 128) * grid_cols;
+        for (int c = lane; c < chunks; c += 32) {
+          const uint4 v = wr[c];
+          const unsigned words[4] = {v.x, v.y, v.z, v.w};
+          float d = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float4 xv = xs[i * chunks + c];
+            const float2 lo = fs::cuda::e4m3_pair(static_cast<unsigned short>(words[i] & 0xffffu));
+            const float2 hi = fs::cuda::e4m3_pair(static_cast<unsigned short>(words[i] >> 16));
+            d = fmaf(lo.x, xv.x, d);
+            d = fmaf(lo.y, xv.y, d);
+            d = fmaf(hi.x, xv.z, d);
+            d = fmaf(hi.y, xv.w, d);
+          }
+          acc = fmaf(d, __ldg(srow + c / 8), acc);
+        }
+      }
+      acc = warp_sum(acc);
+      if (lane == 0) y[row] = acc;
+    }
+    __syncthreads();  // the half is free again
+    if (threadIdx.x == 0 && p + 2 < phases) issue(p + 2);
+  }
+}
+
+// A small op between products: y = 0.5 x over 2560 floats, one block, released at its start.
+__global__ void small_kernel(float* v, int n) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  for (int i = threadIdx.x; i < n; i += blockDim.x) v[i] *= 0.5f;
+}
+
+struct Shape {
+  int rows_per_block = 0, stage_rows = 0, grid = 0;
+  std::size_t smem = 0;
+};
+Shape shape_for(int in, int out, int sms) {
+  Shape s;
+  s.rows_per_block = (out + sms - 1) / sms;
+  s.grid = (out + s.rows_per_block - 1) / s.rows_per_block;
+  const int fit = kStageBytes / (2 * in);  // rows a half holds
+  s.stage_rows = std::max(1, std::min((s.rows_per_block + 1) / 2, fit));
+  s.smem = 2 * static_cast<std::size_t>(s.stage_rows) * in + static_cast<std::size_t>(in) * 4;
+  return s;
+}
+
+template <Form kForm>
+void launch(const Shape& sh, const float* x, const std::uint8_t* w, const float* scales,
+            std::int64_t grid_cols, float* y, int in, int out, cudaStream_t s) {
+  static bool opted = false;
+  if (!opted) {
+    cudaFuncSetAttribute(staged_kernel<kForm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         200 * 1024);
+    opted = true;
+  }
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(sh.grid));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = sh.smem;
+  config.stream = s;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  cudaLaunchKernelEx(&config, staged_kernel<kForm>, x, w, scales, grid_cols, y, in, out,
+                     sh.rows_per_block, sh.stage_rows);
+}
+
+void launch_small(float* v, int n, cudaStream_t s) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(1);
+  config.blockDim = dim3(256);
+  config.stream = s;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  cudaLaunchKernelEx(&config, small_kernel, v, n);
+}
+
+}  // namespace staged
+
+void bench_staged(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t out,
+                  const std::string& name, std::vector<Row>& rows) {
+  const double wbytes =
+      static_cast<double>(in * out) + static_cast<double>(blocks(in) * blocks(out)) * 4;
+  auto w = make_fp8(1, out, in, std::size_t{1} << 30, s, 23);
+  forms::no_nan_kernel<<<4096, 256, 0, s>>>(static_cast<std::uint8_t*>(w.codes.get()),
+                                            w.code_stride * static_cast<std::size_t>(w.copies));
+  const int n = std::max(w.copies, 32);
+  fs::Tensor x = be.new_tensor({1, in});
+  fill(x.raw(), static_cast<std::size_t>(in), false, 1.0f, 99, s);
+  fs::Tensor small = be.new_tensor({1, 2560});
+  fill(small.raw(), 2560, false, 1.0f, 98, s);
+  fs::Tensor y;
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const auto sh = staged::shape_for(static_cast<int>(in), static_cast<int>(out), sms);
+  const std::string shape = std::to_string(in) + "->" + std::to_string(out) + " fp8 r" +
+                            std::to_string(sh.rows_per_block) + "/" +
+                            std::to_string(sh.stage_rows) + " " +
+                            std::to_string(sh.smem / 1024) + "KB";
+  be.linear(x, w.view(0, {out, in}), y);
+  auto ys = device_alloc(static_cast<std::size_t>(out) * 4);
+  const auto grid_cols = blocks(in);
+  rows.push_back({name, shape, "fma", 1, wbytes,
+                  time_calls(s, n, [&](int i) { be.linear(x, w.view(i % w.copies, {out, in}), y); }),
+                  0});
+  be.linear(x, w.view(0, {out, in}), y);  // the reference: copy 0, as each probe's check call
+  const auto probe = [&](const char* impl, auto launcher, bool smalls) {
+    const auto call = [&](int i) {
+      const auto v = w.view(i % w.copies, {out, in});
+      if (smalls)
+        for (int k = 0; k < 2; ++k) staged::launch_small(small.data(), 2560, s);
+      launcher(sh, x.data(), v.data, reinterpret_cast<const float*>(v.scales.data), grid_cols,
+               static_cast<float*>(ys.get()), static_cast<int>(in), static_cast<int>(out), s);
+    };
+    const double t = time_calls(s, n, call);
+    cudaMemsetAsync(ys.get(), 0, static_cast<std::size_t>(out) * 4, s);
+    call(0);
+    cudaStreamSynchronize(s);
+    const auto err = cudaGetLastError();
+    if (err != cudaSuccess) std::fprintf(stderr, "staged %s: %s\n", impl, cudaGetErrorString(err));
+    rows.push_back({name, shape, impl, 1, wbytes, t,
+                    max_rel_diff(y, static_cast<const float*>(ys.get()),
+                                 static_cast<std::size_t>(out))});
+  };
+  probe("early", staged::launch<staged::Form::kEarly>, false);
+  probe("late", staged::launch<staged::Form::kLate>, false);
+  probe("after", staged::launch<staged::Form::kAfter>, false);
+  probe("nocomp", staged::launch<staged::Form::kNoCompute>, false);
+  probe("early+2s", staged::launch<staged::Form::kEarly>, true);
+  rows.push_back({name, shape, "fma+2s", 1, wbytes, time_calls(s, n, [&](int i) {
+                    for (int k = 0; k < 2; ++k) staged::launch_small(small.data(), 2560, s);
+                    be.linear(x, w.view(i % w.copies, {out, in}), y);
+                  }),
+                  0});
+  if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
+}
+
+
+// --- --tokens: the FP8 GEMV at 1-4 tokens, the backend's FMA form beside the tensor-core form ----
+// An MTP verify runs the step's products over 2-4 tokens, and the backend's FMA GEMV takes ~2x
+// its one-token time at four (session 15: the out-projection 6.9 -> 14.3 us): per weight it
+// issues a conversion and one FMA a token, so at four tokens the instruction issue, not the
+// bytes, bounds it. The tensor-core form (forms::fp8_mma_gemv_kernel) carries four tokens in the
+// 8 columns of one mma (a token's high and low f16 parts), so its instructions do not grow with
+// the tokens. Rows: impl "fma" / "mma", tokens S; maxdiff of mma against the backend at the same
+// S; "mma=S1" counts the rows whose token-0 value at S differs from the one-token call's (a
+// column's sums should not depend on the other columns: 0 expected).
+void bench_tokens(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t out,
+                  const std::string& name, std::vector<Row>& rows) {
+  const double wbytes =
+      static_cast<double>(in * out) + static_cast<double>(blocks(in) * blocks(out)) * 4;
+  auto w = make_fp8(1, out, in, std::size_t{1} << 30, s, 23);
+  forms::no_nan_kernel<<<4096, 256, 0, s>>>(static_cast<std::uint8_t*>(w.codes.get()),
+                                            w.code_stride * static_cast<std::size_t>(w.copies));
+  const int n = std::max(w.copies, 16);
+  const std::string shape = std::to_string(in) + "->" + std::to_string(out) + " fp8";
+  fs::Tensor x = be.new_tensor({4, in});
+  fill(x.raw(), static_cast<std::size_t>(4 * in), false, 1.0f, 99, s);
+  auto ym = device_alloc(static_cast<std::size_t>(4 * out) * 4);
+  std::vector<float> one(static_cast<std::size_t>(out));
+  const auto grid_cols = blocks(in);
+  const auto mma = [&](int S, const fs::Weight& v) {
+    const auto* sc = reinterpret_cast<const float*>(v.scales.data);
+    auto* y = static_cast<float*>(ym.get());
+    const bool wide = in % (8 * 128) == 0;
+    switch (S) {
+      case 1:
+        (wide ? forms::launch<8, 2, 1> : forms::launch<4, 2, 1>)(x.data(), v.data, sc, grid_cols,
+                                                                 y, in, out, s);
+        break;
+      case 2:
+        (wide ? forms::launch<8, 2, 2> : forms::launch<4, 2, 2>)(x.data(), v.data, sc, grid_cols,
+                                                                 y, in, out, s);
+        break;
+      case 3:
+        (wide ? forms::launch<8, 2, 3> : forms::launch<4, 2, 3>)(x.data(), v.data, sc, grid_cols,
+                                                                 y, in, out, s);
+        break;
+      default:
+        (wide ? forms::launch<8, 2, 4> : forms::launch<4, 2, 4>)(x.data(), v.data, sc, grid_cols,
+                                                                 y, in, out, s);
+    }
+  };
+  for (int S = 1; S <= 4; ++S) {
+    fs::Tensor xs = be.new_tensor({S, in});  // x's first S rows (the fill is by index)
+    fill(xs.raw(), static_cast<std::size_t>(S * in), false, 1.0f, 99, s);
+    fs::Tensor y;
+    const double tf =
+        time_calls(s, n, [&](int i) { be.linear(xs, w.view(i % w.copies, {out, in}), y); });
+    rows.push_back({name, shape, "fma", S, wbytes, tf, 0});
+    const double tm = time_calls(s, n, [&](int i) { mma(S, w.view(i % w.copies, {out, in})); });
+    be.linear(xs, w.view(0, {out, in}), y);
+    mma(S, w.view(0, {out, in}));
+    cudaStreamSynchronize(s);
+    const auto err = cudaGetLastError();
+    if (err != cudaSuccess) std::fprintf(stderr, "mma S%d: %s\n", S, cudaGetErrorString(err));
+    rows.push_back({name, shape, "mma", S, wbytes, tm,
+                    max_rel_diff(y, static_cast<const float*>(ym.get()),
+                                 static_cast<std::size_t>(S * out))});
+    std::vector<float> got(static_cast<std::size_t>(out));
+    cudaMemcpy(got.data(), ym.get(), got.size() * 4, cudaMemcpyDeviceToHost);
+    if (S == 1) one = got;
+    std::size_t differ = 0;
+    for (std::size_t r = 0; r < got.size(); ++r) differ += std::memcmp(&got[r], &one[r], 4) != 0;
+    rows.push_back({name, shape, "mma=S1", S, 0, 1e-30, static_cast<double>(differ)});
+  }
   if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
 }
 
@@ -1176,7 +1504,7 @@ void print_delta(const std::vector<DeltaRow>& rows) {
 int main(int argc, char** argv) {
   std::string json_path;
   bool quick = false, fp8_only = false, quant_only = false, delta_only = false, chain_only = false,
-       forms_only = false;
+       forms_only = false, staged_only = false, tokens_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     if (!std::strcmp(argv[i], "--quick")) quick = true;
@@ -1185,6 +1513,8 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--delta")) delta_only = true;
     if (!std::strcmp(argv[i], "--chain")) chain_only = true;
     if (!std::strcmp(argv[i], "--forms")) forms_only = true;
+    if (!std::strcmp(argv[i], "--staged")) staged_only = true;
+    if (!std::strcmp(argv[i], "--tokens")) tokens_only = true;
   }
   auto made = fs::make_cuda_backend();
   if (!made.ok()) {
@@ -1227,7 +1557,18 @@ int main(int argc, char** argv) {
                                 {"gdn_ba", 2560, 48},           {"router", 2560, 512},
                                 {"shared_gate_up", 2560, 1280}, {"shared_down", 640, 2560},
                                 {"o_proj", 6144, 2560},         {"lm_head", 2560, 248320}};
-  if (forms_only) {
+  if (tokens_only) {
+    // The step's FP8 products: GDN qkv, the QSA query/gate, the out-projections, a 4 MB one.
+    bench_tokens(be, s, 2560, 10240, "gdn_qkv", rows);
+    bench_tokens(be, s, 2560, 12288, "attn_q_gate", rows);
+    bench_tokens(be, s, 6144, 2560, "o_proj", rows);
+    bench_tokens(be, s, 2560, 1536, "small_4MB", rows);
+  } else if (staged_only) {
+    // Products of 4-42 MB over 2560 columns, and the out-projections' 6144 columns.
+    for (const std::int64_t out : {1600, 3200, 5120, 10240, 16480})
+      bench_staged(be, s, 2560, out, "staged", rows);
+    bench_staged(be, s, 6144, 2560, "staged", rows);
+  } else if (forms_only) {
     // The FP8 products of the decode step: GDN qkv, the whole GDN input projection, the
     // out-projections, the QSA query/gate product.
     bench_forms(be, s, 2560, 131072, "read_335MB", rows);

@@ -196,6 +196,94 @@ Expected<json> marginal_pass(Bench& b, const QwenNextConfig& c, const BenchOptio
                "with launches overlapped as decode runs them"}};
 }
 
+// The MTP round's ops by name (BenchOptions::marginal_verify): MTP decode at depth D with the
+// forced drafter, once with every op and once with each op kind dry, each op's share of the
+// round's verify and of its draft (GenerateStats' halves, per round). A dry op changes the
+// logits and so which drafts the verify accepts, but not what a round runs: a verify always
+// takes D + 1 tokens and a draft D head steps, so the per-round times stay comparable. Each dry
+// run is taken against the mean of the full runs just before and after it, as marginal_pass.
+Expected<json> marginal_verify_pass(Bench& b, const QwenNextConfig& c, const BenchOptions& o) {
+  if (!b.timing->can_run_dry() || !b.model->mtp()) {
+    b.log << "bench: no MTP head or no dry ops on the " << b.timing->name()
+          << " backend: no verify pass\n";
+    return json();
+  }
+  const int depth = o.marginal_verify;
+  DecodeState base = new_decode_state(*b.model);
+  if (auto s = fill_synthetic_context(*b.model, c, o.contexts.front(), o.seed, base); !s.ok())
+    return s;
+  const auto n = o.decode_tokens;
+  auto ref = b.decode(base, n + depth + 1, 0, nullptr);
+  if (!ref.ok()) return ref.status();
+  const bool head_on_backend = picks_on_backend(*b.model, GenerateOptions{});
+  struct Round {
+    double verify_ms = 0, draft_ms = 0;
+  };
+  std::uint32_t seed = 101;
+  auto round_ms = [&]() -> Expected<Round> {
+    ForcedAcceptanceDrafter warm(*b.model, ref->result.tokens, base.tokens.size(), o.accept,
+                                 c.vocab_size, seed++, head_on_backend);
+    if (auto w = b.decode(base, depth + 3, depth, &warm); !w.ok()) return w.status();
+    ForcedAcceptanceDrafter drafter(*b.model, ref->result.tokens, base.tokens.size(), o.accept,
+                                    c.vocab_size, seed++, head_on_backend);
+    auto r = b.decode(base, n, depth, &drafter);
+    if (!r.ok()) return r.status();
+    const auto& st = r->result.stats;
+    if (st.rounds == 0) return internal_error("bench: an MTP decode ran no rounds");
+    const double rounds = static_cast<double>(st.rounds);
+    return Round{static_cast<double>(st.verify_ns) / 1e6 / rounds,
+                 static_cast<double>(st.draft_ns) / 1e6 / rounds};
+  };
+  b.timing->set_count_ops(true);
+  ForcedAcceptanceDrafter counting(*b.model, ref->result.tokens, base.tokens.size(), o.accept,
+                                   c.vocab_size, seed++, head_on_backend);
+  auto counted = b.decode(base, n, depth, &counting);
+  b.timing->set_count_ops(false);
+  if (!counted.ok()) return counted.status();
+  const auto counts = b.timing->op_counts();
+  const double rounds = static_cast<double>(std::max<std::int64_t>(1, counted->result.stats.rounds));
+  auto before = round_ms();
+  if (!before.ok()) return before.status();
+  const Round full = *before;
+  constexpr std::array<std::string_view, 4> kIndexOps = {"select_blocks", "topk", "route_experts",
+                                                         "select_experts"};
+  json ops = json::object();
+  std::vector<std::pair<double, std::string>> ranked;
+  for (const auto& [name, calls] : counts) {
+    if (std::find(kIndexOps.begin(), kIndexOps.end(), name) != kIndexOps.end()) continue;
+    b.timing->set_dry_op(name);
+    auto without = round_ms();
+    b.timing->set_dry_op(std::nullopt);
+    if (!without.ok()) {
+      ops[name] = {{"error", without.status().to_string()}};
+      continue;
+    }
+    auto after = round_ms();
+    if (!after.ok()) return after.status();
+    const double verify = 0.5 * (before->verify_ms + after->verify_ms) - without->verify_ms;
+    const double draft = 0.5 * (before->draft_ms + after->draft_ms) - without->draft_ms;
+    ops[name] = {{"verify_ms_per_round", verify},
+                 {"draft_ms_per_round", draft},
+                 {"calls_per_round", static_cast<double>(calls) / rounds}};
+    ranked.emplace_back(verify, name);
+    before = after;
+  }
+  std::sort(ranked.rbegin(), ranked.rend());
+  for (const auto& [share, name] : ranked)
+    b.log << "bench: verify op " << name << " x" << ops[name]["calls_per_round"].get<double>()
+          << ": " << share << " ms a round's verify, "
+          << ops[name]["draft_ms_per_round"].get<double>() << " ms its draft\n";
+  return json{{"context", o.contexts.front()},
+              {"depth", depth},
+              {"verify_ms_per_round", full.verify_ms},
+              {"draft_ms_per_round", full.draft_ms},
+              {"ops", ops},
+              {"note",
+               "an op's share is the round's verify (draft) time minus that time with the op's "
+               "calls dry, against the mean of the full runs around it; calls count the verify's "
+               "and the draft's together"}};
+}
+
 json bytes_json(const DecodeBytes& b) {
   return {{"weights", b.weights}, {"state", b.state}, {"total", b.total()}};
 }
@@ -402,6 +490,11 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
     if (!m.ok()) return m.status();
     if (!m->is_null()) out["marginal"] = std::move(*m);
   }
+  if (o.marginal_verify > 0 && !o.contexts.empty()) {
+    auto m = marginal_verify_pass(b, c, o);
+    if (!m.ok()) return m.status();
+    if (!m->is_null()) out["marginal_verify"] = std::move(*m);
+  }
 
   // The profiled pass: autoregressive at the first context with every op timed by group.
   if (o.profile && !o.contexts.empty()) {
@@ -562,6 +655,23 @@ std::string bench_table(const json& r) {
     std::snprintf(line, sizeof line, "  %-26s %8.3f ms\n", "sum of the shares",
                   m["sum_of_shares_ms"].get<double>());
     t << line;
+  }
+  if (r.contains("marginal_verify")) {
+    const auto& m = r["marginal_verify"];
+    t << "\neach op's share of an MTP round at depth " << m["depth"].get<int>() << ", context "
+      << m["context"].get<long long>() << ": verify " << m["verify_ms_per_round"].get<double>()
+      << " ms, draft " << m["draft_ms_per_round"].get<double>() << " ms a round\n";
+    std::vector<std::pair<double, std::string>> ranked;
+    for (const auto& [name, op] : m["ops"].items())
+      if (!op.contains("error")) ranked.emplace_back(op["verify_ms_per_round"].get<double>(), name);
+    std::sort(ranked.rbegin(), ranked.rend());
+    for (const auto& [share, name] : ranked) {
+      const auto& op = m["ops"][name];
+      std::snprintf(line, sizeof line, "  %-40s verify %7.3f ms  draft %7.3f ms  %6.1f calls\n",
+                    name.c_str(), share, op["draft_ms_per_round"].get<double>(),
+                    op["calls_per_round"].get<double>());
+      t << line;
+    }
   }
   return t.str();
 }

@@ -34,6 +34,9 @@ struct BenchOptions {
   // With marginal: also each op by name dry in turn (TimingBackend::set_dry_op), the ops of the
   // step ranked by their share. One more timed decode per op kind (~40 on Qwen).
   bool marginal_ops = false;
+  // > 0: each op kind's share of an MTP round's verify and draft at this depth, at the first
+  // context (each op by name dry in turn; two timed MTP decodes per op kind).
+  int marginal_verify = 0;
   std::int64_t draft_vocab = 0;  // MTP drafts over ids [0, n) (0: the whole vocabulary)
   // Matrices: "bf16", or "fp8" (the projections FP8 E4M3 with 128x128 f32 block scales, the
   // rest bf16: what `convert --quantize fp8` and the FP8 releases hold).

@@ -76,6 +76,10 @@ void add_bench_command(CLI::App& app, Action& action) {
   cmd->add_flag("--marginal-ops", o->bench.marginal_ops,
                 "With --marginal: also each op kind's share (each op by name dry in turn), "
                 "ranked");
+  cmd->add_option("--marginal-verify", o->bench.marginal_verify,
+                  "Also each op kind's share of an MTP round's verify and draft at this depth "
+                  "(each op by name dry in turn; a device backend only)")
+      ->check(CLI::Range(0, 3));
   cmd->add_option("--json", o->json_path, "Also write the JSON result to this file");
   cmd->callback([o, &action] {
     action = [o]() -> int {

@@ -412,6 +412,44 @@ TEST(BenchRun, MarginalOpsGiveEachOpKindAShareOnTheGpu) {
   EXPECT_NE(log.str().find("bench: op "), std::string::npos);
 }
 
+// --marginal-verify: the CPU cannot run ops dry, so no verify pass, said in the log.
+TEST(BenchRun, MarginalVerifyIsSkippedWhereOpsCannotRunDry) {
+  BenchOptions o = marginal_options("cpu");
+  o.marginal = false;
+  o.marginal_verify = 2;
+  std::ostringstream log;
+  auto r = run_bench(o, log);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_FALSE(r->contains("marginal_verify"));
+  EXPECT_NE(log.str().find("no verify pass"), std::string::npos) << log.str();
+}
+
+// On a GPU: the round's verify and draft times, and each op kind of the round (the verify's
+// multi-token ops and the draft's head ops) with its calls per round; the index ops never dry.
+TEST(BenchRun, MarginalVerifyGivesEachOpKindAShareOfTheRoundOnTheGpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  BenchOptions o = marginal_options("cuda");
+  o.marginal = false;
+  o.marginal_verify = 2;
+  o.decode_tokens = 8;
+  std::ostringstream log;
+  auto r = run_bench(o, log);
+  ASSERT_TRUE(r.ok()) << r.status().to_string() << "\n" << log.str();
+  ASSERT_TRUE(r->contains("marginal_verify")) << log.str();
+  const auto& m = (*r)["marginal_verify"];
+  EXPECT_EQ(m["depth"].get<int>(), 2);
+  EXPECT_GT(m["verify_ms_per_round"].get<double>(), 0);
+  EXPECT_GT(m["draft_ms_per_round"].get<double>(), 0);
+  const auto& ops = m["ops"];
+  for (const char* op : {"hyper_connection_read", "gated_delta_net_in_proj"}) {
+    ASSERT_TRUE(ops.contains(op)) << op << "\n" << ops.dump(1);
+    ASSERT_FALSE(ops[op].contains("error")) << op << ": " << ops[op]["error"];
+    EXPECT_GT(ops[op]["calls_per_round"].get<double>(), 0) << op;
+  }
+  EXPECT_FALSE(ops.contains("select_blocks"));
+  EXPECT_NE(bench_table(*r).find("share of an MTP round at depth 2"), std::string::npos);
+}
+
 // `--marginal-ops` dries one op kind at a time by the name of its Backend method: the names come
 // from the wrappers' signatures, so a wrapper that named the wrong op (or a compiler that spells
 // signatures differently) would show up here as a missing or mangled name.
