@@ -9,7 +9,7 @@
 // on time.
 //
 //   cuda_kernel_bench [--json PATH] [--quick] [--fp8 | --quant | --delta | --chain | --forms |
-//                     --staged | --tokens]
+//                     --staged | --tokens | --hc]
 //
 // --fp8: only the products on block-scaled FP8 E4M3 weights (issue 15) beside their bf16 forms.
 // --quant: only the packed formats (issue 15: FP4 E2M1 + E8M0, Q8_0, Q4_K, Q5_K, Q6_K, Q2_K) in
@@ -1172,6 +1172,43 @@ void bench_tokens(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t
   if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
 }
 
+
+// --- --hc: the hyper-connection read at 1-4 tokens -------------------------------------------
+// An MTP verify's read of 2-4 tokens took 17-19 us a call against 10 at one token inside the step
+// (bench --marginal-verify, session 19). The op alone at the released shapes (4 streams of 2560,
+// rank 320, bf16 matrices, a different copy each call), us per call, beside its first kernel as
+// launched before session 19 ("old": FLASHSERVE_CUDA_OLD_HC_DOWN=1, two waves at 2-4 tokens).
+void bench_hc(fs::Backend& be, cudaStream_t s, std::vector<Row>& rows) {
+  constexpr std::int64_t kStreams = 4, W = 2560, in = kStreams * W, rank = 320;
+  auto down = make_weights(static_cast<std::size_t>(rank * in), true, std::size_t{1} << 30, s, 41);
+  auto up = make_weights(static_cast<std::size_t>(in * rank), true, std::size_t{1} << 30, s, 43);
+  auto inj = make_weights(static_cast<std::size_t>(kStreams * in), true, std::size_t{1} << 28, s, 47);
+  auto norm = make_weights(static_cast<std::size_t>(in), false, 0, s, 53);
+  const fs::Weight nw = norm.view(0, fs::DType::kF32, {in});
+  const int n = std::max(down.copies, 16);
+  const double wbytes = static_cast<double>(2 * rank * in + kStreams * in) * 2;
+  for (const bool old : {false, true}) {
+    if (old)
+      setenv("FLASHSERVE_CUDA_OLD_HC_DOWN", "1", 1);
+    else
+      unsetenv("FLASHSERVE_CUDA_OLD_HC_DOWN");
+    for (int S = 1; S <= 4; ++S) {
+      fs::Tensor h = be.new_tensor({S, in});
+      fill(h.raw(), static_cast<std::size_t>(S * in), false, 1.0f, 61 + S, s);
+      fs::Tensor mixed, inject;
+      const double t = time_calls(s, n, [&](int i) {
+        be.hyper_connection_read(h, nw, down.view(i % down.copies, fs::DType::kBF16, {rank, in}),
+                                 up.view(i % up.copies, fs::DType::kBF16, {in, rank}),
+                                 inj.view(i % inj.copies, fs::DType::kBF16, {kStreams, in}),
+                                 kStreams, W, 1e-6f, mixed, &inject);
+      });
+      rows.push_back({"hc_read", "4x2560 r320 bf16", old ? "old" : "new", S, wbytes, t, 0});
+    }
+  }
+  unsetenv("FLASHSERVE_CUDA_OLD_HC_DOWN");
+  if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
+}
+
 void bench_moe_fp8(fs::Backend& be, cudaStream_t s, std::vector<Row>& rows, bool quick) {
   constexpr std::int64_t E = 512, K = 10, H = 2560, I = 640;
   auto gate_up = make_fp8(E, 2 * I, H, 0, s, 31);
@@ -1504,7 +1541,8 @@ void print_delta(const std::vector<DeltaRow>& rows) {
 int main(int argc, char** argv) {
   std::string json_path;
   bool quick = false, fp8_only = false, quant_only = false, delta_only = false, chain_only = false,
-       forms_only = false, staged_only = false, tokens_only = false;
+       forms_only = false, staged_only = false, tokens_only = false,
+       hc_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     if (!std::strcmp(argv[i], "--quick")) quick = true;
@@ -1515,6 +1553,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--forms")) forms_only = true;
     if (!std::strcmp(argv[i], "--staged")) staged_only = true;
     if (!std::strcmp(argv[i], "--tokens")) tokens_only = true;
+    if (!std::strcmp(argv[i], "--hc")) hc_only = true;
   }
   auto made = fs::make_cuda_backend();
   if (!made.ok()) {
@@ -1557,7 +1596,9 @@ int main(int argc, char** argv) {
                                 {"gdn_ba", 2560, 48},           {"router", 2560, 512},
                                 {"shared_gate_up", 2560, 1280}, {"shared_down", 640, 2560},
                                 {"o_proj", 6144, 2560},         {"lm_head", 2560, 248320}};
-  if (tokens_only) {
+  if (hc_only) {
+    bench_hc(be, s, rows);
+  } else if (tokens_only) {
     // The step's FP8 products: GDN qkv, the QSA query/gate, the out-projections, a 4 MB one.
     bench_tokens(be, s, 2560, 10240, "gdn_qkv", rows);
     bench_tokens(be, s, 2560, 12288, "attn_q_gate", rows);

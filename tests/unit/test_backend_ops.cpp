@@ -2380,6 +2380,56 @@ TEST(CudaHyperConnection, ReadsBeforeTheWaitsGiveTheBitsOfTheKernelsBefore) {
   }
 }
 
+// An MTP verify reads 2-4 tokens' streams in one call; each token's mixed input and injection
+// must be the bits its one-token read gives (the decode step's), or a verify could accept what
+// decoding would not. Session 19 launches the first kernel differently at 2-4 tokens (three
+// blocks a multiprocessor, three chunks a round); FLASHSERVE_CUDA_OLD_HC_DOWN=1 is the form
+// before, which must agree too.
+TEST(CudaHyperConnection, EachTokenOfSeveralReadsItsOneTokenBits) {
+  std::string why;
+  auto be = backend_under_test("cuda", &why);
+  if (!be) GTEST_SKIP() << why;
+  const UnsetOnExit restore{"FLASHSERVE_CUDA_OLD_HC_DOWN"};
+  Rng rng(0x4c7e1u);
+  const Feed f{*be};
+  const std::int64_t streams = 4, W = 2560, rank = 320, in = streams * W;
+  const Weight norm = f.w(random_weight(DType::kF32, {in}, rng, 0.5f));
+  const Weight down =
+      f.w(random_weight(DType::kBF16, {rank, in}, rng, 4.0f / std::sqrt(static_cast<float>(in))));
+  const Weight up =
+      f.w(random_weight(DType::kBF16, {in, rank}, rng, 4.0f / std::sqrt(static_cast<float>(rank))));
+  const Weight inj = f.w(
+      random_weight(DType::kBF16, {streams, in}, rng, 4.0f / std::sqrt(static_cast<float>(in))));
+  for (const bool old : {false, true}) {
+    if (old)
+      setenv("FLASHSERVE_CUDA_OLD_HC_DOWN", "1", 1);
+    else
+      unsetenv("FLASHSERVE_CUDA_OLD_HC_DOWN");
+    for (const std::int64_t S : {2, 3, 4}) {
+      SCOPED_TRACE("S " + std::to_string(S) + (old ? " old" : ""));
+      const auto all = random_tensor({S, in}, rng, 2.0f);
+      Tensor mixed, inject;
+      be->hyper_connection_read(f.in(all), norm, down, up, inj, streams, W, 1e-6f, mixed, &inject);
+      ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+      const auto m = mixed.to_host_vector(), j = inject.to_host_vector();
+      ASSERT_EQ(m.size(), static_cast<std::size_t>(S * W));
+      ASSERT_EQ(j.size(), static_cast<std::size_t>(S * streams));
+      const auto rows = all.to_host_vector();
+      for (std::int64_t s = 0; s < S; ++s) {
+        const std::vector<float> row(rows.begin() + s * in, rows.begin() + (s + 1) * in);
+        Tensor one_mixed, one_inject;
+        be->hyper_connection_read(f.in(Tensor({1, in}, row)), norm, down, up, inj, streams, W,
+                                  1e-6f, one_mixed, &one_inject);
+        ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+        const auto om = one_mixed.to_host_vector(), oj = one_inject.to_host_vector();
+        EXPECT_EQ(std::memcmp(om.data(), m.data() + s * W, W * sizeof(float)), 0) << "token " << s;
+        EXPECT_EQ(std::memcmp(oj.data(), j.data() + s * streams, streams * sizeof(float)), 0)
+            << "token " << s;
+      }
+    }
+  }
+}
+
 // mul_activated is activate(gate) then mul(x, gate) in one kernel: the same bits, and gate may stay
 // as it was.
 TEST(CudaMulActivated, EqualsActivateThenMulBitForBit) {

@@ -183,13 +183,28 @@ constexpr int kMixStreams = 4;
 // it reads anyway, then row · xn = sum over k of inv_k * a_k with inv_k = 1/sqrt(ss_k/W + eps), the
 // rms_norm's scale (every block computes the same inv; block 0 writes it for the stream mix).
 // Reassociated against product-after-norm: within rounding of it, not the same bits.
-template <typename T, int kS>
-__global__ void __launch_bounds__(kGemvThreads)
+// kMinBlocks and kU: at one token the kernel takes ~70 registers, 3 blocks of 256 a
+// multiprocessor, and each thread issues its 5 chunks at once. At 2-4 tokens it took 84-164
+// registers, 2 blocks a multiprocessor, so its 324 blocks ran in two waves: the verify's read of
+// 2-4 tokens cost 14-24 us against 9 at one (cuda_kernel_bench --hc, session 19). Held to 3 blocks
+// a multiprocessor with 3 chunks a round (two rounds), it takes 7.6 / 11.7 / 16.1 us for hc_down at
+// 2 / 3 / 4 tokens against 10.8 / 16.1 / 18.6 (at 3-4 tokens with a few spilled registers, faster
+// all the same). A thread's chunks are summed in the same order either way, so every token's
+// values are its one-token read's bits. kOld (FLASHSERVE_CUDA_OLD_HC_DOWN=1): the form before,
+// for an A/B in one binary.
+template <int kS, bool kOld>
+inline constexpr int kHcDownMinBlocks = kS == 1 || kOld ? 1 : 3;
+template <int kS, bool kOld>
+inline constexpr int kHcDownChunks = kS == 1 || kOld ? 5 : 3;
+
+template <typename T, int kS, bool kOld = false>
+__global__ void __launch_bounds__(kGemvThreads, (kHcDownMinBlocks<kS, kOld>))
     hc_down_kernel(const float* h, const float* nw, const Segments segs, std::int64_t in,
                    std::int64_t W, float eps, float* inv_out) {
   using C = WeightChunk<T, true>;
   constexpr int kN = C::kN;
-  constexpr int kU = 5;  // 10240 bf16 columns are 5 chunks a thread: all in flight at once
+  // 10240 bf16 columns are 5 chunks a thread: at one token all in flight at once.
+  constexpr int kU = kHcDownChunks<kS, kOld>;
   constexpr int kWarps = kGemvThreads / kWarp;
   const std::int64_t row = blockIdx.x;
   int i = 0;
@@ -349,8 +364,10 @@ void launch_hc_read(const float* h, const float* nw, const Segments& segs, const
                     const T* up, std::int64_t rank, std::int64_t W, float eps, float* inv,
                     float* out, cudaStream_t stream, bool early) {
   const auto in = kMixStreams * W;
-  launch_overlapped(hc_down_kernel<T, kS>, static_cast<unsigned>(segs.total), kGemvThreads, 0,
-                    stream, h, nw, segs, in, W, eps, inv);
+  const auto down = kS > 1 && env_flag("FLASHSERVE_CUDA_OLD_HC_DOWN") ? hc_down_kernel<T, kS, true>
+                                                                       : hc_down_kernel<T, kS>;
+  launch_overlapped(down, static_cast<unsigned>(segs.total), kGemvThreads, 0, stream, h, nw, segs,
+                    in, W, eps, inv);
   // Blocks of 64 threads: 2,560 columns in groups of 8 lanes make 320 blocks, every SM busy (at
   // 256 threads they were 80).
   constexpr int kMixThreads = 64;

@@ -9,7 +9,9 @@
 //   10-12 (16-key tiles walked a key at a time) instead of the tiled one of session 13
 //   (cuda_attention_tiles.cu); FLASHSERVE_CUDA_OLD_ATTENTION / _CONTEXT still pick the earliest;
 //   FLASHSERVE_CUDA_QSA_UNFUSED=1 runs qsa_projections and head_norm_rope as their op sequences
-//   (the same bits, more kernels: the "before" of session 13's QSA fusions in the same binary).
+//   (the same bits, more kernels: the "before" of session 13's QSA fusions in the same binary);
+//   FLASHSERVE_CUDA_OLD_HC_DOWN=1 launches the hyper-connection read's first kernel at 2-4 tokens
+//   as before session 19 (two blocks a multiprocessor, two waves; the same bits).
 // Read at every call (host side only, a getenv), so one process can time both; a graph captures
 // whichever was chosen when it was recorded.
 #pragma once
