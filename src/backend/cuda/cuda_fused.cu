@@ -186,16 +186,16 @@ constexpr int kMixStreams = 4;
 // kMinBlocks and kU: at one token the kernel takes ~70 registers, 3 blocks of 256 a
 // multiprocessor, and each thread issues its 5 chunks at once. At 2-4 tokens it took 84-164
 // registers, 2 blocks a multiprocessor, so its 324 blocks ran in two waves: the verify's read of
-// 2-4 tokens cost 14-24 us against 9 at one (cuda_kernel_bench --hc, session 19). Held to 3 blocks
-// a multiprocessor with 3 chunks a round (two rounds), it takes 7.6 / 11.7 / 16.1 us for hc_down at
-// 2 / 3 / 4 tokens against 10.8 / 16.1 / 18.6 (at 3-4 tokens with a few spilled registers, faster
-// all the same). A thread's chunks are summed in the same order either way, so every token's
-// values are its one-token read's bits. kOld (FLASHSERVE_CUDA_OLD_HC_DOWN=1): the form before,
-// for an A/B in one binary.
+// 2-4 tokens cost 14.1 / 20.9 / 24.1 us against 8.9 at one (cuda_kernel_bench --hc, session 19;
+// hc_down alone 10.8 / 16.1 / 18.6 against 5.7). Held to 3 blocks a multiprocessor, with 3 chunks
+// a round at 2 tokens and 2 at 3-4 (fewer registers spilled than with 3: 52 and 212 bytes), the
+// read takes 11.7 / 15.8 / 20.4 us. A thread's chunks are summed in the same order whatever the
+// rounds, so every token's values are its one-token read's bits. kOld
+// (FLASHSERVE_CUDA_OLD_HC_DOWN=1): the form before, for an A/B in one binary.
 template <int kS, bool kOld>
 inline constexpr int kHcDownMinBlocks = kS == 1 || kOld ? 1 : 3;
 template <int kS, bool kOld>
-inline constexpr int kHcDownChunks = kS == 1 || kOld ? 5 : 3;
+inline constexpr int kHcDownChunks = kS == 1 || kOld ? 5 : (kS == 2 ? 3 : 2);
 
 template <typename T, int kS, bool kOld = false>
 __global__ void __launch_bounds__(kGemvThreads, (kHcDownMinBlocks<kS, kOld>))
