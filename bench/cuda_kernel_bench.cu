@@ -1060,13 +1060,16 @@ void bench_staged(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t
   const auto sh = staged::shape_for(static_cast<int>(in), static_cast<int>(out), sms);
   const std::string shape = std::to_string(in) + "->" + std::to_string(out) + " fp8 r" +
                             std::to_string(sh.rows_per_block) + "/" +
-                            std::to_string(sh.stage_rows) + " " +
-                            std::to_string(sh.smem / 1024) + "KB";
+                            std::to_string(sh.stage_rows) + " " + std::to_string(sh.smem / 1024) +
+                            "KB";
   be.linear(x, w.view(0, {out, in}), y);
   auto ys = device_alloc(static_cast<std::size_t>(out) * 4);
   const auto grid_cols = blocks(in);
   rows.push_back({name, shape, "fma", 1, wbytes,
-                  time_calls(s, n, [&](int i) { be.linear(x, w.view(i % w.copies, {out, in}), y); }),
+                  time_calls(s, n,
+                             [&](int i) {
+                               be.linear(x, w.view(i % w.copies, {out, in}), y);
+                             }),
                   0});
   be.linear(x, w.view(0, {out, in}), y);  // the reference: copy 0, as each probe's check call
   const auto probe = [&](const char* impl, auto launcher, bool smalls) {
@@ -1083,23 +1086,25 @@ void bench_staged(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t
     cudaStreamSynchronize(s);
     const auto err = cudaGetLastError();
     if (err != cudaSuccess) std::fprintf(stderr, "staged %s: %s\n", impl, cudaGetErrorString(err));
-    rows.push_back({name, shape, impl, 1, wbytes, t,
-                    max_rel_diff(y, static_cast<const float*>(ys.get()),
-                                 static_cast<std::size_t>(out))});
+    rows.push_back(
+        {name, shape, impl, 1, wbytes, t,
+         max_rel_diff(y, static_cast<const float*>(ys.get()), static_cast<std::size_t>(out))});
   };
   probe("early", staged::launch<staged::Form::kEarly>, false);
   probe("late", staged::launch<staged::Form::kLate>, false);
   probe("after", staged::launch<staged::Form::kAfter>, false);
   probe("nocomp", staged::launch<staged::Form::kNoCompute>, false);
   probe("early+2s", staged::launch<staged::Form::kEarly>, true);
-  rows.push_back({name, shape, "fma+2s", 1, wbytes, time_calls(s, n, [&](int i) {
-                    for (int k = 0; k < 2; ++k) staged::launch_small(small.data(), 2560, s);
-                    be.linear(x, w.view(i % w.copies, {out, in}), y);
-                  }),
+  rows.push_back({name, shape, "fma+2s", 1, wbytes,
+                  time_calls(s, n,
+                             [&](int i) {
+                               for (int k = 0; k < 2; ++k)
+                                 staged::launch_small(small.data(), 2560, s);
+                               be.linear(x, w.view(i % w.copies, {out, in}), y);
+                             }),
                   0});
   if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
 }
-
 
 // --- --tokens: the FP8 GEMV at 1-4 tokens, the backend's FMA form beside the tensor-core form ----
 // An MTP verify runs the step's products over 2-4 tokens, and the backend's FMA GEMV takes ~2x
@@ -1130,28 +1135,29 @@ void bench_tokens(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t
     const bool wide = in % (8 * 128) == 0;
     switch (S) {
       case 1:
-        (wide ? forms::launch<8, 2, 1> : forms::launch<4, 2, 1>)(x.data(), v.data, sc, grid_cols,
-                                                                 y, in, out, s);
+        (wide ? forms::launch<8, 2, 1> : forms::launch<4, 2, 1>)(x.data(), v.data, sc, grid_cols, y,
+                                                                 in, out, s);
         break;
       case 2:
-        (wide ? forms::launch<8, 2, 2> : forms::launch<4, 2, 2>)(x.data(), v.data, sc, grid_cols,
-                                                                 y, in, out, s);
+        (wide ? forms::launch<8, 2, 2> : forms::launch<4, 2, 2>)(x.data(), v.data, sc, grid_cols, y,
+                                                                 in, out, s);
         break;
       case 3:
-        (wide ? forms::launch<8, 2, 3> : forms::launch<4, 2, 3>)(x.data(), v.data, sc, grid_cols,
-                                                                 y, in, out, s);
+        (wide ? forms::launch<8, 2, 3> : forms::launch<4, 2, 3>)(x.data(), v.data, sc, grid_cols, y,
+                                                                 in, out, s);
         break;
       default:
-        (wide ? forms::launch<8, 2, 4> : forms::launch<4, 2, 4>)(x.data(), v.data, sc, grid_cols,
-                                                                 y, in, out, s);
+        (wide ? forms::launch<8, 2, 4> : forms::launch<4, 2, 4>)(x.data(), v.data, sc, grid_cols, y,
+                                                                 in, out, s);
     }
   };
   for (int S = 1; S <= 4; ++S) {
     fs::Tensor xs = be.new_tensor({S, in});  // x's first S rows (the fill is by index)
     fill(xs.raw(), static_cast<std::size_t>(S * in), false, 1.0f, 99, s);
     fs::Tensor y;
-    const double tf =
-        time_calls(s, n, [&](int i) { be.linear(xs, w.view(i % w.copies, {out, in}), y); });
+    const double tf = time_calls(s, n, [&](int i) {
+      be.linear(xs, w.view(i % w.copies, {out, in}), y);
+    });
     rows.push_back({name, shape, "fma", S, wbytes, tf, 0});
     const double tm = time_calls(s, n, [&](int i) { mma(S, w.view(i % w.copies, {out, in})); });
     be.linear(xs, w.view(0, {out, in}), y);
@@ -1159,9 +1165,9 @@ void bench_tokens(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t
     cudaStreamSynchronize(s);
     const auto err = cudaGetLastError();
     if (err != cudaSuccess) std::fprintf(stderr, "mma S%d: %s\n", S, cudaGetErrorString(err));
-    rows.push_back({name, shape, "mma", S, wbytes, tm,
-                    max_rel_diff(y, static_cast<const float*>(ym.get()),
-                                 static_cast<std::size_t>(S * out))});
+    rows.push_back(
+        {name, shape, "mma", S, wbytes, tm,
+         max_rel_diff(y, static_cast<const float*>(ym.get()), static_cast<std::size_t>(S * out))});
     std::vector<float> got(static_cast<std::size_t>(out));
     cudaMemcpy(got.data(), ym.get(), got.size() * 4, cudaMemcpyDeviceToHost);
     if (S == 1) one = got;
@@ -1172,7 +1178,6 @@ void bench_tokens(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t
   if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
 }
 
-
 // --- --hc: the hyper-connection read at 1-4 tokens -------------------------------------------
 // An MTP verify's read of 2-4 tokens took 17-19 us a call against 10 at one token inside the step
 // (bench --marginal-verify, session 19). The op alone at the released shapes (4 streams of 2560,
@@ -1182,7 +1187,8 @@ void bench_hc(fs::Backend& be, cudaStream_t s, std::vector<Row>& rows) {
   constexpr std::int64_t kStreams = 4, W = 2560, in = kStreams * W, rank = 320;
   auto down = make_weights(static_cast<std::size_t>(rank * in), true, std::size_t{1} << 30, s, 41);
   auto up = make_weights(static_cast<std::size_t>(in * rank), true, std::size_t{1} << 30, s, 43);
-  auto inj = make_weights(static_cast<std::size_t>(kStreams * in), true, std::size_t{1} << 28, s, 47);
+  auto inj =
+      make_weights(static_cast<std::size_t>(kStreams * in), true, std::size_t{1} << 28, s, 47);
   auto norm = make_weights(static_cast<std::size_t>(in), false, 0, s, 53);
   const fs::Weight nw = norm.view(0, fs::DType::kF32, {in});
   const int n = std::max(down.copies, 16);
@@ -1541,8 +1547,7 @@ void print_delta(const std::vector<DeltaRow>& rows) {
 int main(int argc, char** argv) {
   std::string json_path;
   bool quick = false, fp8_only = false, quant_only = false, delta_only = false, chain_only = false,
-       forms_only = false, staged_only = false, tokens_only = false,
-       hc_only = false;
+       forms_only = false, staged_only = false, tokens_only = false, hc_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     if (!std::strcmp(argv[i], "--quick")) quick = true;

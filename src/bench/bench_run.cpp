@@ -241,7 +241,8 @@ Expected<json> marginal_verify_pass(Bench& b, const QwenNextConfig& c, const Ben
   b.timing->set_count_ops(false);
   if (!counted.ok()) return counted.status();
   const auto counts = b.timing->op_counts();
-  const double rounds = static_cast<double>(std::max<std::int64_t>(1, counted->result.stats.rounds));
+  const double rounds =
+      static_cast<double>(std::max<std::int64_t>(1, counted->result.stats.rounds));
   auto before = round_ms();
   if (!before.ok()) return before.status();
   const Round full = *before;

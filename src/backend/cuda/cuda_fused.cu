@@ -365,7 +365,7 @@ void launch_hc_read(const float* h, const float* nw, const Segments& segs, const
                     float* out, cudaStream_t stream, bool early) {
   const auto in = kMixStreams * W;
   const auto down = kS > 1 && env_flag("FLASHSERVE_CUDA_OLD_HC_DOWN") ? hc_down_kernel<T, kS, true>
-                                                                       : hc_down_kernel<T, kS>;
+                                                                      : hc_down_kernel<T, kS>;
   launch_overlapped(down, static_cast<unsigned>(segs.total), kGemvThreads, 0, stream, h, nw, segs,
                     in, W, eps, inv);
   // Blocks of 64 threads: 2,560 columns in groups of 8 lanes make 320 blocks, every SM busy (at
