@@ -783,15 +783,26 @@ __global__ void read_kernel(const uint4* p, std::size_t n, unsigned* sink) {
 
 }  // namespace forms
 
+// The bytes a one-token product on block-scaled FP8 [out, in] reads: codes and scales.
+double fp8_bytes(std::int64_t in, std::int64_t out) {
+  return static_cast<double>(in * out) + static_cast<double>(blocks(in) * blocks(out)) * 4;
+}
+
+// The probes' weights: copies of a random FP8 [out, in] enough to touch 1 GB (cold calls), with no
+// NaN codes (the probes compare their outputs with the backend's).
+Fp8Weights make_probe_fp8(std::int64_t in, std::int64_t out, cudaStream_t s) {
+  auto w = make_fp8(1, out, in, std::size_t{1} << 30, s, 23);
+  forms::no_nan_kernel<<<4096, 256, 0, s>>>(static_cast<std::uint8_t*>(w.codes.get()),
+                                            w.code_stride * static_cast<std::size_t>(w.copies));
+  return w;
+}
+
 // The backend's FP8 GEMV (one token, cold weights) beside the tensor-core probe above in a few
 // splits of the columns, each compared with the backend's output (max |diff| / max |y|).
 void bench_forms(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t out,
                  const std::string& name, std::vector<Row>& rows) {
-  const double wbytes =
-      static_cast<double>(in * out) + static_cast<double>(blocks(in) * blocks(out)) * 4;
-  auto w = make_fp8(1, out, in, std::size_t{1} << 30, s, 23);
-  forms::no_nan_kernel<<<4096, 256, 0, s>>>(static_cast<std::uint8_t*>(w.codes.get()),
-                                            w.code_stride * static_cast<std::size_t>(w.copies));
+  const double wbytes = fp8_bytes(in, out);
+  auto w = make_probe_fp8(in, out, s);
   const int n = std::max(w.copies, 16);
   fs::Tensor x = be.new_tensor({1, in});
   fill(x.raw(), static_cast<std::size_t>(in), false, 1.0f, 99, s);
@@ -917,7 +928,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ std::uint64_t bar[2];
   constexpr bool kEarlyRelease = kForm != Form::kLate;
   constexpr bool kPreload = kForm != Form::kAfter;
-  if constexpr (kEarlyRelease) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if constexpr (kEarlyRelease) fs::cuda::release_dependents();
   const int row0 = blockIdx.x * rows_per_block;
   const int rows = min(rows_per_block, out - row0);
   const int phases = (rows + stage_rows - 1) / stage_rows;
@@ -936,8 +947,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   if (kPreload && threadIdx.x == 0)
     for (int p = 0; p < min(phases, 2); ++p) issue(p);
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  if constexpr (!kEarlyRelease) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  fs::cuda::wait_for_inputs();
+  if constexpr (!kEarlyRelease) fs::cuda::release_dependents();
   if (!kPreload && threadIdx.x == 0)
     for (int p = 0; p < min(phases, 2); ++p) issue(p);
   // x as float4 word i of chunk c at xs[i * chunks + c]: a warp's lanes read consecutive float4s.
@@ -985,8 +996,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // A small op between products: y = 0.5 x over 2560 floats, one block, released at its start.
 __global__ void small_kernel(float* v, int n) {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  fs::cuda::release_dependents();
+  fs::cuda::wait_for_inputs();
   for (int i = threadIdx.x; i < n; i += blockDim.x) v[i] *= 0.5f;
 }
 
@@ -1013,42 +1024,21 @@ void launch(const Shape& sh, const float* x, const std::uint8_t* w, const float*
                          200 * 1024);
     opted = true;
   }
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(sh.grid));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = sh.smem;
-  config.stream = s;
-  config.attrs = &attr;
-  config.numAttrs = 1;
-  cudaLaunchKernelEx(&config, staged_kernel<kForm>, x, w, scales, grid_cols, y, in, out,
-                     sh.rows_per_block, sh.stage_rows);
+  fs::cuda::launch_overlapped(staged_kernel<kForm>, dim3(static_cast<unsigned>(sh.grid)),
+                              dim3(kThreads), sh.smem, s, x, w, scales, grid_cols, y, in, out,
+                              sh.rows_per_block, sh.stage_rows);
 }
 
 void launch_small(float* v, int n, cudaStream_t s) {
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(1);
-  config.blockDim = dim3(256);
-  config.stream = s;
-  config.attrs = &attr;
-  config.numAttrs = 1;
-  cudaLaunchKernelEx(&config, small_kernel, v, n);
+  fs::cuda::launch_overlapped(small_kernel, dim3(1), dim3(256), 0, s, v, n);
 }
 
 }  // namespace staged
 
 void bench_staged(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t out,
                   const std::string& name, std::vector<Row>& rows) {
-  const double wbytes =
-      static_cast<double>(in * out) + static_cast<double>(blocks(in) * blocks(out)) * 4;
-  auto w = make_fp8(1, out, in, std::size_t{1} << 30, s, 23);
-  forms::no_nan_kernel<<<4096, 256, 0, s>>>(static_cast<std::uint8_t*>(w.codes.get()),
-                                            w.code_stride * static_cast<std::size_t>(w.copies));
+  const double wbytes = fp8_bytes(in, out);
+  auto w = make_probe_fp8(in, out, s);
   const int n = std::max(w.copies, 32);
   fs::Tensor x = be.new_tensor({1, in});
   fill(x.raw(), static_cast<std::size_t>(in), false, 1.0f, 99, s);
@@ -1117,11 +1107,8 @@ void bench_staged(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t
 // column's sums should not depend on the other columns: 0 expected).
 void bench_tokens(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t out,
                   const std::string& name, std::vector<Row>& rows) {
-  const double wbytes =
-      static_cast<double>(in * out) + static_cast<double>(blocks(in) * blocks(out)) * 4;
-  auto w = make_fp8(1, out, in, std::size_t{1} << 30, s, 23);
-  forms::no_nan_kernel<<<4096, 256, 0, s>>>(static_cast<std::uint8_t*>(w.codes.get()),
-                                            w.code_stride * static_cast<std::size_t>(w.copies));
+  const double wbytes = fp8_bytes(in, out);
+  auto w = make_probe_fp8(in, out, s);
   const int n = std::max(w.copies, 16);
   const std::string shape = std::to_string(in) + "->" + std::to_string(out) + " fp8";
   fs::Tensor x = be.new_tensor({4, in});

@@ -97,6 +97,16 @@ struct Bench {
   }
 };
 
+// Ops whose outputs are indices that later ops read addresses from (the picked blocks, the routed
+// experts) are never dry on their own: stale memory there is an out-of-bounds read, not a stale
+// value (session 17's first run faulted late in the pass, most likely so). Their groups' shares
+// cover them, with their consumers.
+bool is_index_op(std::string_view name) {
+  constexpr std::array<std::string_view, 4> kIndexOps = {"select_blocks", "topk", "route_experts",
+                                                         "select_experts"};
+  return std::find(kIndexOps.begin(), kIndexOps.end(), name) != kIndexOps.end();
+}
+
 // The overlapped op-group pass (BenchOptions::marginal). A dry group leaves its outputs as the
 // memory held them (values of earlier steps), so the ops after it do their usual work; what a
 // dry run cannot remove are device copies (cache appends, slices), counted with what stays.
@@ -151,14 +161,8 @@ Expected<json> marginal_pass(Bench& b, const QwenNextConfig& c, const BenchOptio
     auto before = ms_per_token();
     if (!before.ok()) return before.status();
     std::vector<std::pair<double, std::string>> ranked;
-    // Ops whose outputs are indices that later ops read addresses from (the picked blocks, the
-    // routed experts) are never dry on their own: stale memory there is an out-of-bounds read,
-    // not a stale value (session 17's first run faulted late in the pass, most likely so).
-    // Their groups' shares cover them, with their consumers.
-    constexpr std::array<std::string_view, 4> kIndexOps = {"select_blocks", "topk", "route_experts",
-                                                           "select_experts"};
     for (const auto& [name, calls] : counts) {
-      if (std::find(kIndexOps.begin(), kIndexOps.end(), name) != kIndexOps.end()) continue;
+      if (is_index_op(name)) continue;
       b.timing->set_dry_op(name);
       auto without = ms_per_token();
       b.timing->set_dry_op(std::nullopt);
@@ -246,12 +250,10 @@ Expected<json> marginal_verify_pass(Bench& b, const QwenNextConfig& c, const Ben
   auto before = round_ms();
   if (!before.ok()) return before.status();
   const Round full = *before;
-  constexpr std::array<std::string_view, 4> kIndexOps = {"select_blocks", "topk", "route_experts",
-                                                         "select_experts"};
   json ops = json::object();
   std::vector<std::pair<double, std::string>> ranked;
   for (const auto& [name, calls] : counts) {
-    if (std::find(kIndexOps.begin(), kIndexOps.end(), name) != kIndexOps.end()) continue;
+    if (is_index_op(name)) continue;
     b.timing->set_dry_op(name);
     auto without = round_ms();
     b.timing->set_dry_op(std::nullopt);
