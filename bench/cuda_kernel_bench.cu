@@ -1168,8 +1168,8 @@ void bench_tokens(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t
 // --- --hc: the hyper-connection read at 1-4 tokens -------------------------------------------
 // An MTP verify's read of 2-4 tokens took 17-19 us a call against 10 at one token inside the step
 // (bench --marginal-verify, session 19). The op alone at the released shapes (4 streams of 2560,
-// rank 320, bf16 matrices, a different copy each call), us per call, beside its first kernel as
-// launched before session 19 ("old": FLASHSERVE_CUDA_OLD_HC_DOWN=1, two waves at 2-4 tokens).
+// rank 320, bf16 matrices, a different copy each call), us per call, for each form of its first
+// kernel (below).
 void bench_hc(fs::Backend& be, cudaStream_t s, std::vector<Row>& rows) {
   constexpr std::int64_t kStreams = 4, W = 2560, in = kStreams * W, rank = 320;
   auto down = make_weights(static_cast<std::size_t>(rank * in), true, std::size_t{1} << 30, s, 41);
@@ -1180,8 +1180,18 @@ void bench_hc(fs::Backend& be, cudaStream_t s, std::vector<Row>& rows) {
   const fs::Weight nw = norm.view(0, fs::DType::kF32, {in});
   const int n = std::max(down.copies, 16);
   const double wbytes = static_cast<double>(2 * rank * in + kStreams * in) * 2;
-  for (const bool old : {false, true}) {
-    if (old)
+  // The forms of the first kernel: kR rows a block (FLASHSERVE_CUDA_HC_DOWN_ROWS, session 20),
+  // session 19's one row a block, and the form before it (FLASHSERVE_CUDA_OLD_HC_DOWN=1).
+  struct Form {
+    const char* name;
+    const char* rows;
+    bool old;
+  };
+  for (const Form& form :
+       {Form{"rows3", "3", false}, Form{"rows1", "1", false}, Form{"old", "1", true},
+        Form{"rows2", "2", false}, Form{"rows4", "4", false}}) {
+    setenv("FLASHSERVE_CUDA_HC_DOWN_ROWS", form.rows, 1);
+    if (form.old)
       setenv("FLASHSERVE_CUDA_OLD_HC_DOWN", "1", 1);
     else
       unsetenv("FLASHSERVE_CUDA_OLD_HC_DOWN");
@@ -1195,10 +1205,11 @@ void bench_hc(fs::Backend& be, cudaStream_t s, std::vector<Row>& rows) {
                                  inj.view(i % inj.copies, fs::DType::kBF16, {kStreams, in}),
                                  kStreams, W, 1e-6f, mixed, &inject);
       });
-      rows.push_back({"hc_read", "4x2560 r320 bf16", old ? "old" : "new", S, wbytes, t, 0});
+      rows.push_back({"hc_read", "4x2560 r320 bf16", form.name, S, wbytes, t, 0});
     }
   }
   unsetenv("FLASHSERVE_CUDA_OLD_HC_DOWN");
+  unsetenv("FLASHSERVE_CUDA_HC_DOWN_ROWS");
   if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
 }
 

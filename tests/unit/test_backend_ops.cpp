@@ -2382,14 +2382,15 @@ TEST(CudaHyperConnection, ReadsBeforeTheWaitsGiveTheBitsOfTheKernelsBefore) {
 
 // An MTP verify reads 2-4 tokens' streams in one call; each token's mixed input and injection
 // must be the bits its one-token read gives (the decode step's), or a verify could accept what
-// decoding would not. Session 19 launches the first kernel differently at 2-4 tokens (three
-// blocks a multiprocessor, three chunks a round); FLASHSERVE_CUDA_OLD_HC_DOWN=1 is the form
-// before, which must agree too.
+// decoding would not. Every form of the first kernel is checked: rows a block (the default, session
+// 20), one row a block with session 19's launch (FLASHSERVE_CUDA_HC_DOWN_ROWS=1), and the form
+// before that (with FLASHSERVE_CUDA_OLD_HC_DOWN=1).
 TEST(CudaHyperConnection, EachTokenOfSeveralReadsItsOneTokenBits) {
   std::string why;
   auto be = backend_under_test("cuda", &why);
   if (!be) GTEST_SKIP() << why;
-  const UnsetOnExit restore{"FLASHSERVE_CUDA_OLD_HC_DOWN"};
+  const UnsetOnExit restore{"FLASHSERVE_CUDA_OLD_HC_DOWN"},
+      restore_rows{"FLASHSERVE_CUDA_HC_DOWN_ROWS"};
   Rng rng(0x4c7e1u);
   const Feed f{*be};
   const std::int64_t streams = 4, W = 2560, rank = 320, in = streams * W;
@@ -2400,13 +2401,13 @@ TEST(CudaHyperConnection, EachTokenOfSeveralReadsItsOneTokenBits) {
       f.w(random_weight(DType::kBF16, {in, rank}, rng, 4.0f / std::sqrt(static_cast<float>(rank))));
   const Weight inj = f.w(
       random_weight(DType::kBF16, {streams, in}, rng, 4.0f / std::sqrt(static_cast<float>(in))));
-  for (const bool old : {false, true}) {
-    if (old)
-      setenv("FLASHSERVE_CUDA_OLD_HC_DOWN", "1", 1);
-    else
-      unsetenv("FLASHSERVE_CUDA_OLD_HC_DOWN");
+  for (const int form : {0, 1, 2}) {
+    unsetenv("FLASHSERVE_CUDA_HC_DOWN_ROWS");
+    unsetenv("FLASHSERVE_CUDA_OLD_HC_DOWN");
+    if (form > 0) setenv("FLASHSERVE_CUDA_HC_DOWN_ROWS", "1", 1);
+    if (form == 2) setenv("FLASHSERVE_CUDA_OLD_HC_DOWN", "1", 1);
     for (const std::int64_t S : {2, 3, 4}) {
-      SCOPED_TRACE("S " + std::to_string(S) + (old ? " old" : ""));
+      SCOPED_TRACE("S " + std::to_string(S) + " form " + std::to_string(form));
       const auto all = random_tensor({S, in}, rng, 2.0f);
       Tensor mixed, inject;
       be->hyper_connection_read(f.in(all), norm, down, up, inj, streams, W, 1e-6f, mixed, &inject);
@@ -2426,6 +2427,61 @@ TEST(CudaHyperConnection, EachTokenOfSeveralReadsItsOneTokenBits) {
         EXPECT_EQ(std::memcmp(oj.data(), j.data() + s * streams, streams * sizeof(float)), 0)
             << "token " << s;
       }
+    }
+  }
+}
+
+// The first kernel takes 1-4 rows of (mix_down, inject) a block (FLASHSERVE_CUDA_HC_DOWN_ROWS,
+// session 20: fewer blocks each reading h and the norm weight through L2). A row's sums are the
+// same chunks in the same order whatever the rows a block, so every form must give the one-row
+// form's bits, on shapes whose blocks straddle mix_down and inject and whose last block is short.
+TEST(CudaHyperConnection, EveryFormOfTheFirstKernelGivesTheSameBits) {
+  std::string why;
+  auto be = backend_under_test("cuda", &why);
+  if (!be) GTEST_SKIP() << why;
+  const UnsetOnExit restore{"FLASHSERVE_CUDA_HC_DOWN_ROWS"};
+  struct Case {
+    std::int64_t S, W, rank;
+    bool inject;
+    DType dtype;
+  };
+  Rng rng(0x4c7e2u);
+  const Feed f{*be};
+  for (const auto& c : std::vector<Case>{{1, 2560, 320, true, DType::kBF16},
+                                         {2, 2560, 320, true, DType::kBF16},
+                                         {3, 2560, 320, false, DType::kBF16},
+                                         {4, 2560, 320, true, DType::kBF16},
+                                         {1, 64, 16, true, DType::kBF16},
+                                         {4, 64, 16, false, DType::kBF16},
+                                         {3, 40, 12, true, DType::kF32}}) {
+    const std::int64_t streams = 4, in = streams * c.W;
+    const Tensor h = f.in(random_tensor({c.S, in}, rng, 2.0f));
+    const Weight norm = f.w(random_weight(DType::kF32, {in}, rng, 0.5f));
+    const Weight down =
+        f.w(random_weight(c.dtype, {c.rank, in}, rng, 4.0f / std::sqrt(static_cast<float>(in))));
+    const Weight up = f.w(
+        random_weight(c.dtype, {in, c.rank}, rng, 4.0f / std::sqrt(static_cast<float>(c.rank))));
+    const Weight inj =
+        f.w(random_weight(c.dtype, {streams, in}, rng, 4.0f / std::sqrt(static_cast<float>(in))));
+    std::vector<float> want_mixed, want_inject;
+    for (const char* rows : {"1", "2", "3", "4"}) {
+      SCOPED_TRACE("S " + std::to_string(c.S) + " W " + std::to_string(c.W) + " rows " + rows);
+      setenv("FLASHSERVE_CUDA_HC_DOWN_ROWS", rows, 1);
+      Tensor mixed, inject;
+      be->hyper_connection_read(h, norm, down, up, inj, streams, c.W, 1e-6f, mixed,
+                                c.inject ? &inject : nullptr);
+      ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+      const auto m = mixed.to_host_vector();
+      const auto j = c.inject ? inject.to_host_vector() : std::vector<float>{};
+      if (want_mixed.empty()) {
+        want_mixed = m;
+        want_inject = j;
+        continue;
+      }
+      ASSERT_EQ(m.size(), want_mixed.size());
+      EXPECT_EQ(std::memcmp(m.data(), want_mixed.data(), m.size() * sizeof(float)), 0);
+      ASSERT_EQ(j.size(), want_inject.size());
+      EXPECT_EQ(std::memcmp(j.data(), want_inject.data(), j.size() * sizeof(float)), 0);
     }
   }
 }

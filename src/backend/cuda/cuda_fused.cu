@@ -177,54 +177,58 @@ void multi_gemv_rows(const float* x, const Segments& segs, std::int64_t in, cuda
 
 constexpr int kMixStreams = 4;
 
-// The hyper-connection read's first product with its norm folded in, a block per row of the joint
+// The hyper-connection read's first product with its norm folded in, kR rows a block of the joint
 // (mix_down, inject) index space: for token s and stream group k (W columns each) the block sums
-// a_k = W_row[kW:(k+1)W] · (h[s] * (1 + nw)) and ss_k = sum of h[s]^2 (in double) over the chunks
-// it reads anyway, then row · xn = sum over k of inv_k * a_k with inv_k = 1/sqrt(ss_k/W + eps), the
-// rms_norm's scale (every block computes the same inv; block 0 writes it for the stream mix).
-// Reassociated against product-after-norm: within rounding of it, not the same bits.
-// kMinBlocks and kU: at one token the kernel takes ~70 registers, 3 blocks of 256 a
-// multiprocessor, and each thread issues its 5 chunks at once. At 2-4 tokens it took 84-164
-// registers, 2 blocks a multiprocessor, so its 324 blocks ran in two waves: the verify's read of
-// 2-4 tokens cost 14.1 / 20.9 / 24.1 us against 8.9 at one (cuda_kernel_bench --hc, session 19;
-// hc_down alone 10.8 / 16.1 / 18.6 against 5.7). Held to 3 blocks a multiprocessor, with 3 chunks
-// a round at 2 tokens and 2 at 3-4 (fewer registers spilled than with 3: 52 and 212 bytes), the
-// read takes 11.7 / 15.8 / 20.4 us. A thread's chunks are summed in the same order whatever the
-// rounds, so every token's values are its one-token read's bits. kOld
-// (FLASHSERVE_CUDA_OLD_HC_DOWN=1): the form before, for an A/B in one binary.
-template <int kS, bool kOld>
-inline constexpr int kHcDownMinBlocks = kS == 1 || kOld ? 1 : 3;
-template <int kS, bool kOld>
-inline constexpr int kHcDownChunks = kS == 1 || kOld ? 5 : (kS == 2 ? 3 : 2);
-
-template <typename T, int kS, bool kOld = false>
-__global__ void __launch_bounds__(kGemvThreads, (kHcDownMinBlocks<kS, kOld>))
+// a_k = W_row[kW:(k+1)W] · (h[s] * (1 + nw)) for each of its rows and ss_k = sum of h[s]^2 (in
+// double) over the chunks it reads anyway, then row · xn = sum over k of inv_k * a_k with inv_k =
+// 1/sqrt(ss_k/W + eps), the rms_norm's scale (every block computes the same inv; the block of row
+// 0 writes it for the stream mix). Reassociated against product-after-norm: within rounding of it,
+// not the same bits.
+// Thread t takes chunks t, t + 256, ... of every row of its block, kU a round, and sums each
+// row's chunks in that order whatever kR and kU are, so a row's bits do not depend on the form
+// (CudaHyperConnection.EveryFormOfTheFirstKernelGivesTheSameBits).
+// Rows a block (session 20): each block reads all of h (S x 40 KB) and the norm weight (40 KB)
+// through L2 beside its 20 KB row of weights, so at a row a block the 324 blocks pulled ~32 MB
+// from L2 for 6.6 MB from DRAM at one token and ~71 MB at four (hc_down 5.7 / 18.6 us alone,
+// cuda_kernel_bench --hc, session 19): bound by L2, not DRAM. kR rows a block divide that by kR.
+// The one-row forms stay for the A/B: session 19's (3 blocks a multiprocessor, 3 chunks a round at
+// 2 tokens, 2 at 3-4: one wave) and the one before it (FLASHSERVE_CUDA_OLD_HC_DOWN=1 with
+// FLASHSERVE_CUDA_HC_DOWN_ROWS=1: 2 blocks a multiprocessor at 2-4 tokens, two waves).
+template <typename T, int kS, int kR, int kU, int kMinBlocks>
+__global__ void __launch_bounds__(kGemvThreads, kMinBlocks)
     hc_down_kernel(const float* h, const float* nw, const Segments segs, std::int64_t in,
                    std::int64_t W, float eps, float* inv_out) {
   using C = WeightChunk<T, true>;
   constexpr int kN = C::kN;
-  // 10240 bf16 columns are 5 chunks a thread: at one token all in flight at once.
-  constexpr int kU = kHcDownChunks<kS, kOld>;
   constexpr int kWarps = kGemvThreads / kWarp;
-  const std::int64_t row = blockIdx.x;
-  int i = 0;
-  std::int64_t base = 0;
-  while (i + 1 < segs.count && row >= base + segs.s[i].rows) base += segs.s[i++].rows;
-  const Segment& sg = segs.s[i];
-  const std::int64_t local = row - base;
-  const T* w = static_cast<const T*>(sg.w) + local * in;
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * kR;
+  const T* w[kR];
+  int seg[kR];
+  std::int64_t local[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    const std::int64_t row = first + r;
+    int i = 0;
+    std::int64_t base = 0;
+    while (i + 1 < segs.count && row >= base + segs.s[i].rows) base += segs.s[i++].rows;
+    seg[r] = i;
+    local[r] = row - base;
+    w[r] = row < segs.total ? static_cast<const T*>(segs.s[i].w) + local[r] * in : nullptr;
+  }
   // The first round of weight loads goes out before the wait (no kernel writes W), as in
   // rows_dot; h, nw and y are touched after it.
   const std::int64_t chunks = in / kN, per_group = W / kN;
-  float acc[kMixStreams][kS] = {};
+  float acc[kR][kMixStreams][kS] = {};
   double ss[kMixStreams][kS] = {};
   for (std::int64_t c0 = threadIdx.x; c0 < chunks;
        c0 += static_cast<std::int64_t>(kGemvThreads) * kU) {
-    typename C::Raw raw[kU];
+    typename C::Raw raw[kU][kR];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kGemvThreads;
-      raw[u] = c < chunks ? C::load(w + c * kN) : typename C::Raw{};
+#pragma unroll
+      for (int r = 0; r < kR; ++r)
+        raw[u][r] = c < chunks && w[r] != nullptr ? C::load(w[r] + c * kN) : typename C::Raw{};
     }
     if (c0 == threadIdx.x) {
       wait_for_inputs();
@@ -235,8 +239,7 @@ __global__ void __launch_bounds__(kGemvThreads, (kHcDownMinBlocks<kS, kOld>))
       const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kGemvThreads;
       if (c >= chunks) break;
       const int g = static_cast<int>(c / per_group);
-      float wv[kN], scale[kN];
-      C::widen(raw[u], wv);
+      float scale[kN];
       load_x<kN>(nw + c * kN, scale);
 #pragma unroll
       for (int q = 0; q < kN; ++q) scale[q] = 1.0f + scale[q];
@@ -244,26 +247,29 @@ __global__ void __launch_bounds__(kGemvThreads, (kHcDownMinBlocks<kS, kOld>))
       for (int s = 0; s < kS; ++s) {
         float xv[kN];
         load_x<kN>(h + s * in + c * kN, xv);
-        float d = 0;
         double q2 = 0;
 #pragma unroll
-        for (int q = 0; q < kN; ++q) {
-          d = fmaf(wv[q], xv[q] * scale[q], d);
-          q2 += static_cast<double>(xv[q]) * xv[q];
+        for (int q = 0; q < kN; ++q) q2 += static_cast<double>(xv[q]) * xv[q];
+#pragma unroll
+        for (int r = 0; r < kR; ++r) {
+          float wv[kN];
+          C::widen(raw[u][r], wv);
+          float d = 0;
+#pragma unroll
+          for (int q = 0; q < kN; ++q) d = fmaf(wv[q], xv[q] * scale[q], d);
+#pragma unroll
+          for (int k = 0; k < kMixStreams; ++k)
+            if (k == g) acc[r][k][s] += d;
         }
 #pragma unroll
-        for (int k = 0; k < kMixStreams; ++k) {
-          if (k == g) {
-            acc[k][s] += d;
-            ss[k][s] += q2;
-          }
-        }
+        for (int k = 0; k < kMixStreams; ++k)
+          if (k == g) ss[k][s] += q2;
       }
     }
   }
   wait_for_inputs();  // a thread with no chunk (a repeated wait returns at once)
   release_dependents();
-  __shared__ float part_a[kWarps][kMixStreams * kS];
+  __shared__ float part_a[kWarps][kR * kMixStreams * kS];
   __shared__ double part_ss[kWarps][kMixStreams * kS];
   const int lane = static_cast<int>(threadIdx.x % kWarp),
             warp = static_cast<int>(threadIdx.x / kWarp);
@@ -271,30 +277,42 @@ __global__ void __launch_bounds__(kGemvThreads, (kHcDownMinBlocks<kS, kOld>))
   for (int k = 0; k < kMixStreams; ++k)
 #pragma unroll
     for (int s = 0; s < kS; ++s) {
-      const float a = warp_sum(acc[k][s]);
-      const double b = warp_sum(ss[k][s]);
-      if (lane == 0) {
-        part_a[warp][k * kS + s] = a;
-        part_ss[warp][k * kS + s] = b;
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        const float a = warp_sum(acc[r][k][s]);
+        if (lane == 0) part_a[warp][(r * kMixStreams + k) * kS + s] = a;
       }
+      const double b = warp_sum(ss[k][s]);
+      if (lane == 0) part_ss[warp][k * kS + s] = b;
     }
   __syncthreads();
-  if (threadIdx.x >= kS) return;
-  const int s = static_cast<int>(threadIdx.x);  // thread s finishes token s, warps in order
+  if (threadIdx.x >= kS * kR) return;
+  // Thread s + kS * r finishes token s of row r, warps in order.
+  const int s = static_cast<int>(threadIdx.x) % kS, r = static_cast<int>(threadIdx.x) / kS;
+  if (w[r] == nullptr) return;
   float v = 0;
   for (int k = 0; k < kMixStreams; ++k) {
     float a = 0;
     double b = 0;
     for (int wi = 0; wi < kWarps; ++wi) {
-      a += part_a[wi][k * kS + s];
+      a += part_a[wi][(r * kMixStreams + k) * kS + s];
       b += part_ss[wi][k * kS + s];
     }
     const float inv = static_cast<float>(1.0 / sqrt(b / static_cast<double>(W) + eps));
-    if (row == 0) inv_out[s * kMixStreams + k] = inv;
+    if (first + r == 0) inv_out[s * kMixStreams + k] = inv;
     v = __fadd_rn(v, __fmul_rn(inv, a));
   }
-  float* y = sg.y + s * sg.rows + local;
-  *y = finish(sg.ep, v, local, s, sg.ep.accumulate ? *y : 0.0f);
+  const Segment& sg = segs.s[seg[r]];
+  float* y = sg.y + s * sg.rows + local[r];
+  *y = finish(sg.ep, v, local[r], s, sg.ep.accumulate ? *y : 0.0f);
+}
+
+// Rows a block of hc_down_kernel (FLASHSERVE_CUDA_HC_DOWN_ROWS=1..4; kHcDownRows unless set).
+inline constexpr int kHcDownRows = 3;
+inline int hc_down_rows() {
+  const char* v = std::getenv("FLASHSERVE_CUDA_HC_DOWN_ROWS");
+  const int r = v != nullptr ? std::atoi(v) : 0;
+  return r >= 1 && r <= 4 ? r : kHcDownRows;
 }
 
 // The stream mix over mix_up [streams * W, rank] (streams = 4): the group of column c takes rows
@@ -364,10 +382,28 @@ void launch_hc_read(const float* h, const float* nw, const Segments& segs, const
                     const T* up, std::int64_t rank, std::int64_t W, float eps, float* inv,
                     float* out, cudaStream_t stream, bool early) {
   const auto in = kMixStreams * W;
-  const auto down = kS > 1 && env_flag("FLASHSERVE_CUDA_OLD_HC_DOWN") ? hc_down_kernel<T, kS, true>
-                                                                      : hc_down_kernel<T, kS>;
-  launch_overlapped(down, static_cast<unsigned>(segs.total), kGemvThreads, 0, stream, h, nw, segs,
-                    in, W, eps, inv);
+  const auto down = [&](auto kernel, int rows) {
+    launch_overlapped(kernel, static_cast<unsigned>((segs.total + rows - 1) / rows), kGemvThreads,
+                      0, stream, h, nw, segs, in, W, eps, inv);
+  };
+  // Chunks a round: all five of a thread's 10240 bf16 columns at one token; fewer at 2-4 tokens,
+  // where the accumulators take the registers (ptxas -v, session 20: no spills at these).
+  switch (hc_down_rows()) {
+    case 1:
+      if (kS > 1 && env_flag("FLASHSERVE_CUDA_OLD_HC_DOWN"))
+        down(hc_down_kernel<T, kS, 1, 5, 1>, 1);
+      else
+        down(hc_down_kernel < T, kS, 1, kS == 1 ? 5 : (kS == 2 ? 3 : 2), kS == 1 ? 1 : 3 >, 1);
+      break;
+    case 2:
+      down(hc_down_kernel < T, kS, 2, kS == 1 ? 5 : (kS == 2 ? 3 : 2), kS == 1 ? 2 : 2 >, 2);
+      break;
+    case 4:
+      down(hc_down_kernel < T, kS, 4, kS <= 2 ? 5 : 3, 1 >, 4);
+      break;
+    default:
+      down(hc_down_kernel<T, kS, 3, 5, 1>, 3);
+  }
   // Blocks of 64 threads: 2,560 columns in groups of 8 lanes make 320 blocks, every SM busy (at
   // 256 threads they were 80).
   constexpr int kMixThreads = 64;
