@@ -422,16 +422,22 @@ std::shared_ptr<const MoeBlockInputs> moe_block_inputs(const MoeBlockShape& c, R
   return in;
 }
 
-// The Qwen MoE block cases: the released shapes at one token in bf16 and FP8 (moe_block's fused
-// kernels on the GPU), two tokens (the sequence there), small widths on and off the 16-byte
+// The Qwen MoE block cases: the released shapes at 1-4 tokens (a decode step and an MTP verify)
+// in bf16 and FP8 (moe_block's fused kernels on the GPU), small widths on and off the 16-byte
 // chunks (the fused kernels on 8-lane groups in f32; the element paths, so the sequence, in bf16).
 const std::vector<MoeBlockShape>& moe_block_shapes() {
   static const std::vector<MoeBlockShape> shapes{{1, 2560, 512, 10, 640, 640, DType::kBF16, false},
                                                  {1, 2560, 512, 10, 640, 640, DType::kBF16, true},
                                                  {2, 2560, 512, 10, 640, 640, DType::kBF16, false},
+                                                 {2, 2560, 512, 10, 640, 640, DType::kBF16, true},
+                                                 {3, 2560, 512, 10, 640, 640, DType::kBF16, true},
+                                                 {4, 2560, 512, 10, 640, 640, DType::kBF16, true},
+                                                 {4, 2560, 512, 10, 640, 640, DType::kBF16, false},
                                                  {1, 72, 6, 3, 36, 40, DType::kF32, false},
+                                                 {3, 72, 6, 3, 36, 40, DType::kF32, false},
                                                  {1, 70, 6, 3, 37, 37, DType::kBF16, false},
-                                                 {1, 256, 8, 2, 192, 192, DType::kF32, true}};
+                                                 {1, 256, 8, 2, 192, 192, DType::kF32, true},
+                                                 {4, 256, 8, 2, 192, 192, DType::kF32, true}};
   return shapes;
 }
 
@@ -2552,6 +2558,61 @@ TEST(CudaMoeBlock, EqualsItsSequenceBitForBit) {
   auto be = backend_under_test("cuda", &why);
   if (!be) GTEST_SKIP() << why;
   expect_fused_equals_sequence(*be, moe_block_shapes(), 0x30eb10c0u, moe_block_inputs);
+}
+
+// An MTP verify runs the MoE block over 2-4 tokens (one call since session 20); each token's
+// routing and output must be the bits of that token's own one-token block (the decode step's),
+// or a verify could accept what decoding would not.
+TEST(CudaMoeBlock, EachTokenOfSeveralGetsItsOneTokenBits) {
+  std::string why;
+  auto be = backend_under_test("cuda", &why);
+  if (!be) GTEST_SKIP() << why;
+  std::uint64_t seed = 0x30eb20c0u;
+  for (const bool fp8 : {true, false}) {
+    const MoeBlockShape c{4, 2560, 512, 10, 640, 640, DType::kBF16, fp8};
+    SCOPED_TRACE(c.name());
+    Rng rng(++seed);
+    const auto all = moe_block_inputs(c, rng);
+    const Feed f{*be};
+    const auto many = all->run(f, /*sequence=*/false);
+    const auto many_h = all->run_into_streams(f, /*sequence=*/false);
+    std::vector<Tensor> outs;  // experts (int32), weights, y: 4-byte values
+    for (const auto& t : many) outs.push_back(t.to(host_memory()));
+    const auto streams = many_h[2].to_host_vector();
+    const auto span_of = [](const Tensor& t) {
+      return std::vector<float>(t.span().begin(), t.span().end());
+    };
+    const auto x = span_of(all->x), h = span_of(all->h), gates = span_of(all->inject);
+    for (std::int64_t s = 0; s < c.S; ++s) {
+      SCOPED_TRACE("token " + std::to_string(s));
+      MoeBlockInputs one = *all;
+      one.c.S = 1;
+      const auto row = [&](const std::vector<float>& v, std::int64_t width) {
+        return Tensor({1, width},
+                      std::vector<float>(v.begin() + s * width, v.begin() + (s + 1) * width));
+      };
+      one.x = row(x, c.H);
+      one.h = row(h, 4 * c.H);
+      one.inject = row(gates, 4);
+      const auto single = one.run(f, /*sequence=*/false);
+      const auto single_h = one.run_into_streams(f, /*sequence=*/false);
+      ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+      const std::int64_t widths[] = {c.k, c.k, c.H};
+      for (std::size_t o = 0; o < single.size(); ++o) {
+        const Tensor got = single[o].to(host_memory());
+        ASSERT_EQ(got.numel(), widths[o]);
+        EXPECT_EQ(
+            std::memcmp(got.raw(), static_cast<const char*>(outs[o].raw()) + s * widths[o] * 4,
+                        got.bytes()),
+            0)
+            << "output " << o;
+      }
+      const auto got_h = single_h[2].to_host_vector();
+      ASSERT_EQ(got_h.size(), static_cast<std::size_t>(4 * c.H));
+      EXPECT_EQ(std::memcmp(got_h.data(), streams.data() + s * 4 * c.H, got_h.size() * 4), 0)
+          << "streams";
+    }
+  }
 }
 
 // The hyper-connection write in the producer's kernel (linear_into_streams and

@@ -1,14 +1,14 @@
-// Qwen's MoE block at one token (Backend::moe_block): five kernels instead of the sequence's
-// seven, the same bits.
+// Qwen's MoE block at 1-4 tokens (Backend::moe_block; a decode step and an MTP verify): five
+// kernels instead of the sequence's seven (eight into the streams), the same bits.
 //
-// The sequence (route_experts, moe_experts, shared_expert) runs at one token:
+// The sequence (route_experts, moe_experts, shared_expert) runs at 1-4 tokens:
 //   1. the router GEMV (linear), 2. route_warp_kernel (softmax, top-k), 3-5. the routed experts'
 //   gate/up, down and combine (moe_experts' fused path), 6-7. the shared expert's gate/up and its
 //   down, accumulated into y (shared_expert's fused path).
 // Decode at batch 1 is bound by launches, not bytes (a kernel of the chain costs ~3-4 us), so two
 // of them are folded into others:
 //   - The shared expert's gate/up reads only x: its blocks join the routing's grid. Block 0 (of
-//     kGemvThreads threads, 8 warps: the one token takes warp 0) runs route_warp_rows, the later
+//     kGemvThreads threads, 8 warps: token s takes warp s) runs route_warp_rows, the later
 //     blocks shared_gate_up_units with their block index less one: the same device functions as
 //     the separate kernels (cuda_route_warp.cuh, cuda_shared_expert.cuh), the same threads per
 //     unit and chunks, so the same sums.
@@ -18,11 +18,16 @@
 //     moe_combine_fused_kernel<1> does (fmaf over the pairs in top-k order, from 0) and finishes
 //     the row with the multi-GEMV's epilogue (cuda_epilogue.cuh) accumulating into that value:
 //     y[c] = combine + sigmoid(logit) * (down row c · act), what combine-then-accumulate wrote.
+//   - At 2-4 tokens (session 20; an MTP verify ran the sequence before, and
+//     FLASHSERVE_CUDA_MOE_BLOCK_ONE_TOKEN=1 still does) the same device functions take kS tokens,
+//     whose per-token sums are the one-token ones (rows_dot's contract), and the routed experts
+//     run over the tokens' (token, expert) pairs as moe_experts does: each token of a verify gets
+//     the bits of its decode step, in three kernels fewer.
 // So the block is: the router GEMV -> routing + shared gate/up -> routed gate/up -> routed down
 // -> shared down + combine.
 //
 // Taken only where every op of the sequence would run the kernels named above (route_experts'
-// warp router, moe_experts' one-token fused path, shared_expert's fused kernels with its down
+// warp router, moe_experts' fused path of 1-4 tokens, shared_expert's fused kernels with its down
 // on warp or 8-lane groups); otherwise, and with FLASHSERVE_CUDA_MOE_BLOCK=0, the sequence runs.
 // Nothing here synchronises or allocates outside the pool, and the op returns before queueing
 // when a step graph's replay walks it (docs/GPU.md, rules for new CUDA ops).
@@ -44,6 +49,9 @@ namespace {
 
 // route_experts' warp router takes k <= 64, as moe_experts (kMaxTopK).
 constexpr std::int64_t kMaxRouteK = 64;
+// Tokens the block takes: a decode step and an MTP verify of depth 1-3 (the router's block has a
+// warp per token; moe_token_parts takes 1-4 tokens' pairs).
+constexpr std::int64_t kBlockTokens = 4;
 
 // The routing's part of the first grid: its first `blocks` blocks run route_warp_rows.
 struct RouteArgs {
@@ -57,7 +65,7 @@ struct RouteArgs {
 
 // The routing and the shared expert's gate/up (f32 or bf16) in one grid of kGemvThreads-thread
 // blocks. The shared units wait for x inside rows_dot, after their first weight loads.
-template <int kPer, typename T, int kG>
+template <int kPer, typename T, int kG, int kS>
 __global__ void __launch_bounds__(kGemvThreads)
     route_shared_gate_up_kernel(const RouteArgs route, const float* x, const T* gate, const T* up,
                                 const T* expert_gate, std::int64_t H, std::int64_t I, float* act,
@@ -69,12 +77,12 @@ __global__ void __launch_bounds__(kGemvThreads)
                           route.val, blockIdx.x);
     return;
   }
-  shared_gate_up_units<T, 1, kG>(x, gate, up, expert_gate, H, I, act, logit,
-                                 blockIdx.x - route.blocks);
+  shared_gate_up_units<T, kS, kG>(x, gate, up, expert_gate, H, I, act, logit,
+                                  blockIdx.x - route.blocks);
 }
 
 // The same with FP8 gate and up beside a float expert gate (TG).
-template <int kPer, typename TG, int kG>
+template <int kPer, typename TG, int kG, int kS>
 __global__ void __launch_bounds__(kGemvThreads)
     route_shared_gate_up_fp8_kernel(const RouteArgs route, const float* x, const e4m3_bits* gate,
                                     const float* gate_scales, const e4m3_bits* up,
@@ -88,25 +96,27 @@ __global__ void __launch_bounds__(kGemvThreads)
                           route.val, blockIdx.x);
     return;
   }
-  shared_gate_up_fp8_units<TG, 1, kG>(x, gate, gate_scales, up, up_scales, grid_cols, expert_gate,
-                                      H, I, act, logit, blockIdx.x - route.blocks);
+  shared_gate_up_fp8_units<TG, kS, kG>(x, gate, gate_scales, up, up_scales, grid_cols, expert_gate,
+                                       H, I, act, logit, blockIdx.x - route.blocks);
 }
 
-// The routed experts' combine at one token (moe_combine_fused_kernel<1>, cuda_moe.cu).
+// The routed experts' combine (moe_combine_fused_kernel<1>, cuda_moe.cu): token s's pairs are
+// the k from s * k.
 struct RoutedCombine {
   const float* part;        // [P, H]: the routed down products
   const std::int32_t* ids;  // [P]
   const float* weights;     // [P]
-  int P;
+  int k;                    // pairs a token (P = S * k)
   std::int64_t E;
 };
 
-// y[c] = finish(down row c · act) accumulated into the routed combine's column c, with the
-// shared expert's epilogue (token gate sigmoid(logit)): a group of kG lanes a row, as the
-// multi-GEMV's (kR = 1; its row sums depend on kG only). Every thread reaches rows_dot (staging).
-// kStreams: y[c] goes into the hyper-connection streams instead (moe_block_into_streams), its h
-// values and gates read before the wait (StreamsAhead, cuda_epilogue.cuh).
-template <typename T, int kG, bool kStaged, bool kStreams>
+// y[s, c] = finish(down row c · act[s]) accumulated into the routed combine's column c of token
+// s, with the shared expert's epilogue (token gate sigmoid(logit[s])): a group of kG lanes a row,
+// as the multi-GEMV's (kR = 1; its row sums depend on kG only, not on the tokens). Every thread
+// reaches rows_dot (staging). kStreams: y[s, c] goes into the hyper-connection streams instead
+// (moe_block_into_streams); at one token its h values and gates are read before the wait
+// (StreamsAhead, cuda_epilogue.cuh), at 2-4 at the write.
+template <typename T, int kS, int kG, bool kStaged, bool kStreams>
 __global__ void __launch_bounds__(kGemvThreads)
     shared_down_combine_kernel(const float* act, const T* down, const float* scales,
                                std::int64_t grid_cols, std::int64_t H, std::int64_t I,
@@ -116,42 +126,47 @@ __global__ void __launch_bounds__(kGemvThreads)
   const std::int64_t c = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kG;
   const int lane = static_cast<int>(threadIdx.x % kG);
   [[maybe_unused]] StreamsAhead ahead;
-  if constexpr (kStreams) {
+  if constexpr (kStreams && kS == 1) {
     if (lane == 0 && c < H) ahead.read(streams, H, c);
   }
   const T* rows[1] = {c < H ? down + c * I : nullptr};
   const float* xs[1] = {act};
   const float* scale_rows[1] = {c < H && scales != nullptr ? scales + (c / kFp8Block) * grid_cols
                                                            : nullptr};
-  float acc[1][1] = {};
+  float acc[1][kS] = {};
   // Weights only before the wait (inside rows_dot); act, logit, the routing and part after it.
-  rows_dot<T, true, 1, 1, kG, kU, true, true, kStaged>(rows, xs, scale_rows, I,
-                                                       I / WeightChunk<T, true>::kN, lane, acc);
-  const float v = group_sum<kG>(acc[0][0]);
-  if (lane != 0 || c >= H) return;
-  float out = 0.0f;
-  for (int j = 0; j < routed.P; ++j)
-    if (routed.ids[j] >= 0 && routed.ids[j] < routed.E)
-      out = fmaf(routed.weights[j], routed.part[j * H + c], out);
-  Epilogue ep;
-  ep.token_gate = logit;
-  ep.accumulate = true;
-  const float value = finish(ep, v, c, 0, out);
-  if constexpr (kStreams)
-    ahead.write(streams, H, c, value);
-  else
-    y[c] = value;
+  rows_dot<T, true, kS, 1, kG, kU, true, true, kStaged>(rows, xs, scale_rows, I,
+                                                        I / WeightChunk<T, true>::kN, lane, acc);
+#pragma unroll
+  for (int s = 0; s < kS; ++s) {
+    const float v = group_sum<kG>(acc[0][s]);
+    if (lane != 0 || c >= H) continue;
+    float out = 0.0f;
+    for (int j = s * routed.k; j < (s + 1) * routed.k; ++j)
+      if (routed.ids[j] >= 0 && routed.ids[j] < routed.E)
+        out = fmaf(routed.weights[j], routed.part[j * H + c], out);
+    Epilogue ep;
+    ep.token_gate = logit;
+    ep.accumulate = true;
+    const float value = finish(ep, v, c, s, out);
+    if constexpr (kStreams && kS == 1)
+      ahead.write(streams, H, c, value);
+    else if constexpr (kStreams)
+      StreamsAhead::write_streams(streams, H, s, c, value);
+    else
+      y[s * H + c] = value;
+  }
 }
 
-template <typename T, int kG, bool kStreams>
+template <typename T, int kS, int kG, bool kStreams>
 void launch_shared_down_combine(const float* act, const Weight& down, std::int64_t H,
                                 std::int64_t I, const float* logit, const RoutedCombine& routed,
                                 float* y, const StreamsOut& streams, cudaStream_t stream) {
-  auto kernel = shared_down_combine_kernel<T, kG, false, kStreams>;
+  auto kernel = shared_down_combine_kernel<T, kS, kG, false, kStreams>;
   std::size_t smem = 0;
-  if constexpr (kStagesX<T, true, kG, 1>) {
-    smem = staged_x_launch_bytes<T, true, kG, 1>(I / WeightChunk<T, true>::kN);
-    if (smem) kernel = shared_down_combine_kernel<T, kG, true, kStreams>;
+  if constexpr (kStagesX<T, true, kG, kS>) {
+    smem = staged_x_launch_bytes<T, true, kG, kS>(I / WeightChunk<T, true>::kN);
+    if (smem) kernel = shared_down_combine_kernel<T, kS, kG, true, kStreams>;
   }
   const float* scales =
       down.block_scaled() ? reinterpret_cast<const float*>(down.scales.data) : nullptr;
@@ -211,22 +226,26 @@ void CudaBackend::moe_block_to(const Tensor& x, const Weight& router, std::int64
                                       shared_up, shared_down, shared_expert_gate, experts, weights,
                                       *into);
   };
-  // One token of f32 activations in device memory; the streams (h [1, streams * H] and the gates
-  // [1, streams], f32 on the device) apart from x and the routing
+  // 1-4 tokens (a decode step, an MTP verify of depth 1-3; FLASHSERVE_CUDA_MOE_BLOCK_ONE_TOKEN=1:
+  // one, as before session 20) of f32 activations in device memory; the streams (h [S, streams *
+  // H] and the gates [S, streams], f32 on the device) apart from x and the routing
   // (FLASHSERVE_CUDA_FUSED_HC_WRITE=0: the block to y, then add_scaled_streams).
+  const auto S = x.shape().size() == 2 ? x.rows() : 0;
+  const std::int64_t max_tokens =
+      env_flag("FLASHSERVE_CUDA_MOE_BLOCK_ONE_TOKEN") ? 1 : kBlockTokens;
   Tensor scratch_y;
   Tensor& y = y_out != nullptr ? *y_out : scratch_y;
   const bool streams_ok =
       into == nullptr ||
       (env_flag_default_on("FLASHSERVE_CUDA_FUSED_HC_WRITE") && into->h.dtype() == DType::kF32 &&
-       into->h.device() == Device::kCuda && into->h.shape().size() == 2 && into->h.rows() == 1 &&
+       into->h.device() == Device::kCuda && into->h.shape().size() == 2 && into->h.rows() == S &&
        into->inject.dtype() == DType::kF32 && into->inject.device() == Device::kCuda &&
-       into->inject.shape().size() == 2 && into->inject.rows() == 1 && into->inject.cols() >= 1 &&
+       into->inject.shape().size() == 2 && into->inject.rows() == S && into->inject.cols() >= 1 &&
        into->h.cols() == into->inject.cols() * x.cols() && &into->h != &x && &into->h != &experts &&
        &into->h != &weights && into->h.raw() != x.raw());
-  if (!moe_block_enabled() || !streams_ok || x.shape().size() != 2 || x.rows() != 1 ||
-      x.cols() < 1 || x.dtype() != DType::kF32 || x.device() != Device::kCuda ||
-      x.raw() == nullptr || &y == &x || &y == &experts || &y == &weights || &experts == &weights)
+  if (!moe_block_enabled() || !streams_ok || S < 1 || S > max_tokens || x.cols() < 1 ||
+      x.dtype() != DType::kF32 || x.device() != Device::kCuda || x.raw() == nullptr || &y == &x ||
+      &y == &experts || &y == &weights || &experts == &weights)
     return sequence();
   const auto H = x.cols();
   // route_experts' warp router (cuda_routing.cu): k <= 64, at most 1,024 experts, not the block
@@ -245,7 +264,7 @@ void CudaBackend::moe_block_to(const Tensor& x, const Weight& router, std::int64
                          gate_up.shape[1] == 2 * I && down.shape[0] == E && down.shape[1] == H &&
                          down.shape[2] == I && E >= 1 && I >= 1 &&
                          !env_flag("FLASHSERVE_CUDA_MOE_PAIRS");
-  // shared_expert's fused kernels (cuda_fused.cu) at one row over y [1, H].
+  // shared_expert's fused kernels (cuda_fused.cu) at S rows over y [S, H].
   const auto Is = shared_gate.rows();
   const auto dtype = shared_gate.dtype;
   const bool fp8 = fp8_matrix(shared_gate) &&
@@ -268,23 +287,23 @@ void CudaBackend::moe_block_to(const Tensor& x, const Weight& router, std::int64
   if (!route_ok || !routed_ok || !shared_ok || block_rows) return sequence();
 
   Tensor shared_act, logit;
-  if (!ensure(shared_act, {1, Is}) || !ensure(logit, {1, 1})) return;
+  if (!ensure(shared_act, {S, Is}) || !ensure(logit, {S, 1})) return;
   // y itself only when it is the output (the streams take the values otherwise).
   if (!chunked(dtype, shared_act.data(), {&shared_down}, Is)) return sequence();
   Tensor logits;
   linear(x, router, logits);  // the router's GEMV, as route_experts
-  if (failed() || !ensure(experts, {1, top_k}, DType::kI32) || !ensure(weights, {1, top_k}) ||
-      (y_out != nullptr && !ensure(y, {1, H})))
+  if (failed() || !ensure(experts, {S, top_k}, DType::kI32) || !ensure(weights, {S, top_k}) ||
+      (y_out != nullptr && !ensure(y, {S, H})))
     return;
   // The routed experts' scratch, as moe_experts': the members eagerly, the step's in a graph.
   Tensor& act = scratch(moe_act_);
   Tensor& part = scratch(moe_out_);
-  if (!ensure(act, {top_k, I}) || !ensure(part, {top_k, H})) return;
+  if (!ensure(act, {S * top_k, I}) || !ensure(part, {S * top_k, H})) return;
   if (walking()) return;  // a replay: outputs ensured, nothing queued
 
   // 2. The routing (block 0) and the shared expert's gate/up (the later blocks).
   const RouteArgs route{.logits = logits.data(),
-                        .S = 1,
+                        .S = S,
                         .E = Er,
                         .k = top_k,
                         .normalize = normalize,
@@ -292,55 +311,58 @@ void CudaBackend::moe_block_to(const Tensor& x, const Weight& router, std::int64
                         .val = weights.data(),
                         .blocks = 1};
   const auto units = Is + 1;
-  with_route_slots(slots, [&](auto per) {
-    constexpr int kPer = decltype(per)::value;
-    if (fp8) {
-      const auto* g = as<e4m3_bits>(shared_gate);
-      const auto* u = as<e4m3_bits>(shared_up);
-      const auto* gs = reinterpret_cast<const float*>(shared_gate.scales.data);
-      const auto* us = reinterpret_cast<const float*>(shared_up.scales.data);
-      const auto gc = shared_gate.scales.grid_cols(H);
-      auto launch = [&](auto tg, auto lanes) {
-        using TG = decltype(tg);
-        constexpr int kG = decltype(lanes)::value;
-        launch_overlapped(route_shared_gate_up_fp8_kernel<kPer, TG, kG>,
-                          route.blocks + grid_for(units * kG, kGemvThreads), kGemvThreads, 0,
-                          stream(), route, x.data(), g, gs, u, us, gc, as<TG>(shared_expert_gate),
-                          H, Is, shared_act.data(), logit.data());
-      };
-      const bool short_units = shared_units_short<e4m3_bits>(H);
-      if (shared_expert_gate.dtype == DType::kBF16) {
-        if (short_units)
-          launch(bf16_bits{}, std::integral_constant<int, 8>{});
-        else
-          launch(bf16_bits{}, std::integral_constant<int, kWarp>{});
+  with_count<kBlockTokens>(S, [&](auto tokens) {
+    constexpr int kS = decltype(tokens)::value;
+    with_route_slots(slots, [&](auto per) {
+      constexpr int kPer = decltype(per)::value;
+      if (fp8) {
+        const auto* g = as<e4m3_bits>(shared_gate);
+        const auto* u = as<e4m3_bits>(shared_up);
+        const auto* gs = reinterpret_cast<const float*>(shared_gate.scales.data);
+        const auto* us = reinterpret_cast<const float*>(shared_up.scales.data);
+        const auto gc = shared_gate.scales.grid_cols(H);
+        auto launch = [&](auto tg, auto lanes) {
+          using TG = decltype(tg);
+          constexpr int kG = decltype(lanes)::value;
+          launch_overlapped(route_shared_gate_up_fp8_kernel<kPer, TG, kG, kS>,
+                            route.blocks + grid_for(units * kG, kGemvThreads), kGemvThreads, 0,
+                            stream(), route, x.data(), g, gs, u, us, gc, as<TG>(shared_expert_gate),
+                            H, Is, shared_act.data(), logit.data());
+        };
+        const bool short_units = shared_units_short<e4m3_bits>(H);
+        if (shared_expert_gate.dtype == DType::kBF16) {
+          if (short_units)
+            launch(bf16_bits{}, std::integral_constant<int, 8>{});
+          else
+            launch(bf16_bits{}, std::integral_constant<int, kWarp>{});
+        } else {
+          if (short_units)
+            launch(float{}, std::integral_constant<int, 8>{});
+          else
+            launch(float{}, std::integral_constant<int, kWarp>{});
+        }
       } else {
-        if (short_units)
-          launch(float{}, std::integral_constant<int, 8>{});
-        else
-          launch(float{}, std::integral_constant<int, kWarp>{});
+        auto launch = [&](auto t, auto lanes) {
+          using T = decltype(t);
+          constexpr int kG = decltype(lanes)::value;
+          launch_overlapped(route_shared_gate_up_kernel<kPer, T, kG, kS>,
+                            route.blocks + grid_for(units * kG, kGemvThreads), kGemvThreads, 0,
+                            stream(), route, x.data(), as<T>(shared_gate), as<T>(shared_up),
+                            as<T>(shared_expert_gate), H, Is, shared_act.data(), logit.data());
+        };
+        if (dtype == DType::kBF16) {
+          if (shared_units_short<bf16_bits>(H))
+            launch(bf16_bits{}, std::integral_constant<int, 8>{});
+          else
+            launch(bf16_bits{}, std::integral_constant<int, kWarp>{});
+        } else {
+          if (shared_units_short<float>(H))
+            launch(float{}, std::integral_constant<int, 8>{});
+          else
+            launch(float{}, std::integral_constant<int, kWarp>{});
+        }
       }
-    } else {
-      auto launch = [&](auto t, auto lanes) {
-        using T = decltype(t);
-        constexpr int kG = decltype(lanes)::value;
-        launch_overlapped(route_shared_gate_up_kernel<kPer, T, kG>,
-                          route.blocks + grid_for(units * kG, kGemvThreads), kGemvThreads, 0,
-                          stream(), route, x.data(), as<T>(shared_gate), as<T>(shared_up),
-                          as<T>(shared_expert_gate), H, Is, shared_act.data(), logit.data());
-      };
-      if (dtype == DType::kBF16) {
-        if (shared_units_short<bf16_bits>(H))
-          launch(bf16_bits{}, std::integral_constant<int, 8>{});
-        else
-          launch(bf16_bits{}, std::integral_constant<int, kWarp>{});
-      } else {
-        if (shared_units_short<float>(H))
-          launch(float{}, std::integral_constant<int, 8>{});
-        else
-          launch(float{}, std::integral_constant<int, kWarp>{});
-      }
-    }
+    });
   });
   if (!launched(kOp)) return;
 
@@ -354,10 +376,11 @@ void CudaBackend::moe_block_to(const Tensor& x, const Weight& router, std::int64
                                                           .inject = into->inject.data(),
                                                           .streams = into->inject.cols()}
                                              : StreamsOut{};
-  auto down_combine = [&](auto t) {
+  auto down_combine = [&](auto t, auto tokens) {
     using T = decltype(t);
+    constexpr int kS = decltype(tokens)::value;
     const auto launch = [&](auto lanes, auto to_streams) {
-      launch_shared_down_combine<T, decltype(lanes)::value, decltype(to_streams)::value>(
+      launch_shared_down_combine<T, kS, decltype(lanes)::value, decltype(to_streams)::value>(
           shared_act.data(), shared_down, H, Is, logit.data(), routed,
           y_out != nullptr ? y.data() : nullptr, streams, stream());
     };
@@ -372,12 +395,14 @@ void CudaBackend::moe_block_to(const Tensor& x, const Weight& router, std::int64
     else
       by_output(std::integral_constant<int, kWarp>{});
   };
-  if (dtype == DType::kF8E4M3)
-    down_combine(e4m3_bits{});
-  else if (dtype == DType::kBF16)
-    down_combine(bf16_bits{});
-  else
-    down_combine(float{});
+  with_count<kBlockTokens>(S, [&](auto tokens) {
+    if (dtype == DType::kF8E4M3)
+      down_combine(e4m3_bits{}, tokens);
+    else if (dtype == DType::kBF16)
+      down_combine(bf16_bits{}, tokens);
+    else
+      down_combine(float{}, tokens);
+  });
   launched(kOp);
 }
 
