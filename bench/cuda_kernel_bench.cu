@@ -41,6 +41,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -1096,6 +1097,171 @@ void bench_staged(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t
   if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
 }
 
+// --- the tensor-core GEMV with x staged once for many row tiles (session 20) --------------------
+// Session 19's tensor-core form (forms::fp8_mma_gemv_kernel) took a block per 16 rows, each block
+// converting and staging all of x for its tokens: at four tokens on 2560 -> 12288, 31 MB of L2
+// reads for 31 MB of weights. Here a block of kWarpsK warps takes `tiles` consecutive 16-row
+// tiles (runtime), its warps splitting the columns (a span of whole 64-column groups each; a
+// 128-column scale block may straddle two warps: each warp multiplies its own part by the scale),
+// and each warp walks its (tile, group) items in order with kAhead items' loads in flight across
+// tile boundaries. x is converted to f16 high and low parts once a block (each warp its span).
+// A tile's partial sums go to shared memory per warp and are added in warp order, so a row's sum
+// depends on kWarpsK only: not on the tiles a block, nor on the tokens (column 2t + p of B is
+// token t's part p). Launched overlapped, its first items' loads before the wait.
+namespace tc {
+
+template <int kWarpsK, int kAhead, int kS>
+__global__ void __launch_bounds__(32 * kWarpsK, 1)
+    tiles_kernel(const float* x, const std::uint8_t* w, const float* scales, std::int64_t grid_cols,
+                 float* y, std::int64_t in, std::int64_t out, int tiles) {
+  extern __shared__ __half2 tc_smem[];
+  __half2* xs = tc_smem;                                      // [kS][in / 2 * 2] halves
+  float* part = reinterpret_cast<float*>(tc_smem + kS * in);  // [tiles][kWarpsK][kS][16]
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const int g = lane / 4, q = lane % 4;
+  const std::int64_t span = in / kWarpsK, c_begin = warp * span;
+  const int groups = static_cast<int>(span / 64);
+  const std::int64_t tile0 = blockIdx.x * static_cast<std::int64_t>(tiles);
+  const std::int64_t left = out / 16 - tile0;
+  const int my_tiles = static_cast<int>(left < tiles ? left : tiles);
+  const int items = my_tiles * groups;
+  const auto row_ptr = [&](int i) {
+    const std::int64_t row = (tile0 + i / groups) * 16 + g;
+    return w + row * in + c_begin + (i % groups) * 64 + q * 16;
+  };
+  // An item's block scale, loaded beside its weights (a load inside the sums stalls the warp).
+  const auto scale_of = [&](int i) {
+    return __ldg(scales + ((tile0 + i / groups) * 16 / 128) * grid_cols +
+                 (c_begin + (i % groups) * 64) / 128);
+  };
+  uint4 a[kAhead][2];
+  float sa[kAhead];
+#pragma unroll
+  for (int r = 0; r < kAhead; ++r)
+    if (r < items) {
+      a[r][0] = forms::load_stream(row_ptr(r));
+      a[r][1] = forms::load_stream(row_ptr(r) + 8 * in);
+      sa[r] = scale_of(r);
+    }
+  fs::cuda::wait_for_inputs();
+  fs::cuda::release_dependents();
+#pragma unroll
+  for (int t = 0; t < kS; ++t) {
+    __half2* xh = xs + t * in + warp * span;
+    __half2* xl = xh + span / 2;
+    for (std::int64_t p = lane; p < span / 2; p += 32) {
+      const float2 v = *reinterpret_cast<const float2*>(x + t * in + c_begin + 2 * p);
+      const __half2 h = __floats2half2_rn(v.x, v.y);
+      const float2 hf = __half22float2(h);
+      xh[p] = h;
+      xl[p] = __floats2half2_rn(v.x - hf.x, v.y - hf.y);
+    }
+  }
+  __syncwarp();
+  const __half2* xsrc = xs + (g / 2) * in + warp * span + (g % 2) * (span / 2);
+  float tot[4] = {}, blk[4] = {};
+  for (int i0 = 0; i0 < items; i0 += kAhead) {
+    uint4 nxt[kAhead][2];
+    float sn[kAhead];
+#pragma unroll
+    for (int r = 0; r < kAhead; ++r)
+      if (i0 + kAhead + r < items) {
+        nxt[r][0] = forms::load_stream(row_ptr(i0 + kAhead + r));
+        nxt[r][1] = forms::load_stream(row_ptr(i0 + kAhead + r) + 8 * in);
+        sn[r] = scale_of(i0 + kAhead + r);
+      }
+#pragma unroll
+    for (int r = 0; r < kAhead; ++r) {
+      const int i = i0 + r;
+      if (i >= items) break;
+      const int G = i % groups;
+      const unsigned A0[4] = {a[r][0].x, a[r][0].y, a[r][0].z, a[r][0].w};
+      const unsigned A1[4] = {a[r][1].x, a[r][1].y, a[r][1].z, a[r][1].w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        unsigned b0 = 0, b1 = 0;
+        if (g < 2 * kS) {
+          const uint2 bb = *reinterpret_cast<const uint2*>(xsrc + (G * 64 + q * 16 + 4 * j) / 2);
+          b0 = bb.x;
+          b1 = bb.y;
+        }
+        forms::mma16816(blk, forms::e4m3x2_to_f16x2(static_cast<unsigned short>(A0[j] & 0xffffu)),
+                        forms::e4m3x2_to_f16x2(static_cast<unsigned short>(A1[j] & 0xffffu)),
+                        forms::e4m3x2_to_f16x2(static_cast<unsigned short>(A0[j] >> 16)),
+                        forms::e4m3x2_to_f16x2(static_cast<unsigned short>(A1[j] >> 16)), b0, b1);
+      }
+      const std::int64_t k = c_begin + G * 64;
+      const bool last = G == groups - 1;
+      if (last || (k + 64) % 128 == 0) {  // the scale block ends, or this warp's span does
+        const float sc = sa[r];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          tot[e] = fmaf(blk[e], sc, tot[e]);
+          blk[e] = 0.0f;
+        }
+      }
+      if (last) {
+        if (q < kS) {  // thread q holds columns 2q and 2q + 1: token q's two parts
+          float* pt = part + ((i / groups) * kWarpsK + warp) * kS * 16 + q * 16;
+          pt[g] = tot[0] + tot[1];
+          pt[g + 8] = tot[2] + tot[3];
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) tot[e] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kAhead; ++r) {
+      a[r][0] = nxt[r][0];
+      a[r][1] = nxt[r][1];
+      sa[r] = sn[r];
+    }
+  }
+  __syncthreads();
+  for (int o = static_cast<int>(threadIdx.x); o < my_tiles * kS * 16; o += blockDim.x) {
+    const int tl = o / (kS * 16), t = (o / 16) % kS, rr = o % 16;
+    float v = 0.0f;
+    for (int k = 0; k < kWarpsK; ++k) v += part[((tl * kWarpsK) + k) * kS * 16 + t * 16 + rr];
+    y[t * out + (tile0 + tl) * 16 + rr] = v;
+  }
+}
+
+template <int kWarpsK, int kAhead, int kS>
+void launch(const float* x, const std::uint8_t* w, const float* scales, std::int64_t grid_cols,
+            float* y, std::int64_t in, std::int64_t out, int tiles, cudaStream_t s) {
+  const auto smem = static_cast<std::size_t>(in) * 4 * kS +
+                    static_cast<std::size_t>(tiles) * kWarpsK * kS * 16 * 4;
+  static bool opted = false;
+  if (!opted) {
+    cudaFuncSetAttribute(tiles_kernel<kWarpsK, kAhead, kS>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    opted = true;
+  }
+  const auto all = out / 16;
+  fs::cuda::launch_overlapped(
+      tiles_kernel<kWarpsK, kAhead, kS>, dim3(static_cast<unsigned>((all + tiles - 1) / tiles)),
+      dim3(32 * kWarpsK), smem, s, x, w, scales, grid_cols, y, in, out, tiles);
+}
+
+// Token counts 1-4 at run time.
+template <int kWarpsK, int kAhead>
+void launch_s(int S, const float* x, const std::uint8_t* w, const float* scales,
+              std::int64_t grid_cols, float* y, std::int64_t in, std::int64_t out, int tiles,
+              cudaStream_t s) {
+  switch (S) {
+    case 1:
+      return launch<kWarpsK, kAhead, 1>(x, w, scales, grid_cols, y, in, out, tiles, s);
+    case 2:
+      return launch<kWarpsK, kAhead, 2>(x, w, scales, grid_cols, y, in, out, tiles, s);
+    case 3:
+      return launch<kWarpsK, kAhead, 3>(x, w, scales, grid_cols, y, in, out, tiles, s);
+    default:
+      return launch<kWarpsK, kAhead, 4>(x, w, scales, grid_cols, y, in, out, tiles, s);
+  }
+}
+
+}  // namespace tc
+
 // --- --tokens: the FP8 GEMV at 1-4 tokens, the backend's FMA form beside the tensor-core form ----
 // An MTP verify runs the step's products over 2-4 tokens, and the backend's FMA GEMV takes ~2x
 // its one-token time at four (session 15: the out-projection 6.9 -> 14.3 us): per weight it
@@ -1115,6 +1281,7 @@ void bench_tokens(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t
   fill(x.raw(), static_cast<std::size_t>(4 * in), false, 1.0f, 99, s);
   auto ym = device_alloc(static_cast<std::size_t>(4 * out) * 4);
   std::vector<float> one(static_cast<std::size_t>(out));
+  std::map<std::string, std::vector<float>> tc_one;  // each tiled form's one-token values
   const auto grid_cols = blocks(in);
   const auto mma = [&](int S, const fs::Weight& v) {
     const auto* sc = reinterpret_cast<const float*>(v.scales.data);
@@ -1161,6 +1328,58 @@ void bench_tokens(fs::Backend& be, cudaStream_t s, std::int64_t in, std::int64_t
     std::size_t differ = 0;
     for (std::size_t r = 0; r < got.size(); ++r) differ += std::memcmp(&got[r], &one[r], 4) != 0;
     rows.push_back({name, shape, "mma=S1", S, 0, 1e-30, static_cast<double>(differ)});
+    // The tiled tensor-core form: one or two blocks a multiprocessor's worth of tiles, a few
+    // splits of the columns and depths of loads in flight. "tcW/Aa/Tt": W warps, A items ahead,
+    // t tiles a block; its rows "=S1" count the token-0 values that differ from its S = 1 call.
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    const auto all_tiles = out / 16;
+    using Launch = void (*)(int, const float*, const std::uint8_t*, const float*, std::int64_t,
+                            float*, std::int64_t, std::int64_t, int, cudaStream_t);
+    struct TcForm {
+      int warps, ahead;
+      Launch launch;
+    };
+    std::vector<TcForm> tc_forms;
+    if ((in / 8) % 64 == 0) {
+      tc_forms.push_back({8, 4, tc::launch_s<8, 4>});
+      tc_forms.push_back({8, 6, tc::launch_s<8, 6>});
+    }
+    if (in % (16 * 64) == 0 || (in / 16) % 64 == 0)
+      tc_forms.push_back({16, 4, tc::launch_s<16, 4>});
+    if ((in / 10) % 64 == 0 && in % 10 == 0) tc_forms.push_back({10, 4, tc::launch_s<10, 4>});
+    for (const auto& f : tc_forms) {
+      int last_tiles = 0;
+      for (const int per_sm : {1, 2, 3}) {
+        const int tiles = static_cast<int>(
+            std::max<std::int64_t>(1, (all_tiles + sms * per_sm - 1) / (sms * per_sm)));
+        if (tiles == last_tiles) continue;
+        last_tiles = tiles;
+        const auto call = [&](int i) {
+          const auto v = w.view(i % w.copies, {out, in});
+          f.launch(S, xs.data(), v.data, reinterpret_cast<const float*>(v.scales.data), grid_cols,
+                   static_cast<float*>(ym.get()), in, out, tiles, s);
+        };
+        const double tt = time_calls(s, n, call);
+        call(0);
+        cudaStreamSynchronize(s);
+        const auto e2 = cudaGetLastError();
+        if (e2 != cudaSuccess) std::fprintf(stderr, "tc S%d: %s\n", S, cudaGetErrorString(e2));
+        const std::string impl = "tc" + std::to_string(f.warps) + "/a" + std::to_string(f.ahead) +
+                                 "/t" + std::to_string(tiles);
+        rows.push_back({name, shape, impl, S, wbytes, tt,
+                        max_rel_diff(y, static_cast<const float*>(ym.get()),
+                                     static_cast<std::size_t>(S * out))});
+        std::vector<float> mine(static_cast<std::size_t>(out));
+        cudaMemcpy(mine.data(), ym.get(), mine.size() * 4, cudaMemcpyDeviceToHost);
+        auto& ref = tc_one[impl];
+        if (S == 1) ref = mine;
+        std::size_t d = 0;
+        for (std::size_t r = 0; r < mine.size() && r < ref.size(); ++r)
+          d += std::memcmp(&mine[r], &ref[r], 4) != 0;
+        rows.push_back({name, shape, impl + "=S1", S, 0, 1e-30, static_cast<double>(d)});
+      }
+    }
   }
   if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
 }
@@ -1603,6 +1822,7 @@ int main(int argc, char** argv) {
     bench_hc(be, s, rows);
   } else if (tokens_only) {
     // The step's FP8 products: GDN qkv, the QSA query/gate, the out-projections, a 4 MB one.
+    bench_tokens(be, s, 2560, 16480, "gdn_in_proj", rows);
     bench_tokens(be, s, 2560, 10240, "gdn_qkv", rows);
     bench_tokens(be, s, 2560, 12288, "attn_q_gate", rows);
     bench_tokens(be, s, 6144, 2560, "o_proj", rows);

@@ -2615,6 +2615,51 @@ TEST(CudaMoeBlock, EachTokenOfSeveralGetsItsOneTokenBits) {
   }
 }
 
+// The decode router's picks as two redux.sync a pick with the picks kept in lanes (session 20)
+// must be the shuffle reductions' picks and weights bit for bit
+// (FLASHSERVE_CUDA_OLD_ROUTE_PICKS=1), ties included: routers with repeated rows give equal
+// logits, which both must order by the lower expert id.
+TEST(CudaRouting, FastPicksEqualThePicksBeforeBitForBit) {
+  std::string why;
+  auto be = backend_under_test("cuda", &why);
+  if (!be) GTEST_SKIP() << why;
+  const UnsetOnExit restore{"FLASHSERVE_CUDA_OLD_ROUTE_PICKS"};
+  struct Case {
+    std::int64_t S, H, E, k;
+    bool normalize;
+  };
+  Rng rng(0x7a0e5u);
+  const Feed f{*be};
+  for (const auto& c : std::vector<Case>{{1, 256, 512, 10, true},
+                                         {4, 256, 512, 10, true},
+                                         {3, 128, 256, 8, false},
+                                         {2, 64, 8, 8, true},
+                                         {1, 64, 40, 32, true},
+                                         {2, 64, 200, 1, false}}) {
+    SCOPED_TRACE("S " + std::to_string(c.S) + " E " + std::to_string(c.E) + " k " +
+                 std::to_string(c.k));
+    auto router = random_weight(DType::kF32, {c.E, c.H}, rng, 1.0f);
+    // Every third row repeats the row before it: equal logits, equal p.
+    auto* rows = reinterpret_cast<float*>(router.bytes());
+    for (std::int64_t e = 2; e < c.E; e += 3)
+      std::copy(rows + (e - 1) * c.H, rows + e * c.H, rows + e * c.H);
+    const Weight r = f.w(router);
+    const Tensor x = f.in(random_tensor({c.S, c.H}, rng, 1.0f));
+    Tensor ids_fast, w_fast, ids_old, w_old;
+    unsetenv("FLASHSERVE_CUDA_OLD_ROUTE_PICKS");
+    be->route_experts(x, r, c.k, c.normalize, ids_fast, w_fast);
+    setenv("FLASHSERVE_CUDA_OLD_ROUTE_PICKS", "1", 1);
+    be->route_experts(x, r, c.k, c.normalize, ids_old, w_old);
+    ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+    const Tensor a = ids_fast.to(host_memory()), b = ids_old.to(host_memory());
+    ASSERT_EQ(a.bytes(), b.bytes());
+    EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.bytes()), 0) << "ids";
+    const auto wa = w_fast.to_host_vector(), wb = w_old.to_host_vector();
+    ASSERT_EQ(wa.size(), wb.size());
+    EXPECT_EQ(std::memcmp(wa.data(), wb.data(), wa.size() * sizeof(float)), 0) << "weights";
+  }
+}
+
 // The hyper-connection write in the producer's kernel (linear_into_streams and
 // moe_block_into_streams, cuda_epilogue.cuh StreamsOut) computes the bits of the op then
 // add_scaled_streams: the same row values, then add_scaled_streams' arithmetic. The projections

@@ -61,6 +61,7 @@ struct RouteArgs {
   std::int32_t* idx;  // [S, k]
   float* val;         // [S, k]
   unsigned blocks;
+  bool fast;  // route_warp_rows' picks (cuda_route_warp.cuh)
 };
 
 // The routing and the shared expert's gate/up (f32 or bf16) in one grid of kGemvThreads-thread
@@ -74,7 +75,7 @@ __global__ void __launch_bounds__(kGemvThreads)
     wait_for_inputs();  // the router's logits
     release_dependents();
     route_warp_rows<kPer>(route.logits, route.S, route.E, route.k, route.normalize, route.idx,
-                          route.val, blockIdx.x);
+                          route.val, blockIdx.x, route.fast);
     return;
   }
   shared_gate_up_units<T, kS, kG>(x, gate, up, expert_gate, H, I, act, logit,
@@ -93,7 +94,7 @@ __global__ void __launch_bounds__(kGemvThreads)
   release_dependents();
   if (blockIdx.x < route.blocks) {
     route_warp_rows<kPer>(route.logits, route.S, route.E, route.k, route.normalize, route.idx,
-                          route.val, blockIdx.x);
+                          route.val, blockIdx.x, route.fast);
     return;
   }
   shared_gate_up_fp8_units<TG, kS, kG>(x, gate, gate_scales, up, up_scales, grid_cols, expert_gate,
@@ -309,7 +310,8 @@ void CudaBackend::moe_block_to(const Tensor& x, const Weight& router, std::int64
                         .normalize = normalize,
                         .idx = experts.data_as<std::int32_t>(),
                         .val = weights.data(),
-                        .blocks = 1};
+                        .blocks = 1,
+                        .fast = route_fast_picks()};
   const auto units = Is + 1;
   with_count<kBlockTokens>(S, [&](auto tokens) {
     constexpr int kS = decltype(tokens)::value;

@@ -20,10 +20,16 @@ namespace fs::cuda {
 // the weights over their fp32 sum in pick order. (Only the double sum's order differs, which can
 // move p by an ulp.) Warp w of block `block` takes token block * (blockDim.x / 32) + w; a token's
 // result depends on nothing else (not the block size). The caller has waited for the logits.
+// fast (k <= 32; session 20, FLASHSERVE_CUDA_OLD_ROUTE_PICKS=1 turns it off): a pick's warp
+// reduction is two redux.sync instructions (the largest p as its bits, which order non-negative
+// floats as the floats; then the lowest index holding it) instead of five rounds of paired
+// shuffles, and lane r keeps pick r in registers, so the weights' sum and division need no
+// global round trip a pick: the same picks and the same fp32 sum in pick order, the same bits
+// (p is never negative; NaN p, from NaN logits, is ordered by its bits here).
 template <int kPer>
 __device__ __forceinline__ void route_warp_rows(const float* logits, std::int64_t S, std::int64_t E,
                                                 std::int64_t k, bool normalize, std::int32_t* idx,
-                                                float* val, std::int64_t block) {
+                                                float* val, std::int64_t block, bool fast = true) {
   const std::int64_t s = block * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (s >= S) return;  // whole warps: the shuffles below see every lane of theirs
   const int lane = static_cast<int>(threadIdx.x % kWarp);
@@ -50,6 +56,42 @@ __device__ __forceinline__ void route_warp_rows(const float* logits, std::int64_
   std::int32_t* ri = idx + s * k;
   float* rv = val + s * k;
   unsigned taken = 0;  // bit j: this lane's slot j was picked
+  if (fast && k <= kWarp) {
+    float pick_v = 0.0f;  // lane r: pick r's weight (0 where nothing was left) and id
+    std::int32_t pick_i = -1;
+    for (int r = 0; r < static_cast<int>(k); ++r) {
+      float bv = -INFINITY;
+      std::int32_t bi = -1;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const auto c = static_cast<std::int32_t>(lane + kWarp * j);
+        if (c < E && !((taken >> j) & 1u) && ranks_above(p[j], c, bv, bi)) {
+          bv = p[j];
+          bi = c;
+        }
+      }
+      // A lane's best is the lowest index of its largest p (slots in index order), so the
+      // warp's is the lowest index among the lanes holding the largest.
+      const unsigned key = bi >= 0 ? __float_as_uint(bv) + 1u : 0u;
+      const unsigned best = __reduce_max_sync(0xffffffffu, key);
+      const unsigned win = __reduce_min_sync(
+          0xffffffffu, key == best && best != 0u ? static_cast<unsigned>(bi) : 0xffffffffu);
+      bi = best != 0u ? static_cast<std::int32_t>(win) : -1;
+      bv = best != 0u ? __uint_as_float(best - 1u) : -INFINITY;
+      if (bi >= 0 && bi % kWarp == lane) taken |= 1u << (bi / kWarp);
+      if (lane == r) {
+        pick_i = bi;
+        pick_v = bi >= 0 ? bv : 0.0f;
+      }
+    }
+    float total = 0;  // in pick order, as lane 0 sums below
+    for (int r = 0; r < static_cast<int>(k); ++r) total += __shfl_sync(0xffffffffu, pick_v, r);
+    if (lane < k) {
+      ri[lane] = pick_i;
+      rv[lane] = normalize ? pick_v / total : pick_v;
+    }
+    return;
+  }
   float total = 0;
   for (std::int64_t r = 0; r < k; ++r) {
     float bv = -INFINITY;
@@ -77,6 +119,9 @@ __device__ __forceinline__ void route_warp_rows(const float* logits, std::int64_
 // The register slots a lane takes (route_warp_rows' kPer: 8, 16 or 32) for a router of E
 // experts, or 0 where the warp form does not run: more than 32 * 32 experts, or
 // FLASHSERVE_CUDA_OLD_ROUTE (or _OLD_CONTEXT, cuda_switches.h) asked for the block form.
+inline bool route_fast_picks() {
+  return !env_flag("FLASHSERVE_CUDA_OLD_ROUTE_PICKS");
+}
 inline int route_warp_slots(std::int64_t E) {
   if (old_kernel_requested("FLASHSERVE_CUDA_OLD_ROUTE") || E > 32 * kWarp) return 0;
   return E <= 8 * kWarp ? 8 : (E <= 16 * kWarp ? 16 : 32);

@@ -233,10 +233,11 @@ __global__ void route_kernel(float* logits, std::int64_t E, std::int64_t k, bool
 // The decode router (cuda_route_warp.cuh): a warp per token.
 template <int kPer>
 __global__ void route_warp_kernel(const float* logits, std::int64_t S, std::int64_t E,
-                                  std::int64_t k, bool normalize, std::int32_t* idx, float* val) {
+                                  std::int64_t k, bool normalize, std::int32_t* idx, float* val,
+                                  bool fast) {
   wait_for_inputs();  // when launched overlapped (cuda_common.h)
   release_dependents();
-  route_warp_rows<kPer>(logits, S, E, k, normalize, idx, val, blockIdx.x);
+  route_warp_rows<kPer>(logits, S, E, k, normalize, idx, val, blockIdx.x, fast);
 }
 
 }  // namespace
@@ -398,7 +399,7 @@ void CudaBackend::route_experts(const Tensor& x, const Weight& router, std::int6
       constexpr int kPer = decltype(per)::value;
       launch_overlapped(route_warp_kernel<kPer>, warp_blocks, kRouteWarps * kWarp, 0, stream(),
                         logits.data(), S, E, top_k, normalize, experts.data_as<std::int32_t>(),
-                        weights.data());
+                        weights.data(), route_fast_picks());
     });
     launched(kOp);
     return;
