@@ -9,7 +9,7 @@
 // on time.
 //
 //   cuda_kernel_bench [--json PATH] [--quick] [--fp8 | --quant | --delta | --chain | --forms |
-//                     --staged | --tokens | --hc]
+//                     --staged | --tokens | --hc | --context]
 //
 // --fp8: only the products on block-scaled FP8 E4M3 weights (issue 15) beside their bf16 forms.
 // --quant: only the packed formats (issue 15: FP4 E2M1 + E8M0, Q8_0, Q4_K, Q5_K, Q6_K, Q2_K) in
@@ -17,6 +17,8 @@
 // --delta: only the gated delta rule's prefill form (gated_delta_rule_chunked at S = 512 and
 // 4096): the chunk kernels beside the token-by-token kernel, us, tokens/s and their ratio (also
 // at the end of a full run).
+// --context: only the QSA context kernels at 1k/16k/64k (with select_blocks' radix select before
+// session 20 as "radix13").
 // --chain: what bounds a weight-streaming product inside the decode step's chain of kernels
 // (bench_chain below says what each row runs).
 // --forms: the one-token FP8 GEMV in other forms (namespace forms below): the backend's ("fma"), a
@@ -1686,6 +1688,22 @@ void bench_context(fs::Backend& be, cudaStream_t s, std::int64_t T, std::vector<
     cudaStreamSynchronize(s);
     rows.push_back({"block_sparse_attn", shape, "split16", S, rows[at + 2].bytes, t_split,
                     max_rel_diff(o_split, outs[0].o.data(), static_cast<std::size_t>(S * Hq * D))});
+    // The radix select before session 20 (FLASHSERVE_CUDA_OLD_RADIX=1: the row read from global
+    // memory in each pass, three barriers a tile), on the new scores; its diff counts the picks
+    // that differ from the new select's (0 expected).
+    setenv("FLASHSERVE_CUDA_OLD_RADIX", "1", 1);
+    fs::Tensor picked_radix;
+    const double t_radix = time_calls(s, calls, [&](int) {
+      be.select_blocks(outs[0].scores, first, kBlock, kTop, picked_radix);
+    });
+    unsetenv("FLASHSERVE_CUDA_OLD_RADIX");
+    cudaStreamSynchronize(s);
+    const auto pr = picked_radix.to(fs::host_memory()), pn = outs[0].picked.to(fs::host_memory());
+    std::size_t radix_differ = 0;
+    for (std::int64_t i = 0; i < pr.numel(); ++i)
+      radix_differ += pr.data_as<std::int32_t>()[i] != pn.data_as<std::int32_t>()[i];
+    rows.push_back({"select_blocks", shape, "radix13", S, static_cast<double>(S * B) * 4, t_radix,
+                    static_cast<double>(radix_differ)});
   }
   if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
 }
@@ -1764,7 +1782,8 @@ void print_delta(const std::vector<DeltaRow>& rows) {
 int main(int argc, char** argv) {
   std::string json_path;
   bool quick = false, fp8_only = false, quant_only = false, delta_only = false, chain_only = false,
-       forms_only = false, staged_only = false, tokens_only = false, hc_only = false;
+       forms_only = false, staged_only = false, tokens_only = false, hc_only = false,
+       context_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     if (!std::strcmp(argv[i], "--quick")) quick = true;
@@ -1776,6 +1795,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--staged")) staged_only = true;
     if (!std::strcmp(argv[i], "--tokens")) tokens_only = true;
     if (!std::strcmp(argv[i], "--hc")) hc_only = true;
+    if (!std::strcmp(argv[i], "--context")) context_only = true;
   }
   auto made = fs::make_cuda_backend();
   if (!made.ok()) {
@@ -1820,6 +1840,9 @@ int main(int argc, char** argv) {
                                 {"o_proj", 6144, 2560},         {"lm_head", 2560, 248320}};
   if (hc_only) {
     bench_hc(be, s, rows);
+  } else if (context_only) {
+    for (const std::int64_t T : {std::int64_t{1024}, std::int64_t{16384}, std::int64_t{65536}})
+      bench_context(be, s, T, rows, quick);
   } else if (tokens_only) {
     // The step's FP8 products: GDN qkv, the QSA query/gate, the out-projections, a 4 MB one.
     bench_tokens(be, s, 2560, 16480, "gdn_in_proj", rows);

@@ -10,6 +10,7 @@
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_select.h"
+#include "backend/cuda/cuda_switches.h"
 
 namespace fs::cuda {
 namespace {
@@ -41,6 +42,15 @@ __device__ __forceinline__ std::int32_t unpack_index(std::uint64_t packed) {
 
 // blockDim.x is a multiple of 32 in [32, 1024]; sort_size a power of two >= k, with
 // sort_size * 8 bytes of dynamic shared memory.
+// kPer > 0 (session 20): entry c = tid + j * threads, j < kPer, is read once into thread tid's
+// registers (when n <= kPer * threads), where the form before (kPer = 0,
+// FLASHSERVE_CUDA_OLD_RADIX=1, and live rows longer than that) read the row from global memory in
+// each of its five passes, a round trip per tile of `threads` entries on one multiprocessor (53 us
+// at 64k context's 16,384 block scores, bench/NOTES.md session 13). The kept entries are also
+// placed in one scan of the tiles' counts instead of three barriers a tile. The same tiles in the
+// same order, so the same kept set, sort and output. Launched overlapped: the row is read after the
+// wait.
+template <int kPer>
 __global__ void __launch_bounds__(kSelectMaxThreads)
     radix_topk_kernel(const float* x, StepScalar live_cols, std::int64_t k, StepScalar live_first,
                       std::int64_t block, int sort_size, std::int32_t* idx, float* val) {
@@ -48,20 +58,46 @@ __global__ void __launch_bounds__(kSelectMaxThreads)
   __shared__ std::uint32_t hist[kBins];
   __shared__ std::uint32_t warp_gt[kSelectMaxWarps], warp_eq[kSelectMaxWarps];
   __shared__ std::uint32_t s_digit, s_remaining, s_gt_base, s_eq_base;
-  const std::int64_t row = blockIdx.x, cols = live_cols.get(), first = live_first.get();
-  const float* p = x + row * cols;
-  std::int64_t n = cols;
-  if (block > 0 && (first + row + 1) / block < cols) n = (first + row + 1) / block;
+  // kPer > 0: tile j's per-warp counts, then their exclusive prefix in entry order.
+  __shared__ std::uint32_t tile_gt[kPer > 0 ? kPer * kSelectMaxWarps : 1],
+      tile_eq[kPer > 0 ? kPer * kSelectMaxWarps : 1];
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp, warp = tid / kWarp;
   const int threads = static_cast<int>(blockDim.x), warps = threads / kWarp;
-  const auto want = static_cast<std::uint32_t>(n < k ? n : k);
-  const bool take_all = n <= k;
-
   for (int i = tid; i < sort_size; i += threads) kept[i] = 0;
   if (tid == 0) {
     s_gt_base = 0;
     s_eq_base = 0;
   }
+  wait_for_inputs();  // the scores are the kernel before's
+  release_dependents();
+  const std::int64_t row = blockIdx.x, cols = live_cols.get(), first = live_first.get();
+  const float* p = x + row * cols;
+  std::int64_t n = cols;
+  if (block > 0 && (first + row + 1) / block < cols) n = (first + row + 1) / block;
+  const auto want = static_cast<std::uint32_t>(n < k ? n : k);
+  const bool take_all = n <= k;
+  // Tiles of `threads` entries: tile j holds entries [j * threads, (j + 1) * threads).
+  const int tiles = static_cast<int>((n + threads - 1) / threads);
+  // The row in registers when it fits (a step graph sizes the launch for the scores' capacity;
+  // the live row may be shorter or, past the registers, longer: then it is read in each pass).
+  const bool regs = kPer > 0 && n <= static_cast<std::int64_t>(kPer) * threads;
+  [[maybe_unused]] std::uint32_t keys[kPer > 0 ? kPer : 1];
+  if constexpr (kPer > 0) {
+    if (regs) {
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const std::int64_t c = static_cast<std::int64_t>(j) * threads + tid;
+        keys[j] = c < n ? rank_key(p[c]) : 0u;
+      }
+    }
+  }
+  // Entry j * threads + tid's key (from the registers where they hold the row).
+  const auto key_at = [&](int j, std::int64_t c) {
+    if constexpr (kPer > 0) {
+      if (regs) return keys[j];
+    }
+    return rank_key(p[c]);
+  };
 
   // The k-th largest key: digits from the top; `remaining` counts how many of the entries that
   // share the digits found so far are still to be taken (always >= 1 and <= their number).
@@ -72,16 +108,23 @@ __global__ void __launch_bounds__(kSelectMaxThreads)
       for (int b = tid; b < kBins; b += threads) hist[b] = 0;
       __syncthreads();
       // A uniform loop (every lane reaches the match): lanes with the same digit add once.
-      for (std::int64_t c0 = 0; c0 < n; c0 += threads) {
-        const std::int64_t c = c0 + tid;
+      const auto count = [&](int j) {
+        const std::int64_t c = static_cast<std::int64_t>(j) * threads + tid;
         std::uint32_t digit = kNoDigit;
         if (c < n) {
-          const std::uint32_t key = rank_key(p[c]);
+          const std::uint32_t key = key_at(j, c);
           if ((key & mask) == prefix) digit = (key >> shift) & (kBins - 1);
         }
         const unsigned peers = __match_any_sync(0xffffffffu, digit);
         if (digit != kNoDigit && lane == __ffs(peers) - 1)
           atomicAdd(&hist[digit], static_cast<std::uint32_t>(__popc(peers)));
+      };
+      if (regs) {
+#pragma unroll
+        for (int j = 0; j < (kPer > 0 ? kPer : 1); ++j)
+          if (j < tiles) count(j);
+      } else {
+        for (int j = 0; j < tiles; ++j) count(j);
       }
       __syncthreads();
       if (warp == 0) {
@@ -121,45 +164,107 @@ __global__ void __launch_bounds__(kSelectMaxThreads)
   // taken, and of those equal to it the `remaining` lowest-indexed.
   const std::uint32_t count_gt = want - remaining;
 
-  // Compaction in index order, a tile of `threads` entries at a time: ballots give each entry
-  // its rank among the tile's equals, the running bases carry the earlier tiles'.
+  // Compaction in index order: ballots give each entry its rank among its tile's equals, the
+  // counts of earlier warps and tiles the rest.
   __syncthreads();
-  for (std::int64_t c0 = 0; c0 < n; c0 += threads) {
-    const std::int64_t c = c0 + tid;
-    bool gt = false, eq = false;
-    std::uint32_t key = 0;
-    if (c < n) {
-      key = rank_key(p[c]);
-      gt = take_all || key > prefix;
-      eq = !take_all && key == prefix;
-    }
-    const unsigned bal_gt = __ballot_sync(0xffffffffu, gt), bal_eq = __ballot_sync(0xffffffffu, eq);
-    if (lane == 0) {
-      warp_gt[warp] = static_cast<std::uint32_t>(__popc(bal_gt));
-      warp_eq[warp] = static_cast<std::uint32_t>(__popc(bal_eq));
-    }
-    __syncthreads();
-    std::uint32_t gt_at = s_gt_base, eq_at = s_eq_base;
-    for (int w = 0; w < warp; ++w) {
-      gt_at += warp_gt[w];
-      eq_at += warp_eq[w];
-    }
-    const unsigned lower = (1u << lane) - 1u;
-    gt_at += static_cast<std::uint32_t>(__popc(bal_gt & lower));
-    eq_at += static_cast<std::uint32_t>(__popc(bal_eq & lower));
-    if (gt && gt_at < count_gt) kept[gt_at] = pack(key, c);
-    if (eq && eq_at < remaining) kept[count_gt + eq_at] = pack(key, c);
-    __syncthreads();
-    if (tid == 0) {
-      std::uint32_t tg = 0, te = 0;
-      for (int w = 0; w < warps; ++w) {
-        tg += warp_gt[w];
-        te += warp_eq[w];
+  const unsigned lower = (1u << lane) - 1u;
+  if (regs) {
+    // Each warp's counts of every tile, then one exclusive scan over (tile, warp) in entry order.
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      if (j >= tiles) break;
+      const std::int64_t c = static_cast<std::int64_t>(j) * threads + tid;
+      const bool live = c < n;
+      const unsigned bal_gt = __ballot_sync(0xffffffffu, live && (take_all || keys[j] > prefix));
+      const unsigned bal_eq = __ballot_sync(0xffffffffu, live && !take_all && keys[j] == prefix);
+      if (lane == 0) {
+        tile_gt[j * warps + warp] = static_cast<std::uint32_t>(__popc(bal_gt));
+        tile_eq[j * warps + warp] = static_cast<std::uint32_t>(__popc(bal_eq));
       }
-      s_gt_base += tg;
-      s_eq_base += te;
     }
     __syncthreads();
+    if (warp == 0) {
+      const int m = tiles * warps, per = (m + kWarp - 1) / kWarp;
+      std::uint32_t sg = 0, se = 0;
+      for (int i = lane * per; i < (lane + 1) * per && i < m; ++i) {
+        sg += tile_gt[i];
+        se += tile_eq[i];
+      }
+      std::uint32_t ig = sg, ie = se;
+#pragma unroll
+      for (int o = 1; o < kWarp; o <<= 1) {
+        const std::uint32_t tg = __shfl_up_sync(0xffffffffu, ig, o);
+        const std::uint32_t te = __shfl_up_sync(0xffffffffu, ie, o);
+        if (lane >= o) {
+          ig += tg;
+          ie += te;
+        }
+      }
+      std::uint32_t bg = ig - sg, be = ie - se;  // exclusive: the entries before this lane's
+      for (int i = lane * per; i < (lane + 1) * per && i < m; ++i) {
+        const std::uint32_t g = tile_gt[i], e = tile_eq[i];
+        tile_gt[i] = bg;
+        tile_eq[i] = be;
+        bg += g;
+        be += e;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      if (j >= tiles) break;
+      const std::int64_t c = static_cast<std::int64_t>(j) * threads + tid;
+      const bool live = c < n;
+      const bool gt = live && (take_all || keys[j] > prefix);
+      const bool eq = live && !take_all && keys[j] == prefix;
+      const unsigned bal_gt = __ballot_sync(0xffffffffu, gt),
+                     bal_eq = __ballot_sync(0xffffffffu, eq);
+      const std::uint32_t gt_at =
+          tile_gt[j * warps + warp] + static_cast<std::uint32_t>(__popc(bal_gt & lower));
+      const std::uint32_t eq_at =
+          tile_eq[j * warps + warp] + static_cast<std::uint32_t>(__popc(bal_eq & lower));
+      if (gt && gt_at < count_gt) kept[gt_at] = pack(keys[j], c);
+      if (eq && eq_at < remaining) kept[count_gt + eq_at] = pack(keys[j], c);
+    }
+    __syncthreads();
+  } else {
+    for (std::int64_t c0 = 0; c0 < n; c0 += threads) {
+      const std::int64_t c = c0 + tid;
+      bool gt = false, eq = false;
+      std::uint32_t key = 0;
+      if (c < n) {
+        key = rank_key(p[c]);
+        gt = take_all || key > prefix;
+        eq = !take_all && key == prefix;
+      }
+      const unsigned bal_gt = __ballot_sync(0xffffffffu, gt),
+                     bal_eq = __ballot_sync(0xffffffffu, eq);
+      if (lane == 0) {
+        warp_gt[warp] = static_cast<std::uint32_t>(__popc(bal_gt));
+        warp_eq[warp] = static_cast<std::uint32_t>(__popc(bal_eq));
+      }
+      __syncthreads();
+      std::uint32_t gt_at = s_gt_base, eq_at = s_eq_base;
+      for (int w = 0; w < warp; ++w) {
+        gt_at += warp_gt[w];
+        eq_at += warp_eq[w];
+      }
+      gt_at += static_cast<std::uint32_t>(__popc(bal_gt & lower));
+      eq_at += static_cast<std::uint32_t>(__popc(bal_eq & lower));
+      if (gt && gt_at < count_gt) kept[gt_at] = pack(key, c);
+      if (eq && eq_at < remaining) kept[count_gt + eq_at] = pack(key, c);
+      __syncthreads();
+      if (tid == 0) {
+        std::uint32_t tg = 0, te = 0;
+        for (int w = 0; w < warps; ++w) {
+          tg += warp_gt[w];
+          te += warp_eq[w];
+        }
+        s_gt_base += tg;
+        s_eq_base += te;
+      }
+      __syncthreads();
+    }
   }
 
   // Bitonic sort of kept[0, sort_size) into descending order (the zero padding sinks).
@@ -198,8 +303,25 @@ void launch_radix_topk(const float* x, std::int64_t rows, std::int64_t max_cols,
   const int threads = static_cast<int>(std::clamp<std::int64_t>(
       (max_cols + kWarp - 1) / kWarp * kWarp, 4 * kWarp, kSelectMaxThreads));
   const auto smem = static_cast<std::size_t>(sort_size) * sizeof(std::uint64_t);
-  radix_topk_kernel<<<static_cast<unsigned>(rows), threads, smem, stream>>>(
-      x, cols, k, first, block, sort_size, idx, val);
+  // Entries a thread holds in registers: the row's capacity over the threads, a power of two.
+  const auto per = (max_cols + threads - 1) / threads;
+  const auto launch = [&](auto kernel) {
+    launch_overlapped(kernel, dim3(static_cast<unsigned>(rows)), dim3(threads), smem, stream, x,
+                      cols, k, first, block, sort_size, idx, val);
+  };
+  // At most 16 a thread (1,024 threads' 64 registers); a longer live row is read in each pass.
+  if (env_flag("FLASHSERVE_CUDA_OLD_RADIX"))
+    launch(radix_topk_kernel<0>);
+  else if (per <= 1)
+    launch(radix_topk_kernel<1>);
+  else if (per <= 2)
+    launch(radix_topk_kernel<2>);
+  else if (per <= 4)
+    launch(radix_topk_kernel<4>);
+  else if (per <= 8)
+    launch(radix_topk_kernel<8>);
+  else
+    launch(radix_topk_kernel<16>);
 }
 
 }  // namespace fs::cuda
