@@ -309,7 +309,9 @@ void launch_radix_topk(const float* x, std::int64_t rows, std::int64_t max_cols,
     launch_overlapped(kernel, dim3(static_cast<unsigned>(rows)), dim3(threads), smem, stream, x,
                       cols, k, first, block, sort_size, idx, val);
   };
-  // At most 16 a thread (1,024 threads' 64 registers); a longer live row is read in each pass.
+  // At most 32 a thread (1,024 threads at 64 registers, no spill: ptxas -v); a longer live row is
+  // read in each pass. (A decode step at 64k context selects over its 16,384 blocks and more: 17+
+  // a thread.)
   if (env_flag("FLASHSERVE_CUDA_OLD_RADIX"))
     launch(radix_topk_kernel<0>);
   else if (per <= 1)
@@ -320,8 +322,10 @@ void launch_radix_topk(const float* x, std::int64_t rows, std::int64_t max_cols,
     launch(radix_topk_kernel<4>);
   else if (per <= 8)
     launch(radix_topk_kernel<8>);
-  else
+  else if (per <= 16)
     launch(radix_topk_kernel<16>);
+  else
+    launch(radix_topk_kernel<32>);
 }
 
 }  // namespace fs::cuda
