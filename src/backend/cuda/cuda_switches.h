@@ -11,7 +11,12 @@
 //   FLASHSERVE_CUDA_QSA_UNFUSED=1 runs qsa_projections and head_norm_rope as their op sequences
 //   (the same bits, more kernels: the "before" of session 13's QSA fusions in the same binary);
 //   FLASHSERVE_CUDA_OLD_HC_DOWN=1 launches the hyper-connection read's first kernel at 2-4 tokens
-//   as before session 19 (two blocks a multiprocessor, two waves; the same bits).
+//   as before session 19 (two blocks a multiprocessor, two waves; the same bits) where
+//   FLASHSERVE_CUDA_HC_DOWN_ROWS=1 asks for one row a block (1-4; 3 by default since session 20);
+//   FLASHSERVE_CUDA_MOE_BLOCK_ONE_TOKEN=1 runs an MTP verify's MoE block as its sequence, as
+//   before session 20; FLASHSERVE_CUDA_OLD_ROUTE_PICKS=1 takes the decode router's picks by
+//   shuffle rounds (before session 20); FLASHSERVE_CUDA_OLD_RADIX=1 runs the radix top-k reading
+//   its row from global memory in each pass (before session 20). All the same bits.
 // Read at every call (host side only, a getenv), so one process can time both; a graph captures
 // whichever was chosen when it was recorded.
 #pragma once
