@@ -116,12 +116,14 @@ __device__ __forceinline__ void route_warp_rows(const float* logits, std::int64_
     for (std::int64_t r = 0; r < k; ++r) rv[r] /= total;
 }
 
-// The register slots a lane takes (route_warp_rows' kPer: 8, 16 or 32) for a router of E
-// experts, or 0 where the warp form does not run: more than 32 * 32 experts, or
-// FLASHSERVE_CUDA_OLD_ROUTE (or _OLD_CONTEXT, cuda_switches.h) asked for the block form.
+// route_warp_rows' `fast` (redux.sync picks) unless FLASHSERVE_CUDA_OLD_ROUTE_PICKS is set.
 inline bool route_fast_picks() {
   return !env_flag("FLASHSERVE_CUDA_OLD_ROUTE_PICKS");
 }
+
+// The register slots a lane takes (route_warp_rows' kPer: 8, 16 or 32) for a router of E
+// experts, or 0 where the warp form does not run: more than 32 * 32 experts, or
+// FLASHSERVE_CUDA_OLD_ROUTE (or _OLD_CONTEXT, cuda_switches.h) asked for the block form.
 inline int route_warp_slots(std::int64_t E) {
   if (old_kernel_requested("FLASHSERVE_CUDA_OLD_ROUTE") || E > 32 * kWarp) return 0;
   return E <= 8 * kWarp ? 8 : (E <= 16 * kWarp ? 16 : 32);
