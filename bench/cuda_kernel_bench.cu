@@ -569,6 +569,49 @@ __device__ __forceinline__ uint4 load_stream(const std::uint8_t* p) {
   return v;
 }
 
+// Token t's span / 2 pairs of x's f16 high parts, then the rest's, at xs + t * in + warp * span
+// (each warp its own span of the columns), then a warp barrier.
+template <int kS>
+__device__ __forceinline__ void stage_x_parts(const float* x, __half2* xs, std::int64_t in,
+                                              int warp, std::int64_t span, int lane) {
+  const std::int64_t c_begin = warp * span;
+#pragma unroll
+  for (int t = 0; t < kS; ++t) {
+    __half2* xh = xs + t * in + c_begin;
+    __half2* xl = xh + span / 2;
+    for (std::int64_t p = lane; p < span / 2; p += 32) {
+      const float2 v = *reinterpret_cast<const float2*>(x + t * in + c_begin + 2 * p);
+      const __half2 h = __floats2half2_rn(v.x, v.y);
+      const float2 hf = __half22float2(h);
+      xh[p] = h;
+      xl[p] = __floats2half2_rn(v.x - hf.x, v.y - hf.y);
+    }
+  }
+  __syncwarp();
+}
+
+// The four mma steps of 64-column group G: thread (g, q)'s 16 bytes of rows g (a0) and g + 8
+// (a1), step j their bytes 4j..4j+3, against B column g (token g / 2's part g % 2, from xsrc).
+template <int kS>
+__device__ __forceinline__ void group_mma(float (&blk)[4], const uint4& a0, const uint4& a1,
+                                          const __half2* xsrc, int G, int g, int q) {
+  const unsigned A0[4] = {a0.x, a0.y, a0.z, a0.w};
+  const unsigned A1[4] = {a1.x, a1.y, a1.z, a1.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    unsigned b0 = 0, b1 = 0;
+    if (g < 2 * kS) {
+      const uint2 bb = *reinterpret_cast<const uint2*>(xsrc + (G * 64 + q * 16 + 4 * j) / 2);
+      b0 = bb.x;
+      b1 = bb.y;
+    }
+    mma16816(blk, e4m3x2_to_f16x2(static_cast<unsigned short>(A0[j] & 0xffffu)),
+             e4m3x2_to_f16x2(static_cast<unsigned short>(A1[j] & 0xffffu)),
+             e4m3x2_to_f16x2(static_cast<unsigned short>(A0[j] >> 16)),
+             e4m3x2_to_f16x2(static_cast<unsigned short>(A1[j] >> 16)), b0, b1);
+  }
+}
+
 // y[r] = sum over 128-column blocks b of scale[r / 128, b] * (W[r, b] · x[b]), rows a multiple
 // of 16, in / kWarpsK a multiple of 128. Dynamic shared memory: in * 4 bytes.
 // kS tokens (1-4): column n = 2t + p of the mma's B is token t's high (p = 0) or low (p = 1)
@@ -595,20 +638,7 @@ __global__ void __launch_bounds__(32 * kWarpsK)
       a[r][1] = load_stream(w1 + r * 64);
     }
   }
-  // Token t's span / 2 pairs of the f16 high parts, then the rest's, at xs + t * in + warp * span.
-#pragma unroll
-  for (int t = 0; t < kS; ++t) {
-    __half2* xh = xs + t * in + warp * span;
-    __half2* xl = xh + span / 2;
-    for (std::int64_t p = lane; p < span / 2; p += 32) {
-      const float2 v = *reinterpret_cast<const float2*>(x + t * in + c_begin + 2 * p);
-      const __half2 h = __floats2half2_rn(v.x, v.y);
-      const float2 hf = __half22float2(h);
-      xh[p] = h;
-      xl[p] = __floats2half2_rn(v.x - hf.x, v.y - hf.y);
-    }
-  }
-  __syncwarp();
+  stage_x_parts<kS>(x, xs, in, warp, span, lane);
   const __half2* xsrc = xs + (g / 2) * in + warp * span + (g % 2) * (span / 2);
   const float* srow = scales + (row0 / 128) * grid_cols + c_begin / 128;
   float tot[4] = {}, blk[4] = {};
@@ -625,21 +655,7 @@ __global__ void __launch_bounds__(32 * kWarpsK)
     for (int r = 0; r < kR; ++r) {
       const int G = G0 + r;
       if (G >= groups) break;
-      const unsigned A0[4] = {a[r][0].x, a[r][0].y, a[r][0].z, a[r][0].w};
-      const unsigned A1[4] = {a[r][1].x, a[r][1].y, a[r][1].z, a[r][1].w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        unsigned b0 = 0, b1 = 0;
-        if (g < 2 * kS) {
-          const uint2 bb = *reinterpret_cast<const uint2*>(xsrc + (G * 64 + q * 16 + 4 * j) / 2);
-          b0 = bb.x;
-          b1 = bb.y;
-        }
-        mma16816(blk, e4m3x2_to_f16x2(static_cast<unsigned short>(A0[j] & 0xffffu)),
-                 e4m3x2_to_f16x2(static_cast<unsigned short>(A1[j] & 0xffffu)),
-                 e4m3x2_to_f16x2(static_cast<unsigned short>(A0[j] >> 16)),
-                 e4m3x2_to_f16x2(static_cast<unsigned short>(A1[j] >> 16)), b0, b1);
-      }
+      group_mma<kS>(blk, a[r][0], a[r][1], xsrc, G, g, q);
       if (G % 2 == 1) {
         const float sc = __ldg(srow + G / 2);
 #pragma unroll
@@ -1147,19 +1163,7 @@ __global__ void __launch_bounds__(32 * kWarpsK, 1)
     }
   fs::cuda::wait_for_inputs();
   fs::cuda::release_dependents();
-#pragma unroll
-  for (int t = 0; t < kS; ++t) {
-    __half2* xh = xs + t * in + warp * span;
-    __half2* xl = xh + span / 2;
-    for (std::int64_t p = lane; p < span / 2; p += 32) {
-      const float2 v = *reinterpret_cast<const float2*>(x + t * in + c_begin + 2 * p);
-      const __half2 h = __floats2half2_rn(v.x, v.y);
-      const float2 hf = __half22float2(h);
-      xh[p] = h;
-      xl[p] = __floats2half2_rn(v.x - hf.x, v.y - hf.y);
-    }
-  }
-  __syncwarp();
+  forms::stage_x_parts<kS>(x, xs, in, warp, span, lane);
   const __half2* xsrc = xs + (g / 2) * in + warp * span + (g % 2) * (span / 2);
   float tot[4] = {}, blk[4] = {};
   for (int i0 = 0; i0 < items; i0 += kAhead) {
@@ -1177,21 +1181,7 @@ __global__ void __launch_bounds__(32 * kWarpsK, 1)
       const int i = i0 + r;
       if (i >= items) break;
       const int G = i % groups;
-      const unsigned A0[4] = {a[r][0].x, a[r][0].y, a[r][0].z, a[r][0].w};
-      const unsigned A1[4] = {a[r][1].x, a[r][1].y, a[r][1].z, a[r][1].w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        unsigned b0 = 0, b1 = 0;
-        if (g < 2 * kS) {
-          const uint2 bb = *reinterpret_cast<const uint2*>(xsrc + (G * 64 + q * 16 + 4 * j) / 2);
-          b0 = bb.x;
-          b1 = bb.y;
-        }
-        forms::mma16816(blk, forms::e4m3x2_to_f16x2(static_cast<unsigned short>(A0[j] & 0xffffu)),
-                        forms::e4m3x2_to_f16x2(static_cast<unsigned short>(A1[j] & 0xffffu)),
-                        forms::e4m3x2_to_f16x2(static_cast<unsigned short>(A0[j] >> 16)),
-                        forms::e4m3x2_to_f16x2(static_cast<unsigned short>(A1[j] >> 16)), b0, b1);
-      }
+      forms::group_mma<kS>(blk, a[r][0], a[r][1], xsrc, G, g, q);
       const std::int64_t k = c_begin + G * 64;
       const bool last = G == groups - 1;
       if (last || (k + 64) % 128 == 0) {  // the scale block ends, or this warp's span does

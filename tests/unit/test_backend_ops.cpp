@@ -2329,6 +2329,32 @@ TEST(CudaAttention, TiledSplitKernelMatchesTheKernelBefore) {
   }
 }
 
+// A hyper-connection read of S tokens, 4 streams of width W, rank `rank`, with or without its
+// injection gates.
+struct HcCase {
+  std::int64_t S, W, rank;
+  bool inject;
+  DType dtype;
+};
+// A hyper-connection read's weights over 4 streams of width W (rank `rank`, matrices in `dtype`),
+// uploaded to f's backend, and its call on h (`inject` null: no injection gates).
+struct HcReadWeights {
+  static constexpr std::int64_t kStreams = 4;
+  std::int64_t W = 0;
+  Weight norm, down, up, inj;
+  HcReadWeights(const Feed& f, std::int64_t width, std::int64_t rank, DType dtype, Rng& rng)
+      : W(width) {
+    const std::int64_t in = kStreams * W;
+    norm = f.w(random_weight(DType::kF32, {in}, rng, 0.5f));
+    down = f.w(random_weight(dtype, {rank, in}, rng, 4.0f / std::sqrt(static_cast<float>(in))));
+    up = f.w(random_weight(dtype, {in, rank}, rng, 4.0f / std::sqrt(static_cast<float>(rank))));
+    inj = f.w(random_weight(dtype, {kStreams, in}, rng, 4.0f / std::sqrt(static_cast<float>(in))));
+  }
+  void read(Backend& be, const Tensor& h, Tensor& mixed, Tensor* inject) const {
+    be.hyper_connection_read(h, norm, down, up, inj, kStreams, W, 1e-6f, mixed, inject);
+  }
+};
+
 // The hyper-connection read's stream mix reads h and the norm weight before its wait (session 17).
 // The values are the same, so the bits must be those of the kernel that reads them after the wait
 // (FLASHSERVE_CUDA_HC_PREWAIT=0). h is rewritten by a kernel right before every read, so a stream
@@ -2340,38 +2366,25 @@ TEST(CudaHyperConnection, ReadsBeforeTheWaitsGiveTheBitsOfTheKernelsBefore) {
   const UnsetOnExit restore{"FLASHSERVE_CUDA_HC_PREWAIT"};
   if (std::getenv("FLASHSERVE_CUDA_HC_PREWAIT") != nullptr)
     GTEST_SKIP() << "FLASHSERVE_CUDA_HC_PREWAIT is set";
-  struct Shape4 {
-    std::int64_t S, W, rank;
-    bool inject;
-    DType dtype;
-  };
   Rng rng(0x4c7e0u);
   const Feed f{*be};
-  for (const auto& c : std::vector<Shape4>{{1, 2560, 320, true, DType::kBF16},
+  for (const auto& c : std::vector<HcCase>{{1, 2560, 320, true, DType::kBF16},
                                            {2, 2560, 320, true, DType::kBF16},
                                            {3, 2560, 320, false, DType::kBF16},
                                            {4, 2560, 320, true, DType::kBF16},
                                            {2, 40, 12, true, DType::kF32},
                                            {1, 64, 16, false, DType::kBF16}}) {
     SCOPED_TRACE("S " + std::to_string(c.S) + " W " + std::to_string(c.W));
-    const std::int64_t streams = 4, in = streams * c.W;
+    const std::int64_t in = HcReadWeights::kStreams * c.W;
     Tensor h = f.in(random_tensor({c.S, in}, rng, 2.0f));
     const Tensor delta = f.in(random_tensor({c.S, in}, rng, 0.5f));
-    const Weight norm = f.w(random_weight(DType::kF32, {in}, rng, 0.5f));
-    const Weight down =
-        f.w(random_weight(c.dtype, {c.rank, in}, rng, 4.0f / std::sqrt(static_cast<float>(in))));
-    const Weight up = f.w(
-        random_weight(c.dtype, {in, c.rank}, rng, 4.0f / std::sqrt(static_cast<float>(c.rank))));
-    const Weight inj =
-        f.w(random_weight(c.dtype, {streams, in}, rng, 4.0f / std::sqrt(static_cast<float>(in))));
+    const HcReadWeights hc(f, c.W, c.rank, c.dtype, rng);
     for (int step = 0; step < 4; ++step) {
       be->add(h, delta);  // the kernel right before the read writes h
       Tensor mixed, inject, mixed0, inject0;
-      be->hyper_connection_read(h, norm, down, up, inj, streams, c.W, 1e-6f, mixed,
-                                c.inject ? &inject : nullptr);
+      hc.read(*be, h, mixed, c.inject ? &inject : nullptr);
       setenv("FLASHSERVE_CUDA_HC_PREWAIT", "0", 1);
-      be->hyper_connection_read(h, norm, down, up, inj, streams, c.W, 1e-6f, mixed0,
-                                c.inject ? &inject0 : nullptr);
+      hc.read(*be, h, mixed0, c.inject ? &inject0 : nullptr);
       unsetenv("FLASHSERVE_CUDA_HC_PREWAIT");
       ASSERT_TRUE(be->status().ok()) << be->status().to_string();
       const auto a = mixed.to_host_vector(), b = mixed0.to_host_vector();
@@ -2399,14 +2412,8 @@ TEST(CudaHyperConnection, EachTokenOfSeveralReadsItsOneTokenBits) {
       restore_rows{"FLASHSERVE_CUDA_HC_DOWN_ROWS"};
   Rng rng(0x4c7e1u);
   const Feed f{*be};
-  const std::int64_t streams = 4, W = 2560, rank = 320, in = streams * W;
-  const Weight norm = f.w(random_weight(DType::kF32, {in}, rng, 0.5f));
-  const Weight down =
-      f.w(random_weight(DType::kBF16, {rank, in}, rng, 4.0f / std::sqrt(static_cast<float>(in))));
-  const Weight up =
-      f.w(random_weight(DType::kBF16, {in, rank}, rng, 4.0f / std::sqrt(static_cast<float>(rank))));
-  const Weight inj = f.w(
-      random_weight(DType::kBF16, {streams, in}, rng, 4.0f / std::sqrt(static_cast<float>(in))));
+  constexpr std::int64_t streams = HcReadWeights::kStreams, W = 2560, in = streams * W;
+  const HcReadWeights hc(f, W, 320, DType::kBF16, rng);
   for (const int form : {0, 1, 2}) {
     unsetenv("FLASHSERVE_CUDA_HC_DOWN_ROWS");
     unsetenv("FLASHSERVE_CUDA_OLD_HC_DOWN");
@@ -2416,7 +2423,7 @@ TEST(CudaHyperConnection, EachTokenOfSeveralReadsItsOneTokenBits) {
       SCOPED_TRACE("S " + std::to_string(S) + " form " + std::to_string(form));
       const auto all = random_tensor({S, in}, rng, 2.0f);
       Tensor mixed, inject;
-      be->hyper_connection_read(f.in(all), norm, down, up, inj, streams, W, 1e-6f, mixed, &inject);
+      hc.read(*be, f.in(all), mixed, &inject);
       ASSERT_TRUE(be->status().ok()) << be->status().to_string();
       const auto m = mixed.to_host_vector(), j = inject.to_host_vector();
       ASSERT_EQ(m.size(), static_cast<std::size_t>(S * W));
@@ -2425,8 +2432,7 @@ TEST(CudaHyperConnection, EachTokenOfSeveralReadsItsOneTokenBits) {
       for (std::int64_t s = 0; s < S; ++s) {
         const std::vector<float> row(rows.begin() + s * in, rows.begin() + (s + 1) * in);
         Tensor one_mixed, one_inject;
-        be->hyper_connection_read(f.in(Tensor({1, in}, row)), norm, down, up, inj, streams, W,
-                                  1e-6f, one_mixed, &one_inject);
+        hc.read(*be, f.in(Tensor({1, in}, row)), one_mixed, &one_inject);
         ASSERT_TRUE(be->status().ok()) << be->status().to_string();
         const auto om = one_mixed.to_host_vector(), oj = one_inject.to_host_vector();
         EXPECT_EQ(std::memcmp(om.data(), m.data() + s * W, W * sizeof(float)), 0) << "token " << s;
@@ -2446,36 +2452,23 @@ TEST(CudaHyperConnection, EveryFormOfTheFirstKernelGivesTheSameBits) {
   auto be = backend_under_test("cuda", &why);
   if (!be) GTEST_SKIP() << why;
   const UnsetOnExit restore{"FLASHSERVE_CUDA_HC_DOWN_ROWS"};
-  struct Case {
-    std::int64_t S, W, rank;
-    bool inject;
-    DType dtype;
-  };
   Rng rng(0x4c7e2u);
   const Feed f{*be};
-  for (const auto& c : std::vector<Case>{{1, 2560, 320, true, DType::kBF16},
-                                         {2, 2560, 320, true, DType::kBF16},
-                                         {3, 2560, 320, false, DType::kBF16},
-                                         {4, 2560, 320, true, DType::kBF16},
-                                         {1, 64, 16, true, DType::kBF16},
-                                         {4, 64, 16, false, DType::kBF16},
-                                         {3, 40, 12, true, DType::kF32}}) {
-    const std::int64_t streams = 4, in = streams * c.W;
-    const Tensor h = f.in(random_tensor({c.S, in}, rng, 2.0f));
-    const Weight norm = f.w(random_weight(DType::kF32, {in}, rng, 0.5f));
-    const Weight down =
-        f.w(random_weight(c.dtype, {c.rank, in}, rng, 4.0f / std::sqrt(static_cast<float>(in))));
-    const Weight up = f.w(
-        random_weight(c.dtype, {in, c.rank}, rng, 4.0f / std::sqrt(static_cast<float>(c.rank))));
-    const Weight inj =
-        f.w(random_weight(c.dtype, {streams, in}, rng, 4.0f / std::sqrt(static_cast<float>(in))));
+  for (const auto& c : std::vector<HcCase>{{1, 2560, 320, true, DType::kBF16},
+                                           {2, 2560, 320, true, DType::kBF16},
+                                           {3, 2560, 320, false, DType::kBF16},
+                                           {4, 2560, 320, true, DType::kBF16},
+                                           {1, 64, 16, true, DType::kBF16},
+                                           {4, 64, 16, false, DType::kBF16},
+                                           {3, 40, 12, true, DType::kF32}}) {
+    const Tensor h = f.in(random_tensor({c.S, HcReadWeights::kStreams * c.W}, rng, 2.0f));
+    const HcReadWeights hc(f, c.W, c.rank, c.dtype, rng);
     std::vector<float> want_mixed, want_inject;
     for (const char* rows : {"1", "2", "3", "4"}) {
       SCOPED_TRACE("S " + std::to_string(c.S) + " W " + std::to_string(c.W) + " rows " + rows);
       setenv("FLASHSERVE_CUDA_HC_DOWN_ROWS", rows, 1);
       Tensor mixed, inject;
-      be->hyper_connection_read(h, norm, down, up, inj, streams, c.W, 1e-6f, mixed,
-                                c.inject ? &inject : nullptr);
+      hc.read(*be, h, mixed, c.inject ? &inject : nullptr);
       ASSERT_TRUE(be->status().ok()) << be->status().to_string();
       const auto m = mixed.to_host_vector();
       const auto j = c.inject ? inject.to_host_vector() : std::vector<float>{};

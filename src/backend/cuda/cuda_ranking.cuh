@@ -2,6 +2,7 @@
 // larger value first, equal values by the lower index, as the CPU's selection and sampler do.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace fs::cuda {
@@ -23,6 +24,20 @@ __device__ __forceinline__ void warp_best(float& v, std::int32_t& i) {
       i = oi;
     }
   }
+}
+
+// warp_best for values that are never negative, in two redux.sync instead of five rounds of
+// paired shuffles: the largest value by its bits (which order non-negative floats as the floats),
+// then the lowest index holding it. Each lane's (v, i) must be its own best by ranks_above (the
+// lowest index of its largest value), as a lane's scan in index order leaves it. (NaN, which
+// ranks_above never prefers, is ordered by its bits here.)
+__device__ __forceinline__ void warp_best_nonnegative(float& v, std::int32_t& i) {
+  const unsigned key = i >= 0 ? __float_as_uint(v) + 1u : 0u;  // 0: nothing in this lane
+  const unsigned best = __reduce_max_sync(0xffffffffu, key);
+  const unsigned win = __reduce_min_sync(
+      0xffffffffu, key == best && best != 0u ? static_cast<unsigned>(i) : 0xffffffffu);
+  i = best != 0u ? static_cast<std::int32_t>(win) : -1;
+  v = best != 0u ? __uint_as_float(best - 1u) : -INFINITY;
 }
 
 }  // namespace fs::cuda

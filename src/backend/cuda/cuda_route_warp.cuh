@@ -20,12 +20,10 @@ namespace fs::cuda {
 // the weights over their fp32 sum in pick order. (Only the double sum's order differs, which can
 // move p by an ulp.) Warp w of block `block` takes token block * (blockDim.x / 32) + w; a token's
 // result depends on nothing else (not the block size). The caller has waited for the logits.
-// fast (k <= 32; session 20, FLASHSERVE_CUDA_OLD_ROUTE_PICKS=1 turns it off): a pick's warp
-// reduction is two redux.sync instructions (the largest p as its bits, which order non-negative
-// floats as the floats; then the lowest index holding it) instead of five rounds of paired
-// shuffles, and lane r keeps pick r in registers, so the weights' sum and division need no
-// global round trip a pick: the same picks and the same fp32 sum in pick order, the same bits
-// (p is never negative; NaN p, from NaN logits, is ordered by its bits here).
+// fast (session 20, FLASHSERVE_CUDA_OLD_ROUTE_PICKS=1 turns it off): a pick's warp reduction is
+// warp_best_nonnegative's two redux.sync instead of warp_best's five rounds of paired shuffles,
+// and (k <= 32) lane r keeps pick r in registers, so the weights' sum and division need no
+// global round trip a pick: the same picks and the same fp32 sum in pick order, the same bits.
 template <int kPer>
 __device__ __forceinline__ void route_warp_rows(const float* logits, std::int64_t S, std::int64_t E,
                                                 std::int64_t k, bool normalize, std::int32_t* idx,
@@ -56,43 +54,9 @@ __device__ __forceinline__ void route_warp_rows(const float* logits, std::int64_
   std::int32_t* ri = idx + s * k;
   float* rv = val + s * k;
   unsigned taken = 0;  // bit j: this lane's slot j was picked
-  if (fast && k <= kWarp) {
-    float pick_v = 0.0f;  // lane r: pick r's weight (0 where nothing was left) and id
-    std::int32_t pick_i = -1;
-    for (int r = 0; r < static_cast<int>(k); ++r) {
-      float bv = -INFINITY;
-      std::int32_t bi = -1;
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        const auto c = static_cast<std::int32_t>(lane + kWarp * j);
-        if (c < E && !((taken >> j) & 1u) && ranks_above(p[j], c, bv, bi)) {
-          bv = p[j];
-          bi = c;
-        }
-      }
-      // A lane's best is the lowest index of its largest p (slots in index order), so the
-      // warp's is the lowest index among the lanes holding the largest.
-      const unsigned key = bi >= 0 ? __float_as_uint(bv) + 1u : 0u;
-      const unsigned best = __reduce_max_sync(0xffffffffu, key);
-      const unsigned win = __reduce_min_sync(
-          0xffffffffu, key == best && best != 0u ? static_cast<unsigned>(bi) : 0xffffffffu);
-      bi = best != 0u ? static_cast<std::int32_t>(win) : -1;
-      bv = best != 0u ? __uint_as_float(best - 1u) : -INFINITY;
-      if (bi >= 0 && bi % kWarp == lane) taken |= 1u << (bi / kWarp);
-      if (lane == r) {
-        pick_i = bi;
-        pick_v = bi >= 0 ? bv : 0.0f;
-      }
-    }
-    float total = 0;  // in pick order, as lane 0 sums below
-    for (int r = 0; r < static_cast<int>(k); ++r) total += __shfl_sync(0xffffffffu, pick_v, r);
-    if (lane < k) {
-      ri[lane] = pick_i;
-      rv[lane] = normalize ? pick_v / total : pick_v;
-    }
-    return;
-  }
-  float total = 0;
+  const bool in_lanes = fast && k <= kWarp;
+  float pick_v = 0.0f, total = 0.0f;  // in_lanes: lane r's pick r (weight 0 where none was left)
+  std::int32_t pick_i = -1;
   for (std::int64_t r = 0; r < k; ++r) {
     float bv = -INFINITY;
     std::int32_t bi = -1;
@@ -104,13 +68,30 @@ __device__ __forceinline__ void route_warp_rows(const float* logits, std::int64_
         bi = c;
       }
     }
-    warp_best(bv, bi);
+    if (fast)
+      warp_best_nonnegative(bv, bi);  // p >= 0
+    else
+      warp_best(bv, bi);
     if (bi >= 0 && bi % kWarp == lane) taken |= 1u << (bi / kWarp);
-    if (lane == 0) {
+    if (in_lanes) {
+      if (lane == r) {
+        pick_i = bi;
+        pick_v = bi >= 0 ? bv : 0.0f;
+      }
+    } else if (lane == 0) {
       ri[r] = bi;
       rv[r] = bi >= 0 ? bv : 0.0f;
       total += rv[r];
     }
+  }
+  if (in_lanes) {
+    // The same sum in pick order as lane 0's below, then every pick written by its own lane.
+    for (int r = 0; r < static_cast<int>(k); ++r) total += __shfl_sync(0xffffffffu, pick_v, r);
+    if (lane < k) {
+      ri[lane] = pick_i;
+      rv[lane] = normalize ? pick_v / total : pick_v;
+    }
+    return;
   }
   if (normalize && lane == 0)
     for (std::int64_t r = 0; r < k; ++r) rv[r] /= total;
