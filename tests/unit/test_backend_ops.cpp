@@ -663,14 +663,34 @@ std::vector<Case> make_cases() {
   // elements (input widths not a multiple of 8 bf16 / 4 f32), output counts that are not a
   // multiple of the rows a group takes.
   for (const auto& [S, in, out, dtype] : std::vector<LinearShape>{
-           {5, 70, 130, F32},       {5, 70, 130, BF16},      {3, 256, 4096, BF16},
-           {7, 2560, 10240, BF16},  {1, 2560, 12288, BF16},  {2, 2560, 10240, BF16},
-           {4, 2560, 4097, BF16},   {4, 2560, 1280, BF16},   {1, 640, 2560, BF16},
-           {2, 640, 2560, BF16},    {4, 640, 8191, BF16},    {3, 70, 4099, BF16},
-           {2, 2562, 4097, BF16},   {4, 1000, 37, F32},      {3, 2560, 5001, F32},
-           {1, 36, 5, F32},         {8, 2560, 4100, BF16},   {1, 2560, 151936, BF16},
-           {3, 2560, 151936, BF16}, {4, 2560, 151936, BF16}, {1, 2560, 151936, F32},
-           {3, 2560, 151936, F32}}) {
+           {5, 70, 130, F32},
+           {5, 70, 130, BF16},
+           {3, 256, 4096, BF16},
+           {7, 2560, 10240, BF16},
+           {1, 2560, 12288, BF16},
+           {2, 2560, 10240, BF16},
+           {4, 2560, 4097, BF16},
+           {4, 2560, 1280, BF16},
+           {1, 640, 2560, BF16},
+           {2, 640, 2560, BF16},
+           {4, 640, 8191, BF16},
+           {3, 70, 4099, BF16},
+           {2, 2562, 4097, BF16},
+           {4, 1000, 37, F32},
+           {3, 2560, 5001, F32},
+           {1, 36, 5, F32},
+           {8, 2560, 4100, BF16},
+           {1, 2560, 151936, BF16},
+           {3, 2560, 151936, BF16},
+           {4, 2560, 151936, BF16},
+           {1, 2560, 151936, F32},
+           {3, 2560, 151936, F32},
+           // Prefill: the tensor-core products (cuda_grouped_gemm.h) over tiles of 64 rows and
+           // 128 columns, with partial tiles and a width off the 64-wide K step; a width off
+           // 16 bytes (70) keeps the sgemm tiles.
+           {70, 2560, 1000, BF16},
+           {130, 264, 300, BF16},
+           {20, 70, 130, BF16}}) {
     add("linear_S" + n(S) + "_in" + n(in) + "_out" + n(out) + "_" + dt(dtype), kProduct,
         [=](Rng& rng) -> OpRun {
           auto x = random_tensor({S, in}, rng);
@@ -1360,7 +1380,12 @@ std::vector<Case> make_cases() {
                                              {4, 256, 8, 64, 4, BF16},
                                              {3, 70, 6, 37, 3, F32},
                                              {4, 72, 6, 36, 5, BF16},
-                                             {2, 72, 6, 36, 5, F32}}) {
+                                             {2, 72, 6, 36, 5, F32},
+                                             // Prefill's grouped products: an expert over two
+                                             // tiles of 64 pairs (72 each), widths off the
+                                             // 64-wide K step and the 64/128-wide N tiles.
+                                             {96, 512, 8, 192, 6, BF16},
+                                             {33, 264, 5, 40, 2, BF16}}) {
     add("moe_experts_S" + n(c.S) + "_H" + n(c.H) + "_E" + n(c.E) + "_I" + n(c.I) + "_k" + n(c.k) +
             "_" + dt(c.dtype),
         kProduct, [=](Rng& rng) -> OpRun {
@@ -1408,7 +1433,8 @@ std::vector<Case> make_cases() {
                                                               {3, 6144, 2560},
                                                               {4, 6144, 301},
                                                               {20, 512, 300},
-                                                              {70, 2560, 1000}}) {
+                                                              {70, 2560, 1000},
+                                                              {130, 272, 257}}) {
     add("linear_S" + n(S) + "_in" + n(in) + "_out" + n(out) + "_fp8", kProduct,
         [=](Rng& rng) -> OpRun {
           auto x = random_tensor({S, in}, rng);
@@ -1430,7 +1456,13 @@ std::vector<Case> make_cases() {
                                                 {4, 256, 8, 192, 3},
                                                 {20, 256, 8, 64, 2},
                                                 {1, 200, 6, 72, 3},
-                                                {3, 200, 6, 72, 3}}) {
+                                                {3, 200, 6, 72, 3},
+                                                // The grouped products (prefill): two tiles an
+                                                // expert; partial K steps and 128-blocks (H 272,
+                                                // I 48); 512 experts of a few pairs each.
+                                                {96, 512, 8, 192, 6},
+                                                {40, 272, 6, 48, 3},
+                                                {64, 256, 512, 128, 10}}) {
     add("moe_experts_S" + n(c.S) + "_H" + n(c.H) + "_E" + n(c.E) + "_I" + n(c.I) + "_k" + n(c.k) +
             "_fp8",
         kProduct, [=](Rng& rng) -> OpRun {
@@ -1772,7 +1804,9 @@ std::vector<Case> make_cases() {
           };
         });
   }
-  for (const auto& c : std::vector<MoeShape>{{1, 256, 8, 64, 2, BF16}, {3, 256, 8, 64, 2, F32}}) {
+  // 24 tokens take the grouped products (cuda_grouped_gemm.h) with the clamp in their epilogue.
+  for (const auto& c : std::vector<MoeShape>{
+           {1, 256, 8, 64, 2, BF16}, {3, 256, 8, 64, 2, F32}, {24, 256, 8, 64, 2, BF16}}) {
     add("moe_experts_clamped_S" + n(c.S) + "_" + dt(c.dtype), kProduct, [=](Rng& rng) -> OpRun {
       auto x = random_tensor({c.S, c.H}, rng, 4.0f);
       auto [experts, weights] = random_routing(c.S, c.E, c.k, rng);

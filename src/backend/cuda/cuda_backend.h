@@ -396,6 +396,7 @@ class CudaBackend final : public Backend {
   Tensor embed_in_;      // embedding row descriptors and host-gathered rows
   Tensor moe_act_;       // [S*k, I]
   Tensor moe_out_;       // [S*k, H]
+  Tensor moe_sort_;      // prefill's pairs sorted by expert and their tiles (cuda_grouped_gemm.h)
   Tensor conv_tmp_;      // causal_conv1d output when y aliases x
   Tensor delta_chunks_;  // the chunk kernels' per-(chunk, head) W, U, QK, Qe, Kd, exp(G_last)
 };

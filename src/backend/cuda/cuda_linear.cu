@@ -1,4 +1,5 @@
-// Dense products: GEMV kernels for few rows (cuda_gemv.cuh), cuBLAS sgemm for many.
+// Dense products: GEMV kernels for few rows (cuda_gemv.cuh); for many, bf16 and FP8 weights on
+// the tensor cores (cuda_grouped_gemm.h), f32 weights through cuBLAS sgemm.
 #include <algorithm>
 #include <string>
 
@@ -6,6 +7,7 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_epilogue.cuh"
 #include "backend/cuda/cuda_gemv.cuh"
+#include "backend/cuda/cuda_grouped_gemm.h"
 #include "backend/cuda/cuda_switches.h"
 #include "backend/cuda/cuda_weight_checks.cuh"
 
@@ -215,6 +217,13 @@ __global__ void widen_kernel(const bf16_bits* src, float* dst, std::int64_t n) {
     dst[i] = widen(src[i]);
 }
 
+// Prefill's products on the tensor cores (cuda_grouped_gemm.h) where the widths allow;
+// FLASHSERVE_CUDA_PREFILL_SGEMM=1 keeps the f32 tiles and cuBLAS sgemm (the form before).
+bool tensor_core_prefill(GroupedWeights wt, std::int64_t S, std::int64_t in, const void* x,
+                         const void* w) {
+  return !env_flag("FLASHSERVE_CUDA_PREFILL_SGEMM") && dense_product_takes(wt, S, in, x, w);
+}
+
 __global__ void add_bias_kernel(float* y, const float* bias, std::int64_t n, std::int64_t cols) {
   const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) y[i] += bias[i % cols];
@@ -267,8 +276,14 @@ void CudaBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
     sgemm(x.data(), S, in, reinterpret_cast<const float*>(w.data), out, y.data(), out);
     return;
   }
-  // bf16: widen tiles of rows (exact) into pooled f32 scratch, one sgemm per tile. The tiles
-  // reuse one buffer; stream order keeps a tile from being overwritten before its product ran.
+  if (tensor_core_prefill(GroupedWeights::kBf16, S, in, x.data(), w.data)) {
+    dense_product(x.data(), S, w.data, nullptr, GroupedWeights::kBf16, in, out, y.data(), stream());
+    launched(kOp);
+    return;
+  }
+  // bf16 (FLASHSERVE_CUDA_PREFILL_SGEMM=1, or widths off 16 bytes): widen tiles of rows (exact)
+  // into pooled f32 scratch, one sgemm per tile. The tiles reuse one buffer; stream order keeps a
+  // tile from being overwritten before its product ran.
   const auto tile = std::clamp<std::int64_t>(
       static_cast<std::int64_t>(kWidenBytes / (static_cast<std::size_t>(in) * sizeof(float))), 1,
       out);
@@ -311,6 +326,12 @@ void CudaBackend::linear_fp8(const Tensor& x, const Weight& w, Tensor& y) {
   const auto* wq = reinterpret_cast<const e4m3_bits*>(w.data);
   if (S <= kGemvRows) {
     gemv(S, x.data(), wq, y.data(), in, out, stream(), sc);
+    launched(kOp);
+    return;
+  }
+  if (tensor_core_prefill(GroupedWeights::kFp8Scaled, S, in, x.data(), w.data)) {
+    dense_product(x.data(), S, w.data, sc.data, GroupedWeights::kFp8Scaled, in, out, y.data(),
+                  stream());
     launched(kOp);
     return;
   }

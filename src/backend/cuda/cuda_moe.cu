@@ -10,8 +10,10 @@
 // The kernels also take 2-4 tokens with a slot per distinct expert (read once for all the tokens
 // routed to it, kS > 1); the op does not use that: random routings share few experts, and the
 // distinct-expert prologue cost more than it saved (bench/NOTES.md 2026-12-02).
-// More tokens (prefill), or FLASHSERVE_CUDA_MOE_PAIRS=1: GEMVs over (token, expert) pairs, then a
-// combine pass in the CPU's order; grouping tokens by expert into GEMMs is a later step.
+// More tokens (prefill): the pairs sorted by expert and grouped products on the tensor cores
+// (cuda_grouped_gemm.h) for bf16 and block-scaled FP8 experts; f32 experts, widths off 16 bytes,
+// or FLASHSERVE_CUDA_MOE_PAIRS=1: GEMVs over (token, expert) pairs. Then a combine pass in the
+// CPU's order.
 #include <algorithm>
 #include <string>
 #include <type_traits>
@@ -19,6 +21,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_gemv.cuh"
+#include "backend/cuda/cuda_grouped_gemm.h"
 #include "backend/cuda/cuda_moe_common.cuh"
 #include "backend/cuda/cuda_switches.h"
 
@@ -583,6 +586,31 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
     return;
   }
   if (!ensure(act, {P, I}) || !ensure(outp, {P, H})) return;
+  // The grouped products (cuda_grouped_gemm.h): each expert's weights read once for up to 64 of
+  // its pairs, on the tensor cores. FLASHSERVE_CUDA_MOE_PAIRS=1 keeps the pair GEMVs below.
+  const auto grouped = gate_up.block_scaled() ? GroupedWeights::kFp8Scaled : GroupedWeights::kBf16;
+  if (!env_flag("FLASHSERVE_CUDA_MOE_PAIRS") && gate_up.dtype == down.dtype &&
+      gate_up.block_scaled() == down.block_scaled() &&
+      (gate_up.block_scaled() || gate_up.dtype == DType::kBF16) &&
+      grouped_products_take(grouped, H, I, E, x.data(), gate_up.data, down.data) &&
+      grouped_max_tiles(P, E) <= 65535) {
+    Tensor& work = scratch(moe_sort_);
+    if (!ensure(work, {grouped_work_words(P, E)}, DType::kI32)) return;
+    if (walking()) return;
+    auto* w = work.data_as<std::int32_t>();
+    sort_pairs_by_expert(ids, P, E, w, stream());
+    if (!launched(kOp)) return;
+    grouped_gate_up(x.data(), k, gate_up.data, scales_of(gate_up), grouped, E, H, I, swiglu_limit,
+                    w, P, act.data(), stream());
+    if (!launched(kOp)) return;
+    grouped_down(act.data(), down.data, scales_of(down), grouped, E, H, I, w, P, outp.data(),
+                 stream());
+    if (!launched(kOp)) return;
+    launch_overlapped(moe_combine_kernel, dim3(static_cast<unsigned>(S), grid_for(H, 256)), 256, 0,
+                      stream(), outp.data(), weights.data(), ids, E, k, H, y.data());
+    launched(kOp);
+    return;
+  }
   if (walking()) return;
   if (gate_up.block_scaled()) {
     const dim3 grid(static_cast<unsigned>(P), grid_for(I * kWarp, kGateUpThreads));

@@ -17,6 +17,10 @@
 //   before session 20; FLASHSERVE_CUDA_OLD_ROUTE_PICKS=1 takes the decode router's picks by
 //   shuffle rounds (before session 20); FLASHSERVE_CUDA_OLD_RADIX=1 runs the radix top-k reading
 //   its row from global memory in each pass (before session 20). All the same bits.
+// Prefill (more than 4 tokens; not the same bits, each within the op tests' bounds of the CPU):
+//   FLASHSERVE_CUDA_MOE_PAIRS=1 also keeps prefill's routed experts off the grouped tensor-core
+//   products (cuda_grouped_gemm.h) of session 21; FLASHSERVE_CUDA_PREFILL_SGEMM=1 keeps dense
+//   bf16/FP8 products on f32 tiles and cuBLAS sgemm (before session 21).
 // Read at every call (host side only, a getenv), so one process can time both; a graph captures
 // whichever was chosen when it was recorded.
 #pragma once

@@ -1,0 +1,454 @@
+// Prefill's routed experts as grouped products (cuda_grouped_gemm.h says what and why).
+//
+// A block computes a tile of kGroupedRows sorted pairs (M) by kTileN output columns (N) over the
+// whole K: 8 warps in 2 x 4, a warp 32 x 32 as 2 x 4 mma.sync m16n8k16 (bf16 in, f32 accumulate).
+// K runs in steps of kTileK through two shared-memory stages: the next step's x (f32, split into
+// hi and lo bf16 parts) and weights (bf16, or e4m3 converted exactly) are loaded into registers
+// while the tensor cores work on the current stage, then stored into the other one; one barrier a
+// step. FP8's block scale multiplies each 128 columns' partial sums (kept apart in `part`) into
+// the accumulator, as the decode kernels apply it per block (kDeferredScale, cuda_gemv.cuh).
+// nvcc reports discarded [[nodiscard]] class values in the headers (see cuda_backend.h).
+#pragma nv_diag_suppress 2810
+
+#include "backend/cuda/cuda_grouped_gemm.h"
+
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_gemv.cuh"
+#include "backend/cuda/cuda_moe_common.cuh"
+
+namespace fs::cuda {
+namespace {
+
+constexpr int kTileM = kGroupedRows;
+constexpr int kTileN = 128;
+constexpr int kTileK = 64;
+constexpr int kThreads = 256;
+// Shared rows are kTileK + 8 bf16 (144 bytes) apart: the 8 rows an ldmatrix phase reads then
+// start 4 banks apart and cover all 32 (no conflicts), and every row start stays 16-byte aligned.
+constexpr int kLd = kTileK + 8;
+constexpr int kStageHalves = 2 * kTileM * kLd + kTileN * kLd;  // x hi, x lo, weights
+constexpr std::size_t kSmemBytes = 2 * kStageHalves * sizeof(bf16_bits);
+constexpr int kSortThreads = 1024;
+constexpr std::int64_t kMaxSortExperts = 4096;  // 3 ints an expert in shared memory
+constexpr std::int64_t kMaxGridY = 65535;
+
+// The work buffer: [0] the tile count, then kTileWords a tile, then the sorted pairs.
+constexpr int kTileWords = 3;  // expert, first sorted pair, pairs
+__host__ __device__ constexpr std::int64_t max_tiles(std::int64_t P, std::int64_t E) {
+  return (P + kTileM - 1) / kTileM + E;
+}
+
+__device__ __forceinline__ int warp_inclusive_scan(int v, int lane) {
+#pragma unroll
+  for (int d = 1; d < kWarp; d *= 2) {
+    const int n = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v += n;
+  }
+  return v;
+}
+
+// One block: counts per expert, their scan (one warp, a span of experts a lane), the tile table,
+// then each pair placed at its expert's cursor. The order of pairs inside an expert depends on the
+// atomics, but no result does: every output row is its own pair's sum.
+__global__ void __launch_bounds__(kSortThreads)
+    sort_pairs_kernel(const std::int32_t* ids, int P, int E, int tiles_max, std::int32_t* work) {
+  extern __shared__ int sort_shared[];
+  int* count = sort_shared;
+  int* cursor = sort_shared + E;
+  int* tile_base = sort_shared + 2 * E;
+  wait_for_inputs();
+  release_dependents();
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int e = tid; e < E; e += kSortThreads) count[e] = 0;
+  __syncthreads();
+  for (int p = tid; p < P; p += kSortThreads) {
+    const int e = ids[p];
+    if (e >= 0 && e < E) atomicAdd(&count[e], 1);
+  }
+  __syncthreads();
+  if (tid < kWarp) {
+    const int lane = tid, per = (E + kWarp - 1) / kWarp;
+    const int lo = min(E, lane * per), hi = min(E, lo + per);
+    int pairs = 0, tiles = 0;
+    for (int e = lo; e < hi; ++e) pairs += count[e], tiles += (count[e] + kTileM - 1) / kTileM;
+    int p0 = warp_inclusive_scan(pairs, lane) - pairs;
+    int t0 = warp_inclusive_scan(tiles, lane) - tiles;
+    for (int e = lo; e < hi; ++e) {
+      cursor[e] = p0;
+      tile_base[e] = t0;
+      p0 += count[e];
+      t0 += (count[e] + kTileM - 1) / kTileM;
+    }
+    if (lane == kWarp - 1) work[0] = t0;
+  }
+  __syncthreads();
+  std::int32_t* tiles = work + 1;
+  std::int32_t* order = work + 1 + kTileWords * tiles_max;
+  for (int e = tid; e < E; e += kSortThreads)
+    for (int t = 0; t * kTileM < count[e]; ++t) {
+      std::int32_t* tile = tiles + kTileWords * (tile_base[e] + t);
+      tile[0] = e;
+      tile[1] = cursor[e] + t * kTileM;
+      tile[2] = min(kTileM, count[e] - t * kTileM);
+    }
+  __syncthreads();  // the table read cursor[] before the placements move it
+  for (int p = tid; p < P; p += kSortThreads) {
+    const int e = ids[p];
+    if (e >= 0 && e < E) order[atomicAdd(&cursor[e], 1)] = p;
+  }
+}
+
+__device__ __forceinline__ unsigned bf16x2(float lo, float hi) {
+  unsigned d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+__device__ __forceinline__ float bf16_round(float v) {
+  return __uint_as_float(bf16x2(v, 0.0f) << 16);
+}
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const bf16_bits* p) {
+  const auto a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const unsigned (&a)[4], unsigned b0,
+                                         unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// How a weight type reaches the shared stage as bf16: 16-byte loads, kLoads a thread a step.
+template <GroupedWeights kW>
+struct StageWeights;
+template <>
+struct StageWeights<GroupedWeights::kBf16> {
+  using T = bf16_bits;
+  static constexpr int kPerLoad = 8;  // weights in 16 bytes
+  static constexpr bool kScaled = false;
+  __device__ __forceinline__ static void store(const uint4& v, bf16_bits* dst) {
+    *reinterpret_cast<uint4*>(dst) = v;
+  }
+};
+template <>
+struct StageWeights<GroupedWeights::kFp8Scaled> {
+  using T = e4m3_bits;
+  static constexpr int kPerLoad = 16;
+  static constexpr bool kScaled = true;
+  // Each e4m3 value is exact in bf16 (3 mantissa bits, exponents within bf16's).
+  __device__ __forceinline__ static void store(const uint4& v, bf16_bits* dst) {
+    const unsigned words[4] = {v.x, v.y, v.z, v.w};
+    unsigned out[8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 lo = e4m3_pair(static_cast<unsigned short>(words[i] & 0xffffu));
+      const float2 hi = e4m3_pair(static_cast<unsigned short>(words[i] >> 16));
+      out[2 * i] = bf16x2(lo.x, lo.y);
+      out[2 * i + 1] = bf16x2(hi.x, hi.y);
+    }
+    reinterpret_cast<uint4*>(dst)[0] = make_uint4(out[0], out[1], out[2], out[3]);
+    reinterpret_cast<uint4*>(dst)[1] = make_uint4(out[4], out[5], out[6], out[7]);
+  }
+};
+
+// kSwiGlu: the gate/up product. Its tile's column 2j is gate row j0 + j and column 2j + 1 up row
+// I + j0 + j, so each thread's accumulator pair (c0, c1) is one act value's gate and up.
+// Otherwise output column n is weight row n0 + n.
+template <GroupedWeights kW, bool kSwiGlu>
+__global__ void __launch_bounds__(kThreads, 2)
+    grouped_gemm_kernel(const float* a, std::int64_t a_row_div, const void* weights,
+                        const float* scales, std::int64_t w_rows, std::int64_t n_out,
+                        std::int64_t K, const std::int32_t* work, int tiles_max, int dense_rows,
+                        float limit, float* out) {
+  using SW = StageWeights<kW>;
+  using T = typename SW::T;
+  constexpr int kALoads = kTileM * kTileK / 4 / kThreads;             // float4s: 4
+  constexpr int kWLoads = kTileN * kTileK / SW::kPerLoad / kThreads;  // uint4s: 2 or 4
+  constexpr int kWPerRow = kTileK / SW::kPerLoad;                     // loads a weight row
+  extern __shared__ uint4 grouped_shared[];
+  __shared__ int pair_of[kTileM];
+  __shared__ int tile_info[kTileWords];
+  auto* smem = reinterpret_cast<bf16_bits*>(grouped_shared);
+
+  wait_for_inputs();
+  release_dependents();
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp, warp = tid / kWarp;
+  // A tile of sorted pairs from the work buffer, or (work null: a dense product) rows
+  // [64 * tile, 64 * tile + 64) of x.
+  const int tile = static_cast<int>(blockIdx.y);
+  if (work) {
+    if (tile >= work[0]) return;
+    if (tid < kTileWords) tile_info[tid] = work[1 + kTileWords * tile + tid];
+  } else if (tid == 0) {
+    tile_info[0] = 0;
+    tile_info[1] = tile * kTileM;
+    tile_info[2] = min(kTileM, dense_rows - tile * kTileM);
+  }
+  __syncthreads();
+  const int expert = tile_info[0], first = tile_info[1], rows = tile_info[2];
+  if (tid < kTileM)
+    pair_of[tid] =
+        tid < rows ? (work ? work[1 + kTileWords * tiles_max + first + tid] : first + tid) : -1;
+  __syncthreads();
+
+  // This thread's loads: x rows (a float4 of each of kALoads rows) and weight rows.
+  const int a_col = (tid % (kTileK / 4)) * 4;
+  // Rows as int32 (x's token or act's pair; the weight row in its expert), not pointers: the
+  // registers are what keeps two blocks on a multiprocessor.
+  int a_row[kALoads];
+#pragma unroll
+  for (int i = 0; i < kALoads; ++i) {
+    const int r = tid / (kTileK / 4) + i * (kThreads / (kTileK / 4));
+    a_row[i] = pair_of[r] >= 0 ? static_cast<int>(pair_of[r] / a_row_div) : -1;
+  }
+  const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.x) * (kSwiGlu ? kTileN / 2 : kTileN);
+  const T* w_expert = static_cast<const T*>(weights) + expert * w_rows * K;
+  // The weight row of tile column n, or -1 past the output.
+  auto weight_row = [&](int n) -> std::int64_t {
+    if constexpr (kSwiGlu) {
+      const std::int64_t j = n0 + n / 2;
+      return j < n_out ? (n % 2 ? n_out + j : j) : -1;
+    } else {
+      return n0 + n < n_out ? n0 + n : -1;
+    }
+  };
+  const int w_col = (tid % kWPerRow) * SW::kPerLoad;
+  int w_row[kWLoads];
+#pragma unroll
+  for (int i = 0; i < kWLoads; ++i)
+    w_row[i] = static_cast<int>(weight_row(tid / kWPerRow + i * (kThreads / kWPerRow)));
+
+  float4 a_next[kALoads];
+  uint4 w_next[kWLoads];
+  auto load = [&](std::int64_t k0) {
+#pragma unroll
+    for (int i = 0; i < kALoads; ++i)
+      a_next[i] = a_row[i] >= 0 && k0 + a_col < K
+                      ? __ldg(reinterpret_cast<const float4*>(a + a_row[i] * K + k0 + a_col))
+                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int i = 0; i < kWLoads; ++i)
+      w_next[i] = w_row[i] >= 0 && k0 + w_col < K
+                      ? __ldg(reinterpret_cast<const uint4*>(w_expert + w_row[i] * K + k0 + w_col))
+                      : make_uint4(0, 0, 0, 0);
+  };
+  auto store = [&](int stage) {
+    bf16_bits* x_hi = smem + stage * kStageHalves;
+    bf16_bits* x_lo = x_hi + kTileM * kLd;
+    bf16_bits* w_s = x_lo + kTileM * kLd;
+#pragma unroll
+    for (int i = 0; i < kALoads; ++i) {
+      const int r = tid / (kTileK / 4) + i * (kThreads / (kTileK / 4));
+      const float v[4] = {a_next[i].x, a_next[i].y, a_next[i].z, a_next[i].w};
+      float h[4], l[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) h[q] = bf16_round(v[q]), l[q] = v[q] - h[q];
+      *reinterpret_cast<uint2*>(x_hi + r * kLd + a_col) =
+          make_uint2(bf16x2(h[0], h[1]), bf16x2(h[2], h[3]));
+      *reinterpret_cast<uint2*>(x_lo + r * kLd + a_col) =
+          make_uint2(bf16x2(l[0], l[1]), bf16x2(l[2], l[3]));
+    }
+#pragma unroll
+    for (int i = 0; i < kWLoads; ++i) {
+      const int n = tid / kWPerRow + i * (kThreads / kWPerRow);
+      SW::store(w_next[i], w_s + n * kLd + w_col);
+    }
+  };
+
+  const int warp_m = warp / 4, warp_n = warp % 4;
+  float acc[2][4][4] = {};
+  float part[2][4][4] = {};  // FP8: the current 128-column block's sums, before its scale
+  // FP8: each tile column's row of the scale grid (its weight row's 128-row block), in shared
+  // memory (8 pointers a thread in registers made the kernel spill at two blocks a multiprocessor).
+  __shared__ std::int64_t scale_row[SW::kScaled ? kTileN : 1];
+  if constexpr (SW::kScaled) {
+    const std::int64_t grid_rows = (w_rows + kFp8Block - 1) / kFp8Block,
+                       grid_cols = (K + kFp8Block - 1) / kFp8Block;
+    if (tid < kTileN) {
+      const std::int64_t g = weight_row(tid);
+      scale_row[tid] = g >= 0 ? (expert * grid_rows + g / kFp8Block) * grid_cols : -1;
+    }
+  }
+
+  const int steps = static_cast<int>((K + kTileK - 1) / kTileK);
+  load(0);
+  store(0);
+  __syncthreads();
+  for (int step = 0; step < steps; ++step) {
+    if (step + 1 < steps) load(static_cast<std::int64_t>(step + 1) * kTileK);
+    const bf16_bits* x_hi = smem + (step % 2) * kStageHalves;
+    const bf16_bits* x_lo = x_hi + kTileM * kLd;
+    const bf16_bits* w_s = x_lo + kTileM * kLd;
+    auto& sums = SW::kScaled ? part : acc;
+#pragma unroll
+    for (int kk = 0; kk < kTileK; kk += 16) {
+      unsigned b[4][2];
+#pragma unroll
+      for (int nj = 0; nj < 2; ++nj) {
+        unsigned t[4];
+        const int n = warp_n * 32 + nj * 16 + (lane % 8) + (lane / 16) * 8;
+        ldmatrix_x4(t, w_s + n * kLd + kk + ((lane / 8) % 2) * 8);
+        b[2 * nj][0] = t[0], b[2 * nj][1] = t[1], b[2 * nj + 1][0] = t[2], b[2 * nj + 1][1] = t[3];
+      }
+      // One m16 row of fragments at a time: fewer registers live than loading both first.
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        unsigned ah[4], al[4];
+        const int r = warp_m * 32 + mi * 16 + lane % 16, c = kk + (lane / 16) * 8;
+        ldmatrix_x4(ah, x_hi + r * kLd + c);
+        ldmatrix_x4(al, x_lo + r * kLd + c);
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+          mma_bf16(sums[mi][ni], al, b[ni][0], b[ni][1]);
+          mma_bf16(sums[mi][ni], ah, b[ni][0], b[ni][1]);
+        }
+      }
+    }
+    if constexpr (SW::kScaled) {
+      const std::int64_t end = static_cast<std::int64_t>(step + 1) * kTileK;
+      if (end % kFp8Block == 0 || step + 1 == steps) {
+        const std::int64_t block = (end - 1) / kFp8Block;
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            const std::int64_t at = scale_row[warp_n * 32 + ni * 8 + 2 * (lane % 4) + q];
+            const float s = at >= 0 ? __ldg(scales + at + block) : 0.0f;
+#pragma unroll
+            for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                acc[mi][ni][2 * h + q] = fmaf(part[mi][ni][2 * h + q], s, acc[mi][ni][2 * h + q]);
+                part[mi][ni][2 * h + q] = 0.0f;
+              }
+          }
+      }
+    }
+    if (step + 1 < steps) store((step + 1) % 2);
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = warp_m * 32 + mi * 16 + lane / 4 + 8 * h;
+      if (r >= rows) continue;
+      float* o = out + static_cast<std::int64_t>(pair_of[r]) * n_out;
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni) {
+        const int n = warp_n * 32 + ni * 8 + 2 * (lane % 4);
+        const float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
+        if constexpr (kSwiGlu) {
+          const std::int64_t j = n0 + n / 2;
+          if (j < n_out) o[j] = clamped_swiglu(v0, v1, limit);
+        } else {
+          const std::int64_t c = n0 + n;
+          if (c < n_out) o[c] = v0;
+          if (c + 1 < n_out) o[c + 1] = v1;
+        }
+      }
+    }
+}
+
+template <auto kernel>
+bool allow_stages() {
+  static OncePerDevice once;
+  return once.run([] {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(kSmemBytes)) == cudaSuccess;
+  });
+}
+
+// work null: a dense product of P rows of a (E = 1).
+template <GroupedWeights kW, bool kSwiGlu>
+cudaError_t launch_grouped(const float* a, std::int64_t a_row_div, const void* w,
+                           const float* scales, std::int64_t w_rows, std::int64_t n_out,
+                           std::int64_t K, const std::int32_t* work, std::int64_t P, std::int64_t E,
+                           float limit, float* out, cudaStream_t stream) {
+  constexpr auto kernel = grouped_gemm_kernel<kW, kSwiGlu>;
+  if (!allow_stages<kernel>()) return cudaErrorInvalidConfiguration;
+  const std::int64_t per_tile = kSwiGlu ? kTileN / 2 : kTileN;
+  const auto tiles = work ? max_tiles(P, E) : (P + kTileM - 1) / kTileM;
+  if (tiles > kMaxGridY) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((n_out + per_tile - 1) / per_tile),
+                  static_cast<unsigned>(tiles));
+  return launch_overlapped(kernel, grid, kThreads, kSmemBytes, stream, a, a_row_div, w, scales,
+                           w_rows, n_out, K, work, static_cast<int>(tiles), static_cast<int>(P),
+                           limit, out);
+}
+
+}  // namespace
+
+std::int64_t grouped_max_tiles(std::int64_t P, std::int64_t E) {
+  return max_tiles(P, E);
+}
+
+std::int64_t grouped_work_words(std::int64_t P, std::int64_t E) {
+  return 1 + kTileWords * max_tiles(P, E) + P;
+}
+
+bool grouped_products_take(GroupedWeights w, std::int64_t H, std::int64_t I, std::int64_t E,
+                           const void* x, const void* gate_up, const void* down) {
+  const std::int64_t per_load = w == GroupedWeights::kBf16 ? 8 : 16;
+  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  return E > 0 && E <= kMaxSortExperts && H > 0 && I > 0 && H % per_load == 0 &&
+         I % per_load == 0 && aligned(x) && aligned(gate_up) && aligned(down);
+}
+
+cudaError_t sort_pairs_by_expert(const std::int32_t* ids, std::int64_t P, std::int64_t E,
+                                 std::int32_t* work, cudaStream_t stream) {
+  if (P <= 0 || P > (std::int64_t{1} << 30) || E <= 0 || E > kMaxSortExperts ||
+      max_tiles(P, E) > kMaxGridY)
+    return cudaErrorInvalidValue;
+  return launch_overlapped(sort_pairs_kernel, dim3(1), dim3(kSortThreads),
+                           static_cast<std::size_t>(3 * E) * sizeof(int), stream, ids,
+                           static_cast<int>(P), static_cast<int>(E),
+                           static_cast<int>(max_tiles(P, E)), work);
+}
+
+cudaError_t grouped_gate_up(const float* x, std::int64_t k, const void* gate_up,
+                            const float* scales, GroupedWeights wt, std::int64_t E, std::int64_t H,
+                            std::int64_t I, float limit, const std::int32_t* work, std::int64_t P,
+                            float* act, cudaStream_t stream) {
+  return wt == GroupedWeights::kBf16
+             ? launch_grouped<GroupedWeights::kBf16, true>(x, k, gate_up, scales, 2 * I, I, H, work,
+                                                           P, E, limit, act, stream)
+             : launch_grouped<GroupedWeights::kFp8Scaled, true>(x, k, gate_up, scales, 2 * I, I, H,
+                                                                work, P, E, limit, act, stream);
+}
+
+cudaError_t grouped_down(const float* act, const void* down, const float* scales, GroupedWeights wt,
+                         std::int64_t E, std::int64_t H, std::int64_t I, const std::int32_t* work,
+                         std::int64_t P, float* part, cudaStream_t stream) {
+  return wt == GroupedWeights::kBf16
+             ? launch_grouped<GroupedWeights::kBf16, false>(act, 1, down, scales, H, H, I, work, P,
+                                                            E, 0.0f, part, stream)
+             : launch_grouped<GroupedWeights::kFp8Scaled, false>(act, 1, down, scales, H, H, I,
+                                                                 work, P, E, 0.0f, part, stream);
+}
+
+bool dense_product_takes(GroupedWeights w, std::int64_t S, std::int64_t in, const void* x,
+                         const void* weights) {
+  const std::int64_t per_load = w == GroupedWeights::kBf16 ? 8 : 16;
+  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  return S > 0 && (S + kTileM - 1) / kTileM <= kMaxGridY && S < (std::int64_t{1} << 31) && in > 0 &&
+         in % per_load == 0 && aligned(x) && aligned(weights);
+}
+
+cudaError_t dense_product(const float* x, std::int64_t S, const void* w, const float* scales,
+                          GroupedWeights wt, std::int64_t in, std::int64_t out, float* y,
+                          cudaStream_t stream) {
+  return wt == GroupedWeights::kBf16
+             ? launch_grouped<GroupedWeights::kBf16, false>(x, 1, w, scales, out, out, in, nullptr,
+                                                            S, 1, 0.0f, y, stream)
+             : launch_grouped<GroupedWeights::kFp8Scaled, false>(x, 1, w, scales, out, out, in,
+                                                                 nullptr, S, 1, 0.0f, y, stream);
+}
+
+}  // namespace fs::cuda

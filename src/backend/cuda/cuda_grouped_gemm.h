@@ -1,0 +1,70 @@
+// Prefill's products on the tensor cores (cuda_grouped_gemm.cu): the routed experts grouped by
+// expert, and the dense layers' products.
+//
+// Past four tokens an expert is picked by many tokens (~10 a layer at 512 tokens, ~320 at 16k),
+// so its weights are read once for up to kGroupedRows of them instead of once a (token, expert)
+// pair:
+//  1. sort_pairs_by_expert: the S x k pairs in order of expert (a counting sort on the device),
+//     and a table of tiles, each up to kGroupedRows pairs of one expert;
+//  2. grouped_gate_up: act[p] = swiglu(gate_up[e] . x[p / k]) for each tile's pairs;
+//  3. grouped_down: part[p] = down[e] . act[p];
+// then the combine in the CPU's order (cuda_moe.cu). The products take x (or act) as two bf16
+// parts, hi = bf16(v) and lo = bf16(v - hi), against weights that bf16 holds exactly (bf16, or
+// the e4m3 values, with FP8's 128x128 block scales applied per block of 128 columns to f32
+// partial sums): each product is exact in the f32 accumulator and v is kept to ~2^-17 of itself,
+// so the result sits within ~1e-5 of an f32 product (prefill need not match the decode kernels'
+// bits; the op tests bound it against the CPU).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace fs::cuda {
+
+// Pairs a tile multiplies at most (the M of its product).
+constexpr int kGroupedRows = 64;
+
+// The weights a grouped product reads.
+enum class GroupedWeights {
+  kBf16,       // [E, rows, K] bf16
+  kFp8Scaled,  // [E, rows, K] e4m3 with f32 scales [E, ceil(rows/128), ceil(K/128)]
+};
+
+// int32 words of the work buffer for P pairs over E experts: the tile count, the tile table
+// (expert, first sorted pair, pairs) and the sorted pairs.
+std::int64_t grouped_work_words(std::int64_t P, std::int64_t E);
+// The most tiles P pairs over E experts can make (the grids' second dimension).
+std::int64_t grouped_max_tiles(std::int64_t P, std::int64_t E);
+
+// Whether the grouped products take these widths and buffers (16-byte rows of x, act and the
+// weights; E small enough for the sort's shared memory).
+bool grouped_products_take(GroupedWeights w, std::int64_t H, std::int64_t I, std::int64_t E,
+                           const void* x, const void* gate_up, const void* down);
+
+// ids [P] (pair p = token p / k, its j-th pick; ids outside [0, E) are left out: their act and
+// part rows are not written, and the combine skips them) -> work. Overlapped launch.
+cudaError_t sort_pairs_by_expert(const std::int32_t* ids, std::int64_t P, std::int64_t E,
+                                 std::int32_t* work, cudaStream_t stream);
+
+// act [P, I] for the sorted pairs: act[p, r] = swiglu(gate_up[e] row r . x[p / k],
+// gate_up[e] row I + r . x[p / k]) (clamped at `limit` when > 0), x [S, H].
+cudaError_t grouped_gate_up(const float* x, std::int64_t k, const void* gate_up,
+                            const float* scales, GroupedWeights wt, std::int64_t E, std::int64_t H,
+                            std::int64_t I, float limit, const std::int32_t* work, std::int64_t P,
+                            float* act, cudaStream_t stream);
+
+// part [P, H] for the sorted pairs: part[p, c] = down[e] row c . act[p].
+cudaError_t grouped_down(const float* act, const void* down, const float* scales, GroupedWeights wt,
+                         std::int64_t E, std::int64_t H, std::int64_t I, const std::int32_t* work,
+                         std::int64_t P, float* part, cudaStream_t stream);
+
+// The same products for a dense layer's prefill (linear, S > kGemvRows): y [S, out] = x [S, in]
+// . w[out, in]^T, tiles of 64 rows of x in order (no sort), w bf16 or block-scaled FP8.
+bool dense_product_takes(GroupedWeights w, std::int64_t S, std::int64_t in, const void* x,
+                         const void* weights);
+cudaError_t dense_product(const float* x, std::int64_t S, const void* w, const float* scales,
+                          GroupedWeights wt, std::int64_t in, std::int64_t out, float* y,
+                          cudaStream_t stream);
+
+}  // namespace fs::cuda
