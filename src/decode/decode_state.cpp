@@ -73,9 +73,26 @@ Status absorb(Model& model, DecodeState& state, std::span<const TokenId> tokens,
                   : static_cast<std::int64_t>(out.logits.size()) < vocab)) {
     return internal_error("forward returned no logits row");
   }
-  if (state.mtp_history) {
+  // The hidden rows on the host (out.hidden), or in the backend's memory (out.device_hidden,
+  // HiddenRows::kBackend, with the last row in out.hidden): the MTP history takes them there.
+  const auto w = out.hidden_width;
+  const bool rows_on_backend = out.device_hidden.numel() > 0;
+  if (rows_on_backend && (out.device_hidden.rows() != n || out.device_hidden.cols() != w ||
+                          static_cast<std::int64_t>(out.hidden.size()) != w)) {
+    return internal_error("forward returned backend hidden rows of the wrong shape");
+  }
+  if (state.mtp_history && rows_on_backend) {
     MtpHead* head = model.mtp();
-    const auto w = out.hidden_width;
+    if (!head || w != head->hidden_width())
+      return internal_error("forward returned no hidden rows for the MTP history");
+    const std::span<const float> before =
+        state.tokens.empty() ? std::span<const float>{} : std::span<const float>(state.last_hidden);
+    if (auto s = head->absorb_rows(*state.mtp_history, before, out.device_hidden, tokens);
+        !s.ok()) {
+      return s.with_context("MTP history");
+    }
+  } else if (state.mtp_history) {
+    MtpHead* head = model.mtp();
     if (!head || w != head->hidden_width() ||
         static_cast<std::int64_t>(out.hidden.size()) != n * w) {
       return internal_error("forward returned no hidden rows for the MTP history");
@@ -129,7 +146,9 @@ Status extend(Model& model, DecodeState& state, std::span<const TokenId> tokens,
     const auto part = tokens.subspan(static_cast<std::size_t>(at),
                                      static_cast<std::size_t>(std::min(step, n - at)));
     ForwardOutput out;
-    if (auto s = model.forward(*state.trunk, part, last, out); !s.ok()) return s;
+    // The hidden rows stay on the backend: absorb hands them to the MTP history there.
+    if (auto s = model.forward(*state.trunk, part, last, out, HiddenRows::kBackend); !s.ok())
+      return s;
     if (auto s = absorb(model, state, part, std::move(out)); !s.ok()) return s;
   }
   return {};

@@ -123,6 +123,12 @@ enum class LogitsRows { kAll, kLast, kNone, kAllArgmax, kLastArgmax };
 inline bool logits_of_all_rows(LogitsRows r) {
   return r == LogitsRows::kAll || r == LogitsRows::kAllArgmax;
 }
+// Where a forward leaves the trunk's hidden rows: on the host (ForwardOutput::hidden), or in the
+// backend's memory (ForwardOutput::device_hidden) for a caller that hands them to the MTP head
+// there: a prefill's rows (S x the stream width, 160 MB at 4,096 tokens of Qwen 3.8 Flash Next)
+// then never cross to the host and back.
+enum class HiddenRows { kHost, kBackend };
+
 inline bool logits_stay_on_backend(LogitsRows r) {
   return r == LogitsRows::kAllArgmax || r == LogitsRows::kLastArgmax;
 }
@@ -136,6 +142,9 @@ struct ForwardOutput {
   Tensor device_logits;
   std::int64_t hidden_width = 0;
   std::vector<float> hidden;  // [tokens x hidden_width]: the trunk's final stream (MTP input)
+  // HiddenRows::kBackend: the rows [tokens, hidden_width] in the backend's memory, and `hidden`
+  // only the last of them (what a decode state keeps as last_hidden).
+  Tensor device_hidden;
 };
 
 struct ModelInfo {
@@ -161,9 +170,11 @@ class Model {
   virtual std::unique_ptr<ModelState> new_state() const = 0;
   // Feeds `tokens` through `state` (which advances by tokens.size()) and returns the logits of
   // the requested rows. Any split of a sequence into calls gives the same logits and state.
-  // On error the state is unspecified and must not be used.
+  // On error the state is unspecified and must not be used. `hidden`: where the trunk's hidden
+  // rows go (HiddenRows); a model may leave them on the host either way (one without a backend
+  // does), so a caller takes both forms.
   virtual Status forward(ModelState& state, std::span<const TokenId> tokens, LogitsRows rows,
-                         ForwardOutput& out) = 0;
+                         ForwardOutput& out, HiddenRows hidden = HiddenRows::kHost) = 0;
   // The checkpoint's multi-token-prediction head, or nullptr when it has none.
   virtual MtpHead* mtp() { return nullptr; }
   // The backend the forward computes on, whose memory holds the logits the *Argmax forms leave

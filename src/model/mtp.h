@@ -22,6 +22,34 @@ class MtpHead {
   // and the head's output hidden for every row.
   virtual Status forward(ModelState& history, std::span<const float> hidden,
                          std::span<const TokenId> tokens, LogitsRows rows, ForwardOutput& out) = 0;
+  // The same with the hidden rows in the model's backend memory ([S, hidden_width()] f32, a
+  // trunk's ForwardOutput::device_hidden): a prefill's rows then never cross to the host. The
+  // default body reads them back and calls forward. For kNone (rows appended to the history, no
+  // logits) `out` holds no hidden rows either.
+  virtual Status forward_rows(ModelState& history, const Tensor& hidden,
+                              std::span<const TokenId> tokens, LogitsRows rows,
+                              ForwardOutput& out) {
+    const std::vector<float> h =
+        hidden.numel() > 0 ? hidden.to_host_vector() : std::vector<float>{};
+    return forward(history, h, tokens, rows, out);
+  }
+  // Appends the history rows of a trunk call that absorbed `tokens` with hidden rows `rows`
+  // [n, hidden_width()] in the backend's memory: row i pairs tokens[i] with the hidden of the
+  // position before it, which is `before` (the previous call's last row, on the host) for i = 0
+  // and rows[i - 1] after; with `before` empty (the sequence's first token) tokens[0] has no row.
+  // The default body builds the rows on the host and calls forward.
+  virtual Status absorb_rows(ModelState& history, std::span<const float> before, const Tensor& rows,
+                             std::span<const TokenId> tokens) {
+    const std::size_t n = tokens.size(), skip = before.empty() ? 1 : 0;
+    if (n <= skip) return {};
+    const std::vector<float> all = rows.to_host_vector();
+    const auto prior = static_cast<std::size_t>(hidden_width()) * (n - 1);
+    if (all.size() < prior) return invalid_argument("MTP head: fewer hidden rows than tokens");
+    std::vector<float> pairs(before.begin(), before.end());
+    pairs.insert(pairs.end(), all.begin(), all.begin() + static_cast<std::ptrdiff_t>(prior));
+    ForwardOutput ignored;
+    return forward(history, pairs, tokens.subspan(skip), LogitsRows::kNone, ignored);
+  }
 
   // Restricts the head's logits to token ids [0, n) (0: the whole vocabulary), so a draft reads
   // an n-row output head instead of the full one (1.27 GB per draft at Qwen 3.8 Flash Next's

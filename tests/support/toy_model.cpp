@@ -195,8 +195,9 @@ std::unique_ptr<ModelState> ToyModel::new_state() const {
   return std::make_unique<ModelState>(std::move(caches));
 }
 
+// The rows stay on the host whatever HiddenRows asks (no backend): callers take either form.
 Status ToyModel::forward(ModelState& state, std::span<const TokenId> tokens, LogitsRows rows,
-                         ForwardOutput& out) {
+                         ForwardOutput& out, HiddenRows) {
   ++forwards;
   if (fail_in >= 0 && fail_in-- == 0) return internal_error("injected forward failure");
   for (TokenId t : tokens) {

@@ -27,7 +27,7 @@ class ToyModel : public Model {
   const ModelInfo& info() const override { return info_; }
   std::unique_ptr<ModelState> new_state() const override;
   Status forward(ModelState& state, std::span<const TokenId> tokens, LogitsRows rows,
-                 ForwardOutput& out) override;
+                 ForwardOutput& out, HiddenRows hidden = HiddenRows::kHost) override;
   MtpHead* mtp() override;
 
   // Test hooks: count forwards; make the n-th forward from now fail.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -127,6 +128,45 @@ TEST_F(EmbeddedModel, TrunkAndMtpLogitsMatchTheTrainingFramework) {
 
 TEST_F(EmbeddedModel, GreedyMtpEmitsTheAutoregressiveTokens) {
   test::expect_greedy_mtp_is_autoregressive(*model_, parity_tokens(), {5, 23, 61}, {1, 9, 40}, -1);
+}
+
+// A prefill's hidden rows stay in the backend's memory (extend asks for HiddenRows::kBackend; the
+// MTP head takes them there through absorb_rows) and build, over two calls, exactly the MTP
+// history, last hidden row, trunk state and next logits that the rows sent through the host do.
+TEST_F(EmbeddedModel, PrefillHiddenRowsOnTheBackendBuildTheSameHistory) {
+  const auto all = parity_tokens();
+  ASSERT_GT(all.size(), 12u);
+  const std::span<const TokenId> tokens(all);
+  const std::array<std::span<const TokenId>, 2> parts = {tokens.first(9), tokens.subspan(9)};
+
+  ForwardOutput probe;
+  auto probe_state = model_->new_state();
+  ASSERT_TRUE(
+      model_->forward(*probe_state, parts[0], LogitsRows::kLast, probe, HiddenRows::kBackend).ok());
+  EXPECT_EQ(probe.device_hidden.rows(), 9);
+  EXPECT_EQ(probe.device_hidden.cols(), probe.hidden_width);
+  ASSERT_EQ(static_cast<std::int64_t>(probe.hidden.size()), probe.hidden_width);  // the last row
+  const auto rows = probe.device_hidden.to_host_vector();
+  EXPECT_TRUE(
+      std::equal(probe.hidden.begin(), probe.hidden.end(), rows.end() - probe.hidden_width));
+
+  DecodeState on_backend = new_decode_state(*model_);
+  DecodeState on_host = new_decode_state(*model_);
+  for (const auto part : parts) {
+    ASSERT_TRUE(extend(*model_, on_backend, part).ok());
+    ForwardOutput out;
+    ASSERT_TRUE(model_->forward(*on_host.trunk, part, LogitsRows::kLast, out).ok());
+    ASSERT_EQ(static_cast<std::int64_t>(out.hidden.size()),
+              static_cast<std::int64_t>(part.size()) * out.hidden_width);
+    ASSERT_TRUE(absorb(*model_, on_host, part, std::move(out)).ok());
+  }
+  EXPECT_EQ(on_backend.tokens, on_host.tokens);
+  EXPECT_EQ(on_backend.last_hidden, on_host.last_hidden);
+  EXPECT_EQ(on_backend.next_logits, on_host.next_logits);
+  ASSERT_TRUE(on_backend.mtp_history && on_host.mtp_history);
+  EXPECT_EQ(max_difference(compare_states(*on_backend.mtp_history, *on_host.mtp_history)), 0.0);
+  EXPECT_EQ(max_difference(compare_states(*on_backend.trunk, *on_host.trunk)), 0.0);
+  EXPECT_TRUE(on_backend.check_invariant().ok());
 }
 
 // The *Argmax forward forms pick on the backend what fs::argmax picks from the host rows, and

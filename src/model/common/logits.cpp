@@ -29,6 +29,23 @@ Status logits_to_output(Backend& be, LogitsRows rows, Tensor logits, const Tenso
   return take_backend_status(be);
 }
 
+void hidden_to_output(Backend& be, Tensor& h, std::int64_t width, HiddenRows where,
+                      bool graph_block, ForwardOutput& out) {
+  out.hidden_width = width;
+  if (where == HiddenRows::kHost || h.numel() == 0) {
+    out.hidden = h.to_host_vector();
+    return;
+  }
+  Tensor last;
+  be.slice_rows(h, h.rows() - 1, 1, last);
+  out.hidden = last.to_host_vector();
+  if (graph_block) {
+    out.device_hidden = h;  // a copy in the backend's pool
+  } else {
+    out.device_hidden = std::move(h);
+  }
+}
+
 Status take_backend_status(Backend& be) {
   Status s = be.status();
   be.clear_status();

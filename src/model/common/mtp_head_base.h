@@ -14,6 +14,13 @@ namespace fs {
 
 class MtpHeadBase : public MtpHead {
  public:
+  // Checks the host rows' count, copies them to the backend and runs forward_rows, where each
+  // family's head keeps its math.
+  Status forward(ModelState& history, std::span<const float> hidden,
+                 std::span<const TokenId> tokens, LogitsRows rows, ForwardOutput& out) final;
+  // The rows concatenated in the backend's memory (upload of `before`, a slice of `rows`).
+  Status absorb_rows(ModelState& history, std::span<const float> before, const Tensor& rows,
+                     std::span<const TokenId> tokens) final;
   Status set_draft_vocabulary(std::int64_t n) final;
   std::int64_t draft_vocabulary() const final;
 
@@ -23,10 +30,13 @@ class MtpHeadBase : public MtpHead {
   // The rows of the output head a draft reads: the first draft_vocabulary() of `lm_head`.
   Weight draft_head(const Weight& lm_head) const;
 
-  // Checks a forward's inputs (hidden_width() values per token, ids in the vocabulary, a history
-  // of one allocated Cache) and returns the history's cache.
+  // The backend the head computes on (its model's).
+  virtual Backend& head_backend() const = 0;
+
+  // Checks a forward's inputs (f32 rows [S, hidden_width()] in the backend's memory, ids in the
+  // vocabulary, a history of one allocated Cache) and returns the history's cache.
   template <typename Cache>
-  Expected<Cache*> checked_history(ModelState& history, std::span<const float> hidden,
+  Expected<Cache*> checked_history(ModelState& history, const Tensor& hidden,
                                    std::span<const TokenId> tokens) const {
     if (Status s = check_inputs(history, hidden, tokens); !s.ok()) return s;
     auto* cache = dynamic_cast<Cache*>(&history.cache(0));
@@ -34,16 +44,13 @@ class MtpHeadBase : public MtpHead {
     return cache;
   }
 
-  // The trunk's hidden rows [S, hidden_width()], which the caller holds on the host.
-  Tensor upload_hidden(Backend& be, std::span<const float> hidden) const;
-
   // The end of a head's forward: the backend's status, the head's hidden `x` (the next depth's
   // input) and the logits of `rows` into `out`.
   Status finish(Backend& be, LogitsRows rows, const Tensor& x, Tensor logits, const Tensor& ids,
                 ForwardOutput& out) const;
 
  private:
-  Status check_inputs(const ModelState& history, std::span<const float> hidden,
+  Status check_inputs(const ModelState& history, const Tensor& hidden,
                       std::span<const TokenId> tokens) const;
 
   std::int64_t vocab_size_;

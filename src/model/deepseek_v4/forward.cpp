@@ -146,7 +146,7 @@ void DeepseekV4Model::indexer(const DsIndexerWeights& w, DsCompressorState& stat
 }
 
 Status DeepseekV4Model::forward(ModelState& state, std::span<const TokenId> tokens, LogitsRows rows,
-                                ForwardOutput& out) {
+                                ForwardOutput& out, HiddenRows where) {
   auto& be = *backend_;
   const auto S = static_cast<std::int64_t>(tokens.size());
   if (Status s = check_token_ids(tokens, config_.vocab_size); !s.ok()) return s;
@@ -185,10 +185,8 @@ Status DeepseekV4Model::forward(ModelState& state, std::span<const TokenId> toke
               static_cast<float>(config_.rms_norm_eps), false, collapsed);
   lm_head_rows(be, collapsed, rows, weights_.lm_head, logits, picked);
   if (Status s = take_backend_status(be); !s.ok()) return s;
-  if (mtp_) {  // the MTP head reads the streams before the hyper head
-    out.hidden_width = config_.hc_mult * config_.hidden_size;
-    out.hidden = h.to_host_vector();
-  }
+  // The MTP head reads the streams before the hyper head.
+  if (mtp_) hidden_to_output(be, h, config_.hc_mult * config_.hidden_size, where, false, out);
   return logits_to_output(be, rows, std::move(logits), picked, out);
 }
 

@@ -30,7 +30,7 @@ class DeepseekV4Model final : public Model {
     return new_deepseek_v4_state(config_, backend_->memory());
   }
   Status forward(ModelState& state, std::span<const TokenId> tokens, LogitsRows rows,
-                 ForwardOutput& out) override;
+                 ForwardOutput& out, HiddenRows hidden = HiddenRows::kHost) override;
 
   const DeepseekV4Config& config() const { return config_; }
   const Backend& backend() const { return *backend_; }

@@ -20,9 +20,13 @@ std::int64_t DeepseekV4MtpHead::hidden_width() const {
   return model_.config_.hc_mult * model_.config_.hidden_size;
 }
 
-Status DeepseekV4MtpHead::forward(ModelState& history, std::span<const float> hidden,
-                                  std::span<const TokenId> tokens, LogitsRows rows,
-                                  ForwardOutput& out) {
+Backend& DeepseekV4MtpHead::head_backend() const {
+  return *model_.backend_;
+}
+
+Status DeepseekV4MtpHead::forward_rows(ModelState& history, const Tensor& hidden,
+                                       std::span<const TokenId> tokens, LogitsRows rows,
+                                       ForwardOutput& out) {
   const auto& c = model_.config_;
   auto& be = *model_.backend_;
   const auto S = static_cast<std::int64_t>(tokens.size()), H = c.hidden_size, hc = c.hc_mult;
@@ -37,7 +41,7 @@ Status DeepseekV4MtpHead::forward(ModelState& history, std::span<const float> hi
   const auto eps = static_cast<float>(c.rms_norm_eps);
 
   // x = h_proj(hnorm(h_s)) per stream + e_proj(enorm(embed(token))) broadcast to the streams.
-  const Tensor h = upload_hidden(be, hidden);
+  const Tensor& h = hidden;
   Tensor n, x, e, e_normed, e_projected, e_streams;
   be.rms_norm(h, w_.hnorm, H, eps, false, n);
   n.reshape({S * hc, H});

@@ -21,8 +21,11 @@ class DeepseekV4MtpHead final : public MtpHeadBase {
 
   std::unique_ptr<ModelState> new_history() const override;
   std::int64_t hidden_width() const override;
-  Status forward(ModelState& history, std::span<const float> hidden,
-                 std::span<const TokenId> tokens, LogitsRows rows, ForwardOutput& out) override;
+  Status forward_rows(ModelState& history, const Tensor& hidden, std::span<const TokenId> tokens,
+                      LogitsRows rows, ForwardOutput& out) override;
+
+ protected:
+  Backend& head_backend() const override;
 
  private:
   DeepseekV4Model& model_;

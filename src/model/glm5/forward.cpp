@@ -201,7 +201,7 @@ void Glm5Model::dsa_attention(const DsaWeights& w, DsaCache& cache, Position fir
 }
 
 Status Glm5Model::forward(ModelState& state, std::span<const TokenId> tokens, LogitsRows rows,
-                          ForwardOutput& out) {
+                          ForwardOutput& out, HiddenRows where) {
   auto& be = *backend_;
   const auto S = static_cast<std::int64_t>(tokens.size());
   if (Status s = check_token_ids(tokens, config_.vocab_size); !s.ok()) return s;
@@ -242,8 +242,7 @@ Status Glm5Model::forward(ModelState& state, std::span<const TokenId> tokens, Lo
   Tensor logits, argmax;
   lm_head_rows(be, final, rows, weights_.lm_head, logits, argmax);
   if (Status s = take_backend_status(be); !s.ok()) return s;
-  out.hidden_width = config_.hidden_size;
-  out.hidden = final.to_host_vector();
+  hidden_to_output(be, final, config_.hidden_size, where, false, out);
   return logits_to_output(be, rows, std::move(logits), argmax, out);
 }
 

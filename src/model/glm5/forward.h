@@ -26,7 +26,7 @@ class Glm5Model final : public Model {
     return new_glm5_state(config_, backend_->memory());
   }
   Status forward(ModelState& state, std::span<const TokenId> tokens, LogitsRows rows,
-                 ForwardOutput& out) override;
+                 ForwardOutput& out, HiddenRows hidden = HiddenRows::kHost) override;
 
   const Glm5Config& config() const { return config_; }
   MtpHead* mtp() override { return mtp_.get(); }

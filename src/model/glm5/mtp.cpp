@@ -20,8 +20,13 @@ std::int64_t Glm5MtpHead::hidden_width() const {
   return model_.config_.hidden_size;
 }
 
-Status Glm5MtpHead::forward(ModelState& history, std::span<const float> hidden,
-                            std::span<const TokenId> tokens, LogitsRows rows, ForwardOutput& out) {
+Backend& Glm5MtpHead::head_backend() const {
+  return *model_.backend_;
+}
+
+Status Glm5MtpHead::forward_rows(ModelState& history, const Tensor& hidden,
+                                 std::span<const TokenId> tokens, LogitsRows rows,
+                                 ForwardOutput& out) {
   const auto& c = model_.config_;
   auto& be = *model_.backend_;
   const auto S = static_cast<std::int64_t>(tokens.size()), D = c.hidden_size;
@@ -34,12 +39,12 @@ Status Glm5MtpHead::forward(ModelState& history, std::span<const float> hidden,
   const auto eps = static_cast<float>(c.rms_norm_eps);
 
   // x = eh_proj([enorm(embed(x_t)) | hnorm(h)]) as the sum of the two halves' products.
-  Tensor h = upload_hidden(be, hidden);
+  Tensor h;
   std::vector<std::int64_t> ids(tokens.begin(), tokens.end());
   Tensor e, x, xh;
   be.embedding({&model_.weights_.embed_tokens, 1}, ids, e);
   be.rms_norm(e, w_.enorm, D, eps, false, e);
-  be.rms_norm(h, w_.hnorm, D, eps, false, h);
+  be.rms_norm(hidden, w_.hnorm, D, eps, false, h);
   be.linear(e, w_.eh_embed, x);
   be.linear(h, w_.eh_hidden, xh);
   be.add(x, xh);

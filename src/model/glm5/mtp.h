@@ -22,8 +22,11 @@ class Glm5MtpHead final : public MtpHeadBase {
 
   std::unique_ptr<ModelState> new_history() const override;
   std::int64_t hidden_width() const override;
-  Status forward(ModelState& history, std::span<const float> hidden,
-                 std::span<const TokenId> tokens, LogitsRows rows, ForwardOutput& out) override;
+  Status forward_rows(ModelState& history, const Tensor& hidden, std::span<const TokenId> tokens,
+                      LogitsRows rows, ForwardOutput& out) override;
+
+ protected:
+  Backend& head_backend() const override;
 
  private:
   Glm5Model& model_;

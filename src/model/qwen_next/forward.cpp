@@ -251,7 +251,7 @@ void QwenNextModel::qsa_attention(const QsaWeights& w, QsaCache& cache, Position
 }
 
 Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens, LogitsRows rows,
-                              ForwardOutput& out) {
+                              ForwardOutput& out, HiddenRows where) {
   auto& be = *backend_;
   const auto S = static_cast<std::int64_t>(tokens.size());
   if (Status s = check_token_ids(tokens, config_.vocab_size); !s.ok()) return s;
@@ -331,8 +331,7 @@ Status QwenNextModel::forward(ModelState& state, std::span<const TokenId> tokens
   }
   // The requested rows cross to the host: the logits (or only their argmax ids), and the widened
   // stream (all hc streams, before the mixer), which the MTP head reads.
-  out.hidden_width = config_.stream_width();
-  out.hidden = h.to_host_vector();
+  hidden_to_output(be, h, config_.stream_width(), where, graph, out);
   return logits_to_output(be, rows, std::move(logits), picked, out);
 }
 

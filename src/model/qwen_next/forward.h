@@ -27,7 +27,7 @@ class QwenNextModel final : public Model {
     return new_qwen_next_state(config_, backend_->memory());
   }
   Status forward(ModelState& state, std::span<const TokenId> tokens, LogitsRows rows,
-                 ForwardOutput& out) override;
+                 ForwardOutput& out, HiddenRows hidden = HiddenRows::kHost) override;
 
   const QwenNextConfig& config() const { return config_; }
   const Backend& backend() const { return *backend_; }

@@ -19,9 +19,13 @@ std::int64_t QwenNextMtpHead::hidden_width() const {
   return model_.config_.stream_width();
 }
 
-Status QwenNextMtpHead::forward(ModelState& history, std::span<const float> hidden,
-                                std::span<const TokenId> tokens, LogitsRows rows,
-                                ForwardOutput& out) {
+Backend& QwenNextMtpHead::head_backend() const {
+  return *model_.backend_;
+}
+
+Status QwenNextMtpHead::forward_rows(ModelState& history, const Tensor& hidden,
+                                     std::span<const TokenId> tokens, LogitsRows rows,
+                                     ForwardOutput& out) {
   const auto& c = model_.config_;
   auto& be = *model_.backend_;
   const auto S = static_cast<std::int64_t>(tokens.size()), H = c.hidden_size, hc = c.hc_count;
@@ -34,7 +38,7 @@ Status QwenNextMtpHead::forward(ModelState& history, std::span<const float> hidd
   const auto eps = static_cast<float>(c.rms_norm_eps);
 
   // x = fc_hidden(norm(h)) per stream + fc_embedding(norm(embed(token))) broadcast to the streams.
-  const Tensor h = upload_hidden(be, hidden);
+  const Tensor& h = hidden;
   Tensor n, x, e, e_normed, e_projected, e_streams;
   be.rms_norm(h, w_.hidden_norm, H, eps, true, n);
   n.reshape({S * hc, H});
