@@ -1,7 +1,8 @@
-// Prefill's routed experts as grouped products (cuda_grouped_gemm.h says what and why).
+// Prefill's products on the tensor cores (cuda_grouped_gemm.h says what and why).
 //
-// A block computes a tile of kGroupedRows sorted pairs (M) by kTileN output columns (N) over the
-// whole K: 8 warps in 2 x 4, a warp 32 x 32 as 2 x 4 mma.sync m16n8k16 (bf16 in, f32 accumulate).
+// A block computes a tile of 64 (or 32) sorted pairs (M) by kTileN output columns (N) over the
+// whole K: 8 warps in 2 x 4 (1 x 8), a warp 32 x 32 (32 x 16) as mma.sync m16n8k16 (bf16 in, f32
+// accumulate).
 // K runs in steps of kTileK through two shared-memory stages: the next step's x (f32, split into
 // hi and lo bf16 parts) and weights (bf16, or e4m3 converted exactly) are loaded into registers
 // while the tensor cores work on the current stage, then stored into the other one; one barrier a
@@ -12,6 +13,9 @@
 
 #include "backend/cuda/cuda_grouped_gemm.h"
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_gemv.cuh"
 #include "backend/cuda/cuda_moe_common.cuh"
@@ -19,23 +23,24 @@
 namespace fs::cuda {
 namespace {
 
-constexpr int kTileM = kGroupedRows;
 constexpr int kTileN = 128;
 constexpr int kTileK = 64;
 constexpr int kThreads = 256;
 // Shared rows are kTileK + 8 bf16 (144 bytes) apart: the 8 rows an ldmatrix phase reads then
 // start 4 banks apart and cover all 32 (no conflicts), and every row start stays 16-byte aligned.
 constexpr int kLd = kTileK + 8;
-constexpr int kStageHalves = 2 * kTileM * kLd + kTileN * kLd;  // x hi, x lo, weights
-constexpr std::size_t kSmemBytes = 2 * kStageHalves * sizeof(bf16_bits);
+template <int kTileM>
+constexpr int kStageHalves = 2 * kTileM* kLd + kTileN* kLd;  // x hi, x lo, weights
+template <int kTileM>
+constexpr std::size_t kSmemBytes = 2 * kStageHalves<kTileM> * sizeof(bf16_bits);
 constexpr int kSortThreads = 1024;
 constexpr std::int64_t kMaxSortExperts = 4096;  // 3 ints an expert in shared memory
 constexpr std::int64_t kMaxGridY = 65535;
 
 // The work buffer: [0] the tile count, then kTileWords a tile, then the sorted pairs.
 constexpr int kTileWords = 3;  // expert, first sorted pair, pairs
-__host__ __device__ constexpr std::int64_t max_tiles(std::int64_t P, std::int64_t E) {
-  return (P + kTileM - 1) / kTileM + E;
+__host__ __device__ constexpr std::int64_t max_tiles(std::int64_t P, std::int64_t E, int rows) {
+  return (P + rows - 1) / rows + E;
 }
 
 __device__ __forceinline__ int warp_inclusive_scan(int v, int lane) {
@@ -51,7 +56,8 @@ __device__ __forceinline__ int warp_inclusive_scan(int v, int lane) {
 // then each pair placed at its expert's cursor. The order of pairs inside an expert depends on the
 // atomics, but no result does: every output row is its own pair's sum.
 __global__ void __launch_bounds__(kSortThreads)
-    sort_pairs_kernel(const std::int32_t* ids, int P, int E, int tiles_max, std::int32_t* work) {
+    sort_pairs_kernel(const std::int32_t* ids, int P, int E, int rows, int tiles_max,
+                      std::int32_t* work) {
   extern __shared__ int sort_shared[];
   int* count = sort_shared;
   int* cursor = sort_shared + E;
@@ -70,14 +76,14 @@ __global__ void __launch_bounds__(kSortThreads)
     const int lane = tid, per = (E + kWarp - 1) / kWarp;
     const int lo = min(E, lane * per), hi = min(E, lo + per);
     int pairs = 0, tiles = 0;
-    for (int e = lo; e < hi; ++e) pairs += count[e], tiles += (count[e] + kTileM - 1) / kTileM;
+    for (int e = lo; e < hi; ++e) pairs += count[e], tiles += (count[e] + rows - 1) / rows;
     int p0 = warp_inclusive_scan(pairs, lane) - pairs;
     int t0 = warp_inclusive_scan(tiles, lane) - tiles;
     for (int e = lo; e < hi; ++e) {
       cursor[e] = p0;
       tile_base[e] = t0;
       p0 += count[e];
-      t0 += (count[e] + kTileM - 1) / kTileM;
+      t0 += (count[e] + rows - 1) / rows;
     }
     if (lane == kWarp - 1) work[0] = t0;
   }
@@ -85,11 +91,11 @@ __global__ void __launch_bounds__(kSortThreads)
   std::int32_t* tiles = work + 1;
   std::int32_t* order = work + 1 + kTileWords * tiles_max;
   for (int e = tid; e < E; e += kSortThreads)
-    for (int t = 0; t * kTileM < count[e]; ++t) {
+    for (int t = 0; t * rows < count[e]; ++t) {
       std::int32_t* tile = tiles + kTileWords * (tile_base[e] + t);
       tile[0] = e;
-      tile[1] = cursor[e] + t * kTileM;
-      tile[2] = min(kTileM, count[e] - t * kTileM);
+      tile[1] = cursor[e] + t * rows;
+      tile[2] = min(rows, count[e] - t * rows);
     }
   __syncthreads();  // the table read cursor[] before the placements move it
   for (int p = tid; p < P; p += kSortThreads) {
@@ -159,7 +165,8 @@ struct StageWeights<GroupedWeights::kFp8Scaled> {
 // kSwiGlu: the gate/up product. Its tile's column 2j is gate row j0 + j and column 2j + 1 up row
 // I + j0 + j, so each thread's accumulator pair (c0, c1) is one act value's gate and up.
 // Otherwise output column n is weight row n0 + n.
-template <GroupedWeights kW, bool kSwiGlu>
+// kTileM 64: warps 2 (M) x 4 (N), a warp 32 x 32; 32 (few pairs an expert): 1 x 8, 32 x 16.
+template <GroupedWeights kW, bool kSwiGlu, int kTileM>
 __global__ void __launch_bounds__(kThreads, 2)
     grouped_gemm_kernel(const float* a, std::int64_t a_row_div, const void* weights,
                         const float* scales, std::int64_t w_rows, std::int64_t n_out,
@@ -170,6 +177,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   constexpr int kALoads = kTileM * kTileK / 4 / kThreads;             // float4s: 4
   constexpr int kWLoads = kTileN * kTileK / SW::kPerLoad / kThreads;  // uint4s: 2 or 4
   constexpr int kWPerRow = kTileK / SW::kPerLoad;                     // loads a weight row
+  constexpr int kWarpsM = kTileM / 32, kWarpsN = kThreads / kWarp / kWarpsM;
+  constexpr int kWarpN = kTileN / kWarpsN, kNT = kWarpN / 8;  // a warp's columns, its n8 tiles
   extern __shared__ uint4 grouped_shared[];
   __shared__ int pair_of[kTileM];
   __shared__ int tile_info[kTileWords];
@@ -238,7 +247,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                       : make_uint4(0, 0, 0, 0);
   };
   auto store = [&](int stage) {
-    bf16_bits* x_hi = smem + stage * kStageHalves;
+    bf16_bits* x_hi = smem + stage * kStageHalves<kTileM>;
     bf16_bits* x_lo = x_hi + kTileM * kLd;
     bf16_bits* w_s = x_lo + kTileM * kLd;
 #pragma unroll
@@ -260,9 +269,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   };
 
-  const int warp_m = warp / 4, warp_n = warp % 4;
-  float acc[2][4][4] = {};
-  float part[2][4][4] = {};  // FP8: the current 128-column block's sums, before its scale
+  const int warp_m = warp / kWarpsN, warp_n = warp % kWarpsN;
+  float acc[2][kNT][4] = {};
+  float part[2][kNT][4] = {};  // FP8: the current 128-column block's sums, before its scale
   // FP8: each tile column's row of the scale grid (its weight row's 128-row block), in shared
   // memory (8 pointers a thread in registers made the kernel spill at two blocks a multiprocessor).
   __shared__ std::int64_t scale_row[SW::kScaled ? kTileN : 1];
@@ -281,17 +290,17 @@ __global__ void __launch_bounds__(kThreads, 2)
   __syncthreads();
   for (int step = 0; step < steps; ++step) {
     if (step + 1 < steps) load(static_cast<std::int64_t>(step + 1) * kTileK);
-    const bf16_bits* x_hi = smem + (step % 2) * kStageHalves;
+    const bf16_bits* x_hi = smem + (step % 2) * kStageHalves<kTileM>;
     const bf16_bits* x_lo = x_hi + kTileM * kLd;
     const bf16_bits* w_s = x_lo + kTileM * kLd;
     auto& sums = SW::kScaled ? part : acc;
 #pragma unroll
     for (int kk = 0; kk < kTileK; kk += 16) {
-      unsigned b[4][2];
+      unsigned b[kNT][2];
 #pragma unroll
-      for (int nj = 0; nj < 2; ++nj) {
+      for (int nj = 0; nj < kNT / 2; ++nj) {
         unsigned t[4];
-        const int n = warp_n * 32 + nj * 16 + (lane % 8) + (lane / 16) * 8;
+        const int n = warp_n * kWarpN + nj * 16 + (lane % 8) + (lane / 16) * 8;
         ldmatrix_x4(t, w_s + n * kLd + kk + ((lane / 8) % 2) * 8);
         b[2 * nj][0] = t[0], b[2 * nj][1] = t[1], b[2 * nj + 1][0] = t[2], b[2 * nj + 1][1] = t[3];
       }
@@ -303,7 +312,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         ldmatrix_x4(ah, x_hi + r * kLd + c);
         ldmatrix_x4(al, x_lo + r * kLd + c);
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni) {
+        for (int ni = 0; ni < kNT; ++ni) {
           mma_bf16(sums[mi][ni], al, b[ni][0], b[ni][1]);
           mma_bf16(sums[mi][ni], ah, b[ni][0], b[ni][1]);
         }
@@ -314,10 +323,10 @@ __global__ void __launch_bounds__(kThreads, 2)
       if (end % kFp8Block == 0 || step + 1 == steps) {
         const std::int64_t block = (end - 1) / kFp8Block;
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni)
+        for (int ni = 0; ni < kNT; ++ni)
 #pragma unroll
           for (int q = 0; q < 2; ++q) {
-            const std::int64_t at = scale_row[warp_n * 32 + ni * 8 + 2 * (lane % 4) + q];
+            const std::int64_t at = scale_row[warp_n * kWarpN + ni * 8 + 2 * (lane % 4) + q];
             const float s = at >= 0 ? __ldg(scales + at + block) : 0.0f;
 #pragma unroll
             for (int mi = 0; mi < 2; ++mi)
@@ -341,8 +350,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       if (r >= rows) continue;
       float* o = out + static_cast<std::int64_t>(pair_of[r]) * n_out;
 #pragma unroll
-      for (int ni = 0; ni < 4; ++ni) {
-        const int n = warp_n * 32 + ni * 8 + 2 * (lane % 4);
+      for (int ni = 0; ni < kNT; ++ni) {
+        const int n = warp_n * kWarpN + ni * 8 + 2 * (lane % 4);
         const float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
         if constexpr (kSwiGlu) {
           const std::int64_t j = n0 + n / 2;
@@ -356,41 +365,61 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
 }
 
-template <auto kernel>
+template <auto kernel, std::size_t kBytes>
 bool allow_stages() {
   static OncePerDevice once;
   return once.run([] {
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(kSmemBytes)) == cudaSuccess;
+                                static_cast<int>(kBytes)) == cudaSuccess;
   });
 }
 
 // work null: a dense product of P rows of a (E = 1).
+template <GroupedWeights kW, bool kSwiGlu, int kTileM>
+cudaError_t launch_tiles(const float* a, std::int64_t a_row_div, const void* w, const float* scales,
+                         std::int64_t w_rows, std::int64_t n_out, std::int64_t K,
+                         const std::int32_t* work, std::int64_t P, std::int64_t E, float limit,
+                         float* out, cudaStream_t stream) {
+  constexpr auto kernel = grouped_gemm_kernel<kW, kSwiGlu, kTileM>;
+  constexpr auto bytes = kSmemBytes<kTileM>;
+  if (!allow_stages<kernel, bytes>()) return cudaErrorInvalidConfiguration;
+  const std::int64_t per_tile = kSwiGlu ? kTileN / 2 : kTileN;
+  const auto tiles = work ? max_tiles(P, E, kTileM) : (P + kTileM - 1) / kTileM;
+  if (tiles > kMaxGridY) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((n_out + per_tile - 1) / per_tile),
+                  static_cast<unsigned>(tiles));
+  return launch_overlapped(kernel, grid, kThreads, bytes, stream, a, a_row_div, w, scales, w_rows,
+                           n_out, K, work, static_cast<int>(tiles), static_cast<int>(P), limit,
+                           out);
+}
+
 template <GroupedWeights kW, bool kSwiGlu>
 cudaError_t launch_grouped(const float* a, std::int64_t a_row_div, const void* w,
                            const float* scales, std::int64_t w_rows, std::int64_t n_out,
                            std::int64_t K, const std::int32_t* work, std::int64_t P, std::int64_t E,
-                           float limit, float* out, cudaStream_t stream) {
-  constexpr auto kernel = grouped_gemm_kernel<kW, kSwiGlu>;
-  if (!allow_stages<kernel>()) return cudaErrorInvalidConfiguration;
-  const std::int64_t per_tile = kSwiGlu ? kTileN / 2 : kTileN;
-  const auto tiles = work ? max_tiles(P, E) : (P + kTileM - 1) / kTileM;
-  if (tiles > kMaxGridY) return cudaErrorInvalidValue;
-  const dim3 grid(static_cast<unsigned>((n_out + per_tile - 1) / per_tile),
-                  static_cast<unsigned>(tiles));
-  return launch_overlapped(kernel, grid, kThreads, kSmemBytes, stream, a, a_row_div, w, scales,
-                           w_rows, n_out, K, work, static_cast<int>(tiles), static_cast<int>(P),
-                           limit, out);
+                           int tile_rows, float limit, float* out, cudaStream_t stream) {
+  return tile_rows == kGroupedRowsSmall
+             ? launch_tiles<kW, kSwiGlu, kGroupedRowsSmall>(a, a_row_div, w, scales, w_rows, n_out,
+                                                            K, work, P, E, limit, out, stream)
+             : launch_tiles<kW, kSwiGlu, kGroupedRows>(a, a_row_div, w, scales, w_rows, n_out, K,
+                                                       work, P, E, limit, out, stream);
 }
 
 }  // namespace
 
-std::int64_t grouped_max_tiles(std::int64_t P, std::int64_t E) {
-  return max_tiles(P, E);
+int grouped_tile_rows(std::int64_t P, std::int64_t E) {
+  if (const char* v = std::getenv("FLASHSERVE_CUDA_GROUPED_ROWS"))
+    return std::atoi(v) == kGroupedRowsSmall ? kGroupedRowsSmall : kGroupedRows;
+  const std::int64_t used = std::max<std::int64_t>(std::min(P, E), 1);
+  return P / used <= kSmallTileMaxPairs ? kGroupedRowsSmall : kGroupedRows;
 }
 
-std::int64_t grouped_work_words(std::int64_t P, std::int64_t E) {
-  return 1 + kTileWords * max_tiles(P, E) + P;
+std::int64_t grouped_max_tiles(std::int64_t P, std::int64_t E, int tile_rows) {
+  return max_tiles(P, E, tile_rows);
+}
+
+std::int64_t grouped_work_words(std::int64_t P, std::int64_t E, int tile_rows) {
+  return 1 + kTileWords * max_tiles(P, E, tile_rows) + P;
 }
 
 bool grouped_products_take(GroupedWeights w, std::int64_t H, std::int64_t I, std::int64_t E,
@@ -402,43 +431,45 @@ bool grouped_products_take(GroupedWeights w, std::int64_t H, std::int64_t I, std
 }
 
 cudaError_t sort_pairs_by_expert(const std::int32_t* ids, std::int64_t P, std::int64_t E,
-                                 std::int32_t* work, cudaStream_t stream) {
+                                 int tile_rows, std::int32_t* work, cudaStream_t stream) {
   if (P <= 0 || P > (std::int64_t{1} << 30) || E <= 0 || E > kMaxSortExperts ||
-      max_tiles(P, E) > kMaxGridY)
+      max_tiles(P, E, tile_rows) > kMaxGridY ||
+      (tile_rows != kGroupedRows && tile_rows != kGroupedRowsSmall))
     return cudaErrorInvalidValue;
   return launch_overlapped(sort_pairs_kernel, dim3(1), dim3(kSortThreads),
                            static_cast<std::size_t>(3 * E) * sizeof(int), stream, ids,
-                           static_cast<int>(P), static_cast<int>(E),
-                           static_cast<int>(max_tiles(P, E)), work);
+                           static_cast<int>(P), static_cast<int>(E), tile_rows,
+                           static_cast<int>(max_tiles(P, E, tile_rows)), work);
 }
 
 cudaError_t grouped_gate_up(const float* x, std::int64_t k, const void* gate_up,
                             const float* scales, GroupedWeights wt, std::int64_t E, std::int64_t H,
                             std::int64_t I, float limit, const std::int32_t* work, std::int64_t P,
-                            float* act, cudaStream_t stream) {
+                            int tile_rows, float* act, cudaStream_t stream) {
   return wt == GroupedWeights::kBf16
              ? launch_grouped<GroupedWeights::kBf16, true>(x, k, gate_up, scales, 2 * I, I, H, work,
-                                                           P, E, limit, act, stream)
-             : launch_grouped<GroupedWeights::kFp8Scaled, true>(x, k, gate_up, scales, 2 * I, I, H,
-                                                                work, P, E, limit, act, stream);
+                                                           P, E, tile_rows, limit, act, stream)
+             : launch_grouped<GroupedWeights::kFp8Scaled, true>(
+                   x, k, gate_up, scales, 2 * I, I, H, work, P, E, tile_rows, limit, act, stream);
 }
 
 cudaError_t grouped_down(const float* act, const void* down, const float* scales, GroupedWeights wt,
                          std::int64_t E, std::int64_t H, std::int64_t I, const std::int32_t* work,
-                         std::int64_t P, float* part, cudaStream_t stream) {
+                         std::int64_t P, int tile_rows, float* part, cudaStream_t stream) {
   return wt == GroupedWeights::kBf16
              ? launch_grouped<GroupedWeights::kBf16, false>(act, 1, down, scales, H, H, I, work, P,
-                                                            E, 0.0f, part, stream)
-             : launch_grouped<GroupedWeights::kFp8Scaled, false>(act, 1, down, scales, H, H, I,
-                                                                 work, P, E, 0.0f, part, stream);
+                                                            E, tile_rows, 0.0f, part, stream)
+             : launch_grouped<GroupedWeights::kFp8Scaled, false>(
+                   act, 1, down, scales, H, H, I, work, P, E, tile_rows, 0.0f, part, stream);
 }
 
 bool dense_product_takes(GroupedWeights w, std::int64_t S, std::int64_t in, const void* x,
                          const void* weights) {
   const std::int64_t per_load = w == GroupedWeights::kBf16 ? 8 : 16;
   const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
-  return S > 0 && (S + kTileM - 1) / kTileM <= kMaxGridY && S < (std::int64_t{1} << 31) && in > 0 &&
-         in % per_load == 0 && aligned(x) && aligned(weights);
+  return S > 0 && (S + kGroupedRows - 1) / kGroupedRows <= kMaxGridY &&
+         S < (std::int64_t{1} << 31) && in > 0 && in % per_load == 0 && aligned(x) &&
+         aligned(weights);
 }
 
 cudaError_t dense_product(const float* x, std::int64_t S, const void* w, const float* scales,
@@ -446,9 +477,9 @@ cudaError_t dense_product(const float* x, std::int64_t S, const void* w, const f
                           cudaStream_t stream) {
   return wt == GroupedWeights::kBf16
              ? launch_grouped<GroupedWeights::kBf16, false>(x, 1, w, scales, out, out, in, nullptr,
-                                                            S, 1, 0.0f, y, stream)
-             : launch_grouped<GroupedWeights::kFp8Scaled, false>(x, 1, w, scales, out, out, in,
-                                                                 nullptr, S, 1, 0.0f, y, stream);
+                                                            S, 1, kGroupedRows, 0.0f, y, stream)
+             : launch_grouped<GroupedWeights::kFp8Scaled, false>(
+                   x, 1, w, scales, out, out, in, nullptr, S, 1, kGroupedRows, 0.0f, y, stream);
 }
 
 }  // namespace fs::cuda

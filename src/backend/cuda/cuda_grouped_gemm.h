@@ -22,8 +22,15 @@
 
 namespace fs::cuda {
 
-// Pairs a tile multiplies at most (the M of its product).
+// Pairs a tile multiplies at most (the M of its product): 64, or 32 where the experts average
+// few pairs (a short prefill: ~10 an expert at 512 tokens of Qwen's top-10 of 512), so fewer of a
+// tile's rows are padding.
 constexpr int kGroupedRows = 64;
+constexpr int kGroupedRowsSmall = 32;
+constexpr std::int64_t kSmallTileMaxPairs = 32;  // pairs an expert on average, at most
+
+// The tile rows for P pairs over E experts (FLASHSERVE_CUDA_GROUPED_ROWS=32 or 64 overrides).
+int grouped_tile_rows(std::int64_t P, std::int64_t E);
 
 // The weights a grouped product reads.
 enum class GroupedWeights {
@@ -31,11 +38,11 @@ enum class GroupedWeights {
   kFp8Scaled,  // [E, rows, K] e4m3 with f32 scales [E, ceil(rows/128), ceil(K/128)]
 };
 
-// int32 words of the work buffer for P pairs over E experts: the tile count, the tile table
-// (expert, first sorted pair, pairs) and the sorted pairs.
-std::int64_t grouped_work_words(std::int64_t P, std::int64_t E);
+// int32 words of the work buffer for P pairs over E experts in tiles of tile_rows: the tile count,
+// the tile table (expert, first sorted pair, pairs) and the sorted pairs.
+std::int64_t grouped_work_words(std::int64_t P, std::int64_t E, int tile_rows);
 // The most tiles P pairs over E experts can make (the grids' second dimension).
-std::int64_t grouped_max_tiles(std::int64_t P, std::int64_t E);
+std::int64_t grouped_max_tiles(std::int64_t P, std::int64_t E, int tile_rows);
 
 // Whether the grouped products take these widths and buffers (16-byte rows of x, act and the
 // weights; E small enough for the sort's shared memory).
@@ -45,19 +52,19 @@ bool grouped_products_take(GroupedWeights w, std::int64_t H, std::int64_t I, std
 // ids [P] (pair p = token p / k, its j-th pick; ids outside [0, E) are left out: their act and
 // part rows are not written, and the combine skips them) -> work. Overlapped launch.
 cudaError_t sort_pairs_by_expert(const std::int32_t* ids, std::int64_t P, std::int64_t E,
-                                 std::int32_t* work, cudaStream_t stream);
+                                 int tile_rows, std::int32_t* work, cudaStream_t stream);
 
 // act [P, I] for the sorted pairs: act[p, r] = swiglu(gate_up[e] row r . x[p / k],
 // gate_up[e] row I + r . x[p / k]) (clamped at `limit` when > 0), x [S, H].
 cudaError_t grouped_gate_up(const float* x, std::int64_t k, const void* gate_up,
                             const float* scales, GroupedWeights wt, std::int64_t E, std::int64_t H,
                             std::int64_t I, float limit, const std::int32_t* work, std::int64_t P,
-                            float* act, cudaStream_t stream);
+                            int tile_rows, float* act, cudaStream_t stream);
 
 // part [P, H] for the sorted pairs: part[p, c] = down[e] row c . act[p].
 cudaError_t grouped_down(const float* act, const void* down, const float* scales, GroupedWeights wt,
                          std::int64_t E, std::int64_t H, std::int64_t I, const std::int32_t* work,
-                         std::int64_t P, float* part, cudaStream_t stream);
+                         std::int64_t P, int tile_rows, float* part, cudaStream_t stream);
 
 // The same products for a dense layer's prefill (linear, S > kGemvRows): y [S, out] = x [S, in]
 // . w[out, in]^T, tiles of 64 rows of x in order (no sort), w bf16 or block-scaled FP8.

@@ -589,21 +589,22 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
   // The grouped products (cuda_grouped_gemm.h): each expert's weights read once for up to 64 of
   // its pairs, on the tensor cores. FLASHSERVE_CUDA_MOE_PAIRS=1 keeps the pair GEMVs below.
   const auto grouped = gate_up.block_scaled() ? GroupedWeights::kFp8Scaled : GroupedWeights::kBf16;
+  const int rows = grouped_tile_rows(P, E);
   if (!env_flag("FLASHSERVE_CUDA_MOE_PAIRS") && gate_up.dtype == down.dtype &&
       gate_up.block_scaled() == down.block_scaled() &&
       (gate_up.block_scaled() || gate_up.dtype == DType::kBF16) &&
       grouped_products_take(grouped, H, I, E, x.data(), gate_up.data, down.data) &&
-      grouped_max_tiles(P, E) <= 65535) {
+      grouped_max_tiles(P, E, rows) <= 65535) {
     Tensor& work = scratch(moe_sort_);
-    if (!ensure(work, {grouped_work_words(P, E)}, DType::kI32)) return;
+    if (!ensure(work, {grouped_work_words(P, E, rows)}, DType::kI32)) return;
     if (walking()) return;
     auto* w = work.data_as<std::int32_t>();
-    sort_pairs_by_expert(ids, P, E, w, stream());
+    sort_pairs_by_expert(ids, P, E, rows, w, stream());
     if (!launched(kOp)) return;
     grouped_gate_up(x.data(), k, gate_up.data, scales_of(gate_up), grouped, E, H, I, swiglu_limit,
-                    w, P, act.data(), stream());
+                    w, P, rows, act.data(), stream());
     if (!launched(kOp)) return;
-    grouped_down(act.data(), down.data, scales_of(down), grouped, E, H, I, w, P, outp.data(),
+    grouped_down(act.data(), down.data, scales_of(down), grouped, E, H, I, w, P, rows, outp.data(),
                  stream());
     if (!launched(kOp)) return;
     launch_overlapped(moe_combine_kernel, dim3(static_cast<unsigned>(S), grid_for(H, 256)), 256, 0,
