@@ -690,7 +690,11 @@ std::vector<Case> make_cases() {
            // 16 bytes (70) keeps the sgemm tiles.
            {70, 2560, 1000, BF16},
            {130, 264, 300, BF16},
-           {20, 70, 130, BF16}}) {
+           {20, 70, 130, BF16},
+           // K cut into splits for narrow outputs (the hyper-connections' 324 x 10240: 16
+           // splits), and enough tiles for none (600 x 4100).
+           {20, 10240, 324, BF16},
+           {600, 256, 4100, BF16}}) {
     add("linear_S" + n(S) + "_in" + n(in) + "_out" + n(out) + "_" + dt(dtype), kProduct,
         [=](Rng& rng) -> OpRun {
           auto x = random_tensor({S, in}, rng);

@@ -94,6 +94,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_graph.h"
+#include "backend/cuda/cuda_grouped_gemm.h"
 #include "backend/cuda/cuda_memory.h"
 
 namespace fs::cuda {
@@ -304,6 +305,10 @@ class CudaBackend final : public Backend {
   // y = x · W^T for a block-scaled FP8 W (cuda_linear.cu): GEMV for few rows, else widened
   // tiles and sgemm.
   void linear_fp8(const Tensor& x, const Weight& w, Tensor& y);
+  // y = x · w^T on the tensor cores for a prefill (cuda_grouped_gemm.h), K split for narrow
+  // outputs; the caller has checked dense_product_takes and sized y.
+  void prefill_product(const Tensor& x, const void* w, const float* scales, GroupedWeights wt,
+                       std::int64_t in, std::int64_t out, Tensor& y);
   // The same for a packed W (FP4 E2M1 + E8M0, GGUF blocks; cuda_linear_packed.cu): the packed
   // GEMV for up to 4 rows, else tiles dequantised into the pooled scratch and sgemm.
   void linear_packed(const Tensor& x, const Weight& w, Tensor& y);
@@ -396,6 +401,7 @@ class CudaBackend final : public Backend {
   Tensor embed_in_;      // embedding row descriptors and host-gathered rows
   Tensor moe_act_;       // [S*k, I]
   Tensor moe_out_;       // [S*k, H]
+  Tensor split_k_;       // prefill_product's partial sums [splits * S, out]
   Tensor moe_sort_;      // prefill's pairs sorted by expert and their tiles (cuda_grouped_gemm.h)
   Tensor conv_tmp_;      // causal_conv1d output when y aliases x
   Tensor delta_chunks_;  // the chunk kernels' per-(chunk, head) W, U, QK, Qe, Kd, exp(G_last)

@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     grouped_gemm_kernel(const float* a, std::int64_t a_row_div, const void* weights,
                         const float* scales, std::int64_t w_rows, std::int64_t n_out,
                         std::int64_t K, const std::int32_t* work, int tiles_max, int dense_rows,
-                        float limit, float* out) {
+                        std::int64_t k_chunk, float limit, float* out) {
   using SW = StageWeights<kW>;
   using T = typename SW::T;
   constexpr int kALoads = kTileM * kTileK / 4 / kThreads;             // float4s: 4
@@ -232,17 +232,24 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int i = 0; i < kWLoads; ++i)
     w_row[i] = static_cast<int>(weight_row(tid / kWPerRow + i * (kThreads / kWPerRow)));
 
+  // Split K (dense products with few tiles): this block's columns [k_begin, k_end), a multiple
+  // of 128 wide except the last, and its sums into slice blockIdx.z of `out` (dense_rows x n_out
+  // each), which a second kernel adds in order.
+  const std::int64_t k_begin = static_cast<std::int64_t>(blockIdx.z) * k_chunk,
+                     k_end = min(K, k_begin + k_chunk);
+  out += static_cast<std::int64_t>(blockIdx.z) * dense_rows * n_out;
+
   float4 a_next[kALoads];
   uint4 w_next[kWLoads];
   auto load = [&](std::int64_t k0) {
 #pragma unroll
     for (int i = 0; i < kALoads; ++i)
-      a_next[i] = a_row[i] >= 0 && k0 + a_col < K
+      a_next[i] = a_row[i] >= 0 && k0 + a_col < k_end
                       ? __ldg(reinterpret_cast<const float4*>(a + a_row[i] * K + k0 + a_col))
                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
     for (int i = 0; i < kWLoads; ++i)
-      w_next[i] = w_row[i] >= 0 && k0 + w_col < K
+      w_next[i] = w_row[i] >= 0 && k0 + w_col < k_end
                       ? __ldg(reinterpret_cast<const uint4*>(w_expert + w_row[i] * K + k0 + w_col))
                       : make_uint4(0, 0, 0, 0);
   };
@@ -284,12 +291,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   }
 
-  const int steps = static_cast<int>((K + kTileK - 1) / kTileK);
-  load(0);
+  const int steps = static_cast<int>((k_end - k_begin + kTileK - 1) / kTileK);
+  load(k_begin);
   store(0);
   __syncthreads();
   for (int step = 0; step < steps; ++step) {
-    if (step + 1 < steps) load(static_cast<std::int64_t>(step + 1) * kTileK);
+    if (step + 1 < steps) load(k_begin + static_cast<std::int64_t>(step + 1) * kTileK);
     const bf16_bits* x_hi = smem + (step % 2) * kStageHalves<kTileM>;
     const bf16_bits* x_lo = x_hi + kTileM * kLd;
     const bf16_bits* w_s = x_lo + kTileM * kLd;
@@ -319,7 +326,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
     if constexpr (SW::kScaled) {
-      const std::int64_t end = static_cast<std::int64_t>(step + 1) * kTileK;
+      const std::int64_t end = k_begin + static_cast<std::int64_t>(step + 1) * kTileK;
       if (end % kFp8Block == 0 || step + 1 == steps) {
         const std::int64_t block = (end - 1) / kFp8Block;
 #pragma unroll
@@ -374,12 +381,26 @@ bool allow_stages() {
   });
 }
 
-// work null: a dense product of P rows of a (E = 1).
+// y[i] = the sum of part[z][i] over the splits in order (deterministic, no atomics).
+__global__ void add_splits_kernel(const float* part, int splits, std::int64_t n, float* y) {
+  wait_for_inputs();
+  release_dependents();
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    float v = part[i];
+    for (int z = 1; z < splits; ++z) v += part[z * n + i];
+    y[i] = v;
+  }
+}
+
+// work null: a dense product of P rows of a (E = 1), its K cut into `splits` ranges of k_chunk
+// columns (out then holds splits slices of P x n_out).
 template <GroupedWeights kW, bool kSwiGlu, int kTileM>
 cudaError_t launch_tiles(const float* a, std::int64_t a_row_div, const void* w, const float* scales,
                          std::int64_t w_rows, std::int64_t n_out, std::int64_t K,
                          const std::int32_t* work, std::int64_t P, std::int64_t E, float limit,
-                         float* out, cudaStream_t stream) {
+                         float* out, cudaStream_t stream, int splits = 1,
+                         std::int64_t k_chunk = 0) {
   constexpr auto kernel = grouped_gemm_kernel<kW, kSwiGlu, kTileM>;
   constexpr auto bytes = kSmemBytes<kTileM>;
   if (!allow_stages<kernel, bytes>()) return cudaErrorInvalidConfiguration;
@@ -387,10 +408,10 @@ cudaError_t launch_tiles(const float* a, std::int64_t a_row_div, const void* w, 
   const auto tiles = work ? max_tiles(P, E, kTileM) : (P + kTileM - 1) / kTileM;
   if (tiles > kMaxGridY) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((n_out + per_tile - 1) / per_tile),
-                  static_cast<unsigned>(tiles));
+                  static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
   return launch_overlapped(kernel, grid, kThreads, bytes, stream, a, a_row_div, w, scales, w_rows,
-                           n_out, K, work, static_cast<int>(tiles), static_cast<int>(P), limit,
-                           out);
+                           n_out, K, work, static_cast<int>(tiles), static_cast<int>(P),
+                           k_chunk > 0 ? k_chunk : K, limit, out);
 }
 
 template <GroupedWeights kW, bool kSwiGlu>
@@ -472,14 +493,38 @@ bool dense_product_takes(GroupedWeights w, std::int64_t S, std::int64_t in, cons
          aligned(weights);
 }
 
+DenseSplit dense_product_split(std::int64_t S, std::int64_t in, std::int64_t out) {
+  if (const char* v = std::getenv("FLASHSERVE_CUDA_PREFILL_SPLIT_K"); v && std::atoi(v) == 0)
+    return {};
+  const std::int64_t tiles =
+      ((out + kTileN - 1) / kTileN) * ((S + kGroupedRows - 1) / kGroupedRows);
+  const std::int64_t blocks = (in + kFp8Block - 1) / kFp8Block;  // of 128 columns
+  if (tiles >= kSplitTargetBlocks || blocks < 2) return {};
+  const std::int64_t want = std::min<std::int64_t>(
+      std::min<std::int64_t>((kSplitTargetBlocks + tiles - 1) / tiles, blocks), kMaxKSplits);
+  const std::int64_t per = (blocks + want - 1) / want;  // 128-column blocks a split
+  // Every split non-empty: the count that `per` blocks each actually need.
+  return {static_cast<int>((blocks + per - 1) / per), per * kFp8Block};
+}
+
 cudaError_t dense_product(const float* x, std::int64_t S, const void* w, const float* scales,
                           GroupedWeights wt, std::int64_t in, std::int64_t out, float* y,
-                          cudaStream_t stream) {
-  return wt == GroupedWeights::kBf16
-             ? launch_grouped<GroupedWeights::kBf16, false>(x, 1, w, scales, out, out, in, nullptr,
-                                                            S, 1, kGroupedRows, 0.0f, y, stream)
-             : launch_grouped<GroupedWeights::kFp8Scaled, false>(
-                   x, 1, w, scales, out, out, in, nullptr, S, 1, kGroupedRows, 0.0f, y, stream);
+                          cudaStream_t stream, DenseSplit split, float* partials) {
+  const bool cut = split.splits > 1 && partials != nullptr;
+  float* dst = cut ? partials : y;
+  const int splits = cut ? split.splits : 1;
+  const std::int64_t chunk = cut ? split.k_chunk : 0;
+  const cudaError_t e =
+      wt == GroupedWeights::kBf16
+          ? launch_tiles<GroupedWeights::kBf16, false, kGroupedRows>(
+                x, 1, w, scales, out, out, in, nullptr, S, 1, 0.0f, dst, stream, splits, chunk)
+          : launch_tiles<GroupedWeights::kFp8Scaled, false, kGroupedRows>(
+                x, 1, w, scales, out, out, in, nullptr, S, 1, 0.0f, dst, stream, splits, chunk);
+  if (e != cudaSuccess || !cut) return e;
+  const std::int64_t n = S * out;
+  return launch_overlapped(
+      add_splits_kernel, dim3(static_cast<unsigned>(std::min<std::int64_t>((n + 255) / 256, 4096))),
+      dim3(256), 0, stream, partials, splits, n, y);
 }
 
 }  // namespace fs::cuda

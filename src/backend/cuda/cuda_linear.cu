@@ -277,8 +277,7 @@ void CudaBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
     return;
   }
   if (tensor_core_prefill(GroupedWeights::kBf16, S, in, x.data(), w.data)) {
-    dense_product(x.data(), S, w.data, nullptr, GroupedWeights::kBf16, in, out, y.data(), stream());
-    launched(kOp);
+    prefill_product(x, w.data, nullptr, GroupedWeights::kBf16, in, out, y);
     return;
   }
   // bf16 (FLASHSERVE_CUDA_PREFILL_SGEMM=1, or widths off 16 bytes): widen tiles of rows (exact)
@@ -298,6 +297,20 @@ void CudaBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
     if (!launched(kOp)) return;
     sgemm(x.data(), S, in, widened.data(), n, y.data() + r0, out);
   }
+}
+
+void CudaBackend::prefill_product(const Tensor& x, const void* w, const float* scales,
+                                  GroupedWeights wt, std::int64_t in, std::int64_t out, Tensor& y) {
+  const auto S = x.rows();
+  const DenseSplit split = dense_product_split(S, in, out);
+  float* partials = nullptr;
+  if (split.splits > 1) {
+    Tensor& p = scratch(split_k_);
+    if (!ensure(p, {split.splits * S, out})) return;
+    partials = p.data();
+  }
+  dense_product(x.data(), S, w, scales, wt, in, out, y.data(), stream(), split, partials);
+  launched("linear");
 }
 
 // Block-scaled FP8 (weight.h): the GEMV reads the e4m3 bytes and the scales directly; more rows
@@ -330,9 +343,7 @@ void CudaBackend::linear_fp8(const Tensor& x, const Weight& w, Tensor& y) {
     return;
   }
   if (tensor_core_prefill(GroupedWeights::kFp8Scaled, S, in, x.data(), w.data)) {
-    dense_product(x.data(), S, w.data, sc.data, GroupedWeights::kFp8Scaled, in, out, y.data(),
-                  stream());
-    launched(kOp);
+    prefill_product(x, w.data, sc.data, GroupedWeights::kFp8Scaled, in, out, y);
     return;
   }
   const auto tile = std::clamp<std::int64_t>(
