@@ -1139,6 +1139,9 @@ std::vector<Case> make_cases() {
                                                    {2, 700, 24, 2, 256, 4, 512},
                                                    // many rows (one split), MHA, odd widths,
                                                    {200, 3000, 8, 2, 64, 4, 128},
+                                                   // a prefill's released shapes (one stage,
+                                                   // many tiles a block: 264 groups and more),
+                                                   {132, 2600, 24, 2, 256, 4, 512},
                                                    {2, 500, 4, 4, 32, 4, 64},
                                                    {3, 300, 6, 2, 36, 4, 32},
                                                    // D % 4 != 0 (the earlier kernel).

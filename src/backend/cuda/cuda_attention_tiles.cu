@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_attention_tiles.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <type_traits>
 
 #include "backend/cuda/cuda_common.h"
@@ -294,6 +295,12 @@ TiledSplit tiled_attention_split(std::int64_t most, std::int64_t groups) {
   t.chunk = std::max<std::int64_t>((per + kTiledKeys - 1) / kTiledKeys * kTiledKeys, kTiledKeys);
   t.splits = std::max<std::int64_t>((most + t.chunk - 1) / t.chunk, 1);  // none wholly past the end
   t.stages = t.chunk > kTiledKeys ? 2 : 1;
+  // A prefill's queries fill the device many times over: one stage (78 KB, two blocks an SM)
+  // instead of two (141 KB, one), FLASHSERVE_CUDA_ATTENTION_PREFILL_STAGES=2 the form before.
+  if (groups >= 2 * kSms) {
+    const char* v = std::getenv("FLASHSERVE_CUDA_ATTENTION_PREFILL_STAGES");
+    if (!(v && std::atoi(v) == 2)) t.stages = 1;
+  }
   return t;
 }
 
