@@ -571,9 +571,12 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
     const auto n = o.prefill.front();
     timing->reset();
     timing->set_enabled(true);
+    timing->set_time_ops(true);
     auto s = b.time_prefill(n);
     const auto secs = timing->seconds();
     const auto calls = timing->calls();
+    const auto by_op = timing->op_seconds();
+    timing->set_time_ops(false);
     timing->set_enabled(false);
     if (!s.ok()) return s.status().with_context("profiled prefill of " + std::to_string(n));
     json groups = json::object();
@@ -583,7 +586,14 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
       groups[op_group_name(static_cast<OpGroup>(g))] = {
           {"ms", 1e3 * secs[g]}, {"ops", calls[g]}, {"share", *s > 0 ? secs[g] / *s : 0.0}};
     }
+    // Each op by name (linear keyed by its weight's shape), largest first.
+    std::vector<std::pair<double, std::string>> ranked;
+    for (const auto& [name, sec] : by_op) ranked.emplace_back(sec, name);
+    std::sort(ranked.rbegin(), ranked.rend());
+    json ops = json::array();
+    for (const auto& [sec, name] : ranked) ops.push_back({{"op", name}, {"ms", 1e3 * sec}});
     out["profile_prefill"] = {{"tokens", n},
+                              {"ops", ops},
                               {"wall_ms", 1e3 * *s},
                               {"tokens_per_s_profiled", static_cast<double>(n) / *s},
                               {"groups", groups},
@@ -680,6 +690,16 @@ std::string bench_table(const json& r) {
     }
     std::snprintf(line, sizeof line, "  %-26s %10.2f ms\n", "host", p["host_ms"].get<double>());
     t << line;
+    if (p.contains("ops")) {
+      t << "  the largest ops:\n";
+      int shown = 0;
+      for (const auto& op : p["ops"]) {
+        if (++shown > 14) break;
+        std::snprintf(line, sizeof line, "    %-48s %10.2f ms\n",
+                      op["op"].get<std::string>().c_str(), op["ms"].get<double>());
+        t << line;
+      }
+    }
   }
   if (r.contains("marginal")) {
     const auto& m = r["marginal"];

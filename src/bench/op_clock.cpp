@@ -12,12 +12,23 @@ class WallClock final : public OpClock {
     totals_[static_cast<std::size_t>(g)] +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
   }
+  void stop_keyed(OpGroup g, std::size_t key) override {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    totals_[static_cast<std::size_t>(g)] += s;
+    if (keys_.size() <= key) keys_.resize(key + 1, 0.0);
+    keys_[key] += s;
+  }
   std::array<double, kOpGroups> totals() override { return totals_; }
-  void reset() override { totals_ = {}; }
+  std::vector<double> key_totals() override { return keys_; }
+  void reset() override {
+    totals_ = {};
+    keys_.clear();
+  }
 
  private:
   std::chrono::steady_clock::time_point t0_;
   std::array<double, kOpGroups> totals_{};
+  std::vector<double> keys_;
 };
 
 }  // namespace

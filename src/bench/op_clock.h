@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "tensor/memory.h"
 
@@ -30,8 +31,12 @@ class OpClock {
   virtual ~OpClock() = default;
   virtual void start() = 0;
   virtual void stop(OpGroup g) = 0;
+  // stop, with the op also counted under `key` (an index the caller gives each op name).
+  virtual void stop_keyed(OpGroup g, std::size_t key) = 0;
   // Waits for outstanding timings and returns seconds per group since the last reset.
   virtual std::array<double, kOpGroups> totals() = 0;
+  // Seconds per key since the last reset (index = key; waits as totals does).
+  virtual std::vector<double> key_totals() = 0;
   virtual void reset() = 0;
 };
 

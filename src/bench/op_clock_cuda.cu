@@ -36,32 +36,45 @@ class CudaOpClock final : public OpClock {
     if (used_ == pairs_.size()) drain();
     cudaEventRecord(pairs_[used_].begin, stream_);
   }
-  void stop(OpGroup g) override {
+  void stop(OpGroup g) override { stop_keyed(g, kNoKey); }
+  void stop_keyed(OpGroup g, std::size_t key) override {
     auto& p = pairs_[used_++];
     p.group = g;
+    p.key = key;
     cudaEventRecord(p.end, stream_);
   }
   std::array<double, kOpGroups> totals() override {
     drain();
     return totals_;
   }
+  std::vector<double> key_totals() override {
+    drain();
+    return keys_;
+  }
   void reset() override {
     drain();
     totals_ = {};
+    keys_.clear();
   }
 
  private:
   static constexpr std::size_t kPairs = 4096;
+  static constexpr std::size_t kNoKey = static_cast<std::size_t>(-1);
   struct Pair {
     cudaEvent_t begin = nullptr, end = nullptr;
     OpGroup group = OpGroup::kLinear;
+    std::size_t key = kNoKey;
   };
   void drain() {
     cudaStreamSynchronize(stream_);
     for (std::size_t i = 0; i < used_; ++i) {
       float ms = 0;
-      if (cudaEventElapsedTime(&ms, pairs_[i].begin, pairs_[i].end) == cudaSuccess)
-        totals_[static_cast<std::size_t>(pairs_[i].group)] += 1e-3 * ms;
+      if (cudaEventElapsedTime(&ms, pairs_[i].begin, pairs_[i].end) != cudaSuccess) continue;
+      totals_[static_cast<std::size_t>(pairs_[i].group)] += 1e-3 * ms;
+      if (const auto k = pairs_[i].key; k != kNoKey) {
+        if (keys_.size() <= k) keys_.resize(k + 1, 0.0);
+        keys_[k] += 1e-3 * ms;
+      }
     }
     used_ = 0;
   }
@@ -70,6 +83,7 @@ class CudaOpClock final : public OpClock {
   std::vector<Pair> pairs_;
   std::size_t used_ = 0;
   std::array<double, kOpGroups> totals_{};
+  std::vector<double> keys_;
 };
 
 }  // namespace

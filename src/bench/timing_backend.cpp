@@ -2,6 +2,14 @@
 
 namespace fs::bench {
 
+std::map<std::string, double, std::less<>> TimingBackend::op_seconds() {
+  const auto seconds = clock_->key_totals();
+  std::map<std::string, double, std::less<>> out;
+  for (const auto& [name, key] : op_keys_)
+    if (key < seconds.size()) out[name] = seconds[key];
+  return out;
+}
+
 void TimingBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
   const auto g = w.rows() == vocab_ ? OpGroup::kLmHead : OpGroup::kLinear;
   run_keyed(g, w, [&](Backend& be) { be.linear(x, w, y); });

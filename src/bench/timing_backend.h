@@ -40,12 +40,17 @@ class TimingBackend final : public Backend {
     if (on) op_counts_.clear();
   }
   const std::map<std::string, std::int64_t, std::less<>>& op_counts() const { return op_counts_; }
+  // While on (with set_enabled), each op is also timed under its name as set_count_ops keys it
+  // (a map lookup per op on the host); op_seconds() holds the seconds since the last reset.
+  void set_time_ops(bool on) { time_ops_ = on; }
+  std::map<std::string, double, std::less<>> op_seconds();
   // Seconds per group and ops per group since the last reset (waits for the device).
   std::array<double, kOpGroups> seconds() { return clock_->totals(); }
   const std::array<std::int64_t, kOpGroups>& calls() const { return calls_; }
   void reset() {
     clock_->reset();
     calls_ = {};
+    op_keys_.clear();
   }
 
   std::string name() const override { return inner_->name(); }
@@ -187,7 +192,7 @@ class TimingBackend final : public Backend {
     }
   }
   // Whether op names are being read (counting, or one op dry): wrappers build details only then.
-  bool keys_ops() const { return count_ops_ || dry_op_.has_value(); }
+  bool keys_ops() const { return count_ops_ || time_ops_ || dry_op_.has_value(); }
   // The op's name from its wrapper's signature: "... TimingBackend::NAME(...)".
   static std::string_view op_name(const std::source_location& where) {
     std::string_view f = where.function_name();
@@ -213,7 +218,8 @@ class TimingBackend final : public Backend {
            const std::source_location where = std::source_location::current()) {
     if (failed()) return;
     bool dry = may_run_dry && dry_group_ == g;
-    if (may_run_dry && (count_ops_ || dry_op_)) {
+    std::size_t key = kNoOpKey;
+    if (may_run_dry && (count_ops_ || time_ops_ || dry_op_)) {
       std::string keyed;
       std::string_view name = op_name(where);
       if (!detail_.empty()) {
@@ -226,13 +232,22 @@ class TimingBackend final : public Backend {
         ++it->second;
       }
       dry = dry || (dry_op_ && *dry_op_ == name);
+      if (time_ops_ && enabled_) {
+        auto it = op_keys_.find(name);
+        if (it == op_keys_.end()) it = op_keys_.emplace(std::string(name), op_keys_.size()).first;
+        key = it->second;
+      }
     }
     if (dry) inner_->set_dry_ops(true);
     if (enabled_) {
       ++calls_[static_cast<std::size_t>(g)];
       clock_->start();
       fn(*inner_);
-      clock_->stop(g);
+      if (key != kNoOpKey) {
+        clock_->stop_keyed(g, key);
+      } else {
+        clock_->stop(g);
+      }
     } else {
       fn(*inner_);
     }
@@ -247,6 +262,9 @@ class TimingBackend final : public Backend {
   std::unique_ptr<OpClock> clock_;
   std::int64_t vocab_;
   bool enabled_ = false;
+  static constexpr std::size_t kNoOpKey = static_cast<std::size_t>(-1);
+  bool time_ops_ = false;
+  std::map<std::string, std::size_t, std::less<>> op_keys_;  // op name -> clock key
   std::optional<OpGroup> dry_group_;
   std::optional<std::string> dry_op_;
   bool count_ops_ = false;

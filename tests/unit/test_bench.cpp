@@ -121,7 +121,27 @@ TEST(BenchRun, TinyCpuRunReportsEveryFigure) {
   EXPECT_GT(p["groups"]["gdn"]["ops_per_token"].get<double>(), 0);
   EXPECT_GT(p["groups"]["attention_indexer"]["ops_per_token"].get<double>(), 0);
   EXPECT_EQ(p["groups"]["lm_head"]["ops_per_token"].get<double>(), 1.0);
-  EXPECT_FALSE(bench_table(r).empty());
+  // The profiled prefill (of the first length, 16 tokens): its groups, and its ops by name,
+  // largest first, which together are the groups' time (every timed op has a name).
+  ASSERT_TRUE(r.contains("profile_prefill"));
+  const auto& pp = r["profile_prefill"];
+  EXPECT_EQ(pp["tokens"], 16);
+  EXPECT_GT(pp["groups"]["routed_experts"]["ops"].get<long long>(), 0);
+  ASSERT_GT(pp["ops"].size(), 5u);
+  double by_op = 0, by_group = 0, last = 1e300;
+  for (const auto& op : pp["ops"]) {
+    const double ms = op["ms"];
+    EXPECT_LE(ms, last) << op["op"];
+    last = ms;
+    by_op += ms;
+  }
+  for (const auto& [name, g] : pp["groups"].items()) by_group += g["ms"].get<double>();
+  EXPECT_NEAR(by_op, by_group, 1e-6 * by_group + 1e-9);
+  bool moe = false;
+  for (const auto& op : pp["ops"]) moe = moe || op["op"].get<std::string>().starts_with("moe_");
+  EXPECT_TRUE(moe);
+  const auto table = bench_table(r);
+  EXPECT_NE(table.find("the largest ops:"), std::string::npos);
 }
 
 TEST(BenchRun, ForcedAcceptanceZeroKeepsNoDraftAndStaysExact) {
