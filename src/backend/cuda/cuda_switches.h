@@ -20,7 +20,11 @@
 // Prefill (more than 4 tokens; not the same bits, each within the op tests' bounds of the CPU):
 //   FLASHSERVE_CUDA_MOE_PAIRS=1 also keeps prefill's routed experts off the grouped tensor-core
 //   products (cuda_grouped_gemm.h) of session 21; FLASHSERVE_CUDA_PREFILL_SGEMM=1 keeps dense
-//   bf16/FP8 products on f32 tiles and cuBLAS sgemm (before session 21).
+//   bf16/FP8 products on f32 tiles and cuBLAS sgemm (before session 21);
+//   FLASHSERVE_CUDA_PREFILL_SPLIT_K=0 runs narrow dense products without splitting K;
+//   FLASHSERVE_CUDA_GROUPED_ROWS=32|64 fixes the grouped products' tile rows (by default 32 where
+//   the experts average 32 pairs or fewer); FLASHSERVE_CUDA_ATTENTION_PREFILL_STAGES=2 gives the
+//   tiled attention two stages for a prefill's many queries too (one since session 21).
 // Read at every call (host side only, a getenv), so one process can time both; a graph captures
 // whichever was chosen when it was recorded.
 #pragma once
