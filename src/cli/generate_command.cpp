@@ -54,7 +54,7 @@ void add_generate_command(CLI::App& app, Action& action) {
     SamplerConfig sampler;
     std::uint64_t seed = 0;
     std::vector<std::int64_t> stop_tokens;
-    std::int64_t prefill_chunk = 512;
+    std::int64_t prefill_chunk = 2048;  // as PrepareOptions (session/live_session.h)
     bool json = false;
   };
   auto o = std::make_shared<Options>();
@@ -160,7 +160,7 @@ void add_generate_command(CLI::App& app, Action& action) {
   struct PrefillOptions {
     std::string model, tokens, save_state;
     LoadOptions load;
-    std::int64_t prefill_chunk = 512;
+    std::int64_t prefill_chunk = 2048;  // as PrepareOptions (session/live_session.h)
   };
   auto p = std::make_shared<PrefillOptions>();
   auto* pre =

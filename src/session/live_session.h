@@ -18,7 +18,10 @@ struct SessionTiers {
 };
 
 struct PrepareOptions {
-  std::int64_t prefill_chunk = 512;
+  // Tokens a forward call: on the GPU a prefill's products reach their rate from ~2k rows (FP8 48
+  // layers: ~2,500 tok/s in calls of 512, ~3,700 in calls of 4,096; bench/NOTES.md session 21),
+  // and the restore points below fall on call boundaries.
+  std::int64_t prefill_chunk = 2048;
   // During a long prefill, bank a restore point every this many tokens (a multiple of the chunk).
   std::int64_t restore_point_interval = 2048;
   // Persist to disk after a cold prefill of at least this many tokens.
