@@ -1,8 +1,8 @@
 // Prefill's products on the tensor cores (cuda_grouped_gemm.h says what and why).
 //
 // A block computes a tile of 64 (or 32) sorted pairs (M) by kTileN output columns (N) over the
-// whole K: 8 warps in 2 x 4 (1 x 8), a warp 32 x 32 (32 x 16) as mma.sync m16n8k16 (bf16 in, f32
-// accumulate).
+// whole K (a dense product with split K: its range of K): 8 warps in 2 x 4 (1 x 8), a warp
+// 32 x 32 (32 x 16) as mma.sync m16n8k16 (bf16 in, f32 accumulate).
 // K runs in steps of kTileK through two shared-memory stages: the next step's x (f32, split into
 // hi and lo bf16 parts) and weights (bf16, or e4m3 converted exactly) are loaded into registers
 // while the tensor cores work on the current stage, then stored into the other one; one barrier a
