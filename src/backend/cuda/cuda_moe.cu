@@ -586,8 +586,9 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
     return;
   }
   if (!ensure(act, {P, I}) || !ensure(outp, {P, H})) return;
-  // The grouped products (cuda_grouped_gemm.h): each expert's weights read once for up to 64 of
-  // its pairs, on the tensor cores. FLASHSERVE_CUDA_MOE_PAIRS=1 keeps the pair GEMVs below.
+  // The grouped products (cuda_grouped_gemm.h): each expert's weights read once for a tile of up
+  // to 64 (or 32) of its pairs, on the tensor cores. FLASHSERVE_CUDA_MOE_PAIRS=1 keeps the pair
+  // GEMVs below.
   const auto grouped = gate_up.block_scaled() ? GroupedWeights::kFp8Scaled : GroupedWeights::kBf16;
   const int rows = grouped_tile_rows(P, E);
   if (!env_flag("FLASHSERVE_CUDA_MOE_PAIRS") && gate_up.dtype == down.dtype &&
