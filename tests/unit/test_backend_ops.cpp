@@ -2594,6 +2594,45 @@ TEST(CudaMoeBlock, EqualsItsSequenceBitForBit) {
   expect_fused_equals_sequence(*be, moe_block_shapes(), 0x30eb10c0u, moe_block_inputs);
 }
 
+// One token of FP8 experts takes the routed down, the shared down and the combine in one kernel
+// (session 22; FLASHSERVE_CUDA_MOE_DOWN_COMBINE=0 runs the two kernels before it): the same bits
+// for y and for the streams, on the released shapes and on shapes whose last block of columns is
+// short, whose rows end inside a 128-column block and whose lanes hold one chunk or none.
+TEST(CudaMoeBlock, OneKernelDownAndCombineEqualTheTwoKernelsBitForBit) {
+  std::string why;
+  auto be = backend_under_test("cuda", &why);
+  if (!be) GTEST_SKIP() << why;
+  const UnsetOnExit restore{"FLASHSERVE_CUDA_MOE_DOWN_COMBINE"};
+  std::uint64_t seed = 0x30eb30c0u;
+  for (const auto& c : std::vector<MoeBlockShape>{{1, 2560, 512, 10, 640, 640, DType::kBF16, true},
+                                                  {1, 304, 16, 4, 336, 336, DType::kF32, true},
+                                                  {1, 256, 8, 2, 192, 192, DType::kF32, true},
+                                                  {1, 96, 8, 7, 48, 48, DType::kBF16, true}}) {
+    SCOPED_TRACE(c.name());
+    Rng rng(++seed);
+    const auto in = moe_block_inputs(c, rng);
+    const Feed f{*be};
+    std::vector<std::vector<float>> want;
+    for (const char* one_kernel : {"0", "1"}) {
+      setenv("FLASHSERVE_CUDA_MOE_DOWN_COMBINE", one_kernel, 1);
+      const auto y = in->run(f, /*sequence=*/false);
+      const auto h = in->run_into_streams(f, /*sequence=*/false);
+      ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+      const std::vector<std::vector<float>> got{y[1].to_host_vector(), y[2].to_host_vector(),
+                                                h[2].to_host_vector()};
+      if (want.empty()) {
+        want = got;
+        continue;
+      }
+      for (std::size_t o = 0; o < got.size(); ++o) {
+        ASSERT_EQ(got[o].size(), want[o].size()) << "output " << o;
+        EXPECT_EQ(std::memcmp(got[o].data(), want[o].data(), got[o].size() * sizeof(float)), 0)
+            << "output " << o;
+      }
+    }
+  }
+}
+
 // An MTP verify runs the MoE block over 2-4 tokens (one call since session 20); each token's
 // routing and output must be the bits of that token's own one-token block (the decode step's),
 // or a verify could accept what decoding would not.

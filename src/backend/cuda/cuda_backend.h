@@ -320,9 +320,11 @@ class CudaBackend final : public Backend {
   // The routed experts' first two kernels for 1-4 tokens (cuda_moe.cu, moe_experts' fused path)
   // on shapes it has checked, a slot per (token, expert) pair: act [S*k, I] = each pair's
   // swiglu(gate_up · x_token), part [S*k, H] = its down product (the combine is the caller's).
-  // Queues them; false when a launch failed (recorded under `op`).
+  // Queues them; false when a launch failed (recorded under `op`). with_down false: the gate/up
+  // kernel only (the MoE block's one-token down + combine kernel takes act).
   bool moe_token_parts(const char* op, const Tensor& x, const Weight& gate_up, const Weight& down,
-                       const Tensor& experts, float swiglu_limit, Tensor& act, Tensor& part);
+                       const Tensor& experts, float swiglu_limit, Tensor& act, Tensor& part,
+                       bool with_down = true);
   // moe_block with its output in y_out, or (y_out null) written into the streams of `into`.
   void moe_block_to(const Tensor& x, const Weight& router, std::int64_t top_k, bool normalize,
                     const Weight& gate_up, const Weight& down, const Weight& shared_gate,

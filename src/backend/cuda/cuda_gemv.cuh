@@ -389,19 +389,75 @@ __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float
                                                                   chunks, lane, acc);
 }
 
+// x staged for packed_rows_dot: in the loop a lane's chunk c reads x's float4s at F::column(c,
+// run) + 4q, so the lanes of a group read float4s a chunk (128 or 256 bytes) apart, and each of a
+// warp's 16-byte reads touches 32 cache lines: the L1 served ~16 bytes a clock and bounded the
+// packed GEMV at ~10% of copy (session 22). Staged, float4 j of chunk c (j = 8 run + q) sits at
+// (c / kG * kK4 + j) * kG + c % kG, so for a given (round, j) the kG lanes read kG consecutive
+// float4s. The sums are the same: only where x is read changes.
+template <typename F, int kG>
+struct PackedStagedX {
+  static constexpr int kK4 = F::kChunk / 4;  // float4s of x a chunk
+  __host__ __device__ static constexpr std::int64_t token_words(std::int64_t chunks) {
+    return (chunks + kG - 1) / kG * kG * kK4;
+  }
+  __device__ __forceinline__ static std::int64_t at(std::int64_t c, int j) {
+    return (c / kG * kK4 + j) * kG + c % kG;
+  }
+};
+
+// The kS rows x + s * x_stride into staged_x in PackedStagedX's order, the whole block, then a
+// barrier: every thread of the block must call it.
+template <typename F, int kG, int kS>
+__device__ __forceinline__ void stage_packed_x(const float* x, std::int64_t x_stride,
+                                               std::int64_t chunks) {
+  using L = PackedStagedX<F, kG>;
+  const std::int64_t words = chunks * L::kK4, tw = L::token_words(chunks);
+#pragma unroll
+  for (int s = 0; s < kS; ++s) {
+    for (std::int64_t i = threadIdx.x; i < words; i += blockDim.x) {
+      const std::int64_t c = i / L::kK4;
+      const int j = static_cast<int>(i % L::kK4);
+      staged_x[s * tw + L::at(c, j)] =
+          *reinterpret_cast<const float4*>(x + s * x_stride + F::column(c, j / 8) + 4 * (j % 8));
+    }
+  }
+  __syncthreads();
+}
+
+// The dynamic shared memory packed_rows_dot's staged x takes for kS rows of `chunks` chunks, or 0
+// where it should not stage (too large, or FLASHSERVE_CUDA_STAGE_X=0).
+template <typename F, int kG, int kS>
+std::size_t packed_staged_x_bytes(std::int64_t chunks, std::size_t cap = kMaxStagedXBytes) {
+  if (!staged_x_enabled()) return 0;
+  const auto bytes = static_cast<std::size_t>(kS) *
+                     static_cast<std::size_t>(PackedStagedX<F, kG>::token_words(chunks)) *
+                     sizeof(float4);
+  return bytes <= cap ? bytes : 0;
+}
+
 // rows_dot for a packed format F (cuda_packed_formats.cuh): the same shape of loop, over F's
 // chunks. Each thread first issues the loads of kU chunks of each of its kR rows, then decodes
 // them in registers one chunk at a time and multiplies with x's columns (F::column runs of 32,
 // float4 reads). rows[r] null: nothing loaded, zeros added (a zero Raw decodes to zeros).
 // scale_rows[r]: the row's separate scales (FP4), ignored by the GGUF formats.
-template <typename F, int kS, int kR, int kG, int kU, bool kSameX>
+// kWaitFirst: as rows_dot's, for a kernel launched overlapped whose weights no kernel writes: its
+// first round of weight loads goes out before wait_for_inputs, x is read after it.
+// kStagedX: x (xs[0], kSameX) is copied into shared memory (stage_packed_x, in the dynamic shared
+// memory packed_staged_x_bytes gave the launch) after the first round of loads, and read from
+// there. Every thread of the block must call this.
+template <typename F, int kS, int kR, int kG, int kU, bool kSameX, bool kWaitFirst = false,
+          bool kStagedX = false>
 __device__ __forceinline__ void packed_rows_dot(const std::uint8_t* const (&rows)[kR],
                                                 const std::uint8_t* const (&scale_rows)[kR],
                                                 const float* const (&xs)[kR], std::int64_t x_stride,
                                                 std::int64_t chunks, int lane,
                                                 float (&acc)[kR][kS]) {
-  for (std::int64_t c0 = lane; c0 < chunks; c0 += static_cast<std::int64_t>(kG) * kU) {
-    typename F::Raw raw[kU][kR];
+  static_assert(!kStagedX || kSameX, "staging takes one x");
+  using L = PackedStagedX<F, kG>;
+  [[maybe_unused]] const std::int64_t staged_tw = kStagedX ? L::token_words(chunks) : 0;
+  typename F::Raw raw[kU][kR];
+  const auto load_round = [&](std::int64_t c0) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kG;
@@ -410,6 +466,16 @@ __device__ __forceinline__ void packed_rows_dot(const std::uint8_t* const (&rows
         raw[u][r] = c < chunks && rows[r] != nullptr ? F::load(rows[r], scale_rows[r], c)
                                                      : typename F::Raw{};
     }
+  };
+  // The first round before the wait and the staging (every thread, chunks or not).
+  load_round(lane);
+  if constexpr (kWaitFirst) {
+    wait_for_inputs();
+    release_dependents();
+  }
+  if constexpr (kStagedX) stage_packed_x<F, kG, kS>(xs[0], x_stride, chunks);
+  for (std::int64_t c0 = lane; c0 < chunks; c0 += static_cast<std::int64_t>(kG) * kU) {
+    if (c0 != lane) load_round(c0);
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kG;
@@ -425,7 +491,18 @@ __device__ __forceinline__ void packed_rows_dot(const std::uint8_t* const (&rows
 #pragma unroll
           for (int s = 0; s < kS; ++s) {
             float xv[32];
-            load_x<32>(x + s * x_stride + col, xv);
+            if constexpr (kStagedX) {
+#pragma unroll
+              for (int q = 0; q < 8; ++q) {
+                const float4 v = staged_x[s * staged_tw + L::at(c, 8 * run + q)];
+                xv[4 * q] = v.x;
+                xv[4 * q + 1] = v.y;
+                xv[4 * q + 2] = v.z;
+                xv[4 * q + 3] = v.w;
+              }
+            } else {
+              load_x<32>(x + s * x_stride + col, xv);
+            }
 #pragma unroll
             for (int q = 0; q < 32; ++q) acc[r][s] = fmaf(w[32 * run + q], xv[q], acc[r][s]);
           }

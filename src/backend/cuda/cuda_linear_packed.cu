@@ -4,6 +4,7 @@
 // bf16 and FP8 do), so no dequantised copy outlives the op.
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
@@ -15,8 +16,8 @@ namespace {
 constexpr int kPackedGemvRows = 4;  // x rows up to which the packed GEMV runs (decode, MTP)
 constexpr std::size_t kTileBytes = std::size_t{64} << 20;
 
-// y[s, r] = W[r] · x[s], s < kS: kG lanes per weight row.
-template <typename F, int kS, int kG>
+// y[s, r] = W[r] · x[s], s < kS: kG lanes per weight row; kStaged: x in shared memory.
+template <typename F, int kS, int kG, bool kStaged>
 __global__ void __launch_bounds__(kGemvThreads)
     packed_gemv_kernel(const float* x, const std::uint8_t* w, std::int64_t row_bytes,
                        const std::uint8_t* scales, std::int64_t scale_row_bytes, float* y,
@@ -28,8 +29,9 @@ __global__ void __launch_bounds__(kGemvThreads)
                                                                     : nullptr};
   const float* xs[1] = {x};
   float acc[1][kS] = {};
-  packed_rows_dot<F, kS, 1, kG, F::kUnroll, true>(rows, scale_rows, xs, in, F::chunks(in), lane,
-                                                  acc);
+  // The weights' first round before the wait (launched overlapped), x after it.
+  packed_rows_dot<F, kS, 1, kG, F::kUnroll, true, true, kStaged>(rows, scale_rows, xs, in,
+                                                                 F::chunks(in), lane, acc);
 #pragma unroll
   for (int s = 0; s < kS; ++s) {
     const float v = group_sum<kG>(acc[0][s]);
@@ -66,13 +68,18 @@ void launch_packed_gemv(const float* x, const Weight& w, packed::SideData side, 
                         cudaStream_t stream) {
   const auto in = w.cols(), out = w.rows();
   const auto row_bytes = static_cast<std::int64_t>(w.row_bytes());
+  const auto launch = [&](auto lanes) {
+    constexpr int kG = decltype(lanes)::value;
+    const auto smem = packed_staged_x_bytes<F, kG, kS>(F::chunks(in));
+    auto kernel =
+        smem != 0 ? packed_gemv_kernel<F, kS, kG, true> : packed_gemv_kernel<F, kS, kG, false>;
+    launch_overlapped(kernel, grid_for(out * kG, kGemvThreads), kGemvThreads, smem, stream, x,
+                      w.data, row_bytes, side.base, side.row_bytes, y, in, out);
+  };
   if (packed::short_rows(F::chunks(in)))
-    packed_gemv_kernel<F, kS, 8><<<grid_for(out * 8, kGemvThreads), kGemvThreads, 0, stream>>>(
-        x, w.data, row_bytes, side.base, side.row_bytes, y, in, out);
+    launch(std::integral_constant<int, 8>{});
   else
-    packed_gemv_kernel<F, kS, kWarp>
-        <<<grid_for(out * kWarp, kGemvThreads), kGemvThreads, 0, stream>>>(
-            x, w.data, row_bytes, side.base, side.row_bytes, y, in, out);
+    launch(std::integral_constant<int, kWarp>{});
 }
 
 }  // namespace

@@ -50,17 +50,6 @@ struct Routing {
   int count;                // how many
 };
 
-// The f32 scale grid of a stacked block-scaled [E, rows, cols] tensor ([E, gr, gc]).
-struct ExpertGrid {
-  std::int64_t rows, cols;
-  __device__ __forceinline__ const float* row(const float* scales, std::int64_t e,
-                                              std::int64_t r) const {
-    const std::int64_t gr = (rows + kFp8Block - 1) / kFp8Block,
-                       gc = (cols + kFp8Block - 1) / kFp8Block;
-    return scales + (e * gr + r / kFp8Block) * gc;
-  }
-};
-
 // Fills r from ids[0, P) (P <= kMaxPairs); ends with a barrier. Valid ids are in [0, E).
 __device__ void route(const std::int32_t* ids, int P, std::int64_t E, Routing& r) {
   __shared__ bool first[kMaxPairs];
@@ -471,7 +460,7 @@ bool fp8_ok(const Weight& w) {
 
 bool CudaBackend::moe_token_parts(const char* op, const Tensor& x, const Weight& gate_up,
                                   const Weight& down, const Tensor& experts, float swiglu_limit,
-                                  Tensor& act, Tensor& part) {
+                                  Tensor& act, Tensor& part, bool with_down) {
   const auto E = gate_up.shape[0], I = gate_up.shape[1] / 2, H = x.cols(), S = x.rows();
   const auto P = S * experts.cols();
   const auto* ids = experts.data_as<std::int32_t>();
@@ -497,6 +486,7 @@ bool CudaBackend::moe_token_parts(const char* op, const Tensor& x, const Weight&
                       scales_of(gate_up), ids, pairs, per_token, E, H, I, swiglu_limit, act.data());
   });
   if (!launched(op)) return false;
+  if (!with_down) return true;
   with_dtype(down, [&](auto t) {
     using T = std::remove_cvref_t<decltype(t)>;
     const auto launch = [&](auto lanes, auto rows, auto loads, auto min_blocks) {

@@ -24,7 +24,10 @@
 //     run over the tokens' (token, expert) pairs as moe_experts does: each token of a verify gets
 //     the bits of its decode step, in three kernels fewer.
 // So the block is: the router GEMV -> routing + shared gate/up -> routed gate/up -> routed down
-// -> shared down + combine.
+// -> shared down + combine. One token of FP8 experts beside an FP8 shared expert as wide as they
+// (the released Qwen shapes) takes four (session 22): the routed down joins the shared down and
+// the combine in routed_down_combine_fp8_kernel, whose weights all load before its wait
+// (FLASHSERVE_CUDA_MOE_DOWN_COMBINE=0: the five).
 //
 // Taken only where every op of the sequence would run the kernels named above (route_experts'
 // warp router, moe_experts' fused path of 1-4 tokens, shared_expert's fused kernels with its down
@@ -39,6 +42,7 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_epilogue.cuh"
 #include "backend/cuda/cuda_gemv.cuh"
+#include "backend/cuda/cuda_moe_common.cuh"
 #include "backend/cuda/cuda_route_warp.cuh"
 #include "backend/cuda/cuda_shared_expert.cuh"
 #include "backend/cuda/cuda_switches.h"
@@ -175,6 +179,158 @@ void launch_shared_down_combine(const float* act, const Weight& down, std::int64
   launch_overlapped(kernel, grid_for(H * kG, kGemvThreads), kGemvThreads, smem, stream, act,
                     reinterpret_cast<const T*>(down.data), scales, grid_cols, H, I, logit, routed,
                     y, streams);
+}
+
+// The routed experts' down products, the shared expert's down and the combine of one token in
+// one kernel (session 22; before it, moe_down_part_kernel then shared_down_combine_kernel): the
+// block's rows are known before its wait, since the ids come from the routing two kernels back
+// (the routed gate/up runs between), so all of its weight loads go out while the gate/up still
+// runs, and the routed parts meet the combine in shared memory instead of a kernel boundary.
+// Block b takes `cols` output columns; its items are (row set j, column c), j < k the routed slot
+// j's expert row c, j = k the shared down's row c; a group of kFp8DownLanes lanes takes items
+// group, group + groups, ... . Each row's sum is the one its kernel before computed: groups of 8
+// lanes over 16-byte FP8 chunks, a lane's chunks lane, lane + 8, ... in order (rows_dot's
+// contract: a row's sum depends on the group width only), and the combine and the epilogue are
+// shared_down_combine_kernel's at one token. So the bits are the two kernels'
+// (CudaMoeBlock.EqualsItsSequenceBitForBit, and the test of this kernel against them).
+constexpr int kFp8DownLanes = 8;  // the FP8 routed down's and shared down's groups (640 wide)
+constexpr int kFp8DownLoads = 5;  // chunks in flight a row: a 640-wide row's 40 chunks at once
+constexpr int kDownCombineGroups = kGemvThreads / kFp8DownLanes;
+constexpr int kDownCombineItems = 4;  // rows a group: (k + 1) * cols <= 128 items a block
+
+struct DownCombineArgs {
+  const float* act;  // [k, I]: the routed slots' swiglu(gate_up · x)
+  const e4m3_bits* down;
+  const float* down_scales;  // the [E, H, I] experts' 128x128 grid
+  const float* shared_act;   // [Is = I]
+  const e4m3_bits* shared_down;
+  const float* shared_scales;  // [H, I]'s grid
+  std::int64_t shared_grid_cols;
+  const std::int32_t* ids;  // [k], written two kernels back
+  const float* weights;     // [k]
+  const float* logit;       // the shared expert's gate logit
+  int k;
+  std::int64_t E, H, I;
+  int cols;  // output columns a block
+  float* y;  // or the streams
+  StreamsOut streams;
+};
+
+template <bool kStreams>
+__global__ void __launch_bounds__(kGemvThreads, 2)
+    routed_down_combine_fp8_kernel(const DownCombineArgs a) {
+  constexpr int kItems = kDownCombineItems;
+  using Chunk = WeightChunk<e4m3_bits, true>;
+  __shared__ float sums[kItems * kDownCombineGroups];
+  const int group = static_cast<int>(threadIdx.x) / kFp8DownLanes;
+  const int lane = static_cast<int>(threadIdx.x) % kFp8DownLanes;
+  const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * a.cols;
+  const int items = (a.k + 1) * a.cols;
+  const std::int64_t chunks = a.I / Chunk::kN;  // <= kFp8DownLanes * kFp8DownLoads (the host)
+  // Before the wait: every weight chunk of the group's rows, and lane u's the scale of each row's
+  // chunks u (a lane's chunk u lies in 128-column block u), shuffled to the group after it.
+  Chunk::Raw raw[kItems][kFp8DownLoads];
+  float scale[kItems];
+  int source[kItems];  // the row's x: a routed slot j < k, k the shared act, -1 none
+#pragma unroll
+  for (int m = 0; m < kItems; ++m) {
+    source[m] = -1;
+    scale[m] = 0.0f;
+    const e4m3_bits* row = nullptr;
+    const float* scale_row = nullptr;
+    const int it = group + m * kDownCombineGroups;
+    const int j = it / a.cols;
+    const std::int64_t c = c0 + it % a.cols;
+    if (it < items && c < a.H) {
+      if (j < a.k) {
+        // The routing finished before the gate/up could stop waiting (cuda_common.h); read
+        // through L2, no L1 line of an earlier layer's ids.
+        const std::int64_t e = __ldcg(a.ids + j);
+        if (e >= 0 && e < a.E) {
+          row = a.down + (e * a.H + c) * a.I;
+          scale_row = ExpertGrid{a.H, a.I}.row(a.down_scales, e, c);
+          source[m] = j;
+        }
+      } else {
+        row = a.shared_down + c * a.I;
+        scale_row = a.shared_scales + (c / kFp8Block) * a.shared_grid_cols;
+        source[m] = a.k;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kFp8DownLoads; ++u) {
+      const std::int64_t ch = lane + static_cast<std::int64_t>(u) * kFp8DownLanes;
+      raw[m][u] = row != nullptr && ch < chunks ? Chunk::load(row + ch * Chunk::kN) : Chunk::Raw{};
+    }
+    const std::int64_t own = static_cast<std::int64_t>(lane) * kFp8DownLanes * Chunk::kN;
+    if (row != nullptr && lane < kFp8DownLoads && own < a.I)
+      scale[m] = __ldg(scale_row + own / kFp8Block) * Chunk::kScaleFactor;
+  }
+  const std::int64_t my_col = c0 + threadIdx.x;
+  const bool writer = static_cast<int>(threadIdx.x) < a.cols && my_col < a.H;
+  [[maybe_unused]] StreamsAhead ahead;
+  if constexpr (kStreams) {
+    if (writer) ahead.read(a.streams, a.H, my_col);
+  }
+  wait_for_inputs();  // act (the gate/up) and shared_act, the logit (the routing's grid)
+  release_dependents();
+  // The k + 1 x rows (the slots' act, then shared_act) copied into shared memory in StagedX's
+  // order, so a group's lanes read consecutive float4s: one L2 round trip for the block, where
+  // reading them from global memory a chunk at a time measured 3% slower on the step
+  // (bench/NOTES.md, session 22).
+  using Staged = StagedX<Chunk::kN, kFp8DownLanes>;
+  const std::int64_t tw = Staged::token_words(chunks);
+  const std::int64_t words = chunks * Staged::kWords;
+  for (std::int64_t w = threadIdx.x; w < (a.k + 1) * words; w += blockDim.x) {
+    const std::int64_t j = w / words, at = w % words;
+    const auto* src = reinterpret_cast<const float4*>(j < a.k ? a.act + j * a.I : a.shared_act);
+    staged_x[j * tw + Staged::at(at / Staged::kWords, static_cast<int>(at % Staged::kWords))] =
+        src[at];
+  }
+  __syncthreads();
+  // rows_dot's arithmetic for one token: a chunk's dot product from zero a word at a time, then
+  // one product by its block scale into the lane's sum, chunks in order.
+#pragma unroll
+  for (int m = 0; m < kItems; ++m) {
+    const std::int64_t row_words = (source[m] < 0 ? a.k : source[m]) * tw;
+    float acc = 0.0f;
+#pragma unroll
+    for (int u = 0; u < kFp8DownLoads; ++u) {
+      const float block_scale = __shfl_sync(0xffffffffu, scale[m], u, kFp8DownLanes);
+      const std::int64_t ch = lane + static_cast<std::int64_t>(u) * kFp8DownLanes;
+      if (ch >= chunks) continue;
+      float d = 0.0f;
+#pragma unroll
+      for (int i = 0; i < Chunk::kN / 4; ++i) {
+        float w4[4], xv[4];
+        Chunk::widen_word(raw[m][u], i, w4);
+        const float4 v = staged_x[row_words + Staged::at(ch, i)];
+        xv[0] = v.x;
+        xv[1] = v.y;
+        xv[2] = v.z;
+        xv[3] = v.w;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) d = fmaf(w4[q], xv[q], d);
+      }
+      acc = fmaf(d, block_scale, acc);
+    }
+    const float v = group_sum<kFp8DownLanes>(acc);
+    if (lane == 0) sums[group + m * kDownCombineGroups] = v;
+  }
+  __syncthreads();
+  if (!writer) return;
+  const int t = static_cast<int>(threadIdx.x);
+  float out = 0.0f;
+  for (int j = 0; j < a.k; ++j)
+    if (a.ids[j] >= 0 && a.ids[j] < a.E) out = fmaf(a.weights[j], sums[j * a.cols + t], out);
+  Epilogue ep;
+  ep.token_gate = a.logit;
+  ep.accumulate = true;
+  const float value = finish(ep, sums[a.k * a.cols + t], my_col, 0, out);
+  if constexpr (kStreams)
+    ahead.write(a.streams, a.H, my_col, value);
+  else
+    a.y[my_col] = value;
 }
 
 // An uploaded, unpacked weight.
@@ -368,16 +524,64 @@ void CudaBackend::moe_block_to(const Tensor& x, const Weight& router, std::int64
   });
   if (!launched(kOp)) return;
 
+  const StreamsOut streams = into != nullptr ? StreamsOut{.h = into->h.data(),
+                                                          .inject = into->inject.data(),
+                                                          .streams = into->inject.cols()}
+                                             : StreamsOut{};
+  // One token of FP8 experts and an FP8 shared expert as wide as they: the routed gate/up, then
+  // the routed down, the shared down and the combine in one kernel.
+  const int down_combine_cols =
+      static_cast<int>(kDownCombineItems * kDownCombineGroups / (top_k + 1));
+  const std::size_t stage_bytes =
+      static_cast<std::size_t>(top_k + 1) *
+      static_cast<std::size_t>(
+          StagedX<WeightChunk<e4m3_bits, true>::kN, kFp8DownLanes>::token_words(I / 16)) *
+      sizeof(float4);
+  const bool one_tail = S == 1 && fp8 && fp8_matrix(down) && Is == I &&
+                        I <= std::int64_t{kFp8DownLanes} * kFp8DownLoads * 16 &&
+                        vec_ok<e4m3_bits>(act.data(), down.data, I) && down_combine_cols >= 1 &&
+                        stage_bytes <= kMaxStagedXBytes &&
+                        env_flag_default_on("FLASHSERVE_CUDA_MOE_DOWN_COMBINE");
+  if (one_tail) {
+    // 3. The routed experts' gate/up (moe_experts' kernel).
+    if (!moe_token_parts(kOp, x, gate_up, down, experts, 0.0f, act, part, /*with_down=*/false))
+      return;
+    // 4. The routed down, the shared down and the combine.
+    const DownCombineArgs args{
+        .act = act.data(),
+        .down = as<e4m3_bits>(down),
+        .down_scales = reinterpret_cast<const float*>(down.scales.data),
+        .shared_act = shared_act.data(),
+        .shared_down = as<e4m3_bits>(shared_down),
+        .shared_scales = reinterpret_cast<const float*>(shared_down.scales.data),
+        .shared_grid_cols = shared_down.scales.grid_cols(Is),
+        .ids = experts.data_as<std::int32_t>(),
+        .weights = weights.data(),
+        .logit = logit.data(),
+        .k = static_cast<int>(top_k),
+        .E = E,
+        .H = H,
+        .I = I,
+        .cols = down_combine_cols,
+        .y = y_out != nullptr ? y.data() : nullptr,
+        .streams = streams};
+    const auto blocks = static_cast<unsigned>((H + down_combine_cols - 1) / down_combine_cols);
+    if (into != nullptr)
+      launch_overlapped(routed_down_combine_fp8_kernel<true>, blocks, kGemvThreads, stage_bytes,
+                        stream(), args);
+    else
+      launch_overlapped(routed_down_combine_fp8_kernel<false>, blocks, kGemvThreads, stage_bytes,
+                        stream(), args);
+    launched(kOp);
+    return;
+  }
+
   // 3-4. The routed experts' gate/up and down (moe_experts' kernels).
   if (!moe_token_parts(kOp, x, gate_up, down, experts, 0.0f, act, part)) return;
 
   // 5. The shared down, accumulated into the routed combine.
   const RoutedCombine routed{part.data(), experts.data_as<std::int32_t>(), weights.data(),
                              static_cast<int>(top_k), E};
-  const StreamsOut streams = into != nullptr ? StreamsOut{.h = into->h.data(),
-                                                          .inject = into->inject.data(),
-                                                          .streams = into->inject.cols()}
-                                             : StreamsOut{};
   auto down_combine = [&](auto t, auto tokens) {
     using T = decltype(t);
     constexpr int kS = decltype(tokens)::value;

@@ -5,11 +5,23 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_gemv.cuh"
 
 namespace fs::cuda {
 namespace {
 
 constexpr int kMaxTopK = 64;
+
+// The f32 scale grid of a stacked block-scaled [E, rows, cols] tensor ([E, gr, gc]).
+struct ExpertGrid {
+  std::int64_t rows, cols;
+  __device__ __forceinline__ const float* row(const float* scales, std::int64_t e,
+                                              std::int64_t r) const {
+    const std::int64_t gr = (rows + kFp8Block - 1) / kFp8Block,
+                       gc = (cols + kFp8Block - 1) / kFp8Block;
+    return scales + (e * gr + r / kFp8Block) * gc;
+  }
+};
 
 // silu(gate) * up, clamped first when limit > 0 (gate <= L, up in [-L, L]: DeepSeek V4, GLM 5.3).
 __device__ __forceinline__ float clamped_swiglu(float g, float up, float limit) {

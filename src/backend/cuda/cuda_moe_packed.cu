@@ -35,12 +35,15 @@ PackedExperts packed_experts(const Weight& w, const std::uint8_t* iq2_grid) {
 }
 
 // act[p, r] = swiglu(gate_up[e] row r · x[s], gate_up[e] row I + r · x[s]), p = (s, j),
-// e = experts[p]; kG lanes per r (no early exit: the group sums take whole warps).
-template <typename F, int kG>
+// e = experts[p]; kG lanes per r (no early exit: the group sums take whole warps, and the block
+// stages x when kStaged).
+template <typename F, int kG, bool kStaged>
 __global__ void __launch_bounds__(kPackedMoeThreads)
     moe_gate_up_packed_kernel(const float* x, PackedExperts gu, const std::int32_t* experts,
                               std::int64_t k, std::int64_t E, std::int64_t H, std::int64_t I,
                               float limit, float* act) {
+  wait_for_inputs();  // the ids and x are the kernels' before (launched overlapped)
+  release_dependents();
   const std::int64_t p = blockIdx.x;
   const std::int64_t r = (blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kG;
   const int lane = static_cast<int>(threadIdx.x % kG);
@@ -51,16 +54,19 @@ __global__ void __launch_bounds__(kPackedMoeThreads)
                                        live ? gu.scale_row(e, I + r) : nullptr};
   const float* xs[2] = {x + (p / k) * H, x + (p / k) * H};
   float acc[2][1] = {};
-  packed_rows_dot<F, 1, 2, kG, F::kUnroll, true>(rows, scale_rows, xs, H, F::chunks(H), lane, acc);
+  packed_rows_dot<F, 1, 2, kG, F::kUnroll, true, false, kStaged>(rows, scale_rows, xs, H,
+                                                                 F::chunks(H), lane, acc);
   const float g = group_sum<kG>(acc[0][0]), u = group_sum<kG>(acc[1][0]);
   if (lane == 0 && r < I) act[p * I + r] = live ? clamped_swiglu(g, u, limit) : 0.0f;
 }
 
-// out[p, c] = down[e] row c · act[p]; kG lanes per c.
-template <typename F, int kG>
+// out[p, c] = down[e] row c · act[p]; kG lanes per c (kStaged: act in shared memory).
+template <typename F, int kG, bool kStaged>
 __global__ void __launch_bounds__(kPackedMoeThreads)
     moe_down_packed_kernel(const float* act, PackedExperts down, const std::int32_t* experts,
                            std::int64_t E, std::int64_t H, std::int64_t I, float* out) {
+  wait_for_inputs();  // act is the kernel's before (launched overlapped)
+  release_dependents();
   const std::int64_t p = blockIdx.x;
   const std::int64_t c = (blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kG;
   const int lane = static_cast<int>(threadIdx.x % kG);
@@ -70,7 +76,8 @@ __global__ void __launch_bounds__(kPackedMoeThreads)
   const std::uint8_t* scale_rows[1] = {live ? down.scale_row(e, c) : nullptr};
   const float* xs[1] = {act + p * I};
   float acc[1][1] = {};
-  packed_rows_dot<F, 1, 1, kG, F::kUnroll, true>(rows, scale_rows, xs, I, F::chunks(I), lane, acc);
+  packed_rows_dot<F, 1, 1, kG, F::kUnroll, true, false, kStaged>(rows, scale_rows, xs, I,
+                                                                 F::chunks(I), lane, acc);
   const float v = group_sum<kG>(acc[0][0]);
   if (lane == 0 && c < H) out[p * H + c] = live ? v : 0.0f;
 }
@@ -129,8 +136,12 @@ void CudaBackend::moe_experts_packed(const Tensor& x, const Weight& gate_up, con
     by_lanes<F>(H, [&](auto lanes) {
       constexpr int kG = decltype(lanes)::value;
       const dim3 grid(static_cast<unsigned>(P), grid_for(I * kG, kPackedMoeThreads));
-      moe_gate_up_packed_kernel<F, kG><<<grid, kPackedMoeThreads, 0, stream()>>>(
-          x.data(), packed_experts(gate_up, codebook), ids, k, E, H, I, swiglu_limit, act.data());
+      const auto smem = packed_staged_x_bytes<F, kG, 1>(F::chunks(H));
+      launch_overlapped(smem != 0 ? moe_gate_up_packed_kernel<F, kG, true>
+                                  : moe_gate_up_packed_kernel<F, kG, false>,
+                        grid, kPackedMoeThreads, smem, stream(), x.data(),
+                        packed_experts(gate_up, codebook), ids, k, E, H, I, swiglu_limit,
+                        act.data());
     });
   });
   if (!launched(kOp)) return;
@@ -139,13 +150,16 @@ void CudaBackend::moe_experts_packed(const Tensor& x, const Weight& gate_up, con
     by_lanes<F>(I, [&](auto lanes) {
       constexpr int kG = decltype(lanes)::value;
       const dim3 grid(static_cast<unsigned>(P), grid_for(H * kG, kPackedMoeThreads));
-      moe_down_packed_kernel<F, kG><<<grid, kPackedMoeThreads, 0, stream()>>>(
-          act.data(), packed_experts(down, codebook), ids, E, H, I, outp.data());
+      const auto smem = packed_staged_x_bytes<F, kG, 1>(F::chunks(I));
+      launch_overlapped(
+          smem != 0 ? moe_down_packed_kernel<F, kG, true> : moe_down_packed_kernel<F, kG, false>,
+          grid, kPackedMoeThreads, smem, stream(), act.data(), packed_experts(down, codebook), ids,
+          E, H, I, outp.data());
     });
   });
   if (!launched(kOp)) return;
-  moe_combine_kernel<<<dim3(static_cast<unsigned>(P / k), grid_for(H, 256)), 256, 0, stream()>>>(
-      outp.data(), weights.data(), ids, E, k, H, y.data());
+  launch_overlapped(moe_combine_kernel, dim3(static_cast<unsigned>(P / k), grid_for(H, 256)), 256,
+                    0, stream(), outp.data(), weights.data(), ids, E, k, H, y.data());
   launched(kOp);
 }
 

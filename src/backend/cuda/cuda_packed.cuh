@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_gemv.cuh"
+#include "backend/cuda/cuda_switches.h"
 #include "backend/weight.h"
 
 namespace fs::cuda::packed {
@@ -64,9 +65,13 @@ inline SideData side_data(const Weight& w, const std::uint8_t* iq2_grid) {
   return {};
 }
 
-// Rows of many chunks take a warp, shorter ones 8 lanes (gemv_short_rows' rule, in chunks).
+// Rows of at least a warp's worth of chunks take a warp, shorter ones 8 lanes. A packed chunk
+// (32-64 weights decoded in registers) is several times the instructions of a 16-byte FP8 or
+// bf16 chunk, so a row spreads over a warp sooner than gemv_short_rows' 4 chunks a lane
+// (session 22; FLASHSERVE_CUDA_PACKED_WIDE=0: that rule, as before).
 inline bool short_rows(std::int64_t chunks) {
-  return chunks < 4 * kWarp;
+  const bool wide = env_flag_default_on("FLASHSERVE_CUDA_PACKED_WIDE");
+  return chunks < (wide ? kWarp : 4 * kWarp);
 }
 
 }  // namespace fs::cuda::packed

@@ -32,6 +32,14 @@ __device__ __forceinline__ unsigned byte_of(const uint4& v, int i) {
   const unsigned w = i < 4 ? v.x : i < 8 ? v.y : i < 12 ? v.z : v.w;
   return (w >> (8 * (i % 4))) & 0xffu;
 }
+// v < 2^23 as a float, exactly, on the FP32 pipe: the float 2^23 + v (v in its mantissa) less
+// 2^23. The same value as static_cast<float>(v), which takes a conversion instruction at a quarter
+// of the FP32 rate on Hopper; the decoders convert every weight (session 22: the packed GEMVs
+// were bound by their instructions, bench/NOTES.md session 9). `bias` (< 2^23) comes off too:
+// exact_float(v, b) is v - b, exact.
+__device__ __forceinline__ float exact_float(unsigned v, unsigned bias = 0) {
+  return __uint_as_float(0x4b000000u | v) - __uint_as_float(0x4b000000u | bias);
+}
 __device__ __forceinline__ uint4 ldg16(const std::uint8_t* p) {
   return __ldg(reinterpret_cast<const uint4*>(p));
 }
@@ -67,11 +75,11 @@ struct Fp4 {
     return __uint_as_float(e == 0 ? 0x00400000u : e << 23);  // 2^-127 is a subnormal
   }
   __device__ __forceinline__ static float e2m1(unsigned code) {
-    // 0, 0.5, 1, 1.5, 2, 3, 4, 6: exponent field e (bias 1) and mantissa bit m.
+    // 0, 0.5, 1, 1.5, 2, 3, 4, 6: exponent field e (bias 1) and mantissa bit m, moved into an
+    // f32's fields (2^(e-1) * (1 + m/2); e = 0: m/2, which is 0.5 or 0), bits only.
     const unsigned e = (code >> 1) & 3u, m = code & 1u;
-    const float mag = e == 0 ? 0.5f * static_cast<float>(m)
-                             : static_cast<float>(2u + m) * static_cast<float>(1u << e) * 0.25f;
-    return (code & 8u) ? -mag : mag;
+    const unsigned mag = e == 0 ? (m != 0 ? 0x3f000000u : 0u) : ((e + 126u) << 23) | (m << 22);
+    return __uint_as_float(((code & 8u) << 28) | mag);
   }
   __device__ __forceinline__ static void decode(const Raw& r, float (&w)[kChunk]) {
     const float s = e8m0(r.scale);
@@ -109,8 +117,9 @@ struct Q8_0 {
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       const unsigned v = r.h[1 + i];
-      w[2 * i] = __fmul_rn(static_cast<float>(static_cast<signed char>(v & 0xffu)), d);
-      w[2 * i + 1] = __fmul_rn(static_cast<float>(static_cast<signed char>(v >> 8)), d);
+      // A signed byte b is (b ^ 0x80) - 128.
+      w[2 * i] = __fmul_rn(exact_float((v & 0xffu) ^ 0x80u, 128u), d);
+      w[2 * i + 1] = __fmul_rn(exact_float(((v >> 8) & 0xffu) ^ 0x80u, 128u), d);
     }
   }
   __device__ __forceinline__ static std::int64_t column(std::int64_t c, int) {
@@ -165,7 +174,7 @@ struct Q4Q5K {
       for (int l = 0; l < 32; ++l) {
         unsigned v = (byte_of(r.q[l / 16], l % 16) >> (4 * half)) & 0x0fu;
         if constexpr (kFifthBit) v |= ((byte_of(r.qh[l / 16], l % 16) >> k) & 1u) << 4;
-        w[32 * half + l] = __fsub_rn(__fmul_rn(dk, static_cast<float>(v)), mk);
+        w[32 * half + l] = __fsub_rn(__fmul_rn(dk, exact_float(v)), mk);
       }
     }
   }
@@ -219,9 +228,9 @@ struct Q6_K {
         const unsigned low_byte = (r.ql[l / 2] >> (8 * (l % 2))) & 0xffu;
         const unsigned low = run == 0 ? (low_byte & 0x0fu) : (low_byte >> 4);
         const unsigned high = ((r.qh[l / 2] >> (8 * (l % 2))) >> (2 * g)) & 3u;
-        const int q = static_cast<int>(low | (high << 4)) - 32;
         const auto sc = static_cast<signed char>((r.sc[run] >> (8 * (l / 16))) & 0xffu);
-        w[32 * run + l] = __fmul_rn(__fmul_rn(d, static_cast<float>(sc)), static_cast<float>(q));
+        w[32 * run + l] =
+            __fmul_rn(__fmul_rn(d, static_cast<float>(sc)), exact_float(low | (high << 4), 32u));
       }
     }
   }
@@ -269,7 +278,7 @@ struct Q2_K {
         const int n = 16 * half + l;
         const unsigned byte = (r.q[n / 4] >> (8 * (n % 4))) & 0xffu;
         const unsigned q = (byte >> (2 * r.j)) & 3u;
-        w[n] = __fsub_rn(__fmul_rn(dl, static_cast<float>(q)), ml);
+        w[n] = __fsub_rn(__fmul_rn(dl, exact_float(q)), ml);
       }
     }
   }
@@ -319,7 +328,8 @@ struct IQ2_XXS {
       const unsigned signs = field | ((__popc(field) & 1u) << 7);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const float v = __fmul_rn(factor, static_cast<float>((magnitudes >> (8 * j)) & 0xffu));
+        const float v =
+            __fmul_rn(factor, exact_float(static_cast<unsigned>((magnitudes >> (8 * j)) & 0xffu)));
         w[8 * point + j] = ((signs >> j) & 1u) ? -v : v;
       }
     }

@@ -16,7 +16,9 @@
 //   FLASHSERVE_CUDA_MOE_BLOCK_ONE_TOKEN=1 runs an MTP verify's MoE block as its sequence, as
 //   before session 20; FLASHSERVE_CUDA_OLD_ROUTE_PICKS=1 takes the decode router's picks by
 //   shuffle rounds (before session 20); FLASHSERVE_CUDA_OLD_RADIX=1 runs the radix top-k reading
-//   its row from global memory in each pass (before session 20). All the same bits.
+//   its row from global memory in each pass (before session 20); FLASHSERVE_CUDA_MOE_DOWN_COMBINE=0
+//   runs a one-token FP8 MoE block's routed down and its shared down + combine as two kernels
+//   (before session 22). All the same bits.
 // Prefill (more than 4 tokens; not the same bits, each within the op tests' bounds of the CPU):
 //   FLASHSERVE_CUDA_MOE_PAIRS=1 also keeps prefill's routed experts off the grouped tensor-core
 //   products (cuda_grouped_gemm.h) of session 21; FLASHSERVE_CUDA_PREFILL_SGEMM=1 keeps dense
