@@ -482,8 +482,9 @@ __device__ __forceinline__ void packed_rows_dot(const std::uint8_t* const (&rows
       if (c >= chunks) break;
 #pragma unroll
       for (int r = 0; r < kR; ++r) {
-        float w[F::kChunk];
-        F::decode(raw[u][r], w);
+        // The factored form (cuda_packed_formats.cuh): a group of 16 weights is a * v (- b).
+        float v[F::kChunk], a[F::kChunk / 16], b[F::kChunk / 16];
+        F::factors(raw[u][r], v, a, b);
         const float* x = kSameX ? xs[0] : xs[r];
 #pragma unroll
         for (int run = 0; run < F::kChunk / 32; ++run) {
@@ -494,17 +495,26 @@ __device__ __forceinline__ void packed_rows_dot(const std::uint8_t* const (&rows
             if constexpr (kStagedX) {
 #pragma unroll
               for (int q = 0; q < 8; ++q) {
-                const float4 v = staged_x[s * staged_tw + L::at(c, 8 * run + q)];
-                xv[4 * q] = v.x;
-                xv[4 * q + 1] = v.y;
-                xv[4 * q + 2] = v.z;
-                xv[4 * q + 3] = v.w;
+                const float4 f = staged_x[s * staged_tw + L::at(c, 8 * run + q)];
+                xv[4 * q] = f.x;
+                xv[4 * q + 1] = f.y;
+                xv[4 * q + 2] = f.z;
+                xv[4 * q + 3] = f.w;
               }
             } else {
               load_x<32>(x + s * x_stride + col, xv);
             }
 #pragma unroll
-            for (int q = 0; q < 32; ++q) acc[r][s] = fmaf(w[32 * run + q], xv[q], acc[r][s]);
+            for (int g = 0; g < 2; ++g) {
+              float dot = 0.0f, sum = 0.0f;
+#pragma unroll
+              for (int q = 16 * g; q < 16 * g + 16; ++q) {
+                dot = fmaf(v[32 * run + q], xv[q], dot);
+                if constexpr (F::kHasMin) sum = __fadd_rn(sum, xv[q]);
+              }
+              acc[r][s] = fmaf(a[2 * run + g], dot, acc[r][s]);
+              if constexpr (F::kHasMin) acc[r][s] = fmaf(-b[2 * run + g], sum, acc[r][s]);
+            }
           }
         }
       }

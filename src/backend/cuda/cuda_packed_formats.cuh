@@ -11,7 +11,13 @@
 //
 // Each weight is computed with the CPU dequantiser's products in its order, one rounding each
 // (__fmul_rn / __fsub_rn: no contraction into an FMA), so a decoded weight is the CPU's bit for
-// bit; only the dot product's summation order differs from the CPU's sgemm.
+// bit (`decode`: the prefill tiles, the host tests). The GEMVs take the factored form instead
+// (`factors`, session 22): a group of 16 weights is a * v_i (- b), v_i the small exact values the
+// block stores, so a group's dot product is a * (sum v_i x_i) (- b * sum x_i): one FMA a weight
+// once its integer is out, where the weights themselves took two more rounded products each. The
+// sum differs from the dequantised weights' by rounding (within the QuantOps tests' bound), and
+// every token of a 1-4-token GEMV still sums alike. kHasMin: the format subtracts b (the
+// K-quants' mins).
 #pragma once
 
 #include <cstdint>
@@ -90,6 +96,17 @@ struct Fp4 {
       w[2 * i + 1] = __fmul_rn(e2m1(b >> 4), s);
     }
   }
+  static constexpr bool kHasMin = false;
+  __device__ __forceinline__ static void factors(const Raw& r, float (&v)[kChunk],
+                                                 float (&a)[kChunk / 16], float (&)[kChunk / 16]) {
+    a[0] = a[1] = e8m0(r.scale);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const unsigned b = byte_of(r.q, i);
+      v[2 * i] = e2m1(b & 0x0fu);
+      v[2 * i + 1] = e2m1(b >> 4);
+    }
+  }
   __device__ __forceinline__ static std::int64_t column(std::int64_t c, int) {
     return 32 * c;
   }
@@ -120,6 +137,17 @@ struct Q8_0 {
       // A signed byte b is (b ^ 0x80) - 128.
       w[2 * i] = __fmul_rn(exact_float((v & 0xffu) ^ 0x80u, 128u), d);
       w[2 * i + 1] = __fmul_rn(exact_float(((v >> 8) & 0xffu) ^ 0x80u, 128u), d);
+    }
+  }
+  static constexpr bool kHasMin = false;
+  __device__ __forceinline__ static void factors(const Raw& r, float (&v)[kChunk],
+                                                 float (&a)[kChunk / 16], float (&)[kChunk / 16]) {
+    a[0] = a[1] = f16(r.h[0]);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const unsigned q = r.h[1 + i];
+      v[2 * i] = exact_float((q & 0xffu) ^ 0x80u, 128u);
+      v[2 * i + 1] = exact_float(((q >> 8) & 0xffu) ^ 0x80u, 128u);
     }
   }
   __device__ __forceinline__ static std::int64_t column(std::int64_t c, int) {
@@ -175,6 +203,26 @@ struct Q4Q5K {
         unsigned v = (byte_of(r.q[l / 16], l % 16) >> (4 * half)) & 0x0fu;
         if constexpr (kFifthBit) v |= ((byte_of(r.qh[l / 16], l % 16) >> k) & 1u) << 4;
         w[32 * half + l] = __fsub_rn(__fmul_rn(dk, exact_float(v)), mk);
+      }
+    }
+  }
+  static constexpr bool kHasMin = true;
+  __device__ __forceinline__ static void factors(const Raw& r, float (&v)[kChunk],
+                                                 float (&a)[kChunk / 16], float (&b)[kChunk / 16]) {
+    const float d = f16(static_cast<unsigned short>(r.head.x & 0xffffu));
+    const float dmin = f16(static_cast<unsigned short>(r.head.x >> 16));
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int k = 2 * r.p + half;
+      int scale = 0, min = 0;
+      scale_min_6bit(r.head, k, scale, min);
+      a[2 * half] = a[2 * half + 1] = __fmul_rn(d, static_cast<float>(scale));
+      b[2 * half] = b[2 * half + 1] = __fmul_rn(dmin, static_cast<float>(min));
+#pragma unroll
+      for (int l = 0; l < 32; ++l) {
+        unsigned q = (byte_of(r.q[l / 16], l % 16) >> (4 * half)) & 0x0fu;
+        if constexpr (kFifthBit) q |= ((byte_of(r.qh[l / 16], l % 16) >> k) & 1u) << 4;
+        v[32 * half + l] = exact_float(q);
       }
     }
   }
@@ -234,6 +282,27 @@ struct Q6_K {
       }
     }
   }
+  static constexpr bool kHasMin = false;
+  __device__ __forceinline__ static void factors(const Raw& r, float (&v)[kChunk],
+                                                 float (&a)[kChunk / 16], float (&)[kChunk / 16]) {
+    const float d = f16(r.d);
+#pragma unroll
+    for (int run = 0; run < 2; ++run) {
+      const int g = r.g + 2 * run;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const auto sc = static_cast<signed char>((r.sc[run] >> (8 * half)) & 0xffu);
+        a[2 * run + half] = __fmul_rn(d, static_cast<float>(sc));
+      }
+#pragma unroll
+      for (int l = 0; l < 32; ++l) {
+        const unsigned low_byte = (r.ql[l / 2] >> (8 * (l % 2))) & 0xffu;
+        const unsigned low = run == 0 ? (low_byte & 0x0fu) : (low_byte >> 4);
+        const unsigned high = ((r.qh[l / 2] >> (8 * (l % 2))) >> (2 * g)) & 3u;
+        v[32 * run + l] = exact_float(low | (high << 4), 32u);
+      }
+    }
+  }
   __device__ __forceinline__ static std::int64_t column(std::int64_t c, int run) {
     return 256 * (c / 4) + 128 * ((c % 4) / 2) + 32 * (c % 2) + 64 * run;
   }
@@ -279,6 +348,24 @@ struct Q2_K {
         const unsigned byte = (r.q[n / 4] >> (8 * (n % 4))) & 0xffu;
         const unsigned q = (byte >> (2 * r.j)) & 3u;
         w[n] = __fsub_rn(__fmul_rn(dl, exact_float(q)), ml);
+      }
+    }
+  }
+  static constexpr bool kHasMin = true;
+  __device__ __forceinline__ static void factors(const Raw& r, float (&v)[kChunk],
+                                                 float (&a)[kChunk / 16], float (&b)[kChunk / 16]) {
+    const float d = f16(static_cast<unsigned short>(r.d_dmin & 0xffffu));
+    const float dmin = f16(static_cast<unsigned short>(r.d_dmin >> 16));
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const unsigned sc = (r.sc >> (8 * half)) & 0xffu;
+      a[half] = __fmul_rn(d, static_cast<float>(sc & 0x0fu));
+      b[half] = __fmul_rn(dmin, static_cast<float>(sc >> 4));
+#pragma unroll
+      for (int l = 0; l < 16; ++l) {
+        const int n = 16 * half + l;
+        const unsigned byte = (r.q[n / 4] >> (8 * (n % 4))) & 0xffu;
+        v[n] = exact_float((byte >> (2 * r.j)) & 3u);
       }
     }
   }
@@ -331,6 +418,30 @@ struct IQ2_XXS {
         const float v =
             __fmul_rn(factor, exact_float(static_cast<unsigned>((magnitudes >> (8 * j)) & 0xffu)));
         w[8 * point + j] = ((signs >> j) & 1u) ? -v : v;
+      }
+    }
+  }
+  static constexpr bool kHasMin = false;
+  __device__ __forceinline__ static void factors(const Raw& r, float (&v)[kChunk],
+                                                 float (&a)[kChunk / 16], float (&)[kChunk / 16]) {
+    if (r.grid == nullptr) {  // a row that is not there
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) v[i] = 0.0f;
+      a[0] = a[1] = 0.0f;
+      return;
+    }
+    const unsigned meta = r.q[2] | (static_cast<unsigned>(r.q[3]) << 16);
+    a[0] = a[1] = __fmul_rn(__fmul_rn(f16(r.d), 0.5f + static_cast<float>(meta >> 28)), 0.25f);
+#pragma unroll
+    for (int point = 0; point < 4; ++point) {
+      const unsigned index = (r.q[point / 2] >> (8 * (point % 2))) & 0xffu;
+      const std::uint64_t magnitudes = __ldg(r.grid + index);
+      const unsigned field = (meta >> (7 * point)) & 127u;
+      const unsigned signs = field | ((__popc(field) & 1u) << 7);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float m = exact_float(static_cast<unsigned>((magnitudes >> (8 * j)) & 0xffu));
+        v[8 * point + j] = ((signs >> j) & 1u) ? -m : m;
       }
     }
   }
