@@ -422,6 +422,68 @@ TEST_P(QuantOps, MoeExpertsMatchDequantisedF32) {
     }
 }
 
+// A prefill's products (more than 4 rows): on CUDA the tensor-core tiles that decode the blocks
+// into shared memory (cuda_grouped_packed.cu). Row tiles of 64 with a short last one, output
+// widths off the 128-column tile, K split into ranges of 128 for a narrow output (20 x 4096 ->
+// 200 makes 2 tiles), and K off the 128-column step (5 and 13 blocks of 32 for the formats whose
+// rows are blocks of 32).
+TEST_P(QuantOps, PrefillLinearMatchesDequantisedF32) {
+  std::mt19937 g(36);
+  for (const auto t : kDeviceTypes) {
+    std::vector<std::array<std::int64_t, 3>> shapes = {
+        {70, 1024, 257}, {20, 4096, 200}, {130, 768, 136}, {5, 256, 64}};
+    if (t == QuantType::kQ8_0 || t == QuantType::kF4E2M1x2) {
+      shapes.push_back({33, 160, 100});
+      shapes.push_back({9, 416, 64});
+    }
+    for (const auto& [S, in, out] : shapes) {
+      SCOPED_TRACE(std::string(quant::quant_name(t)) + " S " + std::to_string(S) + " in " +
+                   std::to_string(in) + " out " + std::to_string(out));
+      const auto w = random_quant(t, {out, in}, g);
+      const auto dq = w.dequantized();
+      const auto x = random_x({S, in}, g);
+      Tensor ref, y;
+      cpu_->linear(x, f32_view(dq, {out, in}), ref);
+      be_->linear(x.to(be_->memory()), up(w), y);
+      be_->synchronize();
+      ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
+      EXPECT_TRUE(close(y, ref));
+    }
+  }
+}
+
+// A prefill's routed experts (more than 4 tokens): on CUDA the pairs sorted by expert and each
+// expert's blocks decoded once a tile of its pairs (tiles of 32 rows at 9 tokens, of 64 at 150,
+// an expert over two tiles there), gate_up and down in different formats as ds4's and
+// llama.cpp's mixes store them, the clamped SwiGLU.
+TEST_P(QuantOps, PrefillMoeExpertsMatchDequantisedF32) {
+  std::mt19937 g(37);
+  const std::int64_t E = 8, k = 3, H = 256, I = 512;
+  const std::vector<std::pair<QuantType, QuantType>> mixes = {
+      {QuantType::kQ4_K, QuantType::kQ6_K},         {QuantType::kIQ2_XXS, QuantType::kQ4_K},
+      {QuantType::kQ2_K, QuantType::kQ5_K},         {QuantType::kQ8_0, QuantType::kQ8_0},
+      {QuantType::kF4E2M1x2, QuantType::kF4E2M1x2}, {QuantType::kQ6_K, QuantType::kIQ2_XXS},
+      {QuantType::kQ5_K, QuantType::kQ2_K}};
+  for (const auto& [tg, td] : mixes)
+    for (const std::int64_t S : {9, 150}) {
+      SCOPED_TRACE(std::string(quant::quant_name(tg)) + " / " + std::string(quant::quant_name(td)) +
+                   " S " + std::to_string(S));
+      const auto gate_up = random_quant(tg, {E, 2 * I, H}, g);
+      const auto down = random_quant(td, {E, H, I}, g);
+      const auto gu = gate_up.dequantized(), dn = down.dequantized();
+      const auto x = random_x({S, H}, g);
+      auto [experts, weights] = routing(S, E, k, g);
+      Tensor ref, y;
+      cpu_->moe_experts(x, f32_view(gu, {E, 2 * I, H}), f32_view(dn, {E, H, I}), experts, weights,
+                        7.0f, ref);
+      be_->moe_experts(x.to(be_->memory()), up(gate_up), up(down), experts.to(be_->memory()),
+                       weights.to(be_->memory()), 7.0f, y);
+      be_->synchronize();
+      ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
+      EXPECT_TRUE(close(y, ref));
+    }
+}
+
 // grouped_linear (DeepSeek V4's grouped output projection) on each format: a group's rows are a
 // weight of their own (weight_rows), FP8 groups of whole 128-row blocks.
 TEST_P(QuantOps, GroupedLinearMatchesDequantisedF32) {

@@ -52,21 +52,6 @@ std::int64_t smem_floats(std::int64_t rep, std::int64_t D, int stages) {
   return rep * D + stages * stage_floats(D);
 }
 
-__device__ __forceinline__ void cp_async16(float* smem, const float* gmem, bool fill) {
-  const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int bytes = fill ? 16 : 0;  // 0: the 16 bytes are zero-filled, nothing is read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
-               "l"(__cvta_generic_to_global(gmem)), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
 // kPer4: float4 columns a lane holds (ceil(D / 128)); kHeads: query heads a warp takes (at most
 // 32 / kHeads warps, so two heads a warp get 128 registers a thread, no spills).
 template <int kPer4, int kHeads>

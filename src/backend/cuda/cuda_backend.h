@@ -87,6 +87,7 @@
 
 #include <array>
 #include <deque>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <mutex>
@@ -305,15 +306,27 @@ class CudaBackend final : public Backend {
   // y = x · W^T for a block-scaled FP8 W (cuda_linear.cu): GEMV for few rows, else widened
   // tiles and sgemm.
   void linear_fp8(const Tensor& x, const Weight& w, Tensor& y);
-  // y = x · w^T on the tensor cores for a prefill (cuda_grouped_gemm.h), K split for narrow
-  // outputs; the caller has checked dense_product_takes and sized y.
-  void prefill_product(const Tensor& x, const void* w, const float* scales, GroupedWeights wt,
-                       std::int64_t in, std::int64_t out, Tensor& y);
+  // A prefill's y = x · w^T on the tensor cores (cuda_grouped_gemm.h): `launch` runs the product
+  // (dense_product or dense_product_packed) with K split for narrow outputs (its partial sums in
+  // the pooled scratch); the caller has checked that the product takes x and sized y.
+  using DenseLaunch = std::function<cudaError_t(DenseSplit split, float* partials)>;
+  void prefill_product(std::int64_t S, std::int64_t in, std::int64_t out,
+                       const DenseLaunch& launch);
   // The same for a packed W (FP4 E2M1 + E8M0, GGUF blocks; cuda_linear_packed.cu): the packed
-  // GEMV for up to 4 rows, else tiles dequantised into the pooled scratch and sgemm.
+  // GEMV for up to 4 rows, else the tiles of cuda_grouped_packed.cu on the tensor cores
+  // (FLASHSERVE_CUDA_PREFILL_SGEMM=1: rows dequantised into the pooled scratch and sgemm).
   void linear_packed(const Tensor& x, const Weight& w, Tensor& y);
-  // The routed experts with packed gate_up/down (cuda_moe_packed.cu): per (token, expert) pair
-  // the packed GEMV core, then the combine in the CPU's order.
+  // The routed experts of a prefill as grouped products (cuda_grouped_gemm.h): the pairs of
+  // `experts` sorted by expert into tiles of `tile_rows`, the caller's two products over the
+  // sorted pairs (gate_up writes act [P, I], down part [P, H], both sized by the caller; `work`
+  // is the sort's table), then the combine of part into y [S, H] in the CPU's order.
+  using SortedProduct = std::function<cudaError_t(const std::int32_t* work)>;
+  void grouped_experts(const Tensor& experts, const Tensor& weights, std::int64_t E, int tile_rows,
+                       const SortedProduct& gate_up, const SortedProduct& down, const Tensor& part,
+                       Tensor& y);
+  // The routed experts with packed gate_up/down (cuda_moe_packed.cu): for up to 4 tokens, per
+  // (token, expert) pair the packed GEMV core; past that the grouped products on the tensor cores
+  // (cuda_grouped_packed.cu); then the combine in the CPU's order.
   void moe_experts_packed(const Tensor& x, const Weight& gate_up, const Weight& down,
                           const Tensor& experts, const Tensor& weights, float swiglu_limit,
                           Tensor& y);

@@ -36,6 +36,24 @@ __device__ __forceinline__ void wait_for_inputs() {
 __device__ __forceinline__ void release_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
+
+// 16 bytes global -> shared by cp.async (L2 only), zero-filled without a read when !fill; then
+// the group's commit and the wait for all but kPending groups.
+__device__ __forceinline__ void cp_async16(float* smem, const float* gmem, bool fill) {
+  const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int bytes = fill ? 16 : 0;  // 0: the 16 bytes are zero-filled, nothing is read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+               "l"(__cvta_generic_to_global(gmem)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
 bool overlap_enabled();  // FLASHSERVE_CUDA_OVERLAP, read once (default on)
 
 // A host step that must succeed once per device, such as raising kernels' dynamic shared memory

@@ -18,14 +18,22 @@
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_gemv.cuh"
+#include "backend/cuda/cuda_grouped_common.cuh"
 #include "backend/cuda/cuda_moe_common.cuh"
 
 namespace fs::cuda {
 namespace {
 
-constexpr int kTileN = 128;
+using tiles::bf16x2;
+using tiles::kMaxGridY;
+using tiles::kThreads;
+using tiles::kTileN;
+using tiles::kTileWords;
+using tiles::ldmatrix_x4;
+using tiles::max_tiles;
+using tiles::mma_bf16;
+
 constexpr int kTileK = 64;
-constexpr int kThreads = 256;
 // Shared rows are kTileK + 8 bf16 (144 bytes) apart: the 8 rows an ldmatrix phase reads then
 // start 4 banks apart and cover all 32 (no conflicts), and every row start stays 16-byte aligned.
 constexpr int kLd = kTileK + 8;
@@ -34,15 +42,6 @@ constexpr int kStageHalves = 2 * kTileM* kLd + kTileN* kLd;  // x hi, x lo, weig
 template <int kTileM>
 constexpr std::size_t kSmemBytes = 2 * kStageHalves<kTileM> * sizeof(bf16_bits);
 constexpr int kSortThreads = 1024;
-constexpr std::int64_t kMaxSortExperts = 4096;  // 3 ints an expert in shared memory
-constexpr std::int64_t kMaxGridY = 65535;
-
-// The work buffer: [0] the tile count, then kTileWords a tile, then the sorted pairs.
-constexpr int kTileWords = 3;  // expert, first sorted pair, pairs
-__host__ __device__ constexpr std::int64_t max_tiles(std::int64_t P, std::int64_t E, int rows) {
-  return (P + rows - 1) / rows + E;
-}
-
 __device__ __forceinline__ int warp_inclusive_scan(int v, int lane) {
 #pragma unroll
   for (int d = 1; d < kWarp; d *= 2) {
@@ -104,31 +103,6 @@ __global__ void __launch_bounds__(kSortThreads)
   }
 }
 
-__device__ __forceinline__ unsigned bf16x2(float lo, float hi) {
-  unsigned d;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-  return d;
-}
-__device__ __forceinline__ float bf16_round(float v) {
-  return __uint_as_float(bf16x2(v, 0.0f) << 16);
-}
-
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const bf16_bits* p) {
-  const auto a = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const unsigned (&a)[4], unsigned b0,
-                                         unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // How a weight type reaches the shared stage as bf16: 16-byte loads, kLoads a thread a step.
 template <GroupedWeights kW>
 struct StageWeights;
@@ -187,23 +161,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   wait_for_inputs();
   release_dependents();
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp, warp = tid / kWarp;
-  // A tile of sorted pairs from the work buffer, or (work null: a dense product) rows
-  // [64 * tile, 64 * tile + 64) of x.
-  const int tile = static_cast<int>(blockIdx.y);
-  if (work) {
-    if (tile >= work[0]) return;
-    if (tid < kTileWords) tile_info[tid] = work[1 + kTileWords * tile + tid];
-  } else if (tid == 0) {
-    tile_info[0] = 0;
-    tile_info[1] = tile * kTileM;
-    tile_info[2] = min(kTileM, dense_rows - tile * kTileM);
-  }
-  __syncthreads();
-  const int expert = tile_info[0], first = tile_info[1], rows = tile_info[2];
-  if (tid < kTileM)
-    pair_of[tid] =
-        tid < rows ? (work ? work[1 + kTileWords * tiles_max + first + tid] : first + tid) : -1;
-  __syncthreads();
+  if (!tiles::read_tile<kTileM>(work, tiles_max, dense_rows, tile_info, pair_of)) return;
+  const int expert = tile_info[0], rows = tile_info[2];
 
   // This thread's loads: x rows (a float4 of each of kALoads rows) and weight rows.
   const int a_col = (tid % (kTileK / 4)) * 4;
@@ -260,14 +219,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int i = 0; i < kALoads; ++i) {
       const int r = tid / (kTileK / 4) + i * (kThreads / (kTileK / 4));
-      const float v[4] = {a_next[i].x, a_next[i].y, a_next[i].z, a_next[i].w};
-      float h[4], l[4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) h[q] = bf16_round(v[q]), l[q] = v[q] - h[q];
-      *reinterpret_cast<uint2*>(x_hi + r * kLd + a_col) =
-          make_uint2(bf16x2(h[0], h[1]), bf16x2(h[2], h[3]));
-      *reinterpret_cast<uint2*>(x_lo + r * kLd + a_col) =
-          make_uint2(bf16x2(l[0], l[1]), bf16x2(l[2], l[3]));
+      tiles::store_split(a_next[i], x_hi + r * kLd + a_col, x_lo + r * kLd + a_col);
     }
 #pragma unroll
     for (int i = 0; i < kWLoads; ++i) {
@@ -372,15 +324,6 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
 }
 
-template <auto kernel, std::size_t kBytes>
-bool allow_stages() {
-  static OncePerDevice once;
-  return once.run([] {
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(kBytes)) == cudaSuccess;
-  });
-}
-
 // y[i] = the sum of part[z][i] over the splits in order (deterministic, no atomics).
 __global__ void add_splits_kernel(const float* part, int splits, std::int64_t n, float* y) {
   wait_for_inputs();
@@ -403,7 +346,7 @@ cudaError_t launch_tiles(const float* a, std::int64_t a_row_div, const void* w, 
                          std::int64_t k_chunk = 0) {
   constexpr auto kernel = grouped_gemm_kernel<kW, kSwiGlu, kTileM>;
   constexpr auto bytes = kSmemBytes<kTileM>;
-  if (!allow_stages<kernel, bytes>()) return cudaErrorInvalidConfiguration;
+  if (!tiles::allow_shared<kernel, bytes>()) return cudaErrorInvalidConfiguration;
   const std::int64_t per_tile = kSwiGlu ? kTileN / 2 : kTileN;
   const auto tiles = work ? max_tiles(P, E, kTileM) : (P + kTileM - 1) / kTileM;
   if (tiles > kMaxGridY) return cudaErrorInvalidValue;
@@ -435,8 +378,8 @@ int grouped_tile_rows(std::int64_t P, std::int64_t E) {
   return P / used <= kSmallTileMaxPairs ? kGroupedRowsSmall : kGroupedRows;
 }
 
-std::int64_t grouped_max_tiles(std::int64_t P, std::int64_t E, int tile_rows) {
-  return max_tiles(P, E, tile_rows);
+bool grouped_tiles_fit(std::int64_t P, std::int64_t E, int tile_rows) {
+  return max_tiles(P, E, tile_rows) <= kMaxGridY;
 }
 
 std::int64_t grouped_work_words(std::int64_t P, std::int64_t E, int tile_rows) {
@@ -447,13 +390,13 @@ bool grouped_products_take(GroupedWeights w, std::int64_t H, std::int64_t I, std
                            const void* x, const void* gate_up, const void* down) {
   const std::int64_t per_load = w == GroupedWeights::kBf16 ? 8 : 16;
   const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
-  return E > 0 && E <= kMaxSortExperts && H > 0 && I > 0 && H % per_load == 0 &&
+  return E > 0 && E <= kMaxGroupedExperts && H > 0 && I > 0 && H % per_load == 0 &&
          I % per_load == 0 && aligned(x) && aligned(gate_up) && aligned(down);
 }
 
 cudaError_t sort_pairs_by_expert(const std::int32_t* ids, std::int64_t P, std::int64_t E,
                                  int tile_rows, std::int32_t* work, cudaStream_t stream) {
-  if (P <= 0 || P > (std::int64_t{1} << 30) || E <= 0 || E > kMaxSortExperts ||
+  if (P <= 0 || P > (std::int64_t{1} << 30) || E <= 0 || E > kMaxGroupedExperts ||
       max_tiles(P, E, tile_rows) > kMaxGridY ||
       (tile_rows != kGroupedRows && tile_rows != kGroupedRowsSmall))
     return cudaErrorInvalidValue;
@@ -488,9 +431,11 @@ bool dense_product_takes(GroupedWeights w, std::int64_t S, std::int64_t in, cons
                          const void* weights) {
   const std::int64_t per_load = w == GroupedWeights::kBf16 ? 8 : 16;
   const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
-  return S > 0 && (S + kGroupedRows - 1) / kGroupedRows <= kMaxGridY &&
-         S < (std::int64_t{1} << 31) && in > 0 && in % per_load == 0 && aligned(x) &&
-         aligned(weights);
+  return dense_rows_fit(S) && in > 0 && in % per_load == 0 && aligned(x) && aligned(weights);
+}
+
+bool dense_rows_fit(std::int64_t S) {
+  return S > 0 && (S + kGroupedRows - 1) / kGroupedRows <= kMaxGridY;
 }
 
 DenseSplit dense_product_split(std::int64_t S, std::int64_t in, std::int64_t out) {
@@ -521,7 +466,11 @@ cudaError_t dense_product(const float* x, std::int64_t S, const void* w, const f
           : launch_tiles<GroupedWeights::kFp8Scaled, false, kGroupedRows>(
                 x, 1, w, scales, out, out, in, nullptr, S, 1, 0.0f, dst, stream, splits, chunk);
   if (e != cudaSuccess || !cut) return e;
-  const std::int64_t n = S * out;
+  return add_splits(partials, splits, S * out, y, stream);
+}
+
+cudaError_t add_splits(const float* partials, int splits, std::int64_t n, float* y,
+                       cudaStream_t stream) {
   return launch_overlapped(
       add_splits_kernel, dim3(static_cast<unsigned>(std::min<std::int64_t>((n + 255) / 256, 4096))),
       dim3(256), 0, stream, partials, splits, n, y);

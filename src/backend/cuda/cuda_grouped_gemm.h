@@ -20,6 +20,10 @@
 
 #include <cstdint>
 
+namespace fs {
+struct Weight;
+}
+
 namespace fs::cuda {
 
 // Pairs a tile multiplies at most (the M of its product): 64, or 32 where the experts average
@@ -28,6 +32,9 @@ namespace fs::cuda {
 constexpr int kGroupedRows = 64;
 constexpr int kGroupedRowsSmall = 32;
 constexpr std::int64_t kSmallTileMaxPairs = 32;  // pairs an expert on average, at most
+
+// Experts the sort takes at most (3 ints an expert in shared memory).
+constexpr std::int64_t kMaxGroupedExperts = 4096;
 
 // The tile rows for P pairs over E experts (FLASHSERVE_CUDA_GROUPED_ROWS=32 or 64 overrides).
 int grouped_tile_rows(std::int64_t P, std::int64_t E);
@@ -41,8 +48,8 @@ enum class GroupedWeights {
 // int32 words of the work buffer for P pairs over E experts in tiles of tile_rows: the tile count,
 // the tile table (expert, first sorted pair, pairs) and the sorted pairs.
 std::int64_t grouped_work_words(std::int64_t P, std::int64_t E, int tile_rows);
-// The most tiles P pairs over E experts can make (the grids' second dimension).
-std::int64_t grouped_max_tiles(std::int64_t P, std::int64_t E, int tile_rows);
+// Whether a grid holds the most tiles P pairs over E experts can make (its second dimension).
+bool grouped_tiles_fit(std::int64_t P, std::int64_t E, int tile_rows);
 
 // Whether the grouped products take these widths and buffers (16-byte rows of x, act and the
 // weights; E small enough for the sort's shared memory).
@@ -70,6 +77,8 @@ cudaError_t grouped_down(const float* act, const void* down, const float* scales
 // . w[out, in]^T, tiles of 64 rows of x in order (no sort), w bf16 or block-scaled FP8.
 bool dense_product_takes(GroupedWeights w, std::int64_t S, std::int64_t in, const void* x,
                          const void* weights);
+// Whether a grid holds the tiles of S rows.
+bool dense_rows_fit(std::int64_t S);
 // Narrow products (the hyper-connections' [324, 10240] at 512 tokens made 24 tiles for 132
 // multiprocessors) cut K into `splits` ranges of k_chunk columns (a multiple of 128, so FP8's
 // blocks stay whole), each summed into its own slice of `partials` [splits, S, out], then added in
@@ -85,5 +94,29 @@ DenseSplit dense_product_split(std::int64_t S, std::int64_t in, std::int64_t out
 cudaError_t dense_product(const float* x, std::int64_t S, const void* w, const float* scales,
                           GroupedWeights wt, std::int64_t in, std::int64_t out, float* y,
                           cudaStream_t stream, DenseSplit split = {}, float* partials = nullptr);
+// y [n] = the sum of partials [splits, n] over the splits, in order.
+cudaError_t add_splits(const float* partials, int splits, std::int64_t n, float* y,
+                       cudaStream_t stream);
+
+// The same products on packed weights (cuda_grouped_packed.cu: FP4 E2M1 + E8M0 and the GGUF
+// block types the decode kernels read), each tile's weights decoded from their blocks into
+// shared memory: the tensor cores multiply x by each 16-weight group's small exact values and the
+// group's factors scale the result (the formats' `factors`), so no weight is rounded to bf16.
+// `codebook` is IQ2_XXS's grid on the device (null for the other formats). gate_up and down may
+// be in different formats.
+// Whether they take w (its format decoded, rows of whole float4s of x) and x (16-byte aligned);
+// a dense product also needs dense_rows_fit.
+bool packed_products_take(const Weight& w, const void* x);
+cudaError_t grouped_gate_up_packed(const float* x, std::int64_t k, const Weight& gate_up,
+                                   const std::uint8_t* codebook, std::int64_t E, std::int64_t H,
+                                   std::int64_t I, float limit, const std::int32_t* work,
+                                   std::int64_t P, int tile_rows, float* act, cudaStream_t stream);
+cudaError_t grouped_down_packed(const float* act, const Weight& down, const std::uint8_t* codebook,
+                                std::int64_t E, std::int64_t H, std::int64_t I,
+                                const std::int32_t* work, std::int64_t P, int tile_rows,
+                                float* part, cudaStream_t stream);
+cudaError_t dense_product_packed(const float* x, std::int64_t S, const Weight& w,
+                                 const std::uint8_t* codebook, float* y, cudaStream_t stream,
+                                 DenseSplit split = {}, float* partials = nullptr);
 
 }  // namespace fs::cuda

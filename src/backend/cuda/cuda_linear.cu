@@ -277,7 +277,10 @@ void CudaBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
     return;
   }
   if (tensor_core_prefill(GroupedWeights::kBf16, S, in, x.data(), w.data)) {
-    prefill_product(x, w.data, nullptr, GroupedWeights::kBf16, in, out, y);
+    prefill_product(S, in, out, [&](DenseSplit split, float* partials) {
+      return dense_product(x.data(), S, w.data, nullptr, GroupedWeights::kBf16, in, out, y.data(),
+                           stream(), split, partials);
+    });
     return;
   }
   // bf16 (FLASHSERVE_CUDA_PREFILL_SGEMM=1, or widths off 16 bytes): widen tiles of rows (exact)
@@ -299,9 +302,8 @@ void CudaBackend::linear(const Tensor& x, const Weight& w, Tensor& y) {
   }
 }
 
-void CudaBackend::prefill_product(const Tensor& x, const void* w, const float* scales,
-                                  GroupedWeights wt, std::int64_t in, std::int64_t out, Tensor& y) {
-  const auto S = x.rows();
+void CudaBackend::prefill_product(std::int64_t S, std::int64_t in, std::int64_t out,
+                                  const DenseLaunch& launch) {
   const DenseSplit split = dense_product_split(S, in, out);
   float* partials = nullptr;
   if (split.splits > 1) {
@@ -309,7 +311,7 @@ void CudaBackend::prefill_product(const Tensor& x, const void* w, const float* s
     if (!ensure(p, {split.splits * S, out})) return;
     partials = p.data();
   }
-  dense_product(x.data(), S, w, scales, wt, in, out, y.data(), stream(), split, partials);
+  launch(split, partials);
   launched("linear");
 }
 
@@ -343,7 +345,10 @@ void CudaBackend::linear_fp8(const Tensor& x, const Weight& w, Tensor& y) {
     return;
   }
   if (tensor_core_prefill(GroupedWeights::kFp8Scaled, S, in, x.data(), w.data)) {
-    prefill_product(x, w.data, sc.data, GroupedWeights::kFp8Scaled, in, out, y);
+    prefill_product(S, in, out, [&](DenseSplit split, float* partials) {
+      return dense_product(x.data(), S, w.data, sc.data, GroupedWeights::kFp8Scaled, in, out,
+                           y.data(), stream(), split, partials);
+    });
     return;
   }
   const auto tile = std::clamp<std::int64_t>(

@@ -1,7 +1,8 @@
 // Dense products on packed weights (FP4 E2M1 + E8M0, GGUF blocks; backend/weight.h): the packed
 // GEMV for up to kPackedGemvRows rows (every weight byte read once, decoded in registers), and
-// for more rows tiles of weight rows dequantised into the pooled f32 scratch, one sgemm each (as
-// bf16 and FP8 do), so no dequantised copy outlives the op.
+// for more rows the tensor-core tiles of cuda_grouped_packed.cu (the blocks decoded into shared
+// memory). FLASHSERVE_CUDA_PREFILL_SGEMM=1, or a shape they do not take: tiles of weight rows
+// dequantised into the pooled f32 scratch, one sgemm each, so no dequantised copy outlives the op.
 #include <algorithm>
 #include <string>
 #include <type_traits>
@@ -119,6 +120,14 @@ void CudaBackend::linear_packed(const Tensor& x, const Weight& w, Tensor& y) {
       });
     });
     launched(kOp);
+    return;
+  }
+  // A prefill: the tiles of cuda_grouped_packed.cu on the tensor cores.
+  if (!env_flag("FLASHSERVE_CUDA_PREFILL_SGEMM") && packed_products_take(w, x.data()) &&
+      dense_rows_fit(S)) {
+    prefill_product(S, in, out, [&](DenseSplit split, float* partials) {
+      return dense_product_packed(x.data(), S, w, codebook, y.data(), stream(), split, partials);
+    });
     return;
   }
   const auto tile = std::clamp<std::int64_t>(

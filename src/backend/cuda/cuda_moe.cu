@@ -34,7 +34,6 @@ namespace {
 // Up to this many tokens (an MTP verify of depth 3) run the one-token kernels with a slot per
 // (token, expert) pair, each reading its token's row: the sums of the autoregressive step's. The
 // pair kernels below (FLASHSERVE_CUDA_MOE_PAIRS=1) take every count.
-constexpr int kMaxPairTokens = 4;
 constexpr int kFusedMaxTokens = 4;
 constexpr int kMaxPairs = kFusedMaxTokens * kMaxTopK;
 constexpr int kGateUpThreads = 256;     // 8 warps, one I-row (its gate and up rows) each
@@ -585,22 +584,18 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
       gate_up.block_scaled() == down.block_scaled() &&
       (gate_up.block_scaled() || gate_up.dtype == DType::kBF16) &&
       grouped_products_take(grouped, H, I, E, x.data(), gate_up.data, down.data) &&
-      grouped_max_tiles(P, E, rows) <= 65535) {
-    Tensor& work = scratch(moe_sort_);
-    if (!ensure(work, {grouped_work_words(P, E, rows)}, DType::kI32)) return;
-    if (walking()) return;
-    auto* w = work.data_as<std::int32_t>();
-    sort_pairs_by_expert(ids, P, E, rows, w, stream());
-    if (!launched(kOp)) return;
-    grouped_gate_up(x.data(), k, gate_up.data, scales_of(gate_up), grouped, E, H, I, swiglu_limit,
-                    w, P, rows, act.data(), stream());
-    if (!launched(kOp)) return;
-    grouped_down(act.data(), down.data, scales_of(down), grouped, E, H, I, w, P, rows, outp.data(),
-                 stream());
-    if (!launched(kOp)) return;
-    launch_overlapped(moe_combine_kernel, dim3(static_cast<unsigned>(S), grid_for(H, 256)), 256, 0,
-                      stream(), outp.data(), weights.data(), ids, E, k, H, y.data());
-    launched(kOp);
+      grouped_tiles_fit(P, E, rows)) {
+    grouped_experts(
+        experts, weights, E, rows,
+        [&](const std::int32_t* work) {
+          return grouped_gate_up(x.data(), k, gate_up.data, scales_of(gate_up), grouped, E, H, I,
+                                 swiglu_limit, work, P, rows, act.data(), stream());
+        },
+        [&](const std::int32_t* work) {
+          return grouped_down(act.data(), down.data, scales_of(down), grouped, E, H, I, work, P,
+                              rows, outp.data(), stream());
+        },
+        outp, y);
     return;
   }
   if (walking()) return;
@@ -636,6 +631,27 @@ void CudaBackend::moe_experts(const Tensor& x, const Weight& gate_up, const Weig
   if (!launched(kOp)) return;
   launch_overlapped(moe_combine_kernel, dim3(static_cast<unsigned>(S), grid_for(H, 256)), 256, 0,
                     stream(), outp.data(), weights.data(), ids, E, k, H, y.data());
+  launched(kOp);
+}
+
+void CudaBackend::grouped_experts(const Tensor& experts, const Tensor& weights, std::int64_t E,
+                                  int tile_rows, const SortedProduct& gate_up,
+                                  const SortedProduct& down, const Tensor& part, Tensor& y) {
+  constexpr const char* kOp = "moe_experts";
+  const auto S = experts.rows(), k = experts.cols(), P = S * k, H = y.cols();
+  const auto* ids = experts.data_as<std::int32_t>();
+  Tensor& work = scratch(moe_sort_);
+  if (!ensure(work, {grouped_work_words(P, E, tile_rows)}, DType::kI32)) return;
+  if (walking()) return;
+  auto* w = work.data_as<std::int32_t>();
+  sort_pairs_by_expert(ids, P, E, tile_rows, w, stream());
+  if (!launched(kOp)) return;
+  gate_up(w);
+  if (!launched(kOp)) return;
+  down(w);
+  if (!launched(kOp)) return;
+  launch_overlapped(moe_combine_kernel, dim3(static_cast<unsigned>(S), grid_for(H, 256)), 256, 0,
+                    stream(), part.data(), weights.data(), ids, E, k, H, y.data());
   launched(kOp);
 }
 

@@ -11,6 +11,9 @@ namespace fs::cuda {
 namespace {
 
 constexpr int kMaxTopK = 64;
+// Tokens up to which the routed experts run as GEMVs over (token, expert) pairs (decode, an MTP
+// verify); a prefill past them takes the grouped products (cuda_grouped_gemm.h).
+constexpr int kMaxPairTokens = 4;
 
 // The f32 scale grid of a stacked block-scaled [E, rows, cols] tensor ([E, gr, gc]).
 struct ExpertGrid {

@@ -130,6 +130,25 @@ void CudaBackend::moe_experts_packed(const Tensor& x, const Weight& gate_up, con
   Tensor& act = scratch(moe_act_);
   Tensor& outp = scratch(moe_out_);
   if (!ensure(act, {P, I}) || !ensure(outp, {P, H})) return;
+  // A prefill: each expert's blocks decoded once for a tile of up to 64 (or 32) of its pairs, on
+  // the tensor cores (cuda_grouped_packed.cu). FLASHSERVE_CUDA_MOE_PAIRS=1 keeps the pair GEMVs.
+  const int rows = grouped_tile_rows(P, E);
+  if (S > kMaxPairTokens && !env_flag("FLASHSERVE_CUDA_MOE_PAIRS") && E <= kMaxGroupedExperts &&
+      packed_products_take(gate_up, x.data()) && packed_products_take(down, act.data()) &&
+      grouped_tiles_fit(P, E, rows)) {
+    grouped_experts(
+        experts, weights, E, rows,
+        [&](const std::int32_t* work) {
+          return grouped_gate_up_packed(x.data(), k, gate_up, codebook, E, H, I, swiglu_limit, work,
+                                        P, rows, act.data(), stream());
+        },
+        [&](const std::int32_t* work) {
+          return grouped_down_packed(act.data(), down, codebook, E, H, I, work, P, rows,
+                                     outp.data(), stream());
+        },
+        outp, y);
+    return;
+  }
   if (walking()) return;
   packed::with_format(gate_up, [&](auto f) {
     using F = decltype(f);
