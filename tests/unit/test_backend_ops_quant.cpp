@@ -422,6 +422,76 @@ TEST_P(QuantOps, MoeExpertsMatchDequantisedF32) {
     }
 }
 
+// The packed GEMVs and the routed-expert pair kernels of 1-4 tokens (decode, an MTP verify) give
+// each token the bits it gets alone: greedy MTP on packed weights equals autoregressive decoding
+// only while they do. 2,560 -> 10,240 takes x staged past 48 KB at four tokens for the formats of
+// 64-weight chunks (Q4_K, Q5_K, Q6_K: rows padded to 64 chunks a warp), and unstaged where a
+// launch cannot have it; either way the same sums.
+TEST_P(QuantOps, PackedDecodeTokensGetTheirOneTokenBits) {
+  if (GetParam() != "cuda") GTEST_SKIP() << "a property of the CUDA kernels";
+  std::mt19937 g(38);
+  const auto alone = [&](const Tensor& x, std::int64_t s) {
+    Tensor row({1, x.cols()});
+    std::memcpy(row.data(), x.data() + s * x.cols(), static_cast<std::size_t>(x.cols()) * 4);
+    return row;
+  };
+  for (const auto t : kDeviceTypes) {
+    if (t == QuantType::kF8E4M3) continue;
+    SCOPED_TRACE(std::string(quant::quant_name(t)));
+    const std::int64_t in = 2560, out = 10240;
+    const auto w = random_quant(t, {out, in}, g);
+    const Weight wd = up(w);
+    const auto x = random_x({4, in}, g);
+    std::vector<std::vector<float>> one(4);
+    for (std::int64_t s = 0; s < 4; ++s) {
+      Tensor y1;
+      be_->linear(alone(x, s).to(be_->memory()), wd, y1);
+      one[static_cast<std::size_t>(s)] = y1.to_host_vector();
+    }
+    for (std::int64_t S = 2; S <= 4; ++S) {
+      Tensor xs({S, in});
+      std::memcpy(xs.data(), x.data(), static_cast<std::size_t>(S * in) * 4);
+      Tensor y;
+      be_->linear(xs.to(be_->memory()), wd, y);
+      const auto all = y.to_host_vector();
+      for (std::int64_t s = 0; s < S; ++s)
+        EXPECT_EQ(std::memcmp(one[static_cast<std::size_t>(s)].data(), all.data() + s * out,
+                              static_cast<std::size_t>(out) * sizeof(float)),
+                  0)
+            << "token " << s << " of " << S << " differs from its one-token product";
+    }
+    ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
+  }
+  // The routed experts: 3 tokens' 3 of 8 experts, gate/up in Q4_K and down in Q6_K, then both in
+  // IQ2_XXS.
+  for (const auto& [tg, td] : std::vector<std::pair<QuantType, QuantType>>{
+           {QuantType::kQ4_K, QuantType::kQ6_K}, {QuantType::kIQ2_XXS, QuantType::kIQ2_XXS}}) {
+    SCOPED_TRACE(std::string(quant::quant_name(tg)) + " / " + std::string(quant::quant_name(td)));
+    const std::int64_t E = 8, k = 3, S = 3, H = 512, I = 512;
+    const auto gate_up = random_quant(tg, {E, 2 * I, H}, g);
+    const auto down = random_quant(td, {E, H, I}, g);
+    const Weight gu = up(gate_up), dn = up(down);
+    const auto x = random_x({S, H}, g);
+    auto [experts, weights] = routing(S, E, k, g);
+    Tensor y;
+    be_->moe_experts(x.to(be_->memory()), gu, dn, experts.to(be_->memory()),
+                     weights.to(be_->memory()), 7.0f, y);
+    const auto all = y.to_host_vector();
+    for (std::int64_t s = 0; s < S; ++s) {
+      Tensor ids(host_memory(), {1, k}, DType::kI32);
+      std::memcpy(ids.raw(), experts.data_as<std::int32_t>() + s * k,
+                  static_cast<std::size_t>(k) * 4);
+      Tensor y1;
+      be_->moe_experts(alone(x, s).to(be_->memory()), gu, dn, ids.to(be_->memory()),
+                       alone(weights, s).to(be_->memory()), 7.0f, y1);
+      const auto one = y1.to_host_vector();
+      EXPECT_EQ(std::memcmp(one.data(), all.data() + s * H, one.size() * sizeof(float)), 0)
+          << "token " << s << " of 3 differs from its one-token experts";
+    }
+    ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
+  }
+}
+
 // A prefill's products (more than 4 rows): on CUDA the tensor-core tiles that decode the blocks
 // into shared memory (cuda_grouped_packed.cu). Row tiles of 64 with a short last one, output
 // widths off the 128-column tile, K split into ranges of 128 for a narrow output (20 x 4096 ->

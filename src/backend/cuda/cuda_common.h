@@ -82,6 +82,17 @@ class OncePerDevice {
   std::mutex mutex_;
   std::vector<bool> done_;
 };
+
+// Raises `kernel`'s dynamic shared memory limit to kBytes (past the default 48 KB), once per
+// device; false where the device refuses.
+template <auto kernel, std::size_t kBytes>
+bool allow_dynamic_shared() {
+  static OncePerDevice once;
+  return once.run([] {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(kBytes)) == cudaSuccess;
+  });
+}
 // FLASHSERVE_CUDA_MOE_BLOCK, read once (default on): =0 runs moe_block as its sequence of ops.
 bool moe_block_enabled();
 

@@ -81,14 +81,4 @@ __device__ __forceinline__ void store_split(const float4& x, bf16_bits* hi, bf16
   *reinterpret_cast<uint2*>(lo) = make_uint2(bf16x2(l[0], l[1]), bf16x2(l[2], l[3]));
 }
 
-// Raises a kernel's dynamic shared memory limit to kBytes, once per device.
-template <auto kernel, std::size_t kBytes>
-bool allow_shared() {
-  static OncePerDevice once;
-  return once.run([] {
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(kBytes)) == cudaSuccess;
-  });
-}
-
 }  // namespace fs::cuda::tiles

@@ -346,7 +346,7 @@ cudaError_t launch_tiles(const float* a, std::int64_t a_row_div, const void* w, 
                          std::int64_t k_chunk = 0) {
   constexpr auto kernel = grouped_gemm_kernel<kW, kSwiGlu, kTileM>;
   constexpr auto bytes = kSmemBytes<kTileM>;
-  if (!tiles::allow_shared<kernel, bytes>()) return cudaErrorInvalidConfiguration;
+  if (!allow_dynamic_shared<kernel, bytes>()) return cudaErrorInvalidConfiguration;
   const std::int64_t per_tile = kSwiGlu ? kTileN / 2 : kTileN;
   const auto tiles = work ? max_tiles(P, E, kTileM) : (P + kTileM - 1) / kTileM;
   if (tiles > kMaxGridY) return cudaErrorInvalidValue;

@@ -293,7 +293,7 @@ cudaError_t launch_tiles(const float* a, std::int64_t a_row_div, const PackedMat
                          cudaStream_t stream, int splits = 1, std::int64_t k_chunk = 0) {
   constexpr auto kernel = packed_tiles_kernel<F, kSwiGlu, kTileM>;
   constexpr auto bytes = kSharedBytes<kTileM>;
-  if (!tiles::allow_shared<kernel, bytes>()) return cudaErrorInvalidConfiguration;
+  if (!allow_dynamic_shared<kernel, bytes>()) return cudaErrorInvalidConfiguration;
   const std::int64_t per_tile = kSwiGlu ? kTileN / 2 : kTileN;
   const auto count = work ? tiles::max_tiles(P, E, kTileM) : (P + kTileM - 1) / kTileM;
   if (count > tiles::kMaxGridY) return cudaErrorInvalidValue;

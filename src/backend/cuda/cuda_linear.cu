@@ -91,16 +91,6 @@ struct GemvScales {
   std::int64_t grid_cols = 0;
 };
 
-// Lets `kernel` take up to kMaxStagedXOptInBytes of dynamic shared memory (once per device).
-template <auto kernel>
-bool allow_large_staged_x() {
-  static OncePerDevice once;
-  return once.run([] {
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(kMaxStagedXOptInBytes)) == cudaSuccess;
-  });
-}
-
 // kLargeX: x may be staged beyond the default 48 KB (kMaxStagedXOptInBytes); where the attribute
 // cannot be set the launch reads x unstaged, the same sums.
 template <typename T, bool kVec, int kS, int kR, int kG, int kU = kDefaultChunksInFlight<kR>,
@@ -114,7 +104,7 @@ void launch_gemv(const float* x, const T* w, GemvScales sc, const GemvOut& y, st
     constexpr auto staged = gemv_kernel<T, kVec, kS, kR, kG, kU, true, kStreams>;
     smem = staged_x_launch_bytes<T, kVec, kG, kS>(
         in / WeightChunk<T, kVec>::kN, kLargeX ? kMaxStagedXOptInBytes : kMaxStagedXBytes);
-    if (smem > kMaxStagedXBytes && !allow_large_staged_x<staged>()) smem = 0;
+    if (smem > kMaxStagedXBytes && !allow_dynamic_shared<staged, kMaxStagedXOptInBytes>()) smem = 0;
     if (smem) kernel = staged;
   }
   launch_overlapped(kernel, grid_for(groups * kG, kGemvThreads), kGemvThreads, smem, stream, x, w,
