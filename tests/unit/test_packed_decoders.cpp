@@ -1,8 +1,8 @@
 // The CUDA kernels' packed-format decoders (src/backend/cuda/cuda_packed_formats.cuh) run on the
 // host, against the quant module's dequantisers, bit for bit: every chunk of random rows of each
-// format, through the decoders' own load/decode/column, and the GEMVs' factored form (`factors`)
-// recombined, so the device's block indexing is checked on every machine (the GPU suite,
-// Cuda/QuantOps, then checks the kernels around them).
+// format, through the decoders' own load/factors/column and `decode` (the factors recombined), so
+// the device's block indexing and the factored form every kernel multiplies by are checked on
+// every machine (the GPU suite, Cuda/QuantOps, then checks the kernels around them).
 //
 // The header is written for nvcc; here the CUDA qualifiers mean nothing and the few intrinsics it
 // calls get their host meanings (a load is a load; __fmul_rn/__fsub_rn are one rounded product or
@@ -133,16 +133,9 @@ void check_format(Q t, std::int64_t in, int rows, std::mt19937& g) {
     for (std::int64_t c = 0; c < F::chunks(in); ++c) {
       float w[F::kChunk];
       const auto raw = F::load(bytes.data() + static_cast<std::size_t>(r) * row_bytes, side, c);
-      F::decode(raw, w);
-      // The GEMVs' factored form is the same decomposition: a * v (- b) rounded as the
-      // dequantiser rounds is each weight, bit for bit.
-      float v[F::kChunk], a[F::kChunk / 16], b[F::kChunk / 16] = {};
-      F::factors(raw, v, a, b);
-      for (int i = 0; i < F::kChunk; ++i) {
-        const float product = __fmul_rn(a[i / 16], v[i]);
-        ASSERT_TRUE(same(F::kHasMin ? __fsub_rn(product, b[i / 16]) : product, w[i]))
-            << "row " << r << " chunk " << c << " weight " << i;
-      }
+      // decode is the factored form (a * v - b, each group's factors) recombined as the
+      // dequantiser rounds: equal to it bit for bit, it shows the factors of every weight right.
+      decode<F>(raw, w);
       for (int run = 0; run < F::kChunk / 32; ++run)
         for (int q = 0; q < 32; ++q)
           got[static_cast<std::size_t>(F::column(c, run) + q)] = w[32 * run + q];
@@ -151,12 +144,10 @@ void check_format(Q t, std::int64_t in, int rows, std::mt19937& g) {
       ASSERT_TRUE(same(got[i], want[i]))
           << "row " << r << " col " << i << ": " << got[i] << " vs " << want[i];
   }
-  // A row that is not there (the kernels' zero Raw) decodes to zeros, in both forms.
-  float w[F::kChunk], v[F::kChunk], a[F::kChunk / 16], b[F::kChunk / 16] = {};
-  F::decode(typename F::Raw{}, w);
+  // A row that is not there (the kernels' zero Raw) decodes to zeros.
+  float w[F::kChunk];
+  decode<F>(typename F::Raw{}, w);
   for (const float x : w) EXPECT_EQ(x, 0.0f);
-  F::factors(typename F::Raw{}, v, a, b);
-  for (int i = 0; i < F::kChunk; ++i) EXPECT_EQ(__fmul_rn(a[i / 16], v[i]), 0.0f);
 }
 
 TEST(PackedDecoders, EqualTheQuantModuleBitForBit) {

@@ -381,6 +381,14 @@ bool CudaBackend::launched(const char* op) {
   return false;
 }
 
+bool CudaBackend::launched(const char* op, cudaError_t returned) {
+  if (walking()) return true;
+  if (returned == cudaSuccess) return launched(op);
+  cudaGetLastError();  // the returned error is the one to report
+  fail(internal_error(cuda_message(op, returned)));
+  return false;
+}
+
 bool CudaBackend::cublas_ok(cublasStatus_t s, const char* op) {
   if (s == CUBLAS_STATUS_SUCCESS) return true;
   fail(internal_error(std::string("cuda: ") + op + ": cuBLAS " + cublasGetStatusString(s)));

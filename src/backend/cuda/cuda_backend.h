@@ -348,6 +348,9 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return cuda_memory_->stream(); }
   // Records "cuda: <op>: <error>" when the last launch failed; true when it did not.
   bool launched(const char* op);
+  // The same for a launch helper's own result (cuda_grouped_gemm.h): an error it returns without
+  // a CUDA call (a grid past its limit, a shared-memory limit refused) fails the op too.
+  bool launched(const char* op, cudaError_t returned);
   bool cublas_ok(cublasStatus_t s, const char* op);
   // Records a failure unless every tensor lives in device memory / `w` was uploaded.
   bool on_device(const char* op, std::initializer_list<const Tensor*> tensors);

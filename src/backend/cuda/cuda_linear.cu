@@ -301,8 +301,7 @@ void CudaBackend::prefill_product(std::int64_t S, std::int64_t in, std::int64_t 
     if (!ensure(p, {split.splits * S, out})) return;
     partials = p.data();
   }
-  launch(split, partials);
-  launched("linear");
+  launched("linear", launch(split, partials));
 }
 
 // Block-scaled FP8 (weight.h): the GEMV reads the e4m3 bytes and the scales directly; more rows

@@ -53,7 +53,7 @@ __global__ void packed_dequantize_kernel(const std::uint8_t* w, std::int64_t row
     const auto raw = F::load(w + (r0 + r) * row_bytes,
                              scales != nullptr ? scales + (r0 + r) * scale_row_bytes : nullptr, c);
     float v[F::kChunk];
-    F::decode(raw, v);
+    packed::decode<F>(raw, v);
     float* row = dst + r * in;
 #pragma unroll
     for (int run = 0; run < F::kChunk / 32; ++run) {

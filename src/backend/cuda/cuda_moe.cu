@@ -644,12 +644,9 @@ void CudaBackend::grouped_experts(const Tensor& experts, const Tensor& weights, 
   if (!ensure(work, {grouped_work_words(P, E, tile_rows)}, DType::kI32)) return;
   if (walking()) return;
   auto* w = work.data_as<std::int32_t>();
-  sort_pairs_by_expert(ids, P, E, tile_rows, w, stream());
-  if (!launched(kOp)) return;
-  gate_up(w);
-  if (!launched(kOp)) return;
-  down(w);
-  if (!launched(kOp)) return;
+  if (!launched(kOp, sort_pairs_by_expert(ids, P, E, tile_rows, w, stream()))) return;
+  if (!launched(kOp, gate_up(w))) return;
+  if (!launched(kOp, down(w))) return;
   launch_overlapped(moe_combine_kernel, dim3(static_cast<unsigned>(S), grid_for(H, 256)), 256, 0,
                     stream(), part.data(), weights.data(), ids, E, k, H, y.data());
   launched(kOp);

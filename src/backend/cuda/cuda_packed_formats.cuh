@@ -4,20 +4,21 @@
 //
 // A row of a packed matrix is cut into chunks, the unit one thread loads and decodes at a time:
 // `load` reads a chunk's bytes (all its loads issued together, so several chunks can be in
-// flight), `decode` turns them into kChunk floats, and `column(c, run)` says where run `run`
-// (32 consecutive weights) of chunk c sits in the row; decoded weight run * 32 + i is column
-// column(c, run) + i. Chunks follow the block layouts (tensor/quant/k_quants.cpp reads the same
-// bytes) so that a chunk's bytes are contiguous and its x columns come in runs of 32.
+// flight), `factors` unpacks them, and `column(c, run)` says where run `run` (32 consecutive
+// weights) of chunk c sits in the row; weight run * 32 + i is column column(c, run) + i. Chunks
+// follow the block layouts (tensor/quant/k_quants.cpp reads the same bytes) so that a chunk's bytes
+// are contiguous and its x columns come in runs of 32.
 //
-// Each weight is computed with the CPU dequantiser's products in its order, one rounding each
-// (__fmul_rn / __fsub_rn: no contraction into an FMA), so a decoded weight is the CPU's bit for
-// bit (`decode`: the prefill tiles, the host tests). The GEMVs take the factored form instead
-// (`factors`, session 22): a group of 16 weights is a * v_i (- b), v_i the small exact values the
-// block stores, so a group's dot product is a * (sum v_i x_i) (- b * sum x_i): one FMA a weight
-// once its integer is out, where the weights themselves took two more rounded products each. The
-// sum differs from the dequantised weights' by rounding (within the QuantOps tests' bound), and
-// every token of a 1-4-token GEMV still sums alike. kHasMin: the format subtracts b (the
-// K-quants' mins).
+// `factors` gives a group of 16 weights as a * v_i (- b): v_i the small exact values the block
+// stores (integers, E2M1 values), a and b the group's f32 factors. The GEMVs take that form
+// (session 22): a group's dot product is a * (sum v_i x_i) (- b * sum x_i), one FMA a weight once
+// its integer is out, and every token of a 1-4-token GEMV sums alike; prefill's tensor-core tiles
+// multiply the v_i (exact in bf16) and apply the factors to each group's sum
+// (cuda_grouped_packed.cu). `decode` recombines the factors with one rounding a product and one a
+// difference (__fmul_rn /
+// __fsub_rn: no contraction into an FMA), the CPU dequantiser's order, so a decoded weight is the
+// CPU's bit for bit (the f32 tiles of the sgemm fallback, the host tests). kHasMin: the format
+// subtracts b (the K-quants' mins).
 #pragma once
 
 #include <cstdint>
@@ -87,15 +88,6 @@ struct Fp4 {
     const unsigned mag = e == 0 ? (m != 0 ? 0x3f000000u : 0u) : ((e + 126u) << 23) | (m << 22);
     return __uint_as_float(((code & 8u) << 28) | mag);
   }
-  __device__ __forceinline__ static void decode(const Raw& r, float (&w)[kChunk]) {
-    const float s = e8m0(r.scale);
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const unsigned b = byte_of(r.q, i);
-      w[2 * i] = __fmul_rn(e2m1(b & 0x0fu), s);
-      w[2 * i + 1] = __fmul_rn(e2m1(b >> 4), s);
-    }
-  }
   static constexpr bool kHasMin = false;
   __device__ __forceinline__ static void factors(const Raw& r, float (&v)[kChunk],
                                                  float (&a)[kChunk / 16], float (&)[kChunk / 16]) {
@@ -128,16 +120,6 @@ struct Q8_0 {
 #pragma unroll
     for (int i = 0; i < 17; ++i) r.h[i] = __ldg(p + i);
     return r;
-  }
-  __device__ __forceinline__ static void decode(const Raw& r, float (&w)[kChunk]) {
-    const float d = f16(r.h[0]);
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const unsigned v = r.h[1 + i];
-      // A signed byte b is (b ^ 0x80) - 128.
-      w[2 * i] = __fmul_rn(exact_float((v & 0xffu) ^ 0x80u, 128u), d);
-      w[2 * i + 1] = __fmul_rn(exact_float(((v >> 8) & 0xffu) ^ 0x80u, 128u), d);
-    }
   }
   static constexpr bool kHasMin = false;
   __device__ __forceinline__ static void factors(const Raw& r, float (&v)[kChunk],
@@ -187,24 +169,6 @@ struct Q4Q5K {
       r.qh[0] = r.qh[1] = uint4{};
     }
     return r;
-  }
-  __device__ __forceinline__ static void decode(const Raw& r, float (&w)[kChunk]) {
-    const float d = f16(static_cast<unsigned short>(r.head.x & 0xffffu));
-    const float dmin = f16(static_cast<unsigned short>(r.head.x >> 16));
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int k = 2 * r.p + half;
-      int scale = 0, min = 0;
-      scale_min_6bit(r.head, k, scale, min);
-      const float dk = __fmul_rn(d, static_cast<float>(scale));
-      const float mk = __fmul_rn(dmin, static_cast<float>(min));
-#pragma unroll
-      for (int l = 0; l < 32; ++l) {
-        unsigned v = (byte_of(r.q[l / 16], l % 16) >> (4 * half)) & 0x0fu;
-        if constexpr (kFifthBit) v |= ((byte_of(r.qh[l / 16], l % 16) >> k) & 1u) << 4;
-        w[32 * half + l] = __fsub_rn(__fmul_rn(dk, exact_float(v)), mk);
-      }
-    }
   }
   static constexpr bool kHasMin = true;
   __device__ __forceinline__ static void factors(const Raw& r, float (&v)[kChunk],
@@ -266,22 +230,6 @@ struct Q6_K {
     r.d = __ldg(reinterpret_cast<const unsigned short*>(blk + 208));
     return r;
   }
-  __device__ __forceinline__ static void decode(const Raw& r, float (&w)[kChunk]) {
-    const float d = f16(r.d);
-#pragma unroll
-    for (int run = 0; run < 2; ++run) {
-      const int g = r.g + 2 * run;
-#pragma unroll
-      for (int l = 0; l < 32; ++l) {
-        const unsigned low_byte = (r.ql[l / 2] >> (8 * (l % 2))) & 0xffu;
-        const unsigned low = run == 0 ? (low_byte & 0x0fu) : (low_byte >> 4);
-        const unsigned high = ((r.qh[l / 2] >> (8 * (l % 2))) >> (2 * g)) & 3u;
-        const auto sc = static_cast<signed char>((r.sc[run] >> (8 * (l / 16))) & 0xffu);
-        w[32 * run + l] =
-            __fmul_rn(__fmul_rn(d, static_cast<float>(sc)), exact_float(low | (high << 4), 32u));
-      }
-    }
-  }
   static constexpr bool kHasMin = false;
   __device__ __forceinline__ static void factors(const Raw& r, float (&v)[kChunk],
                                                  float (&a)[kChunk / 16], float (&)[kChunk / 16]) {
@@ -334,23 +282,6 @@ struct Q2_K {
     r.sc = __ldg(reinterpret_cast<const unsigned short*>(blk + 8 * h + 2 * r.j));
     return r;
   }
-  __device__ __forceinline__ static void decode(const Raw& r, float (&w)[kChunk]) {
-    const float d = f16(static_cast<unsigned short>(r.d_dmin & 0xffffu));
-    const float dmin = f16(static_cast<unsigned short>(r.d_dmin >> 16));
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const unsigned sc = (r.sc >> (8 * half)) & 0xffu;
-      const float dl = __fmul_rn(d, static_cast<float>(sc & 0x0fu));
-      const float ml = __fmul_rn(dmin, static_cast<float>(sc >> 4));
-#pragma unroll
-      for (int l = 0; l < 16; ++l) {
-        const int n = 16 * half + l;
-        const unsigned byte = (r.q[n / 4] >> (8 * (n % 4))) & 0xffu;
-        const unsigned q = (byte >> (2 * r.j)) & 3u;
-        w[n] = __fsub_rn(__fmul_rn(dl, exact_float(q)), ml);
-      }
-    }
-  }
   static constexpr bool kHasMin = true;
   __device__ __forceinline__ static void factors(const Raw& r, float (&v)[kChunk],
                                                  float (&a)[kChunk / 16], float (&b)[kChunk / 16]) {
@@ -398,29 +329,6 @@ struct IQ2_XXS {
     r.grid = reinterpret_cast<const std::uint64_t*>(grid);
     return r;
   }
-  __device__ __forceinline__ static void decode(const Raw& r, float (&w)[kChunk]) {
-    if (r.grid == nullptr) {  // a row that is not there (packed_rows_dot's zero Raw)
-#pragma unroll
-      for (int i = 0; i < kChunk; ++i) w[i] = 0.0f;
-      return;
-    }
-    const unsigned meta = r.q[2] | (static_cast<unsigned>(r.q[3]) << 16);
-    const float factor =
-        __fmul_rn(__fmul_rn(f16(r.d), 0.5f + static_cast<float>(meta >> 28)), 0.25f);
-#pragma unroll
-    for (int point = 0; point < 4; ++point) {
-      const unsigned index = (r.q[point / 2] >> (8 * (point % 2))) & 0xffu;
-      const std::uint64_t magnitudes = __ldg(r.grid + index);
-      const unsigned field = (meta >> (7 * point)) & 127u;
-      const unsigned signs = field | ((__popc(field) & 1u) << 7);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float v =
-            __fmul_rn(factor, exact_float(static_cast<unsigned>((magnitudes >> (8 * j)) & 0xffu)));
-        w[8 * point + j] = ((signs >> j) & 1u) ? -v : v;
-      }
-    }
-  }
   static constexpr bool kHasMin = false;
   __device__ __forceinline__ static void factors(const Raw& r, float (&v)[kChunk],
                                                  float (&a)[kChunk / 16], float (&)[kChunk / 16]) {
@@ -449,5 +357,19 @@ struct IQ2_XXS {
     return 32 * c;
   }
 };
+
+// A chunk's weights dequantised, the CPU's bit for bit (prefill's f32 tiles, the host tests): each
+// group's factors recombined with one rounding a product and one a difference, a * v (- b), the
+// order tensor/quant's dequantisers round in (test_packed_decoders checks every format).
+template <typename F>
+__device__ __forceinline__ void decode(const typename F::Raw& r, float (&w)[F::kChunk]) {
+  float a[F::kChunk / 16], b[F::kChunk / 16];
+  F::factors(r, w, a, b);
+#pragma unroll
+  for (int i = 0; i < F::kChunk; ++i) {
+    const float product = __fmul_rn(a[i / 16], w[i]);
+    w[i] = F::kHasMin ? __fsub_rn(product, b[i / 16]) : product;
+  }
+}
 
 }  // namespace fs::cuda::packed
