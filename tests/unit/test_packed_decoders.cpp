@@ -55,6 +55,15 @@ inline float __uint_as_float(unsigned u) {
   std::memcpy(&f, &u, sizeof f);
   return f;
 }
+// PRMT: result byte i is byte (nibble i of s, 0-7) of y:x (the sign-replicating mode, bit 3 of a
+// nibble, is not used by the header).
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const std::uint64_t v = (static_cast<std::uint64_t>(y) << 32) | x;
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i)
+    r |= static_cast<unsigned>((v >> (8 * ((s >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
+  return r;
+}
 inline unsigned __popc(unsigned v) {
   return static_cast<unsigned>(__builtin_popcount(v));
 }
