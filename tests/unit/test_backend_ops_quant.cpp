@@ -366,6 +366,38 @@ class QuantOps : public ::testing::TestWithParam<std::string> {
     EXPECT_TRUE(!w.ok() || w->is_packed() == h.view().is_packed()) << "upload changed the format";
     return w.ok() ? *w : Weight{};
   }
+  // The backend's linear on a random [out, in] weight of type t against the CPU's f32 linear on
+  // the weight dequantised, within the product bound.
+  void expect_linear_matches(QuantType t, std::int64_t S, std::int64_t in, std::int64_t out,
+                             std::mt19937& g) {
+    const auto w = random_quant(t, {out, in}, g);
+    const auto dq = w.dequantized();
+    const auto x = random_x({S, in}, g);
+    Tensor ref, y;
+    cpu_->linear(x, f32_view(dq, {out, in}), ref);
+    be_->linear(x.to(be_->memory()), up(w), y);
+    be_->synchronize();
+    ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
+    EXPECT_TRUE(close(y, ref));
+  }
+  // The same for moe_experts: E experts with gate_up [E, 2I, H] of type tg and down [E, H, I] of
+  // type td, S tokens routed to k each, the SwiGLU clamped at 7.
+  void expect_moe_matches(QuantType tg, QuantType td, std::int64_t S, std::int64_t E,
+                          std::int64_t k, std::int64_t H, std::int64_t I, std::mt19937& g) {
+    const auto gate_up = random_quant(tg, {E, 2 * I, H}, g);
+    const auto down = random_quant(td, {E, H, I}, g);
+    const auto gu = gate_up.dequantized(), dn = down.dequantized();
+    const auto x = random_x({S, H}, g);
+    auto [experts, weights] = routing(S, E, k, g);
+    Tensor ref, y;
+    cpu_->moe_experts(x, f32_view(gu, {E, 2 * I, H}), f32_view(dn, {E, H, I}), experts, weights,
+                      7.0f, ref);
+    be_->moe_experts(x.to(be_->memory()), up(gate_up), up(down), experts.to(be_->memory()),
+                     weights.to(be_->memory()), 7.0f, y);
+    be_->synchronize();
+    ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
+    EXPECT_TRUE(close(y, ref));
+  }
   std::unique_ptr<Backend> be_;
   std::unique_ptr<Backend> cpu_ = make_cpu_backend();
 };
@@ -384,15 +416,7 @@ TEST_P(QuantOps, LinearMatchesDequantisedF32) {
              {1, 2560, 1000}, {4, 512, 300}, {2, 8192, 64}, {3, 1024, 257}, {9, 512, 300}}) {
       SCOPED_TRACE(std::string(quant::quant_name(t)) + " S " + std::to_string(S) + " in " +
                    std::to_string(in) + " out " + std::to_string(out));
-      const auto w = random_quant(t, {out, in}, g);
-      const auto dq = w.dequantized();
-      const auto x = random_x({S, in}, g);
-      Tensor ref, y;
-      cpu_->linear(x, f32_view(dq, {out, in}), ref);
-      be_->linear(x.to(be_->memory()), up(w), y);
-      be_->synchronize();
-      ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
-      EXPECT_TRUE(close(y, ref));
+      expect_linear_matches(t, S, in, out, g);
     }
 }
 
@@ -406,19 +430,7 @@ TEST_P(QuantOps, MoeExpertsMatchDequantisedF32) {
     for (const auto& [S, H, I] :
          std::vector<std::array<std::int64_t, 3>>{{1, 512, 256}, {3, 256, 512}}) {
       SCOPED_TRACE(std::string(quant::quant_name(t)) + " S " + std::to_string(S));
-      const auto gate_up = random_quant(t, {E, 2 * I, H}, g);
-      const auto down = random_quant(t, {E, H, I}, g);
-      const auto gu = gate_up.dequantized(), dn = down.dequantized();
-      const auto x = random_x({S, H}, g);
-      auto [experts, weights] = routing(S, E, k, g);
-      Tensor ref, y;
-      cpu_->moe_experts(x, f32_view(gu, {E, 2 * I, H}), f32_view(dn, {E, H, I}), experts, weights,
-                        7.0f, ref);
-      be_->moe_experts(x.to(be_->memory()), up(gate_up), up(down), experts.to(be_->memory()),
-                       weights.to(be_->memory()), 7.0f, y);
-      be_->synchronize();
-      ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
-      EXPECT_TRUE(close(y, ref));
+      expect_moe_matches(t, t, S, E, k, H, I, g);
     }
 }
 
@@ -509,15 +521,7 @@ TEST_P(QuantOps, PrefillLinearMatchesDequantisedF32) {
     for (const auto& [S, in, out] : shapes) {
       SCOPED_TRACE(std::string(quant::quant_name(t)) + " S " + std::to_string(S) + " in " +
                    std::to_string(in) + " out " + std::to_string(out));
-      const auto w = random_quant(t, {out, in}, g);
-      const auto dq = w.dequantized();
-      const auto x = random_x({S, in}, g);
-      Tensor ref, y;
-      cpu_->linear(x, f32_view(dq, {out, in}), ref);
-      be_->linear(x.to(be_->memory()), up(w), y);
-      be_->synchronize();
-      ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
-      EXPECT_TRUE(close(y, ref));
+      expect_linear_matches(t, S, in, out, g);
     }
   }
 }
@@ -538,19 +542,7 @@ TEST_P(QuantOps, PrefillMoeExpertsMatchDequantisedF32) {
     for (const std::int64_t S : {9, 150}) {
       SCOPED_TRACE(std::string(quant::quant_name(tg)) + " / " + std::string(quant::quant_name(td)) +
                    " S " + std::to_string(S));
-      const auto gate_up = random_quant(tg, {E, 2 * I, H}, g);
-      const auto down = random_quant(td, {E, H, I}, g);
-      const auto gu = gate_up.dequantized(), dn = down.dequantized();
-      const auto x = random_x({S, H}, g);
-      auto [experts, weights] = routing(S, E, k, g);
-      Tensor ref, y;
-      cpu_->moe_experts(x, f32_view(gu, {E, 2 * I, H}), f32_view(dn, {E, H, I}), experts, weights,
-                        7.0f, ref);
-      be_->moe_experts(x.to(be_->memory()), up(gate_up), up(down), experts.to(be_->memory()),
-                       weights.to(be_->memory()), 7.0f, y);
-      be_->synchronize();
-      ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
-      EXPECT_TRUE(close(y, ref));
+      expect_moe_matches(tg, td, S, E, k, H, I, g);
     }
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_moe_common.cuh"
 
 namespace fs::cuda::tiles {
 
@@ -79,6 +80,51 @@ __device__ __forceinline__ void store_split(const float4& x, bf16_bits* hi, bf16
   for (int q = 0; q < 4; ++q) h[q] = bf16_round(v[q]), l[q] = v[q] - h[q];
   *reinterpret_cast<uint2*>(hi) = make_uint2(bf16x2(h[0], h[1]), bf16x2(h[2], h[3]));
   *reinterpret_cast<uint2*>(lo) = make_uint2(bf16x2(l[0], l[1]), bf16x2(l[2], l[3]));
+}
+
+// The tile column's weight row: kSwiGlu (a gate/up product) interleaves gate row n0 + n / 2
+// (even n) and up row n_out + n0 + n / 2 (odd n), so each thread's accumulator pair is one act
+// value's gate and up; otherwise column n is row n0 + n. -1 past the output.
+template <bool kSwiGlu>
+__device__ __forceinline__ std::int64_t weight_row(std::int64_t n0, int n, std::int64_t n_out) {
+  if constexpr (kSwiGlu) {
+    const std::int64_t j = n0 + n / 2;
+    return j < n_out ? (n % 2 ? n_out + j : j) : -1;
+  } else {
+    return n0 + n < n_out ? n0 + n : -1;
+  }
+}
+
+// A warp's accumulators (2 m16 rows of kNT n8 tiles, mma.sync's layout) written to out: row r of
+// the tile to out row pair_of[r] (rows past `rows` skipped), column n to n0 + n, or for kSwiGlu
+// the clamped SwiGLU of each (gate, up) pair to n0 + n / 2. warp_col: the warp's first column.
+template <bool kSwiGlu, int kNT>
+__device__ __forceinline__ void store_tile(const float (&acc)[2][kNT][4], int warp_row,
+                                           int warp_col, int rows, const int* pair_of,
+                                           std::int64_t n0, std::int64_t n_out, float limit,
+                                           float* out) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = warp_row + mi * 16 + lane / 4 + 8 * h;
+      if (r >= rows) continue;
+      float* o = out + static_cast<std::int64_t>(pair_of[r]) * n_out;
+#pragma unroll
+      for (int ni = 0; ni < kNT; ++ni) {
+        const int n = warp_col + ni * 8 + 2 * (lane % 4);
+        const float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
+        if constexpr (kSwiGlu) {
+          const std::int64_t j = n0 + n / 2;
+          if (j < n_out) o[j] = clamped_swiglu(v0, v1, limit);
+        } else {
+          const std::int64_t c = n0 + n;
+          if (c < n_out) o[c] = v0;
+          if (c + 1 < n_out) o[c + 1] = v1;
+        }
+      }
+    }
 }
 
 }  // namespace fs::cuda::tiles

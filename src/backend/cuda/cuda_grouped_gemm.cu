@@ -177,14 +177,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.x) * (kSwiGlu ? kTileN / 2 : kTileN);
   const T* w_expert = static_cast<const T*>(weights) + expert * w_rows * K;
   // The weight row of tile column n, or -1 past the output.
-  auto weight_row = [&](int n) -> std::int64_t {
-    if constexpr (kSwiGlu) {
-      const std::int64_t j = n0 + n / 2;
-      return j < n_out ? (n % 2 ? n_out + j : j) : -1;
-    } else {
-      return n0 + n < n_out ? n0 + n : -1;
-    }
-  };
+  auto weight_row = [&](int n) { return tiles::weight_row<kSwiGlu>(n0, n, n_out); };
   const int w_col = (tid % kWPerRow) * SW::kPerLoad;
   int w_row[kWLoads];
 #pragma unroll
@@ -301,27 +294,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     __syncthreads();
   }
 
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = warp_m * 32 + mi * 16 + lane / 4 + 8 * h;
-      if (r >= rows) continue;
-      float* o = out + static_cast<std::int64_t>(pair_of[r]) * n_out;
-#pragma unroll
-      for (int ni = 0; ni < kNT; ++ni) {
-        const int n = warp_n * kWarpN + ni * 8 + 2 * (lane % 4);
-        const float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
-        if constexpr (kSwiGlu) {
-          const std::int64_t j = n0 + n / 2;
-          if (j < n_out) o[j] = clamped_swiglu(v0, v1, limit);
-        } else {
-          const std::int64_t c = n0 + n;
-          if (c < n_out) o[c] = v0;
-          if (c + 1 < n_out) o[c + 1] = v1;
-        }
-      }
-    }
+  tiles::store_tile<kSwiGlu, kNT>(acc, warp_m * 32, warp_n * kWarpN, rows, pair_of, n0, n_out,
+                                  limit, out);
 }
 
 // y[i] = the sum of part[z][i] over the splits in order (deterministic, no atomics).

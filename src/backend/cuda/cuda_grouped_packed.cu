@@ -49,32 +49,12 @@ constexpr std::size_t kSharedBytes =
     (2 * kTileM + kTileN) * kLd * sizeof(bf16_bits) + kGroupsK* kTileN * sizeof(float2) +
     kGroupsK* kTileM * sizeof(float) + kTileM* kStepK * sizeof(float);
 
-// Expert e's rows of a stacked packed [E, rows, K] tensor and their side data (FP4's E8M0 scales,
-// a row of them per weight row; IQ2_XXS's codebook, side_row_bytes 0).
-struct PackedMatrix {
-  const std::uint8_t* data;
-  const std::uint8_t* side;
-  std::int64_t rows, row_bytes, side_row_bytes;
-  __device__ __forceinline__ const std::uint8_t* row(std::int64_t e, std::int64_t r) const {
-    return data + (e * rows + r) * row_bytes;
-  }
-  __device__ __forceinline__ const std::uint8_t* side_row(std::int64_t e, std::int64_t r) const {
-    return side != nullptr ? side + (e * rows + r) * side_row_bytes : nullptr;
-  }
-};
-
-PackedMatrix packed_matrix(const Weight& w, const std::uint8_t* codebook) {
-  const auto side = packed::side_data(w, codebook);
-  const std::int64_t rows = w.shape.size() == 3 ? w.shape[1] : w.rows();
-  return {w.data, side.base, rows, static_cast<std::int64_t>(w.row_bytes()), side.row_bytes};
-}
-
 // kSwiGlu: the gate/up product, its tile column 2j gate row n0 + j and 2j + 1 up row n_out + n0 + j
 // (each thread's accumulator pair is one act value's gate and up); otherwise column n is weight
 // row n0 + n. kTileM 64: warps 2 (M) x 4 (N), a warp 32 x 32; 32: 1 x 8, a warp 32 x 16.
 template <typename F, bool kSwiGlu, int kTileM>
 __global__ void __launch_bounds__(kThreads, 2)
-    packed_tiles_kernel(const float* a, std::int64_t a_row_div, PackedMatrix w, std::int64_t n_out,
+    packed_tiles_kernel(const float* a, std::int64_t a_row_div, packed::Rows w, std::int64_t n_out,
                         std::int64_t K, const std::int32_t* work, int tiles_max, int dense_rows,
                         std::int64_t k_chunk, float limit, float* out) {
   constexpr int kALoads = kTileM * kStepK / 4 / kThreads;   // float4s of x a thread: 8 or 4
@@ -108,14 +88,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     a_row[i] = pair_of[r] >= 0 ? static_cast<int>(pair_of[r] / a_row_div) : -1;
   }
   const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.x) * (kSwiGlu ? kTileN / 2 : kTileN);
-  auto weight_row = [&](int n) -> std::int64_t {
-    if constexpr (kSwiGlu) {
-      const std::int64_t j = n0 + n / 2;
-      return j < n_out ? (n % 2 ? n_out + j : j) : -1;
-    } else {
-      return n0 + n < n_out ? n0 + n : -1;
-    }
-  };
+  auto weight_row = [&](int n) { return tiles::weight_row<kSwiGlu>(n0, n, n_out); };
   // This thread's chunks: item i is tile column w_n[i], the step's chunk w_j[i].
   int w_n[kWItems], w_j[kWItems], w_row[kWItems];
 #pragma unroll
@@ -262,32 +235,13 @@ __global__ void __launch_bounds__(kThreads, 2)
     __syncthreads();
   }
 
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = warp_m * 32 + mi * 16 + lane / 4 + 8 * h;
-      if (r >= rows) continue;
-      float* o = out + static_cast<std::int64_t>(pair_of[r]) * n_out;
-#pragma unroll
-      for (int ni = 0; ni < kNT; ++ni) {
-        const int n = warp_n * kWarpN + ni * 8 + 2 * (lane % 4);
-        const float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
-        if constexpr (kSwiGlu) {
-          const std::int64_t j = n0 + n / 2;
-          if (j < n_out) o[j] = clamped_swiglu(v0, v1, limit);
-        } else {
-          const std::int64_t col = n0 + n;
-          if (col < n_out) o[col] = v0;
-          if (col + 1 < n_out) o[col + 1] = v1;
-        }
-      }
-    }
+  tiles::store_tile<kSwiGlu, kNT>(acc, warp_m * 32, warp_n * kWarpN, rows, pair_of, n0, n_out,
+                                  limit, out);
 }
 
 // work null: a dense product of P rows of a (E 1), K cut into `splits` ranges of k_chunk.
 template <typename F, bool kSwiGlu, int kTileM>
-cudaError_t launch_tiles(const float* a, std::int64_t a_row_div, const PackedMatrix& w,
+cudaError_t launch_tiles(const float* a, std::int64_t a_row_div, const packed::Rows& w,
                          std::int64_t n_out, std::int64_t K, const std::int32_t* work,
                          std::int64_t P, std::int64_t E, float limit, float* out,
                          cudaStream_t stream, int splits = 1, std::int64_t k_chunk = 0) {
@@ -312,7 +266,7 @@ cudaError_t launch_format(const Weight& w, const std::uint8_t* codebook, int til
                           float limit, float* out, cudaStream_t stream, int splits = 1,
                           std::int64_t k_chunk = 0) {
   cudaError_t e = cudaErrorInvalidValue;
-  const PackedMatrix m = packed_matrix(w, codebook);
+  const packed::Rows m = packed::rows_of(w, codebook);
   packed::with_format(w, [&](auto f) {
     using F = decltype(f);
     e = tile_rows == kGroupedRowsSmall

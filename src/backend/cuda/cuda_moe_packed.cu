@@ -15,31 +15,12 @@ namespace {
 
 constexpr int kPackedMoeThreads = 256;
 
-// Where expert e's rows of a stacked packed [E, rows, in] tensor and their scales start.
-struct PackedExperts {
-  const std::uint8_t* data;
-  const std::uint8_t* scales;  // the side data (packed::SideData): FP4's [E, rows, in/32] E8M0
-                               // bytes, IQ2_XXS's codebook (row_bytes 0); else null
-  std::int64_t rows, row_bytes, scale_row_bytes;
-  __device__ __forceinline__ const std::uint8_t* row(std::int64_t e, std::int64_t r) const {
-    return data + (e * rows + r) * row_bytes;
-  }
-  __device__ __forceinline__ const std::uint8_t* scale_row(std::int64_t e, std::int64_t r) const {
-    return scales != nullptr ? scales + (e * rows + r) * scale_row_bytes : nullptr;
-  }
-};
-
-PackedExperts packed_experts(const Weight& w, const std::uint8_t* iq2_grid) {
-  const auto side = packed::side_data(w, iq2_grid);
-  return {w.data, side.base, w.shape[1], static_cast<std::int64_t>(w.row_bytes()), side.row_bytes};
-}
-
 // act[p, r] = swiglu(gate_up[e] row r · x[s], gate_up[e] row I + r · x[s]), p = (s, j),
 // e = experts[p]; kG lanes per r (no early exit: the group sums take whole warps, and the block
 // stages x when kStaged).
 template <typename F, int kG, bool kStaged>
 __global__ void __launch_bounds__(kPackedMoeThreads)
-    moe_gate_up_packed_kernel(const float* x, PackedExperts gu, const std::int32_t* experts,
+    moe_gate_up_packed_kernel(const float* x, packed::Rows gu, const std::int32_t* experts,
                               std::int64_t k, std::int64_t E, std::int64_t H, std::int64_t I,
                               float limit, float* act) {
   wait_for_inputs();  // the ids and x are the kernels' before (launched overlapped)
@@ -50,8 +31,8 @@ __global__ void __launch_bounds__(kPackedMoeThreads)
   const std::int64_t e = experts[p];
   const bool live = r < I && e >= 0 && e < E;
   const std::uint8_t* rows[2] = {live ? gu.row(e, r) : nullptr, live ? gu.row(e, I + r) : nullptr};
-  const std::uint8_t* scale_rows[2] = {live ? gu.scale_row(e, r) : nullptr,
-                                       live ? gu.scale_row(e, I + r) : nullptr};
+  const std::uint8_t* scale_rows[2] = {live ? gu.side_row(e, r) : nullptr,
+                                       live ? gu.side_row(e, I + r) : nullptr};
   const float* xs[2] = {x + (p / k) * H, x + (p / k) * H};
   float acc[2][1] = {};
   packed_rows_dot<F, 1, 2, kG, F::kUnroll, true, false, kStaged>(rows, scale_rows, xs, H,
@@ -63,7 +44,7 @@ __global__ void __launch_bounds__(kPackedMoeThreads)
 // out[p, c] = down[e] row c · act[p]; kG lanes per c (kStaged: act in shared memory).
 template <typename F, int kG, bool kStaged>
 __global__ void __launch_bounds__(kPackedMoeThreads)
-    moe_down_packed_kernel(const float* act, PackedExperts down, const std::int32_t* experts,
+    moe_down_packed_kernel(const float* act, packed::Rows down, const std::int32_t* experts,
                            std::int64_t E, std::int64_t H, std::int64_t I, float* out) {
   wait_for_inputs();  // act is the kernel's before (launched overlapped)
   release_dependents();
@@ -73,7 +54,7 @@ __global__ void __launch_bounds__(kPackedMoeThreads)
   const std::int64_t e = experts[p];
   const bool live = c < H && e >= 0 && e < E;
   const std::uint8_t* rows[1] = {live ? down.row(e, c) : nullptr};
-  const std::uint8_t* scale_rows[1] = {live ? down.scale_row(e, c) : nullptr};
+  const std::uint8_t* scale_rows[1] = {live ? down.side_row(e, c) : nullptr};
   const float* xs[1] = {act + p * I};
   float acc[1][1] = {};
   packed_rows_dot<F, 1, 1, kG, F::kUnroll, true, false, kStaged>(rows, scale_rows, xs, I,
@@ -159,7 +140,7 @@ void CudaBackend::moe_experts_packed(const Tensor& x, const Weight& gate_up, con
       launch_overlapped(smem != 0 ? moe_gate_up_packed_kernel<F, kG, true>
                                   : moe_gate_up_packed_kernel<F, kG, false>,
                         grid, kPackedMoeThreads, smem, stream(), x.data(),
-                        packed_experts(gate_up, codebook), ids, k, E, H, I, swiglu_limit,
+                        packed::rows_of(gate_up, codebook), ids, k, E, H, I, swiglu_limit,
                         act.data());
     });
   });
@@ -172,7 +153,7 @@ void CudaBackend::moe_experts_packed(const Tensor& x, const Weight& gate_up, con
       const auto smem = packed_staged_x_bytes<F, kG, 1>(F::chunks(I));
       launch_overlapped(
           smem != 0 ? moe_down_packed_kernel<F, kG, true> : moe_down_packed_kernel<F, kG, false>,
-          grid, kPackedMoeThreads, smem, stream(), act.data(), packed_experts(down, codebook), ids,
+          grid, kPackedMoeThreads, smem, stream(), act.data(), packed::rows_of(down, codebook), ids,
           E, H, I, outp.data());
     });
   });

@@ -65,6 +65,25 @@ inline SideData side_data(const Weight& w, const std::uint8_t* iq2_grid) {
   return {};
 }
 
+// Matrix e's rows of a packed weight ([rows, in], or stacked [E, rows, in]) and their side data
+// (SideData: FP4's scale rows, IQ2_XXS's codebook, whose row_bytes are 0).
+struct Rows {
+  const std::uint8_t* data;
+  const std::uint8_t* side;
+  std::int64_t rows, row_bytes, side_row_bytes;
+  __device__ __forceinline__ const std::uint8_t* row(std::int64_t e, std::int64_t r) const {
+    return data + (e * rows + r) * row_bytes;
+  }
+  __device__ __forceinline__ const std::uint8_t* side_row(std::int64_t e, std::int64_t r) const {
+    return side != nullptr ? side + (e * rows + r) * side_row_bytes : nullptr;
+  }
+};
+inline Rows rows_of(const Weight& w, const std::uint8_t* iq2_grid) {
+  const auto side = side_data(w, iq2_grid);
+  const std::int64_t rows = w.shape.size() == 3 ? w.shape[1] : w.rows();
+  return {w.data, side.base, rows, static_cast<std::int64_t>(w.row_bytes()), side.row_bytes};
+}
+
 // Rows of at least a warp's worth of chunks take a warp, shorter ones 8 lanes. A packed chunk
 // (32-64 weights decoded in registers) is several times the instructions of a 16-byte FP8 or
 // bf16 chunk, so a row spreads over a warp sooner than gemv_short_rows' 4 chunks a lane
