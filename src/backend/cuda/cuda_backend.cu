@@ -146,10 +146,14 @@ Expected<std::unique_ptr<Backend>> CudaBackend::create(int device) {
                             std::to_string(count) + " present)");
   auto memory = CudaMemory::create(device);
   if (!memory.ok()) return memory.status();
+  // cuBLAS is opened here, with a device present, not at program start (cuda_blas.h).
+  auto blas = cublas();
+  if (!blas.ok()) return blas.status();
   std::unique_ptr<CudaBackend> b(new CudaBackend(*memory));
-  if (const auto s = cublasCreate(&b->cublas_); s != CUBLAS_STATUS_SUCCESS) {
+  b->blas_ = *blas;
+  if (const auto s = b->blas_->create(&b->cublas_); s != CUBLAS_STATUS_SUCCESS) {
     b->cublas_ = nullptr;
-    return internal_error(std::string("cuda: cublasCreate: ") + cublasGetStatusString(s));
+    return internal_error(std::string("cuda: cublasCreate: ") + b->blas_->status_string(s));
   }
   void* ws = nullptr;
   if (const auto e = cudaMalloc(&ws, kCublasWorkspace); e != cudaSuccess)
@@ -157,19 +161,20 @@ Expected<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   b->cublas_workspace_.reset(ws);
   if (const char* env = std::getenv("FLASHSERVE_CUDA_GRAPHS"); env != nullptr && *env != '\0')
     b->graphs_on_ = std::string(env) != "0";
-  for (const auto s : {cublasSetStream(b->cublas_, b->stream()),
+  const CublasApi& api = *b->blas_;
+  for (const auto s : {api.set_stream(b->cublas_, b->stream()),
                        // fp32 products stay fp32: no TF32, no reduced-precision reductions.
-                       cublasSetMathMode(b->cublas_, CUBLAS_PEDANTIC_MATH),
-                       cublasSetWorkspace(b->cublas_, ws, kCublasWorkspace)}) {
+                       api.set_math_mode(b->cublas_, CUBLAS_PEDANTIC_MATH),
+                       api.set_workspace(b->cublas_, ws, kCublasWorkspace)}) {
     if (s != CUBLAS_STATUS_SUCCESS)
-      return internal_error(std::string("cuda: cuBLAS setup: ") + cublasGetStatusString(s));
+      return internal_error(std::string("cuda: cuBLAS setup: ") + api.status_string(s));
   }
   return std::unique_ptr<Backend>(std::move(b));
 }
 
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream());
-  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (cublas_ != nullptr) blas_->destroy(cublas_);
 }
 
 void CudaBackend::synchronize() {
@@ -391,7 +396,7 @@ bool CudaBackend::launched(const char* op, cudaError_t returned) {
 
 bool CudaBackend::cublas_ok(cublasStatus_t s, const char* op) {
   if (s == CUBLAS_STATUS_SUCCESS) return true;
-  fail(internal_error(std::string("cuda: ") + op + ": cuBLAS " + cublasGetStatusString(s)));
+  fail(internal_error(std::string("cuda: ") + op + ": cuBLAS " + blas_->status_string(s)));
   return false;
 }
 

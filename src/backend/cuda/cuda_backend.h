@@ -82,7 +82,6 @@
 // -Wall checks the real cases.
 #pragma nv_diag_suppress 2810
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <array>
@@ -94,6 +93,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_blas.h"
 #include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/cuda_grouped_gemm.h"
 #include "backend/cuda/cuda_memory.h"
@@ -394,6 +394,7 @@ class CudaBackend final : public Backend {
 
   std::shared_ptr<Memory> memory_;
   CudaMemory* cuda_memory_;
+  const CublasApi* blas_ = nullptr;  // cuda_blas.h: opened by create()
   cublasHandle_t cublas_ = nullptr;
   DeviceBuffer cublas_workspace_;
   std::mutex weights_mutex_;

@@ -227,9 +227,9 @@ bool CudaBackend::sgemm(const float* x, std::int64_t S, std::int64_t in, const f
   // C(n x S) = op(A) B with A = w seen column-major as [in, n] (transposed), B = x as [in, S].
   const float alpha = 1.0f, beta = 0.0f;
   return cublas_ok(
-      cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(S),
-                  static_cast<int>(in), &alpha, w, static_cast<int>(in), x, static_cast<int>(in),
-                  &beta, y, static_cast<int>(ldy)),
+      blas_->sgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(S),
+                   static_cast<int>(in), &alpha, w, static_cast<int>(in), x, static_cast<int>(in),
+                   &beta, y, static_cast<int>(ldy)),
       "linear");
 }
 
