@@ -1,7 +1,7 @@
 // cuBLAS opened on first use (cuda_blas.h).
 #include <dlfcn.h>
 
-#include <mutex>
+#include <string>
 
 #include "backend/cuda/cuda_blas.h"
 
@@ -33,17 +33,18 @@ Loaded load() {
                                      " (cuBLAS): " + (why != nullptr ? why : "unknown error"))};
   }
   CublasApi a;
-  const std::pair<const char*, bool> symbols[] = {
-      {"cublasCreate_v2", find(library, "cublasCreate_v2", a.create)},
-      {"cublasDestroy_v2", find(library, "cublasDestroy_v2", a.destroy)},
-      {"cublasSetStream_v2", find(library, "cublasSetStream_v2", a.set_stream)},
-      {"cublasSetMathMode", find(library, "cublasSetMathMode", a.set_math_mode)},
-      {"cublasSetWorkspace_v2", find(library, "cublasSetWorkspace_v2", a.set_workspace)},
-      {"cublasSgemm_v2", find(library, "cublasSgemm_v2", a.sgemm)},
-      {"cublasGetStatusString", find(library, "cublasGetStatusString", a.status_string)},
+  const char* missing = nullptr;  // the first function the library lacks
+  const auto need = [&](const char* symbol, auto& fn) {
+    if (!find(library, symbol, fn) && missing == nullptr) missing = symbol;
   };
-  for (const auto& [symbol, found] : symbols)
-    if (!found) return {CublasApi{}, unsupported("cuda: " + name + " has no " + symbol)};
+  need("cublasCreate_v2", a.create);
+  need("cublasDestroy_v2", a.destroy);
+  need("cublasSetStream_v2", a.set_stream);
+  need("cublasSetMathMode", a.set_math_mode);
+  need("cublasSetWorkspace_v2", a.set_workspace);
+  need("cublasSgemm_v2", a.sgemm);
+  need("cublasGetStatusString", a.status_string);
+  if (missing != nullptr) return {CublasApi{}, unsupported("cuda: " + name + " has no " + missing)};
   return {a, Status{}};
 }
 
