@@ -1,5 +1,6 @@
 #include "backend/backend.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace fs {
@@ -343,6 +344,15 @@ void Backend::argmax_rows(const Tensor&, Tensor&) {
 }
 void Backend::softmax_denominators(const Tensor&, double, Tensor&) {
   unimplemented("softmax_denominators");
+}
+bool entries_inside(const Tensor& x, std::span<const EntryAmount> entries) {
+  if (x.shape().size() != 2) return entries.empty();
+  return std::all_of(entries.begin(), entries.end(), [&](const EntryAmount& e) {
+    return e.row >= 0 && e.row < x.rows() && e.col >= 0 && e.col < x.cols();
+  });
+}
+void Backend::subtract_entries(Tensor&, std::span<const EntryAmount>) {
+  unimplemented("subtract_entries");
 }
 void Backend::select_blocks(const Tensor&, std::int64_t, std::int64_t, std::int64_t, Tensor&) {
   unimplemented("select_blocks");

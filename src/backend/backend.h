@@ -44,6 +44,15 @@ struct StreamsWrite {
   const Tensor& inject;  // [S, streams]
 };
 
+// One entry of Backend::subtract_entries: x[row, col] -= amount.
+struct EntryAmount {
+  std::int32_t row = 0;
+  std::int32_t col = 0;
+  float amount = 0;
+};
+// Whether every entry names an element of the 2-D tensor x.
+bool entries_inside(const Tensor& x, std::span<const EntryAmount> entries);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -408,6 +417,11 @@ class Backend {
   // tensor [rows, 1] (read them with std::bit_cast<double>). The CPU sums in column order, as
   // the host sampler does, so its totals equal the sampler's bit for bit.
   virtual void softmax_denominators(const Tensor& x, double temperature, Tensor& totals);
+  // x[e.row, e.col] = x[e.row, e.col] - e.amount for each entry, one float subtraction, in place:
+  // the sampler's presence and frequency penalties (decode/sampler.h apply_penalties, which
+  // subtracts the same float amounts) on logits rows that stay on the backend, so that a
+  // penalised row need not come to the host. The entries name distinct (row, col) pairs of x.
+  virtual void subtract_entries(Tensor& x, std::span<const EntryAmount> entries);
 
   // --- step graphs (DESIGN "On the GPU" rule 5, docs/GPU.md) ----------------------------------
   // A device backend may run the ops of one decode step as one graph. The first step of a key

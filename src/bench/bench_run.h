@@ -46,6 +46,9 @@ struct BenchOptions {
   double temperature = 0;
   double top_p = 0.95;
   std::int32_t top_k = 0;  // 0: off
+  // The sampled runs' penalties (subtracted on the backend when the picks are there).
+  double presence_penalty = 0;
+  double frequency_penalty = 0;
 };
 
 // Runs every measurement; progress lines go to `log`.

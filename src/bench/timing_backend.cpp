@@ -283,6 +283,11 @@ void TimingBackend::softmax_denominators(const Tensor& x, double temperature, Te
       OpGroup::kLmHead, [&](Backend& be) { be.softmax_denominators(x, temperature, totals); },
       /*may_run_dry=*/false);
 }
+void TimingBackend::subtract_entries(Tensor& x, std::span<const EntryAmount> entries) {
+  run(
+      OpGroup::kLmHead, [&](Backend& be) { be.subtract_entries(x, entries); },
+      /*may_run_dry=*/false);
+}
 
 void TimingBackend::set_step_graphs(bool on) {
   inner_->set_step_graphs(on);

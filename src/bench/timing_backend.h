@@ -174,6 +174,7 @@ class TimingBackend final : public Backend {
   // The greedy pick on the device (counted with the lm_head it reads).
   void argmax_rows(const Tensor& x, Tensor& ids) override;
   void softmax_denominators(const Tensor& x, double temperature, Tensor& totals) override;
+  void subtract_entries(Tensor& x, std::span<const EntryAmount> entries) override;
 
   // Step graphs: the inner backend's, except while ops are timed (each op's clock events would
   // be recorded into the graph instead of timing it).

@@ -69,6 +69,14 @@ void add_bench_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   cmd->add_option("--top-k", o->bench.top_k, "top_k of the sampled runs (0: off)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--presence-penalty", o->bench.presence_penalty,
+                  "presence_penalty of the sampled runs")
+      ->check(CLI::Range(-2.0, 2.0))
+      ->capture_default_str();
+  cmd->add_option("--frequency-penalty", o->bench.frequency_penalty,
+                  "frequency_penalty of the sampled runs")
+      ->check(CLI::Range(-2.0, 2.0))
+      ->capture_default_str();
   cmd->add_flag("--no-profile", o->no_profile, "Skip the op-group profiled pass");
   cmd->add_flag("--marginal", o->bench.marginal,
                 "Also time autoregressive decode with each op group's ops dry: each group's "

@@ -119,10 +119,21 @@ class Turn {
         pending.reset();
       } else if (on_backend_ && state_.next_argmax && state_.next_logits.empty()) {
         // The logits never left the backend.
-        if (opt_.sampler.greedy()) {
+        const std::span<const TokenCounts> counts(&counts_, 1);
+        if (opt_.sampler.greedy() && !opt_.sampler.has_penalties()) {
           primary = *state_.next_argmax;
+        } else if (opt_.sampler.greedy()) {
+          auto ids = penalised_argmax_on_backend(*model_.backend(), state_.next_logits_device,
+                                                 state_.next_logits_row, 1, opt_.sampler, counts);
+          if (!ids.ok()) {
+            failure = ids.status();
+            exit = ExitPath::kError;
+            break;
+          }
+          primary = ids->front();
         } else {
-          auto p = backend_distributions(state_.next_logits_device, state_.next_logits_row, 1);
+          auto p =
+              backend_distributions(state_.next_logits_device, state_.next_logits_row, 1, counts);
           if (!p.ok()) {
             failure = p.status();
             exit = ExitPath::kError;
@@ -241,12 +252,14 @@ class Turn {
     return false;
   }
 
-  // The target distributions of rows [first, first + count) of logits left on the backend.
-  Expected<std::vector<TokenDistribution>> backend_distributions(const Tensor& logits,
-                                                                 std::int64_t first,
-                                                                 std::int64_t count) {
+  // The target distributions of rows [first, first + count) of logits left on the backend, row r
+  // penalised by counts[r] (when the sampler has penalties).
+  Expected<std::vector<TokenDistribution>> backend_distributions(
+      const Tensor& logits, std::int64_t first, std::int64_t count,
+      std::span<const TokenCounts> counts) {
     RowSamplingStats rows;
-    auto p = distributions_on_backend(*model_.backend(), logits, first, count, opt_.sampler, &rows);
+    auto p = distributions_on_backend(*model_.backend(), logits, first, count, opt_.sampler, &rows,
+                                      counts);
     result_.stats.rows_from_top += rows.from_top;
     result_.stats.rows_read_back += rows.read_back;
     return p;
@@ -281,13 +294,32 @@ class Turn {
     if (auto s = model_.forward(*state_.trunk, verify_in, verify_rows, verify); !s.ok()) return s;
     result_.stats.verify_ns += nanoseconds_since(verify_began);
     const auto vocab = static_cast<std::size_t>(model_.info().vocab_size);
-    // Sampled on the backend: the target distributions of the drafts' rows, from their tops.
+    // On the backend: the target distributions of the drafts' rows, from their tops (sampled), or
+    // their penalised argmaxes (greedy with penalties). Row j is tested only after drafts 0..j-1
+    // were accepted, so its penalties count the completion so far and those drafts, as the host
+    // path's row_counts below.
     std::vector<TokenDistribution> p_rows;
-    if (on_backend_ && !opt_.sampler.greedy()) {
-      auto p =
-          backend_distributions(verify.device_logits, 0, static_cast<std::int64_t>(drafts.size()));
-      if (!p.ok()) return p.status();
-      p_rows = std::move(p).value();
+    std::vector<TokenId> penalised_picks;
+    if (on_backend_) {
+      std::vector<TokenCounts> verify_counts;
+      if (opt_.sampler.has_penalties()) {
+        verify_counts.assign(drafts.size(), counts_);
+        for (std::size_t j = 1; j < drafts.size(); ++j) {
+          verify_counts[j] = verify_counts[j - 1];
+          ++verify_counts[j][drafts[j - 1].token];
+        }
+      }
+      const auto rows = static_cast<std::int64_t>(drafts.size());
+      if (!opt_.sampler.greedy()) {
+        auto p = backend_distributions(verify.device_logits, 0, rows, verify_counts);
+        if (!p.ok()) return p.status();
+        p_rows = std::move(p).value();
+      } else if (opt_.sampler.has_penalties()) {
+        auto ids = penalised_argmax_on_backend(*model_.backend(), verify.device_logits, 0, rows,
+                                               opt_.sampler, verify_counts);
+        if (!ids.ok()) return ids.status();
+        penalised_picks = std::move(ids).value();
+      }
     }
 
     std::size_t accepted = 0;
@@ -296,9 +328,11 @@ class Turn {
     for (std::size_t j = 0; j < drafts.size(); ++j) {
       const TokenId x = drafts[j].token;
       if (on_backend_) {  // verify row j's argmax (greedy) or its distribution from the top
-        if (opt_.sampler.greedy() ? verify.argmax.at(j) != x
-                                  : !accept_draft(p_rows[j], drafts[j], outcome))
-          break;
+        const bool accept =
+            !opt_.sampler.greedy()
+                ? accept_draft(p_rows[j], drafts[j], outcome)
+                : (penalised_picks.empty() ? verify.argmax.at(j) : penalised_picks[j]) == x;
+        if (!accept) break;
         ++result_.stats.accepted[j];
         ++accepted;
         ++row_counts[x];
@@ -388,8 +422,10 @@ class Turn {
 }  // namespace
 
 bool picks_on_backend(Model& model, const GenerateOptions& options) {
-  const bool eligible = !options.sampler.has_penalties() && !options.on_logprobs &&
-                        (options.sampler.greedy() || model.backend() != nullptr);
+  // Penalties are subtracted on the backend too (decode/row_sampling.h); logprobs score the
+  // whole row on the host.
+  const bool eligible =
+      !options.on_logprobs && (options.sampler.greedy() || model.backend() != nullptr);
   switch (options.pick_on) {
     case PickOn::kHost:
       return false;

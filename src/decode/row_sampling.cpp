@@ -6,28 +6,79 @@
 
 namespace fs {
 
-Expected<std::vector<TokenDistribution>> distributions_on_backend(Backend& be, const Tensor& logits,
-                                                                  std::int64_t first,
-                                                                  std::int64_t count,
-                                                                  const SamplerConfig& config,
-                                                                  RowSamplingStats* stats) {
-  if (config.greedy() || config.has_penalties())
-    return invalid_argument("sampling on the backend takes a sampled config without penalties");
+namespace {
+
+Status check_rows(const Tensor& logits, std::int64_t first, std::int64_t count,
+                  std::span<const TokenCounts> counts) {
   if (logits.shape().size() != 2 || first < 0 || count < 1 || first + count > logits.rows())
     return invalid_argument("sampling on the backend: rows [" + std::to_string(first) + ", " +
                             std::to_string(first + count) + ") are not rows of the logits");
+  if (!counts.empty() && counts.size() != static_cast<std::size_t>(count))
+    return invalid_argument("sampling on the backend: " + std::to_string(counts.size()) +
+                            " token counts for " + std::to_string(count) + " rows");
+  return {};
+}
+
+// Rows [first, first + count) of the logits, with row r's penalties (counts[r]) subtracted from a
+// copy; the logits themselves when there is nothing to subtract and no slice to take.
+Tensor rows_to_sample(Backend& be, const Tensor& logits, std::int64_t first, std::int64_t count,
+                      const SamplerConfig& config, std::span<const TokenCounts> counts) {
+  std::vector<EntryAmount> entries;
+  if (config.has_penalties()) {
+    for (std::size_t r = 0; r < counts.size(); ++r)
+      for (const auto& [id, n] : counts[r]) {
+        // apply_penalties' rule: ids outside the row and tokens not seen are left alone.
+        if (id < 0 || id >= logits.cols() || n <= 0) continue;
+        entries.push_back({static_cast<std::int32_t>(r), id, penalty_amount(n, config)});
+      }
+  }
+  Tensor rows = logits;
+  if (first != 0 || count != logits.rows() || !entries.empty())
+    be.slice_rows(logits, first, count, rows);
+  if (!entries.empty()) be.subtract_entries(rows, entries);
+  return rows;
+}
+
+Status take_status(Backend& be) {
+  Status s = be.status();
+  if (s.ok()) return s;
+  be.clear_status();
+  return s.with_context("sampling on the " + be.name() + " backend");
+}
+
+}  // namespace
+
+Expected<std::vector<TokenId>> penalised_argmax_on_backend(Backend& be, const Tensor& logits,
+                                                           std::int64_t first, std::int64_t count,
+                                                           const SamplerConfig& config,
+                                                           std::span<const TokenCounts> counts) {
+  if (!config.greedy()) return invalid_argument("greedy picks on the backend take a greedy config");
+  if (counts.empty()) return invalid_argument("greedy picks on the backend: no token counts");
+  if (auto s = check_rows(logits, first, count, counts); !s.ok()) return s;
+  const Tensor rows = rows_to_sample(be, logits, first, count, config, counts);
+  Tensor ids;
+  be.argmax_rows(rows, ids);
+  const Tensor host_ids = ids.to(host_memory());
+  if (auto s = take_status(be); !s.ok()) return s;
+  const auto* p = host_ids.data_as<std::int32_t>();
+  return std::vector<TokenId>(p, p + count);
+}
+
+Expected<std::vector<TokenDistribution>> distributions_on_backend(
+    Backend& be, const Tensor& logits, std::int64_t first, std::int64_t count,
+    const SamplerConfig& config, RowSamplingStats* stats, std::span<const TokenCounts> counts) {
+  if (config.greedy())
+    return invalid_argument("sampling on the backend takes a sampled (not greedy) config");
+  if (auto s = check_rows(logits, first, count, counts); !s.ok()) return s;
   const auto vocab = logits.cols();
   const auto k = std::min(kTopOfRow, vocab);
-  Tensor rows = logits, idx, val, totals;
-  if (first != 0 || count != logits.rows()) be.slice_rows(logits, first, count, rows);
+  const Tensor rows = rows_to_sample(be, logits, first, count, config, counts);
+  Tensor idx, val, totals;
   be.topk(rows, k, idx, val);
   be.softmax_denominators(rows, config.temperature, totals);
   const Tensor host_idx = idx.to(host_memory()), host_val = val.to(host_memory()),
                host_totals = totals.to(host_memory());
-  if (Status s = be.status(); !s.ok()) {
-    be.clear_status();
-    return s.with_context("sampling on the " + be.name() + " backend");
-  }
+  if (auto s = take_status(be); !s.ok()) return s;
 
   std::vector<TokenDistribution> out;
   out.reserve(static_cast<std::size_t>(count));
@@ -47,10 +98,7 @@ Expected<std::vector<TokenDistribution>> distributions_on_backend(Backend& be, c
     Tensor one;
     be.slice_rows(rows, r, 1, one);
     row = one.to_host_vector();
-    if (Status s = be.status(); !s.ok()) {
-      be.clear_status();
-      return s.with_context("sampling on the " + be.name() + " backend");
-    }
+    if (auto s = take_status(be); !s.ok()) return s;
     out.push_back(target_distribution(row, config));
     if (stats != nullptr) ++stats->read_back;
   }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -27,9 +28,21 @@ struct RowSamplingStats {
 };
 
 // The target distributions of rows [first, first + count) of `logits` ([rows, vocab] in `be`'s
-// memory), under a sampled (not greedy) config without penalties.
+// memory) under a sampled (not greedy) config: target_distribution of each row, which takes no
+// penalties, or, where `counts` is given (one a row), target_distribution(apply_penalties(row r,
+// counts[r])): the penalties are subtracted from a copy of the rows on the backend
+// (Backend::subtract_entries, the host's float amounts), so a penalised row still sends only its
+// top. The logits themselves are not changed.
 Expected<std::vector<TokenDistribution>> distributions_on_backend(
     Backend& be, const Tensor& logits, std::int64_t first, std::int64_t count,
-    const SamplerConfig& config, RowSamplingStats* stats = nullptr);
+    const SamplerConfig& config, RowSamplingStats* stats = nullptr,
+    std::span<const TokenCounts> counts = {});
+
+// The greedy picks argmax(apply_penalties(row r, counts[r])) of rows [first, first + count), one
+// count a row, with only the ids coming back (Backend::argmax_rows on a penalised copy).
+Expected<std::vector<TokenId>> penalised_argmax_on_backend(Backend& be, const Tensor& logits,
+                                                           std::int64_t first, std::int64_t count,
+                                                           const SamplerConfig& config,
+                                                           std::span<const TokenCounts> counts);
 
 }  // namespace fs

@@ -39,10 +39,13 @@ std::vector<float> apply_penalties(std::span<const float> logits, const TokenCou
   if (!c.has_penalties()) return out;
   for (const auto& [id, n] : counts) {
     if (id < 0 || static_cast<std::size_t>(id) >= out.size() || n <= 0) continue;
-    out[static_cast<std::size_t>(id)] -=
-        static_cast<float>(c.frequency_penalty * n + c.presence_penalty);
+    out[static_cast<std::size_t>(id)] -= penalty_amount(n, c);
   }
   return out;
+}
+
+float penalty_amount(std::int32_t count, const SamplerConfig& c) {
+  return static_cast<float>(c.frequency_penalty * count + c.presence_penalty);
 }
 
 TokenId argmax(std::span<const float> logits) {

@@ -46,6 +46,9 @@ struct TokenDistribution {
 // logit[j] -= frequency * count[j] + presence * (count[j] > 0). A copy; unchanged when both are 0.
 std::vector<float> apply_penalties(std::span<const float> logits, const TokenCounts& counts,
                                    const SamplerConfig& config);
+// The float apply_penalties subtracts from the logit of a token seen `count` > 0 times (rows on a
+// backend subtract the same amount: Backend::subtract_entries).
+float penalty_amount(std::int32_t count, const SamplerConfig& config);
 
 // The highest logit; ties go to the lowest token id.
 TokenId argmax(std::span<const float> logits);

@@ -23,6 +23,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -1849,6 +1850,28 @@ std::vector<Case> make_cases() {
           as_f32.data()[r] =
               static_cast<float>(std::log(std::bit_cast<double>(host.data_as<std::int64_t>()[r])));
         return std::vector<Tensor>{f.in(as_f32)};
+      };
+    });
+  }
+  // --- the sampler's penalties subtracted where the rows lie: one float subtraction an entry, so
+  // the same bits on every backend ---
+  for (const auto& [S, V, draws] : std::vector<std::tuple<std::int64_t, std::int64_t, int>>{
+           {1, 248320, 700}, {4, 1000, 300}, {3, 50, 0}}) {
+    add("subtract_entries_" + n(S) + "x" + n(V) + "_n" + n(draws), 0.0, [=](Rng& rng) -> OpRun {
+      auto x = random_tensor({S, V}, rng, 8.0f);
+      // Distinct (row, col) pairs: draws that repeat one are dropped.
+      std::set<std::pair<std::int32_t, std::int32_t>> seen;
+      std::vector<EntryAmount> entries;
+      for (int i = 0; i < draws; ++i) {
+        const auto row = static_cast<std::int32_t>(rng.below(static_cast<int>(S)));
+        const auto col = static_cast<std::int32_t>(rng.below(static_cast<int>(V)));
+        if (seen.insert({row, col}).second)
+          entries.push_back({row, col, 0.25f * static_cast<float>(rng.below(13)) + 0.1f});
+      }
+      return [=](const Feed& f) {
+        Tensor y = f.in(x);
+        f.be.subtract_entries(y, entries);
+        return std::vector<Tensor>{y};
       };
     });
   }

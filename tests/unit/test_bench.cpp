@@ -203,7 +203,8 @@ TEST(BenchRun, DraftVocabularyCutsTheDraftBytesAndStaysExact) {
 // MTP stays exact on them, and the bytes per token count one byte per projection weight.
 // --temperature adds sampled autoregressive decoding with the picks on the backend and with the
 // rows on the host; top_p 0.9 over the tiny vocabulary is decided inside every row's top, so the
-// backend run reads no row back and picks every token after the first from a row's top.
+// backend run reads no row back and picks every token after the first from a row's top, with
+// --presence-penalty / --frequency-penalty too.
 TEST(BenchRun, TemperatureAddsTheSampledFigureOnBothPaths) {
   BenchOptions o;
   o.backend = "cpu";
@@ -222,7 +223,20 @@ TEST(BenchRun, TemperatureAddsTheSampledFigureOnBothPaths) {
   EXPECT_GT(s["host_tokens_per_s"].get<double>(), 0);
   EXPECT_EQ(s["rows_from_top"].get<std::int64_t>(), o.decode_tokens - 1);
   EXPECT_EQ(s["rows_read_back"].get<std::int64_t>(), 0);
-  EXPECT_NE(bench_table(*r).find("sampled AR at context 20 (T 0.90, top_p 0.90, top_k 0)"),
+  EXPECT_NE(bench_table(*r).find("sampled AR at context 20 (T 0.90, top_p 0.90, top_k 0, "
+                                 "presence 0.00, frequency 0.00)"),
+            std::string::npos);
+  // With penalties the rows are penalised where they lie: still every row from its top.
+  o.presence_penalty = 0.7;
+  o.frequency_penalty = 0.2;
+  auto penalised = run_bench(o, log);
+  ASSERT_TRUE(penalised.ok()) << penalised.status().to_string();
+  const auto& p = (*penalised)["decode"][0]["sampled"];
+  EXPECT_EQ(p["presence_penalty"].get<double>(), 0.7);
+  EXPECT_EQ(p["frequency_penalty"].get<double>(), 0.2);
+  EXPECT_EQ(p["rows_from_top"].get<std::int64_t>(), o.decode_tokens - 1);
+  EXPECT_EQ(p["rows_read_back"].get<std::int64_t>(), 0);
+  EXPECT_NE(bench_table(*penalised).find("presence 0.70, frequency 0.20): picks on the backend"),
             std::string::npos);
   o.temperature = 0;
   auto greedy = run_bench(o, log);

@@ -53,6 +53,36 @@ class EmbeddedModel : public ::testing::Test {
     EXPECT_TRUE(st.ok()) << st.to_string();
     return s;
   }
+
+  // One turn from a fresh prefill of `prompt` with the picks on the host, then the same turn with
+  // them on the backend (opt's on_commit watches that one).
+  struct BothPaths {
+    GenerateResult host, device;
+    DecodeState host_state, device_state;
+  };
+  BothPaths generate_on_both(std::span<const TokenId> prompt, GenerateOptions opt) {
+    BothPaths r;
+    const auto on_commit = std::move(opt.on_commit);
+    opt.on_commit = nullptr;
+    opt.pick_on = PickOn::kHost;
+    r.host_state = prefill(prompt);
+    r.host = generate(*model_, r.host_state, opt);
+    EXPECT_TRUE(r.host.error.ok()) << r.host.error.to_string();
+    opt.pick_on = PickOn::kBackend;
+    EXPECT_TRUE(picks_on_backend(*model_, opt));
+    opt.on_commit = on_commit;
+    r.device_state = prefill(prompt);
+    r.device = generate(*model_, r.device_state, opt);
+    EXPECT_TRUE(r.device.error.ok()) << r.device.error.to_string();
+    // The same tokens, acceptance and state whichever side picked.
+    EXPECT_EQ(r.device.tokens, r.host.tokens);
+    EXPECT_EQ(r.device.stats.accepted, r.host.stats.accepted);
+    EXPECT_EQ(r.device.stats.rollbacks, r.host.stats.rollbacks);
+    EXPECT_TRUE(r.device.state_complete);
+    EXPECT_EQ(r.device_state.tokens, r.host_state.tokens);
+    EXPECT_EQ(r.device_state.next_logits, r.host_state.next_logits);
+    return r;
+  }
 };
 Model* EmbeddedModel::model_ = nullptr;
 
@@ -254,14 +284,69 @@ TEST_F(EmbeddedModel, GreedyPicksOnTheBackendEqualTheHostPicks) {
     ASSERT_TRUE(after_host.error.ok() && after_device.error.ok());
     EXPECT_EQ(after_device.tokens, after_host.tokens) << "depth " << depth;
   }
-  // Penalties or logprobs need the row: the pick stays on the host.
+  // Logprobs score the whole row: the pick stays on the host. Penalties are subtracted on the
+  // backend (the next test).
   GenerateOptions opt;
   opt.pick_on = PickOn::kBackend;
   opt.sampler.presence_penalty = 0.5;
-  EXPECT_FALSE(picks_on_backend(*model_, opt));
+  EXPECT_TRUE(picks_on_backend(*model_, opt));
   opt.sampler.presence_penalty = 0;
   opt.on_logprobs = [](const TokenLogprobs&) {};
   EXPECT_FALSE(picks_on_backend(*model_, opt));
+}
+
+// Presence and frequency penalties with the picks on the backend (subtracted from a copy of the
+// rows there, Backend::subtract_entries): the host picks' tokens at every MTP depth, greedy and
+// sampled, with the same acceptance; the verify's rows each penalised by the completion and the
+// drafts before them. No logits row comes to the host for a greedy pick, and the penalties
+// change what is emitted (so a backend that ignored them would fail).
+TEST_F(EmbeddedModel, PenalisedPicksOnTheBackendEqualTheHostPicks) {
+  const auto all = parity_tokens();
+  const std::span<const TokenId> prompt(all.data(), 23);
+  struct Config {
+    const char* name;
+    SamplerConfig sampler;
+  };
+  std::vector<Config> configs(3);
+  configs[0] = {"greedy, presence 0.8, frequency 0.3", {}};
+  configs[0].sampler.presence_penalty = 0.8;
+  configs[0].sampler.frequency_penalty = 0.3;
+  configs[1] = {"T 0.8 top_k 40, presence 1.5", {}};
+  configs[1].sampler.temperature = 0.8;
+  configs[1].sampler.top_k = 40;
+  configs[1].sampler.presence_penalty = 1.5;
+  configs[2] = {"T 0.7 top_p 0.9, frequency 0.6, presence -0.2", {}};
+  configs[2].sampler.temperature = 0.7;
+  configs[2].sampler.top_p = 0.9;
+  configs[2].sampler.frequency_penalty = 0.6;
+  configs[2].sampler.presence_penalty = -0.2;
+  for (const auto& c : configs) {
+    for (int depth = 0; depth <= kMaxMtpDepth; ++depth) {
+      SCOPED_TRACE(std::string(c.name) + ", depth " + std::to_string(depth));
+      GenerateOptions opt;
+      opt.max_tokens = 40;
+      opt.mtp_depth = depth;
+      opt.sampler = c.sampler;
+      opt.seed = 300 + static_cast<std::uint64_t>(depth);
+      int rows_on_host = 0;
+      opt.on_commit = [&](const DecodeState& s) {
+        if (!s.next_logits.empty()) ++rows_on_host;
+      };
+      const auto both = generate_on_both(prompt, opt);
+      EXPECT_EQ(rows_on_host, 0);
+      if (c.sampler.greedy()) {
+        EXPECT_EQ(both.device.stats.rows_read_back, 0);
+      }
+      // The same turn without penalties emits other tokens.
+      GenerateOptions plain = opt;
+      plain.on_commit = nullptr;
+      plain.sampler.presence_penalty = plain.sampler.frequency_penalty = 0;
+      DecodeState plain_state = prefill(prompt);
+      const auto unpenalised = generate(*model_, plain_state, plain);
+      ASSERT_TRUE(unpenalised.error.ok());
+      EXPECT_NE(unpenalised.tokens, both.device.tokens);
+    }
+  }
 }
 
 // Sampled decoding with the picks on the backend (each row's top and softmax denominator come
@@ -296,24 +381,12 @@ TEST_F(EmbeddedModel, SampledPicksOnTheBackendEqualTheHostPicks) {
       opt.mtp_depth = depth;
       opt.sampler = c.sampler;
       opt.seed = 100 + static_cast<std::uint64_t>(depth);
-      opt.pick_on = PickOn::kHost;
-      DecodeState host_state = prefill(prompt);
-      const auto host = generate(*model_, host_state, opt);
-      ASSERT_TRUE(host.error.ok()) << host.error.to_string();
-      EXPECT_EQ(host.stats.rows_from_top + host.stats.rows_read_back, 0);
-      opt.pick_on = PickOn::kBackend;
-      ASSERT_TRUE(picks_on_backend(*model_, opt));
-      DecodeState device_state = prefill(prompt);
-      const auto device = generate(*model_, device_state, opt);
-      ASSERT_TRUE(device.error.ok()) << device.error.to_string();
-      EXPECT_EQ(device.tokens, host.tokens);
-      EXPECT_EQ(device.stats.accepted, host.stats.accepted);
-      EXPECT_EQ(device.stats.rollbacks, host.stats.rollbacks);
-      EXPECT_TRUE(device.state_complete);
-      EXPECT_EQ(device_state.next_logits, host_state.next_logits);
+      const auto both = generate_on_both(prompt, opt);
+      EXPECT_EQ(both.host.stats.rows_from_top + both.host.stats.rows_read_back, 0);
       // Rows picked on the backend: the turn's primaries after its first, the verify rows and
       // the drafts' rows.
-      const auto from_top = device.stats.rows_from_top, read_back = device.stats.rows_read_back;
+      const auto from_top = both.device.stats.rows_from_top,
+                 read_back = both.device.stats.rows_read_back;
       EXPECT_GT(from_top + read_back, 0);
       switch (c.rows) {
         case Rows::kAllFromTop:

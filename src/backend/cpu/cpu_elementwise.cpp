@@ -432,6 +432,12 @@ void CpuBackend::softmax_denominators(const Tensor& x, double temperature, Tenso
   }
 }
 
+void CpuBackend::subtract_entries(Tensor& x, std::span<const EntryAmount> entries) {
+  if (failed()) return;
+  if (!check(entries_inside(x, entries), "subtract_entries", "an entry lies outside x")) return;
+  for (const auto& e : entries) x.row(e.row)[e.col] -= e.amount;
+}
+
 void CpuBackend::argmax_rows(const Tensor& x, Tensor& ids) {
   if (failed()) return;
   const auto rows = x.rows(), cols = x.cols();

@@ -242,6 +242,7 @@ class CudaBackend final : public Backend {
   void mhc_expand(Tensor& h, const Tensor& y, const Tensor& post, const Tensor& comb) override;
   void argmax_rows(const Tensor& x, Tensor& ids) override;
   void softmax_denominators(const Tensor& x, double temperature, Tensor& totals) override;
+  void subtract_entries(Tensor& x, std::span<const EntryAmount> entries) override;
 
   // The fused decode ops (cuda_fused.cu; route_experts in cuda_routing.cu).
   void hyper_connection_read(const Tensor& h, const Weight& norm, const Weight& mix_down,
