@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "decode/generator.h"
+#include "decode/sampling_defaults.h"
 #include "decode/stop_tokens.h"
 #include "model/gguf_config.h"
 #include "model/loader.h"
@@ -27,7 +28,11 @@ struct RunOptions {
   LoadOptions load;
   std::int64_t max_tokens = 128;
   int mtp_depth = -1;  // -1: 3 when the model has an MTP head, else 0
+  // run's own defaults, under the model's generation_config.json (unless --generation-config
+  // none), under the flags given.
   SamplerConfig sampler{.temperature = 0.6, .top_k = 20, .top_p = 0.95};
+  SamplingDefaults flags;  // what the command line set
+  bool generation_config = true;
   std::uint64_t seed = 0;
   bool chat = false;
   bool quiet = false;
@@ -100,6 +105,13 @@ int run(RunOptions o) {
     if (!dir.ok()) return fail(dir.status());
     o.model = *dir;
   }
+  if (o.generation_config) {
+    auto defaults = read_sampling_defaults(o.model);
+    if (!defaults.ok()) return fail(defaults.status());
+    o.sampler = defaults->over(o.sampler);
+  }
+  o.sampler = o.flags.over(o.sampler);
+  if (Status s = o.sampler.validate(); !s.ok()) return fail(s);
   auto model = load_model(o.model, o.load);
   if (!model.ok()) return fail(model.status());
   auto tok = load_tokenizer_dir(o.model);
@@ -190,10 +202,24 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("--mtp-depth", o->mtp_depth,
                   "Drafts per round (default 3 with an MTP head, else 0)")
       ->check(CLI::Range(0, kMaxMtpDepth));
-  cmd->add_option("--temperature", o->sampler.temperature, "0: greedy (default 0.6)");
-  cmd->add_option("--top-p", o->sampler.top_p, "default 0.95");
-  cmd->add_option("--top-k", o->sampler.top_k, "default 20");
-  cmd->add_option("--min-p", o->sampler.min_p);
+  // Unset flags leave the model's generation_config.json values, else run's own.
+  cmd->add_option_function<double>(
+      "--temperature", [o](double v) { o->flags.temperature = v; },
+      "0: greedy (default: the model's generation_config.json, else 0.6)");
+  cmd->add_option_function<double>(
+      "--top-p", [o](double v) { o->flags.top_p = v; },
+      "default: the model's generation_config.json, else 0.95");
+  cmd->add_option_function<std::int32_t>(
+      "--top-k", [o](std::int32_t v) { o->flags.top_k = v; },
+      "default: the model's generation_config.json, else 20");
+  cmd->add_option_function<double>(
+      "--min-p", [o](double v) { o->flags.min_p = v; },
+      "default: the model's generation_config.json, else 0");
+  cmd->add_option_function<std::string>(
+         "--generation-config", [o](const std::string& v) { o->generation_config = v == "auto"; },
+         "auto: unset sampling flags take the model's generation_config.json (temperature, "
+         "top_p, top_k, min_p, do_sample); none: run's own defaults (default auto)")
+      ->check(CLI::IsMember({"auto", "none"}));
   cmd->add_option("--seed", o->seed, "default 0");
   cmd->add_flag("--chat", o->chat, "Render PROMPT as a user message with the chat template");
   cmd->add_flag("--quiet", o->quiet, "No stats line on stderr");

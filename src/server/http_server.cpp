@@ -10,6 +10,7 @@
 #include <iostream>
 #include <random>
 
+#include "decode/sampling_defaults.h"
 #include "model/gguf_config.h"
 #include "model/loader.h"
 #include "server/auth.h"
@@ -491,6 +492,20 @@ Status run_server(const ServerOptions& options) {
       options.max_context > 0 ? options.max_context : model_context(options.model_dir);
   if (ctx->max_context <= 0) ctx->max_context = 4096;
 
+  std::string sampling_line = "greedy unless a request sets temperature (--generation-config none)";
+  if (options.generation_config) {
+    auto defaults = read_sampling_defaults(options.model_dir);
+    if (!defaults.ok()) return defaults.status();
+    ctx->options.limits.sampling_defaults = defaults->over(options.limits.sampling_defaults);
+    sampling_line =
+        defaults->empty()
+            ? "greedy unless a request sets temperature (no sampling "
+              "fields in generation_config.json)"
+            : defaults->describe() + " from generation_config.json unless a request sets them";
+    for (const auto& f : defaults->not_applied)
+      sampling_line += "; not applied: " + f + " (flashserve has no such sampler)";
+  }
+
   auto model = load_model(options.model_dir, options.load);
   if (!model.ok()) return model.status();
   const std::string compute = (*model)->info().backend + ", " +
@@ -517,7 +532,7 @@ Status run_server(const ServerOptions& options) {
   rd.special = ctx->special;
   rd.model_id = ctx->model_id;
   rd.max_context = ctx->max_context;
-  rd.limits = options.limits;
+  rd.limits = ctx->options.limits;
   rd.request_timeout_s = options.request_timeout_s;
   rd.engine = ctx->engine.get();
   rd.metrics = &ctx->metrics;
@@ -544,6 +559,7 @@ Status run_server(const ServerOptions& options) {
   svr.set_listen_backlog(1024);
   std::cerr << "flashserve: serving " << ctx->model_id << " on " << compute << " (context "
             << ctx->max_context << ", mtp depth " << mtp_depth << ")\n"
+            << "flashserve: sampling: " << sampling_line << "\n"
             << "flashserve: listening on http://" << options.host << ":" << port << std::endl;
 
   std::atomic<bool> done{false};

@@ -33,6 +33,9 @@ struct ServerOptions {
   std::int64_t read_timeout_ms = 10000;  // a request's first byte to its last
   std::int64_t request_timeout_s = 600;  // arrival to the end of its generation
   RequestLimits limits;
+  // --generation-config auto: the model's generation_config.json gives the sampling of requests
+  // that leave it unset (limits.sampling_defaults); none: greedy unless a request says otherwise.
+  bool generation_config = true;
   std::string prompt_log;  // --log-prompts: append each prompt as a JSON line (debugging)
 };
 

@@ -156,6 +156,7 @@ void read_max_tokens(Fields& f, GenerationRequest& r, const char* name,
 void read_openai_common(Fields& f, GenerationRequest& r, const RequestLimits& limits) {
   f.string("model", r.model);
   r.max_tokens = limits.default_max_tokens;
+  r.sampler = limits.sampling_defaults;
   read_max_tokens(f, r, "max_tokens", limits);
   read_max_tokens(f, r, "max_completion_tokens", limits);
   read_sampling(f, r, 2.0);
@@ -683,6 +684,7 @@ ParsedRequest parse_anthropic(std::string_view body, const RequestLimits& limits
   if (require_max_tokens && !f.get("max_tokens"))
     return ApiError::invalid("max_tokens", "'max_tokens' is required");
   read_max_tokens(f, r, "max_tokens", limits);
+  r.sampler = limits.sampling_defaults;
   read_sampling(f, r, 1.0);
   f.stop_list("stop_sequences", r.stop, false, limits);
   f.boolean("stream", r.stream);

@@ -25,7 +25,10 @@ std::string api_label(ApiKind kind);
 
 struct RequestLimits {
   std::int64_t default_max_tokens = 256;  // OpenAI requests that do not say
-  std::int64_t max_tokens = 32768;        // larger requests are clamped to it
+  // The sampling of a request that does not set a field: the model's generation_config.json
+  // (decode/sampling_defaults.h) over greedy decoding.
+  SamplerConfig sampling_defaults;
+  std::int64_t max_tokens = 32768;  // larger requests are clamped to it
   std::size_t max_stop_sequences = 16;
   std::size_t max_stop_bytes = 256;
   std::int32_t max_top_logprobs = 20;

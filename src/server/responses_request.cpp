@@ -495,6 +495,7 @@ ParsedResponsesRequest parse_responses_request(std::string_view body, const Requ
   f.boolean("stream", r.stream);
   f.boolean("store", r.store);
   f.boolean("parallel_tool_calls", r.parallel_tool_calls);
+  r.sampler = limits.sampling_defaults;
   f.number("temperature", r.sampler.temperature, 0.0, 2.0);
   f.number("top_p", r.sampler.top_p, 0.0, 1.0);
   if (!f.error() && r.sampler.top_p <= 0.0) f.fail("top_p", "must be greater than 0 and at most 1");

@@ -3,6 +3,7 @@
 // GLM 5.3 folders.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "test_support.h"
@@ -110,6 +111,71 @@ INSTANTIATE_TEST_SUITE_P(Families, TinyFamilyCli,
                          ::testing::Values("deepseek-v4-tiny", "glm5-tiny"), [](const auto& info) {
                            return std::string(info.param[0] == 'd' ? "DeepSeekV4" : "Glm5");
                          });
+
+// The embedded model's files linked into a scratch folder beside a generation_config.json of our
+// own (the weights' fingerprint cache is written there, not into models/).
+std::string embedded_with_generation_config(const test::ScratchDir& dir, const std::string& text) {
+  const std::filesystem::path src = std::string(FLASHSERVE_SOURCE_DIR) + "/models/qwen4-tiny-code";
+  const auto model = dir.path() / "model";
+  std::filesystem::create_directories(model);
+  for (const auto& e : std::filesystem::directory_iterator(src)) {
+    const auto name = e.path().filename().string();
+    if (name == "generation_config.json" || name.starts_with(".")) continue;
+    std::filesystem::create_symlink(e.path(), model / name);
+  }
+  test::write_text((model / "generation_config.json").string(), text);
+  return model.string();
+}
+
+// `run` takes the sampling a model's generation_config.json recommends for what its flags leave
+// unset; a flag wins; --generation-config none keeps run's own defaults.
+TEST(RunCli, UnsetSamplingFlagsTakeTheModelsGenerationConfig) {
+  test::ScratchDir dir;
+  const auto model = embedded_with_generation_config(
+      dir, R"({"eos_token_id": [2, 0], "do_sample": true, "temperature": 1.3, "top_k": 50})");
+  const auto run = test::flashserve_binary() + " run --model " + model +
+                   " --max-tokens 32 --seed 5 --quiet 'import os\n'";
+  std::string from_file, same_by_flags, greedy, greedy_by_flag, own;
+  ASSERT_EQ(test::run_command(run, &from_file), 0) << from_file;
+  // run's top_p 0.95 stays: the file does not set it.
+  ASSERT_EQ(test::run_command(run + " --generation-config none --temperature 1.3 --top-k 50",
+                              &same_by_flags),
+            0);
+  EXPECT_EQ(from_file, same_by_flags);
+  ASSERT_EQ(test::run_command(run + " --temperature 0", &greedy), 0);
+  ASSERT_EQ(test::run_command(run + " --generation-config none --temperature 0", &greedy_by_flag),
+            0);
+  EXPECT_EQ(greedy, greedy_by_flag);
+  ASSERT_EQ(test::run_command(run + " --generation-config none", &own), 0);
+  EXPECT_NE(from_file, own);  // 1.3 / top-k 50 against run's 0.6 / top-k 20
+  EXPECT_NE(from_file, greedy);
+}
+
+// `serve` says at start which sampling unset fields get, and refuses a bad generation_config.json
+// naming the field instead of serving with it.
+TEST(ServeCli, StartUpNamesTheSamplingDefaultsAndRefusesABadFile) {
+  test::ScratchDir dir;
+  const auto model = embedded_with_generation_config(
+      dir, R"({"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05})");
+  // SIGINT after the banner: the clean stop path.
+  const auto serve = "timeout --preserve-status -s INT 6 " + test::flashserve_binary() +
+                     " serve --port 0 --model ";
+  std::string out;
+  EXPECT_EQ(test::run_command(serve + model, &out), 0) << out;
+  EXPECT_NE(out.find("flashserve: sampling: temperature 0.7, top_p 0.8, top_k 20 from "
+                     "generation_config.json unless a request sets them; not applied: "
+                     "repetition_penalty 1.05"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(test::run_command(serve + model + " --generation-config none", &out), 0) << out;
+  EXPECT_NE(out.find("flashserve: sampling: greedy unless a request sets temperature"),
+            std::string::npos)
+      << out;
+  test::write_text(model + "/generation_config.json", R"({"top_p": 3})");
+  EXPECT_EQ(test::run_command(serve + model, &out), 1) << out;
+  EXPECT_NE(out.find("generation_config.json: top_p must be in (0, 1]"), std::string::npos) << out;
+  EXPECT_EQ(out.find("listening"), std::string::npos) << out;
+}
 
 TEST(RunCli, MissingModelIsAClearError) {
   std::string out;

@@ -63,6 +63,39 @@ TEST(ServerRequest, ChatFieldsAreRead) {
   EXPECT_TRUE(r.include_usage);
 }
 
+// The model's generation_config.json sampling (limits.sampling_defaults, read by `serve`) fills
+// what a request leaves unset, on every API (the Responses API: test_server_responses.cpp); what
+// it sets wins field by field.
+TEST(ServerRequest, UnsetSamplingFieldsTakeTheModelsDefaults) {
+  RequestLimits limits;
+  limits.sampling_defaults.temperature = 0.7;
+  limits.sampling_defaults.top_p = 0.8;
+  limits.sampling_defaults.top_k = 20;
+  const auto expect_defaults = [](const SamplerConfig& s, double temperature) {
+    EXPECT_DOUBLE_EQ(s.temperature, temperature);
+    EXPECT_DOUBLE_EQ(s.top_p, 0.8);
+    EXPECT_EQ(s.top_k, 20);
+    EXPECT_DOUBLE_EQ(s.min_p, 0.0);
+  };
+  const std::string messages = R"("messages": [{"role": "user", "content": "x"}])";
+  expect_defaults(ok_request(parse_openai_chat("{" + messages + "}", limits)).sampler, 0.7);
+  expect_defaults(
+      ok_request(parse_openai_chat("{" + messages + R"(, "temperature": 0.2})", limits)).sampler,
+      0.2);
+  expect_defaults(ok_request(parse_openai_completion(R"({"prompt": "x"})", limits)).sampler, 0.7);
+  expect_defaults(
+      ok_request(parse_anthropic_messages("{" + messages + R"(, "max_tokens": 5})", limits))
+          .sampler,
+      0.7);
+  // A request's own value that the defaults would not allow alone still wins.
+  const auto r = ok_request(
+      parse_openai_chat("{" + messages + R"(, "top_k": 0, "top_p": 1, "min_p": 0.1})", limits));
+  EXPECT_EQ(r.sampler.top_k, 0);
+  EXPECT_DOUBLE_EQ(r.sampler.top_p, 1.0);
+  EXPECT_DOUBLE_EQ(r.sampler.min_p, 0.1);
+  EXPECT_DOUBLE_EQ(r.sampler.temperature, 0.7);
+}
+
 TEST(ServerRequest, ChatDefaults) {
   const auto r =
       ok_request(parse_openai_chat(R"({"messages": [{"role": "user", "content": "x"}]})", kLimits));

@@ -34,6 +34,24 @@ ResponsesRequest ok(std::string_view body) {
   return std::get<ResponsesRequest>(std::move(p));
 }
 
+// The model's generation_config.json sampling fills what a Responses request leaves unset, as on
+// the other APIs (test_server.cpp).
+TEST(ResponsesRequest, UnsetSamplingFieldsTakeTheModelsDefaults) {
+  RequestLimits limits;
+  limits.sampling_defaults.temperature = 0.7;
+  limits.sampling_defaults.top_p = 0.8;
+  limits.sampling_defaults.top_k = 20;
+  for (const auto& [body, temperature] : {std::pair{R"({"input": "x"})", 0.7},
+                                          std::pair{R"({"input": "x", "temperature": 0})", 0.0}}) {
+    auto p = parse_responses_request(body, limits);
+    ASSERT_TRUE(std::holds_alternative<ResponsesRequest>(p)) << body;
+    const auto& s = std::get<ResponsesRequest>(p).sampler;
+    EXPECT_DOUBLE_EQ(s.temperature, temperature) << body;
+    EXPECT_DOUBLE_EQ(s.top_p, 0.8);
+    EXPECT_EQ(s.top_k, 20);
+  }
+}
+
 ApiError err(std::string_view body) {
   auto p = parse_responses_request(body, kLimits);
   if (const auto* e = std::get_if<ApiError>(&p)) return *e;
