@@ -209,6 +209,37 @@ void Backend::gated_delta_net_conv(const Tensor& qkv, const Weight& conv, Tensor
   l2_norm(k, head_dim, 1e-6f);
   scale(q, 1.0f / std::sqrt(static_cast<float>(head_dim)));
 }
+void Backend::gated_delta_net_in_proj_conv(const Tensor& x, const Weight& w_qkv, const Weight& w_z,
+                                           const Weight& w_b, const Weight& w_a,
+                                           const Weight& dt_bias, const Weight& decay_rate,
+                                           const Weight& conv, Tensor& tail, Tensor& mixed,
+                                           Tensor& z, Tensor& beta, Tensor& g) {
+  Tensor qkv;
+  gated_delta_net_in_proj(x, w_qkv, w_z, w_b, w_a, dt_bias, decay_rate, qkv, z, beta, g);
+  causal_conv1d(qkv, conv, 1, tail, mixed);
+  activate(mixed, Activation::kSilu);
+}
+void Backend::gated_delta_net_core(const Tensor& mixed, const Tensor& z, const Tensor& beta,
+                                   const Tensor& g, std::int64_t key_heads, std::int64_t head_dim,
+                                   const Weight& norm, float eps, Activation act, Tensor& state,
+                                   Tensor& normed) {
+  const auto S = mixed.rows(), key_dim = key_heads * head_dim, Hv = beta.cols();
+  const auto value_dim = mixed.cols() - 2 * key_dim;
+  Tensor q, k, v, core;
+  slice_cols(mixed, 0, key_dim, q);
+  slice_cols(mixed, key_dim, key_dim, k);
+  slice_cols(mixed, 2 * key_dim, value_dim, v);
+  l2_norm(q, head_dim, 1e-6f);
+  l2_norm(k, head_dim, 1e-6f);
+  scale(q, 1.0f / std::sqrt(static_cast<float>(head_dim)));
+  gated_delta_rule_recurrent(q, k, v, g, beta, key_heads, state, core);
+  if (failed()) return;
+  // One group a value head; the gate is read element by element, so z keeps its [S, value_dim].
+  core.reshape({S * Hv, value_dim / Hv});
+  rms_norm_gated(core, norm, z, eps, act, normed);
+  if (failed()) return;
+  normed.reshape({S, value_dim});
+}
 void Backend::route_experts(const Tensor& x, const Weight& router, std::int64_t top_k,
                             bool normalize, Tensor& experts, Tensor& weights) {
   Tensor probs;
@@ -345,14 +376,14 @@ void Backend::argmax_rows(const Tensor&, Tensor&) {
 void Backend::softmax_denominators(const Tensor&, double, Tensor&) {
   unimplemented("softmax_denominators");
 }
-bool entries_inside(const Tensor& x, std::span<const EntryAmount> entries) {
+bool entries_inside(const Tensor& x, std::span<const EntryPenalty> entries) {
   if (x.shape().size() != 2) return entries.empty();
-  return std::all_of(entries.begin(), entries.end(), [&](const EntryAmount& e) {
+  return std::all_of(entries.begin(), entries.end(), [&](const EntryPenalty& e) {
     return e.row >= 0 && e.row < x.rows() && e.col >= 0 && e.col < x.cols();
   });
 }
-void Backend::subtract_entries(Tensor&, std::span<const EntryAmount>) {
-  unimplemented("subtract_entries");
+void Backend::penalise_entries(Tensor&, std::span<const EntryPenalty>) {
+  unimplemented("penalise_entries");
 }
 void Backend::select_blocks(const Tensor&, std::int64_t, std::int64_t, std::int64_t, Tensor&) {
   unimplemented("select_blocks");

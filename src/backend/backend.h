@@ -44,14 +44,24 @@ struct StreamsWrite {
   const Tensor& inject;  // [S, streams]
 };
 
-// One entry of Backend::subtract_entries: x[row, col] -= amount.
-struct EntryAmount {
+// One entry of Backend::penalise_entries: the sampler's penalties of one token in one logits row
+// (decode/sampler.h token_penalty). The repetition penalty (HF's RepetitionPenaltyLogitsProcessor,
+// vLLM's) divides a positive logit and multiplies a negative one; then the presence and frequency
+// penalties subtract their amount.
+struct EntryPenalty {
   std::int32_t row = 0;
   std::int32_t col = 0;
+  float repetition = 1.0f;  // 1: none
   float amount = 0;
+
+  // The rule, in these float operations on every backend (the CUDA kernel spells them out).
+  float apply(float x) const {
+    if (repetition != 1.0f) x = x > 0.0f ? x / repetition : x * repetition;
+    return x - amount;
+  }
 };
 // Whether every entry names an element of the 2-D tensor x.
-bool entries_inside(const Tensor& x, std::span<const EntryAmount> entries);
+bool entries_inside(const Tensor& x, std::span<const EntryPenalty> entries);
 
 class Backend {
  public:
@@ -359,6 +369,27 @@ class Backend {
   virtual void gated_delta_net_conv(const Tensor& qkv, const Weight& conv, Tensor& tail,
                                     std::int64_t key_dim, std::int64_t head_dim, Tensor& q,
                                     Tensor& k, Tensor& v);
+  // A GatedDeltaNet decode step in two ops (one token on a warm state, no MTP window): the input
+  // projections with the short conv,
+  //   gated_delta_net_in_proj(x, ...) -> qkv, z, beta, g; mixed = silu(causal_conv1d(qkv, conv,
+  //   dilation 1, tail)), tail updated,
+  // and the core,
+  //   q | k | v split from mixed (key_heads * head_dim, the same, the rest), q and k l2-normed per
+  //   head (eps 1e-6), q scaled by head_dim^-0.5, gated_delta_rule_recurrent(q, k, v, g, beta,
+  //   key_heads, state) -> core [S, Hv*dv] (Hv = beta.cols()), normed = rms_norm_gated(core per
+  //   value head of dv, norm, z, eps, act) [S, Hv*dv].
+  // The split moves the q/k norms from the conv to the core, where a GPU block holding a value
+  // head's state can compute its key head's norms from the conv output it reads anyway; the two
+  // ops then compute, bit for bit, what in_proj, conv, the recurrence and the gated norm do.
+  virtual void gated_delta_net_in_proj_conv(const Tensor& x, const Weight& w_qkv, const Weight& w_z,
+                                            const Weight& w_b, const Weight& w_a,
+                                            const Weight& dt_bias, const Weight& decay_rate,
+                                            const Weight& conv, Tensor& tail, Tensor& mixed,
+                                            Tensor& z, Tensor& beta, Tensor& g);
+  virtual void gated_delta_net_core(const Tensor& mixed, const Tensor& z, const Tensor& beta,
+                                    const Tensor& g, std::int64_t key_heads, std::int64_t head_dim,
+                                    const Weight& norm, float eps, Activation act, Tensor& state,
+                                    Tensor& normed);
   // QSA's projections over the same x (Q4M 847-901 and the indexer's query/key projection):
   //   index_qk = x · index_w^T, qg = x · q_w^T (+ q_bias), k = x · k_w^T (+ k_bias),
   //   v = x · v_w^T (+ v_bias); an empty bias weight is no bias.
@@ -417,11 +448,11 @@ class Backend {
   // tensor [rows, 1] (read them with std::bit_cast<double>). The CPU sums in column order, as
   // the host sampler does, so its totals equal the sampler's bit for bit.
   virtual void softmax_denominators(const Tensor& x, double temperature, Tensor& totals);
-  // x[e.row, e.col] = x[e.row, e.col] - e.amount for each entry, one float subtraction, in place:
-  // the sampler's presence and frequency penalties (decode/sampler.h apply_penalties, which
-  // subtracts the same float amounts) on logits rows that stay on the backend, so that a
-  // penalised row need not come to the host. The entries name distinct (row, col) pairs of x.
-  virtual void subtract_entries(Tensor& x, std::span<const EntryAmount> entries);
+  // x[e.row, e.col] = e.apply(x[e.row, e.col]) for each entry, in place: the sampler's
+  // repetition, presence and frequency penalties (decode/sampler.h apply_penalties, which applies
+  // the same entries) on logits rows that stay on the backend, so that a penalised row need not
+  // come to the host. The entries name distinct (row, col) pairs of x.
+  virtual void penalise_entries(Tensor& x, std::span<const EntryPenalty> entries);
 
   // --- step graphs (DESIGN "On the GPU" rule 5, docs/GPU.md) ----------------------------------
   // A device backend may run the ops of one decode step as one graph. The first step of a key

@@ -415,11 +415,13 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
       sampler.top_k = o.top_k;
       sampler.presence_penalty = o.presence_penalty;
       sampler.frequency_penalty = o.frequency_penalty;
+      sampler.repetition_penalty = o.repetition_penalty;
       json sampled = {{"temperature", o.temperature},
                       {"top_p", o.top_p},
                       {"top_k", o.top_k},
                       {"presence_penalty", o.presence_penalty},
-                      {"frequency_penalty", o.frequency_penalty}};
+                      {"frequency_penalty", o.frequency_penalty},
+                      {"repetition_penalty", o.repetition_penalty}};
       for (const auto& [name, where] :
            {std::pair{"backend", PickOn::kBackend}, std::pair{"host", PickOn::kHost}}) {
         if (auto w = b.decode(base, 3, 0, nullptr, sampler, where); !w.ok()) return w.status();
@@ -660,13 +662,14 @@ std::string bench_table(const json& r) {
                  host = s["host_tokens_per_s"].get<double>();
     std::snprintf(line, sizeof line,
                   "sampled AR at context %lld (T %.2f, top_p %.2f, top_k %d, presence %.2f, "
-                  "frequency %.2f): picks on the backend %.1f "
+                  "frequency %.2f, repetition %.2f): picks on the backend %.1f "
                   "tok/s (%lld rows from their top, %lld read back), rows to the host %.1f "
                   "tok/s: %.2fx\n",
                   d["context"].get<long long>(), s["temperature"].get<double>(),
                   s["top_p"].get<double>(), s.value("top_k", 0), s.value("presence_penalty", 0.0),
-                  s.value("frequency_penalty", 0.0), dev, s["rows_from_top"].get<long long>(),
-                  s["rows_read_back"].get<long long>(), host, dev / host);
+                  s.value("frequency_penalty", 0.0), s.value("repetition_penalty", 1.0), dev,
+                  s["rows_from_top"].get<long long>(), s["rows_read_back"].get<long long>(), host,
+                  dev / host);
     t << line;
   }
   if (r.contains("profile")) {

@@ -49,6 +49,7 @@ struct BenchOptions {
   // The sampled runs' penalties (subtracted on the backend when the picks are there).
   double presence_penalty = 0;
   double frequency_penalty = 0;
+  double repetition_penalty = 1;
 };
 
 // Runs every measurement; progress lines go to `log`.

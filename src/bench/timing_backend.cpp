@@ -210,6 +210,26 @@ void TimingBackend::gated_delta_net_conv(const Tensor& qkv, const Weight& conv, 
   run(OpGroup::kGdn,
       [&](Backend& be) { be.gated_delta_net_conv(qkv, conv, tail, key_dim, head_dim, q, k, v); });
 }
+void TimingBackend::gated_delta_net_in_proj_conv(const Tensor& x, const Weight& w_qkv,
+                                                 const Weight& w_z, const Weight& w_b,
+                                                 const Weight& w_a, const Weight& dt_bias,
+                                                 const Weight& decay_rate, const Weight& conv,
+                                                 Tensor& tail, Tensor& mixed, Tensor& z,
+                                                 Tensor& beta, Tensor& g) {
+  // With the products (kLinear), as gated_delta_net_in_proj: the conv is its epilogue on a GPU.
+  run(OpGroup::kLinear, [&](Backend& be) {
+    be.gated_delta_net_in_proj_conv(x, w_qkv, w_z, w_b, w_a, dt_bias, decay_rate, conv, tail, mixed,
+                                    z, beta, g);
+  });
+}
+void TimingBackend::gated_delta_net_core(const Tensor& mixed, const Tensor& z, const Tensor& beta,
+                                         const Tensor& g, std::int64_t key_heads,
+                                         std::int64_t head_dim, const Weight& norm, float eps,
+                                         Activation act, Tensor& state, Tensor& normed) {
+  run(OpGroup::kGdn, [&](Backend& be) {
+    be.gated_delta_net_core(mixed, z, beta, g, key_heads, head_dim, norm, eps, act, state, normed);
+  });
+}
 void TimingBackend::route_experts(const Tensor& x, const Weight& router, std::int64_t top_k,
                                   bool normalize, Tensor& experts, Tensor& weights) {
   run(OpGroup::kExperts,
@@ -283,9 +303,9 @@ void TimingBackend::softmax_denominators(const Tensor& x, double temperature, Te
       OpGroup::kLmHead, [&](Backend& be) { be.softmax_denominators(x, temperature, totals); },
       /*may_run_dry=*/false);
 }
-void TimingBackend::subtract_entries(Tensor& x, std::span<const EntryAmount> entries) {
+void TimingBackend::penalise_entries(Tensor& x, std::span<const EntryPenalty> entries) {
   run(
-      OpGroup::kLmHead, [&](Backend& be) { be.subtract_entries(x, entries); },
+      OpGroup::kLmHead, [&](Backend& be) { be.penalise_entries(x, entries); },
       /*may_run_dry=*/false);
 }
 

@@ -153,6 +153,14 @@ class TimingBackend final : public Backend {
   void gated_delta_net_conv(const Tensor& qkv, const Weight& conv, Tensor& tail,
                             std::int64_t key_dim, std::int64_t head_dim, Tensor& q, Tensor& k,
                             Tensor& v) override;
+  void gated_delta_net_in_proj_conv(const Tensor& x, const Weight& w_qkv, const Weight& w_z,
+                                    const Weight& w_b, const Weight& w_a, const Weight& dt_bias,
+                                    const Weight& decay_rate, const Weight& conv, Tensor& tail,
+                                    Tensor& mixed, Tensor& z, Tensor& beta, Tensor& g) override;
+  void gated_delta_net_core(const Tensor& mixed, const Tensor& z, const Tensor& beta,
+                            const Tensor& g, std::int64_t key_heads, std::int64_t head_dim,
+                            const Weight& norm, float eps, Activation act, Tensor& state,
+                            Tensor& normed) override;
   void route_experts(const Tensor& x, const Weight& router, std::int64_t top_k, bool normalize,
                      Tensor& experts, Tensor& weights) override;
   void shared_expert(const Tensor& x, const Weight& gate, const Weight& up, const Weight& down,
@@ -174,7 +182,7 @@ class TimingBackend final : public Backend {
   // The greedy pick on the device (counted with the lm_head it reads).
   void argmax_rows(const Tensor& x, Tensor& ids) override;
   void softmax_denominators(const Tensor& x, double temperature, Tensor& totals) override;
-  void subtract_entries(Tensor& x, std::span<const EntryAmount> entries) override;
+  void penalise_entries(Tensor& x, std::span<const EntryPenalty> entries) override;
 
   // Step graphs: the inner backend's, except while ops are timed (each op's clock events would
   // be recorded into the graph instead of timing it).

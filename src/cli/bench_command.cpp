@@ -77,6 +77,10 @@ void add_bench_command(CLI::App& app, Action& action) {
                   "frequency_penalty of the sampled runs")
       ->check(CLI::Range(-2.0, 2.0))
       ->capture_default_str();
+  cmd->add_option("--repetition-penalty", o->bench.repetition_penalty,
+                  "repetition_penalty of the sampled runs (over the context and the completion)")
+      ->check(CLI::Range(0.01, 2.0))
+      ->capture_default_str();
   cmd->add_flag("--no-profile", o->no_profile, "Skip the op-group profiled pass");
   cmd->add_flag("--marginal", o->bench.marginal,
                 "Also time autoregressive decode with each op group's ops dry: each group's "

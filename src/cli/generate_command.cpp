@@ -78,6 +78,7 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_option("--min-p", o->sampler.min_p);
   cmd->add_option("--presence-penalty", o->sampler.presence_penalty);
   cmd->add_option("--frequency-penalty", o->sampler.frequency_penalty);
+  cmd->add_option("--repetition-penalty", o->sampler.repetition_penalty);
   cmd->add_option("--seed", o->seed);
   cmd->add_option("--stop-token", o->stop_tokens, "Stop after emitting this id (repeatable)");
   cmd->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens per forward call");

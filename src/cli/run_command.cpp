@@ -215,10 +215,15 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option_function<double>(
       "--min-p", [o](double v) { o->flags.min_p = v; },
       "default: the model's generation_config.json, else 0");
+  cmd->add_option_function<double>(
+      "--repetition-penalty", [o](double v) { o->flags.repetition_penalty = v; },
+      "over the prompt and the completion, in (0, 2] (default: the model's "
+      "generation_config.json, else 1: off)");
   cmd->add_option_function<std::string>(
          "--generation-config", [o](const std::string& v) { o->generation_config = v == "auto"; },
          "auto: unset sampling flags take the model's generation_config.json (temperature, "
-         "top_p, top_k, min_p, do_sample); none: run's own defaults (default auto)")
+         "top_p, top_k, min_p, repetition_penalty, do_sample); none: run's own defaults (default "
+         "auto)")
       ->check(CLI::IsMember({"auto", "none"}));
   cmd->add_option("--seed", o->seed, "default 0");
   cmd->add_flag("--chat", o->chat, "Render PROMPT as a user message with the chat template");

@@ -91,7 +91,11 @@ class Turn {
         rng_(options.seed),
         prompt_length_(state.tokens.size()),
         on_backend_(picks_on_backend(model, options)),
-        last_rows_(on_backend_ ? LogitsRows::kLastArgmax : LogitsRows::kLast) {}
+        last_rows_(on_backend_ ? LogitsRows::kLastArgmax : LogitsRows::kLast) {
+    // The repetition penalty reaches the context before this turn too (TokenCounts).
+    if (options.sampler.repetition_penalty != 1.0)
+      for (const TokenId t : state.tokens) counts_.try_emplace(t, 0);
+  }
 
   GenerateResult run() {
     if (auto s = validate(); !s.ok()) {

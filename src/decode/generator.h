@@ -73,8 +73,8 @@ struct TokenLogprobs {
 // give (decode/row_sampling.h; a row whose top-k/top-p/min-p reach past its top comes back
 // whole). On the host, every logits row comes back and the sampler sees it all. Both give the
 // same tokens (the same ties; for sampled rows the same distribution, bit for bit on the CPU
-// backend). Presence and frequency penalties are subtracted on the backend, from a copy of the
-// rows (Backend::subtract_entries, the host's float amounts). The backend is used only when the
+// backend). Repetition, presence and frequency penalties are applied on the backend, to a copy of
+// the rows (Backend::penalise_entries, the host's entries). The backend is used only when the
 // pick needs nothing else from the row: no logprobs.
 enum class PickOn {
   kAuto,     // on the backend for device backends, unless FLASHSERVE_DEVICE_SAMPLING=0

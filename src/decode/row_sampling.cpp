@@ -19,23 +19,24 @@ Status check_rows(const Tensor& logits, std::int64_t first, std::int64_t count,
   return {};
 }
 
-// Rows [first, first + count) of the logits, with row r's penalties (counts[r]) subtracted from a
-// copy; the logits themselves when there is nothing to subtract and no slice to take.
+// Rows [first, first + count) of the logits, with row r's penalties (counts[r]) applied to a
+// copy; the logits themselves when there is nothing to penalise and no slice to take.
 Tensor rows_to_sample(Backend& be, const Tensor& logits, std::int64_t first, std::int64_t count,
                       const SamplerConfig& config, std::span<const TokenCounts> counts) {
-  std::vector<EntryAmount> entries;
+  std::vector<EntryPenalty> entries;
   if (config.has_penalties()) {
     for (std::size_t r = 0; r < counts.size(); ++r)
       for (const auto& [id, n] : counts[r]) {
-        // apply_penalties' rule: ids outside the row and tokens not seen are left alone.
-        if (id < 0 || id >= logits.cols() || n <= 0) continue;
-        entries.push_back({static_cast<std::int32_t>(r), id, penalty_amount(n, config)});
+        // apply_penalties' rule: ids outside the row are left alone.
+        if (id < 0 || id >= logits.cols()) continue;
+        if (const auto p = token_penalty(static_cast<std::int32_t>(r), id, n, config))
+          entries.push_back(*p);
       }
   }
   Tensor rows = logits;
   if (first != 0 || count != logits.rows() || !entries.empty())
     be.slice_rows(logits, first, count, rows);
-  if (!entries.empty()) be.subtract_entries(rows, entries);
+  if (!entries.empty()) be.penalise_entries(rows, entries);
   return rows;
 }
 

@@ -30,8 +30,8 @@ struct RowSamplingStats {
 // The target distributions of rows [first, first + count) of `logits` ([rows, vocab] in `be`'s
 // memory) under a sampled (not greedy) config: target_distribution of each row, which takes no
 // penalties, or, where `counts` is given (one a row), target_distribution(apply_penalties(row r,
-// counts[r])): the penalties are subtracted from a copy of the rows on the backend
-// (Backend::subtract_entries, the host's float amounts), so a penalised row still sends only its
+// counts[r])): the penalties are applied to a copy of the rows on the backend
+// (Backend::penalise_entries, the host's entries), so a penalised row still sends only its
 // top. The logits themselves are not changed.
 Expected<std::vector<TokenDistribution>> distributions_on_backend(
     Backend& be, const Tensor& logits, std::int64_t first, std::int64_t count,

@@ -25,6 +25,10 @@ Status SamplerConfig::validate() const {
     return invalid_argument("frequency_penalty must be in [-2, 2], got " +
                             std::to_string(frequency_penalty));
   }
+  if (!(repetition_penalty > 0 && repetition_penalty <= 2)) {
+    return invalid_argument("repetition_penalty must be in (0, 2], got " +
+                            std::to_string(repetition_penalty));
+  }
   return {};
 }
 
@@ -38,14 +42,24 @@ std::vector<float> apply_penalties(std::span<const float> logits, const TokenCou
   std::vector<float> out(logits.begin(), logits.end());
   if (!c.has_penalties()) return out;
   for (const auto& [id, n] : counts) {
-    if (id < 0 || static_cast<std::size_t>(id) >= out.size() || n <= 0) continue;
-    out[static_cast<std::size_t>(id)] -= penalty_amount(n, c);
+    if (id < 0 || static_cast<std::size_t>(id) >= out.size()) continue;
+    if (const auto p = token_penalty(0, id, n, c)) {
+      float& v = out[static_cast<std::size_t>(id)];
+      v = p->apply(v);
+    }
   }
   return out;
 }
 
-float penalty_amount(std::int32_t count, const SamplerConfig& c) {
-  return static_cast<float>(c.frequency_penalty * count + c.presence_penalty);
+std::optional<EntryPenalty> token_penalty(std::int32_t row, TokenId id, std::int32_t count,
+                                          const SamplerConfig& c) {
+  if (count < 0 || (count == 0 && c.repetition_penalty == 1.0)) return std::nullopt;
+  EntryPenalty e;
+  e.row = row;
+  e.col = id;
+  e.repetition = static_cast<float>(c.repetition_penalty);
+  if (count > 0) e.amount = static_cast<float>(c.frequency_penalty * count + c.presence_penalty);
+  return e;
 }
 
 TokenId argmax(std::span<const float> logits) {

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/backend.h"
 #include "decode/philox.h"
 #include "model/types.h"
 #include "util/status.h"
@@ -22,15 +23,22 @@ struct SamplerConfig {
   double min_p = 0.0;        // 0: off
   double presence_penalty = 0.0;
   double frequency_penalty = 0.0;
+  // HF's and vLLM's multiplicative penalty over the prompt and the completion: a seen token's
+  // logit divided by it when positive, multiplied when not. 1: off.
+  double repetition_penalty = 1.0;
 
   bool greedy() const { return temperature <= 0.0; }
-  bool has_penalties() const { return presence_penalty != 0.0 || frequency_penalty != 0.0; }
+  bool has_penalties() const {
+    return presence_penalty != 0.0 || frequency_penalty != 0.0 || repetition_penalty != 1.0;
+  }
   // Names the first out-of-range parameter.
   Status validate() const;
 };
 
-// Occurrences of each token among the completion so far (the prompt is not counted, as in
-// OpenAI's and vLLM's penalties).
+// Occurrences of each token among the completion so far (the prompt is not counted for the
+// presence and frequency penalties, as in OpenAI's and vLLM's). With a repetition penalty the
+// prompt's tokens are entries too, with count 0 unless the completion has them: the repetition
+// penalty applies to every entry, as HF's and vLLM's apply it to the prompt and the completion.
 using TokenCounts = std::unordered_map<TokenId, std::int32_t>;
 
 // A distribution over the kept tokens, ids ascending, probabilities summing to 1.
@@ -43,12 +51,16 @@ struct TokenDistribution {
   static TokenDistribution point(TokenId id) { return {{id}, {1.0}}; }
 };
 
-// logit[j] -= frequency * count[j] + presence * (count[j] > 0). A copy; unchanged when both are 0.
+// For each entry j of counts: logit[j] divided by the repetition penalty when positive, multiplied
+// by it otherwise (when it is not 1), then less frequency * count[j] + presence * (count[j] > 0),
+// in floats (EntryPenalty::apply). A copy; unchanged without penalties.
 std::vector<float> apply_penalties(std::span<const float> logits, const TokenCounts& counts,
                                    const SamplerConfig& config);
-// The float apply_penalties subtracts from the logit of a token seen `count` > 0 times (rows on a
-// backend subtract the same amount: Backend::subtract_entries).
-float penalty_amount(std::int32_t count, const SamplerConfig& config);
+// The penalty apply_penalties gives token `id` of row `row`, an entry seen `count` >= 0 times in
+// the completion; rows on a backend take the same entries (Backend::penalise_entries). nullopt
+// when it changes nothing (count 0 without a repetition penalty).
+std::optional<EntryPenalty> token_penalty(std::int32_t row, TokenId id, std::int32_t count,
+                                          const SamplerConfig& config);
 
 // The highest logit; ties go to the lowest token id.
 TokenId argmax(std::span<const float> logits);

@@ -12,6 +12,7 @@ SamplerConfig SamplingDefaults::over(SamplerConfig base) const {
   if (top_p) base.top_p = *top_p;
   if (top_k) base.top_k = *top_k;
   if (min_p) base.min_p = *min_p;
+  if (repetition_penalty) base.repetition_penalty = *repetition_penalty;
   return base;
 }
 
@@ -27,6 +28,7 @@ std::string SamplingDefaults::describe() const {
   field("top_p", top_p);
   field("top_k", top_k);
   field("min_p", min_p);
+  field("repetition_penalty", repetition_penalty);
   return empty() ? "none" : s.str();
 }
 
@@ -52,11 +54,7 @@ Expected<SamplingDefaults> read_sampling_defaults(const std::string& model) {
   }
   // HF decodes greedily unless do_sample is true; a release that says false asks for greedy.
   if (r.has("do_sample") && !r.boolean("do_sample")) d.temperature = 0.0;
-  if (const auto rp = number("repetition_penalty"); rp && *rp != 1.0) {
-    std::ostringstream s;
-    s << "repetition_penalty " << *rp;
-    d.not_applied.push_back(s.str());
-  }
+  d.repetition_penalty = number("repetition_penalty");
   if (Status s = r.status(); !s.ok()) return s;
   // The sampler's own ranges, named as the file's.
   if (Status s = d.over(SamplerConfig{}).validate(); !s.ok())

@@ -1,5 +1,6 @@
 // The sampling a model's release recommends, from the generation_config.json beside its weights
-// (HF GenerationConfig's temperature, top_p, top_k, min_p, do_sample): the values `serve` and `run`
+// (HF GenerationConfig's temperature, top_p, top_k, min_p, repetition_penalty, do_sample): the
+// values `serve` and `run`
 // use for whatever a request or the command line leaves unset, as vLLM does by default. The
 // released Flash models ask for sampling (greedy decoding of a thinking model can loop), so a
 // client that sends no temperature should get the release's, not greedy.
@@ -20,11 +21,9 @@ struct SamplingDefaults {
   std::optional<double> top_p;
   std::optional<std::int32_t> top_k;
   std::optional<double> min_p;
-  // Fields the file sets that flashserve does not apply (repetition_penalty other than 1), for
-  // the start-up line: a default silently dropped would change the answer without a word.
-  std::vector<std::string> not_applied;
+  std::optional<double> repetition_penalty;
 
-  bool empty() const { return !temperature && !top_p && !top_k && !min_p; }
+  bool empty() const { return !temperature && !top_p && !top_k && !min_p && !repetition_penalty; }
   // `base` with each field the file sets.
   SamplerConfig over(SamplerConfig base) const;
   // "temperature 0.7, top_p 0.8, top_k 20" (the fields set), or "none".

@@ -502,8 +502,6 @@ Status run_server(const ServerOptions& options) {
             ? "greedy unless a request sets temperature (no sampling "
               "fields in generation_config.json)"
             : defaults->describe() + " from generation_config.json unless a request sets them";
-    for (const auto& f : defaults->not_applied)
-      sampling_line += "; not applied: " + f + " (flashserve has no such sampler)";
   }
 
   auto model = load_model(options.model_dir, options.load);

@@ -137,6 +137,10 @@ void read_sampling(Fields& f, GenerationRequest& r, double max_temperature) {
       r.sampler.top_k = static_cast<std::int32_t>(std::max<std::int64_t>(*top_k, 0));
   }
   f.number("min_p", r.sampler.min_p, 0.0, 1.0);
+  // vLLM's and llama.cpp's extra field (HF's GenerationConfig name).
+  f.number("repetition_penalty", r.sampler.repetition_penalty, 0.0, 2.0);
+  if (!f.error() && r.sampler.repetition_penalty <= 0.0)
+    f.fail("repetition_penalty", "'repetition_penalty' must be greater than 0 and at most 2");
 }
 
 void read_max_tokens(Fields& f, GenerationRequest& r, const char* name,

@@ -423,6 +423,110 @@ std::shared_ptr<const MoeBlockInputs> moe_block_inputs(const MoeBlockShape& c, R
   return in;
 }
 
+// A GatedDeltaNet decode step's inputs (one token on a warm state): x [1, in], the in-projections
+// (`dtype`, or block-scaled FP8 when fp8) over qkv (2 * Hk * dk + Hv * dv rows), z, b and a, the
+// conv [C, 4] (`conv_dtype`) with its tail, the state and the gated norm's weight [dv].
+struct GdnStepShape {
+  std::int64_t in, Hk, Hv, dk, dv;
+  DType dtype;
+  bool fp8;
+  DType conv_dtype;
+  std::string name() const {
+    return "in" + n(in) + "_Hk" + n(Hk) + "_Hv" + n(Hv) + "_dk" + n(dk) + "_dv" + n(dv) +
+           (fp8 ? "_fp8" : "_" + dt(dtype)) + "_conv_" + dt(conv_dtype);
+  }
+};
+struct GdnStepInputs {
+  GdnStepShape c;
+  Tensor x, tail, state;
+  std::shared_ptr<HostWeight> qkv, z, b, a;         // !fp8
+  std::shared_ptr<HostFp8Weight> qkv8, z8, b8, a8;  // fp8
+  std::shared_ptr<HostWeight> dt_bias, decay, conv, norm;
+
+  std::int64_t key_dim() const { return c.Hk * c.dk; }
+  std::int64_t value_dim() const { return c.Hv * c.dv; }
+  // {normed, z, beta, g, tail, state}: the two decode-step ops, or (`sequence`) the ops the model
+  // runs for a verify (gated_delta_net_in_proj, gated_delta_net_conv, the recurrence,
+  // rms_norm_gated), whose bits a decode step must keep.
+  std::vector<Tensor> run(const Feed& f, bool sequence) const {
+    Weight wq, wz, wb, wa;
+    if (c.fp8) {
+      wq = f.w(*qkv8), wz = f.w(*z8), wb = f.w(*b8), wa = f.w(*a8);
+    } else {
+      wq = f.w(*qkv), wz = f.w(*z), wb = f.w(*b), wa = f.w(*a);
+    }
+    const auto wdt = f.w(*dt_bias), wdecay = f.w(*decay), wconv = f.w(*conv), wnorm = f.w(*norm);
+    auto t = f.in(tail), st = f.in(state);
+    const auto xin = f.in(x);
+    Tensor oz, beta, g, normed;
+    const float eps = 1e-6f;
+    if (!sequence) {
+      Tensor mixed;
+      f.be.gated_delta_net_in_proj_conv(xin, wq, wz, wb, wa, wdt, wdecay, wconv, t, mixed, oz, beta,
+                                        g);
+      f.be.gated_delta_net_core(mixed, oz, beta, g, c.Hk, c.dk, wnorm, eps, Activation::kSilu, st,
+                                normed);
+      return {normed, oz, beta, g, t, st};
+    }
+    Tensor oqkv, q, k, v, core;
+    f.be.gated_delta_net_in_proj(xin, wq, wz, wb, wa, wdt, wdecay, oqkv, oz, beta, g);
+    f.be.gated_delta_net_conv(oqkv, wconv, t, key_dim(), c.dk, q, k, v);
+    f.be.gated_delta_rule_recurrent(q, k, v, g, beta, c.Hk, st, core);
+    core.reshape({c.Hv, c.dv});
+    f.be.rms_norm_gated(core, wnorm, oz, eps, Activation::kSilu, normed);
+    normed.reshape({1, value_dim()});
+    return {normed, oz, beta, g, t, st};
+  }
+};
+
+std::shared_ptr<GdnStepInputs> gdn_step_inputs(const GdnStepShape& c, Rng& rng) {
+  auto in = std::make_shared<GdnStepInputs>();
+  in->c = c;
+  const auto C = 2 * c.Hk * c.dk + c.Hv * c.dv;
+  const float ws = 1.0f / std::sqrt(static_cast<float>(c.in));
+  in->x = random_tensor({1, c.in}, rng);
+  if (c.fp8) {
+    auto make = [&](std::int64_t rows, float scale) {
+      auto w = std::make_shared<HostFp8Weight>(Shape{rows, c.in});
+      w->fill_all(rng, scale);
+      return w;
+    };
+    in->qkv8 = make(C, 4 * ws), in->z8 = make(c.Hv * c.dv, 4 * ws);
+    in->b8 = make(c.Hv, 8 * ws), in->a8 = make(c.Hv, 8 * ws);
+  } else {
+    auto make = [&](std::int64_t rows, float scale) {
+      return std::make_shared<HostWeight>(random_weight(c.dtype, {rows, c.in}, rng, scale));
+    };
+    in->qkv = make(C, 4 * ws), in->z = make(c.Hv * c.dv, 4 * ws);
+    in->b = make(c.Hv, 8 * ws), in->a = make(c.Hv, 8 * ws);
+  }
+  in->dt_bias = std::make_shared<HostWeight>(random_weight(DType::kF32, {c.Hv}, rng));
+  // decay_rate = -exp(A_log): negative, so g is a log decay.
+  auto decay = random_weight(DType::kF32, {c.Hv}, rng);
+  for (std::int64_t i = 0; i < c.Hv; ++i) {
+    float* p = reinterpret_cast<float*>(decay.bytes()) + i;
+    *p = -0.1f - std::fabs(*p);
+  }
+  in->decay = std::make_shared<HostWeight>(std::move(decay));
+  in->conv = std::make_shared<HostWeight>(random_weight(c.conv_dtype, {C, 4}, rng, 0.5f));
+  in->norm = std::make_shared<HostWeight>(random_weight(DType::kF32, {c.dv}, rng));
+  in->tail = random_tensor({3, C}, rng, 2.0f);
+  in->state = random_tensor({c.Hv, c.dk, c.dv}, rng, 0.1f);
+  return in;
+}
+
+// The released shapes (bf16 and FP8 projections, bf16 conv) and small ones: key heads of 48 and
+// 64 channels, two and one column tiles a value head, an f32 conv.
+const std::vector<GdnStepShape>& gdn_step_shapes() {
+  static const std::vector<GdnStepShape> shapes{
+      {2560, 16, 48, 128, 128, DType::kBF16, false, DType::kBF16},
+      {2560, 16, 48, 128, 128, DType::kBF16, true, DType::kBF16},
+      {256, 2, 4, 64, 64, DType::kF32, false, DType::kF32},
+      {256, 2, 6, 48, 32, DType::kBF16, false, DType::kF32},
+      {512, 4, 8, 128, 96, DType::kF32, true, DType::kBF16}};
+  return shapes;
+}
+
 // The Qwen MoE block cases: the released shapes at 1-4 tokens (a decode step and an MTP verify)
 // in bf16 and FP8 (moe_block's fused kernels on the GPU), small widths on and off the 16-byte
 // chunks (the fused kernels on 8-lane groups in f32; the element paths, so the sequence, in bf16).
@@ -1624,6 +1728,14 @@ std::vector<Case> make_cases() {
           };
         });
   }
+  // The decode step's two GatedDeltaNet ops (the conv in the in-projections' epilogue; the q/k
+  // norms, the recurrence and the gated norm in one kernel a value head on the GPU).
+  for (const auto& c : gdn_step_shapes()) {
+    add("gated_delta_net_step_" + c.name(), kDeltaRule, [=](Rng& rng) -> OpRun {
+      const auto in = gdn_step_inputs(c, rng);
+      return [=](const Feed& f) { return in->run(f, /*sequence=*/false); };
+    });
+  }
   struct RouteShape {
     std::int64_t S, H, E, k;
     bool normalize;
@@ -1857,20 +1969,23 @@ std::vector<Case> make_cases() {
   // the same bits on every backend ---
   for (const auto& [S, V, draws] : std::vector<std::tuple<std::int64_t, std::int64_t, int>>{
            {1, 248320, 700}, {4, 1000, 300}, {3, 50, 0}}) {
-    add("subtract_entries_" + n(S) + "x" + n(V) + "_n" + n(draws), 0.0, [=](Rng& rng) -> OpRun {
+    add("penalise_entries_" + n(S) + "x" + n(V) + "_n" + n(draws), 0.0, [=](Rng& rng) -> OpRun {
       auto x = random_tensor({S, V}, rng, 8.0f);
-      // Distinct (row, col) pairs: draws that repeat one are dropped.
+      // Distinct (row, col) pairs: draws that repeat one are dropped. Repetition penalties of
+      // 1 (none), above and below 1, on logits of both signs; amounts of 0 (a prompt's token).
       std::set<std::pair<std::int32_t, std::int32_t>> seen;
-      std::vector<EntryAmount> entries;
+      std::vector<EntryPenalty> entries;
+      const float repetitions[] = {1.0f, 1.3f, 0.85f, 1.05f};
       for (int i = 0; i < draws; ++i) {
         const auto row = static_cast<std::int32_t>(rng.below(static_cast<int>(S)));
         const auto col = static_cast<std::int32_t>(rng.below(static_cast<int>(V)));
         if (seen.insert({row, col}).second)
-          entries.push_back({row, col, 0.25f * static_cast<float>(rng.below(13)) + 0.1f});
+          entries.push_back(
+              {row, col, repetitions[rng.below(4)], 0.25f * static_cast<float>(rng.below(13))});
       }
       return [=](const Feed& f) {
         Tensor y = f.in(x);
-        f.be.subtract_entries(y, entries);
+        f.be.penalise_entries(y, entries);
         return std::vector<Tensor>{y};
       };
     });
@@ -2762,6 +2877,19 @@ TEST(CudaRouting, FastPicksEqualThePicksBeforeBitForBit) {
 // run right after kernels that write h, the gates and x (LinearStreamsInputs' writes_before): a
 // kernel that read h or the gates before their writers finished, or x before its wait, would
 // differ from the sequence.
+// Each output of a fused op has its sequence's bits (after the backend finished both).
+void expect_same_bits(Backend& be, const std::vector<Tensor>& fused,
+                      const std::vector<Tensor>& sequence) {
+  be.synchronize();
+  ASSERT_TRUE(be.status().ok()) << be.status().to_string();
+  ASSERT_EQ(fused.size(), sequence.size());
+  for (std::size_t o = 0; o < fused.size(); ++o) {
+    const Tensor a = fused[o].to(host_memory()), b = sequence[o].to(host_memory());
+    ASSERT_EQ(a.shape(), b.shape()) << "output " << o;
+    EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.bytes()), 0) << "output " << o;
+  }
+}
+
 TEST(CudaStreamsWrite, EqualsTheOpThenAddScaledStreamsBitForBit) {
   std::string why;
   auto be = backend_under_test("cuda", &why);
@@ -2770,14 +2898,7 @@ TEST(CudaStreamsWrite, EqualsTheOpThenAddScaledStreamsBitForBit) {
     GTEST_SKIP() << "FLASHSERVE_CUDA_FUSED_HC_WRITE is set";
   const Feed f{*be};
   const auto compare = [&](const std::vector<Tensor>& fused, const std::vector<Tensor>& sequence) {
-    be->synchronize();
-    ASSERT_TRUE(be->status().ok()) << be->status().to_string();
-    ASSERT_EQ(fused.size(), sequence.size());
-    for (std::size_t o = 0; o < fused.size(); ++o) {
-      const Tensor a = fused[o].to(host_memory()), b = sequence[o].to(host_memory());
-      ASSERT_EQ(a.shape(), b.shape()) << "output " << o;
-      EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.bytes()), 0) << "output " << o;
-    }
+    expect_same_bits(*be, fused, sequence);
   };
   std::uint64_t seed = 0x57e4u;
   for (const auto& c : linear_streams_shapes()) {
@@ -2793,6 +2914,26 @@ TEST(CudaStreamsWrite, EqualsTheOpThenAddScaledStreamsBitForBit) {
     auto in = moe_block_inputs(c, rng);
     const auto fused = in->run_into_streams(f, /*sequence=*/false);
     compare(fused, in->run_into_streams(f, /*sequence=*/true));
+  }
+}
+
+// A GatedDeltaNet decode step runs two ops (gated_delta_net_in_proj_conv, gated_delta_net_core),
+// an MTP verify the four before them (in_proj, conv, the recurrence keeping its states, the gated
+// norm). Each must give the other's bits, or a verify could accept a draft that decoding would not
+// have picked: the normed output, z, beta, g, the conv tail and the state, bit for bit.
+TEST(CudaGdnStep, TheDecodeStepsTwoOpsEqualTheVerifysSequenceBitForBit) {
+  std::string why;
+  auto be = backend_under_test("cuda", &why);
+  if (!be) GTEST_SKIP() << why;
+  if (std::getenv("FLASHSERVE_CUDA_GDN_UNFUSED") != nullptr)
+    GTEST_SKIP() << "FLASHSERVE_CUDA_GDN_UNFUSED is set";
+  const Feed f{*be};
+  std::uint64_t seed = 0x6d05u;
+  for (const auto& c : gdn_step_shapes()) {
+    SCOPED_TRACE(c.name());
+    Rng rng(++seed);
+    const auto in = gdn_step_inputs(c, rng);
+    expect_same_bits(*be, in->run(f, /*sequence=*/false), in->run(f, /*sequence=*/true));
   }
 }
 
@@ -3620,6 +3761,17 @@ TEST_F(CpuOps, FusedDecodeOpsEqualTheirSequences) {
     be->scale(q2, 1.0f / std::sqrt(static_cast<float>(dk)));
     for (const auto& [a, b] : {std::pair{&q, &q2}, {&k, &k2}, {&v, &v2}, {&tail, &tail2}})
       EXPECT_TRUE(bits_equal(*a, *b));
+  }
+  {
+    // The decode step's two ops against the verify's sequence (CudaGdnStep for the GPU's kernels).
+    const GdnStepShape c{40, 2, 4, 8, 6, DType::kF32, false, DType::kF32};
+    Rng step_rng(0x6d06u);
+    const auto in = gdn_step_inputs(c, step_rng);
+    const Feed f{*be};
+    const auto fused = in->run(f, false), sequence = in->run(f, true);
+    ASSERT_EQ(fused.size(), sequence.size());
+    for (std::size_t o = 0; o < fused.size(); ++o)
+      EXPECT_TRUE(bits_equal(fused[o], sequence[o])) << "output " << o;
   }
   {
     const std::int64_t H = 32, E = 16, top = 4, I = 12;

@@ -295,11 +295,12 @@ TEST_F(EmbeddedModel, GreedyPicksOnTheBackendEqualTheHostPicks) {
   EXPECT_FALSE(picks_on_backend(*model_, opt));
 }
 
-// Presence and frequency penalties with the picks on the backend (subtracted from a copy of the
-// rows there, Backend::subtract_entries): the host picks' tokens at every MTP depth, greedy and
-// sampled, with the same acceptance; the verify's rows each penalised by the completion and the
-// drafts before them. No logits row comes to the host for a greedy pick, and the penalties
-// change what is emitted (so a backend that ignored them would fail).
+// Repetition, presence and frequency penalties with the picks on the backend (applied to a copy
+// of the rows there, Backend::penalise_entries): the host picks' tokens at every MTP depth, greedy
+// and sampled, with the same acceptance; the verify's rows each penalised by the completion and
+// the drafts before them (and the repetition penalty by the prompt too). No logits row comes to
+// the host for a greedy pick, greedy MTP emits depth 0's tokens, and the penalties change what
+// is emitted (so a backend that ignored them would fail).
 TEST_F(EmbeddedModel, PenalisedPicksOnTheBackendEqualTheHostPicks) {
   const auto all = parity_tokens();
   const std::span<const TokenId> prompt(all.data(), 23);
@@ -307,7 +308,7 @@ TEST_F(EmbeddedModel, PenalisedPicksOnTheBackendEqualTheHostPicks) {
     const char* name;
     SamplerConfig sampler;
   };
-  std::vector<Config> configs(3);
+  std::vector<Config> configs(5);
   configs[0] = {"greedy, presence 0.8, frequency 0.3", {}};
   configs[0].sampler.presence_penalty = 0.8;
   configs[0].sampler.frequency_penalty = 0.3;
@@ -320,7 +321,15 @@ TEST_F(EmbeddedModel, PenalisedPicksOnTheBackendEqualTheHostPicks) {
   configs[2].sampler.top_p = 0.9;
   configs[2].sampler.frequency_penalty = 0.6;
   configs[2].sampler.presence_penalty = -0.2;
+  configs[3] = {"greedy, repetition 1.3", {}};
+  configs[3].sampler.repetition_penalty = 1.3;
+  configs[4] = {"T 0.8 top_k 40, repetition 1.2, frequency 0.3", {}};
+  configs[4].sampler.temperature = 0.8;
+  configs[4].sampler.top_k = 40;
+  configs[4].sampler.repetition_penalty = 1.2;
+  configs[4].sampler.frequency_penalty = 0.3;
   for (const auto& c : configs) {
+    std::vector<TokenId> depth0;
     for (int depth = 0; depth <= kMaxMtpDepth; ++depth) {
       SCOPED_TRACE(std::string(c.name) + ", depth " + std::to_string(depth));
       GenerateOptions opt;
@@ -336,11 +345,14 @@ TEST_F(EmbeddedModel, PenalisedPicksOnTheBackendEqualTheHostPicks) {
       EXPECT_EQ(rows_on_host, 0);
       if (c.sampler.greedy()) {
         EXPECT_EQ(both.device.stats.rows_read_back, 0);
+        if (depth == 0) depth0 = both.device.tokens;
+        EXPECT_EQ(both.device.tokens, depth0);
       }
       // The same turn without penalties emits other tokens.
       GenerateOptions plain = opt;
       plain.on_commit = nullptr;
       plain.sampler.presence_penalty = plain.sampler.frequency_penalty = 0;
+      plain.sampler.repetition_penalty = 1;
       DecodeState plain_state = prefill(prompt);
       const auto unpenalised = generate(*model_, plain_state, plain);
       ASSERT_TRUE(unpenalised.error.ok());

@@ -97,6 +97,46 @@ TEST(Sampler, PenaltiesFollowTheOpenAiFormula) {
   EXPECT_FALSE(c.validate().ok());
 }
 
+// HF's RepetitionPenaltyLogitsProcessor (and vLLM's): every token of the prompt and the
+// completion (count-0 entries are the prompt's), positive logits divided, others multiplied,
+// before the presence and frequency penalties of the completion's tokens (vLLM's order).
+TEST(Sampler, RepetitionPenaltyCoversThePromptAndScalesBySign) {
+  const std::vector<float> l = {2.0f, -1.5f, 0.5f, 3.0f, -0.25f};
+  SamplerConfig c;
+  c.repetition_penalty = 1.5;
+  c.presence_penalty = 0.5;
+  c.frequency_penalty = 0.25;
+  // 0 and 1 in the prompt only, 2 generated once, 4 generated twice; 3 unseen.
+  const TokenCounts counts{{0, 0}, {1, 0}, {2, 1}, {4, 2}};
+  const auto p = apply_penalties(l, counts, c);
+  EXPECT_EQ(p[0], 2.0f / 1.5f);
+  EXPECT_EQ(p[1], -1.5f * 1.5f);
+  EXPECT_EQ(p[2], 0.5f / 1.5f - (0.25f + 0.5f));
+  EXPECT_EQ(p[3], 3.0f);
+  EXPECT_EQ(p[4], -0.25f * 1.5f - (0.5f + 0.5f));
+  // Without it, the prompt's entries change nothing and name no entry for a backend.
+  c.repetition_penalty = 1.0;
+  EXPECT_FALSE(token_penalty(0, 0, 0, c).has_value());
+  const auto q = apply_penalties(l, counts, c);
+  EXPECT_EQ(q[0], 2.0f);
+  EXPECT_EQ(q[1], -1.5f);
+  EXPECT_EQ(q[2], 0.5f - 0.75f);
+  // Only the repetition penalty: a prompt token is an entry.
+  c.presence_penalty = c.frequency_penalty = 0;
+  EXPECT_FALSE(c.has_penalties());
+  c.repetition_penalty = 1.2;
+  EXPECT_TRUE(c.has_penalties());
+  const auto e = token_penalty(3, 7, 0, c);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->row, 3);
+  EXPECT_EQ(e->col, 7);
+  EXPECT_EQ(e->repetition, 1.2f);
+  EXPECT_EQ(e->amount, 0.0f);
+  for (const double bad : {0.0, -1.0, 2.5})
+    EXPECT_FALSE((SamplerConfig{.repetition_penalty = bad}).validate().ok()) << bad;
+  EXPECT_TRUE((SamplerConfig{.repetition_penalty = 2.0}).validate().ok());
+}
+
 TEST(Sampler, ResidualAndDraw) {
   TokenDistribution p{{0, 1, 2}, {0.5, 0.3, 0.2}};
   TokenDistribution q{{0, 1}, {0.8, 0.2}};

@@ -22,7 +22,7 @@ TEST(SamplingDefaults, TheReleaseFieldsOverTheBase) {
   EXPECT_EQ(d->top_p, 0.8);
   EXPECT_EQ(d->top_k, 20);
   EXPECT_FALSE(d->min_p.has_value());
-  EXPECT_TRUE(d->not_applied.empty());
+  EXPECT_FALSE(d->repetition_penalty.has_value());
   EXPECT_EQ(d->describe(), "temperature 0.7, top_p 0.8, top_k 20");
   SamplerConfig base;
   base.min_p = 0.05;
@@ -83,16 +83,21 @@ TEST(SamplingDefaults, BadValuesAreRefusedNamingTheFileAndField) {
   }
 }
 
-// flashserve has no multiplicative repetition penalty: a release's is named, not silently dropped.
-TEST(SamplingDefaults, ARepetitionPenaltyIsNamedAsNotApplied) {
+// A release's repetition penalty (Qwen's 1.05) is a default like the others: applied to what a
+// request leaves unset, named at start-up; out of the sampler's range it refuses the file.
+TEST(SamplingDefaults, ARepetitionPenaltyIsApplied) {
   test::ScratchDir dir;
   auto d = read_config(dir, R"({"temperature": 0.7, "repetition_penalty": 1.05})");
   ASSERT_TRUE(d.ok()) << d.status().to_string();
-  ASSERT_EQ(d->not_applied.size(), 1u);
-  EXPECT_EQ(d->not_applied[0], "repetition_penalty 1.05");
-  d = read_config(dir, R"({"temperature": 0.7, "repetition_penalty": 1.0})");
-  ASSERT_TRUE(d.ok());
-  EXPECT_TRUE(d->not_applied.empty());
+  EXPECT_EQ(d->repetition_penalty, 1.05);
+  EXPECT_EQ(d->describe(), "temperature 0.7, repetition_penalty 1.05");
+  EXPECT_EQ(d->over(SamplerConfig{}).repetition_penalty, 1.05);
+  SamplerConfig set;
+  set.repetition_penalty = 1.2;
+  EXPECT_EQ(d->over(set).repetition_penalty, 1.05);  // the file over the base, as serve layers it
+  d = read_config(dir, R"({"repetition_penalty": 0})");
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().to_string().find("repetition_penalty"), std::string::npos);
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ TEST(ServerRequest, ChatFieldsAreRead) {
   const auto r = ok_request(parse_openai_chat(R"({
     "model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 7,
     "temperature": 0.5, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "presence_penalty": 0.5,
-    "frequency_penalty": -0.5, "seed": 42, "stop": "END", "stream": true,
+    "frequency_penalty": -0.5, "repetition_penalty": 1.1, "seed": 42, "stop": "END", "stream": true,
     "stream_options": {"include_usage": true}, "n": 1, "user": "ignored"})",
                                               kLimits));
   EXPECT_EQ(r.kind, ApiKind::kChat);
@@ -56,6 +56,7 @@ TEST(ServerRequest, ChatFieldsAreRead) {
   EXPECT_DOUBLE_EQ(r.sampler.min_p, 0.05);
   EXPECT_DOUBLE_EQ(r.sampler.presence_penalty, 0.5);
   EXPECT_DOUBLE_EQ(r.sampler.frequency_penalty, -0.5);
+  EXPECT_DOUBLE_EQ(r.sampler.repetition_penalty, 1.1);
   ASSERT_TRUE(r.seed.has_value());
   EXPECT_EQ(*r.seed, 42u);
   EXPECT_EQ(r.stop, std::vector<std::string>{"END"});
@@ -120,6 +121,10 @@ TEST(ServerRequest, ChatErrorsNameTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "temperature": 2.5})", "temperature"},
       {R"({"messages": [{"role": "user", "content": "x"}], "temperature": "warm"})", "temperature"},
       {R"({"messages": [{"role": "user", "content": "x"}], "top_p": 0})", "top_p"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "repetition_penalty": 0})",
+       "repetition_penalty"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "repetition_penalty": 2.5})",
+       "repetition_penalty"},
       {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})", "max_tokens"},
       {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 2.5})", "max_tokens"},
       {R"({"messages": [{"role": "user", "content": "x"}], "n": 3})", "n"},

@@ -110,7 +110,7 @@ class CpuBackend final : public Backend {
   void topk(const Tensor& x, std::int64_t k, Tensor& idx, Tensor& val) override;
   void argmax_rows(const Tensor& x, Tensor& ids) override;
   void softmax_denominators(const Tensor& x, double temperature, Tensor& totals) override;
-  void subtract_entries(Tensor& x, std::span<const EntryAmount> entries) override;
+  void penalise_entries(Tensor& x, std::span<const EntryPenalty> entries) override;
   void select_blocks(const Tensor& scores, std::int64_t first, std::int64_t block, std::int64_t top,
                      Tensor& picked) override;
   void moe_experts(const Tensor& x, const Weight& gate_up, const Weight& down,

@@ -432,10 +432,13 @@ void CpuBackend::softmax_denominators(const Tensor& x, double temperature, Tenso
   }
 }
 
-void CpuBackend::subtract_entries(Tensor& x, std::span<const EntryAmount> entries) {
+void CpuBackend::penalise_entries(Tensor& x, std::span<const EntryPenalty> entries) {
   if (failed()) return;
-  if (!check(entries_inside(x, entries), "subtract_entries", "an entry lies outside x")) return;
-  for (const auto& e : entries) x.row(e.row)[e.col] -= e.amount;
+  if (!check(entries_inside(x, entries), "penalise_entries", "an entry lies outside x")) return;
+  for (const auto& e : entries) {
+    float& v = x.row(e.row)[e.col];
+    v = e.apply(v);
+  }
 }
 
 void CpuBackend::argmax_rows(const Tensor& x, Tensor& ids) {

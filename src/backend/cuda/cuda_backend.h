@@ -242,7 +242,7 @@ class CudaBackend final : public Backend {
   void mhc_expand(Tensor& h, const Tensor& y, const Tensor& post, const Tensor& comb) override;
   void argmax_rows(const Tensor& x, Tensor& ids) override;
   void softmax_denominators(const Tensor& x, double temperature, Tensor& totals) override;
-  void subtract_entries(Tensor& x, std::span<const EntryAmount> entries) override;
+  void penalise_entries(Tensor& x, std::span<const EntryPenalty> entries) override;
 
   // The fused decode ops (cuda_fused.cu; route_experts in cuda_routing.cu).
   void hyper_connection_read(const Tensor& h, const Weight& norm, const Weight& mix_down,
@@ -263,6 +263,17 @@ class CudaBackend final : public Backend {
   void gated_delta_net_conv(const Tensor& qkv, const Weight& conv, Tensor& tail,
                             std::int64_t key_dim, std::int64_t head_dim, Tensor& q, Tensor& k,
                             Tensor& v) override;
+  // A GatedDeltaNet decode step in two kernels: the in-projections' multi-GEMV with the conv as
+  // the qkv rows' epilogue, then a block a value head for the q/k norms, the recurrence and the
+  // gated norm.
+  void gated_delta_net_in_proj_conv(const Tensor& x, const Weight& w_qkv, const Weight& w_z,
+                                    const Weight& w_b, const Weight& w_a, const Weight& dt_bias,
+                                    const Weight& decay_rate, const Weight& conv, Tensor& tail,
+                                    Tensor& mixed, Tensor& z, Tensor& beta, Tensor& g) override;
+  void gated_delta_net_core(const Tensor& mixed, const Tensor& z, const Tensor& beta,
+                            const Tensor& g, std::int64_t key_heads, std::int64_t head_dim,
+                            const Weight& norm, float eps, Activation act, Tensor& state,
+                            Tensor& normed) override;
   void route_experts(const Tensor& x, const Weight& router, std::int64_t top_k, bool normalize,
                      Tensor& experts, Tensor& weights) override;
   void shared_expert(const Tensor& x, const Weight& gate, const Weight& up, const Weight& down,

@@ -20,6 +20,9 @@
 //    epilogue, as add_bias after linear adds them).
 //  - gated_delta_net_conv: one kernel, a block per q/k head (or per chunk of v channels) looping
 //    over the tokens: conv, silu, the head's l2 norm and the q scale, then the tail update.
+//  - gated_delta_net_in_proj_conv (a decode step's): gated_delta_net_in_proj's multi_gemv with
+//    the conv and silu as the qkv rows' epilogue (ConvTail). Its partner gated_delta_net_core
+//    (the q/k norms, the recurrence, the gated norm) is in cuda_sequence.cu, by the recurrence.
 //  - shared_expert: gate and up rows of each intermediate unit in one thread group (swiglu in its
 //    epilogue, the scalar gate as one more unit), then the down GEMV adding gate * out into y.
 //    Block-scaled FP8 gate/up/down (beside a float expert gate) take the same two kernels.
@@ -44,6 +47,67 @@ namespace {
 constexpr int kFusedRows = 4;  // token rows the fused kernels take (decode and MTP verify)
 constexpr int kMaxSegments = 4;
 
+// gated_delta_net_in_proj_conv's epilogue on the qkv rows, one token: channel r's product x_r
+// becomes silu(sum_j w[r, j] * win_j) over win = tail[0..K-2, r] ++ x_r, with gdn_conv_kernel's
+// arithmetic (the sum in j order without fused multiply-adds), and the tail moves up one row.
+// Only the lane that stores channel r touches its tail column.
+struct ConvTail {
+  const void* w = nullptr;  // [rows, K], f32 or bf16
+  bool bf16 = false;
+  float* tail = nullptr;  // [K - 1, rows]
+  int K = 0;
+
+  __device__ __forceinline__ float weight(std::int64_t r, int j) const {
+    return bf16 ? widen(static_cast<const bf16_bits*>(w)[r * K + j])
+                : static_cast<const float*>(w)[r * K + j];
+  }
+  __device__ __forceinline__ float apply(std::int64_t C, std::int64_t r, float x) const {
+    const int L = K - 1;
+    float acc = 0;
+    for (int j = 0; j < K; ++j) acc = mul_add(weight(r, j), j < L ? tail[j * C + r] : x, acc);
+    for (int j = 0; j < L; ++j) tail[j * C + r] = j + 1 < L ? tail[(j + 1) * C + r] : x;
+    return apply_act(acc, Activation::kSilu);
+  }
+};
+
+// How a multi_gemv treats ConvTail segments: not at all, the conv after the wait, or its values
+// read before the wait (ConvAhead).
+constexpr int kNoConv = 0, kConvAfter = 1, kConvAhead = 2;
+
+// A channel's conv weights and tail read before the kernel's wait (K <= kConvAheadK), beside its
+// first weight loads, so the conv adds no DRAM round trip after the product. Safe for the tail:
+// its last writer is this op in the step before, which finished before the kernel before this
+// one could stop waiting (the rule of cuda_common.h); read through L2 (__ldcg).
+constexpr int kConvAheadK = 4;
+struct ConvAhead {
+  float w[kConvAheadK] = {};
+  float tail[kConvAheadK - 1] = {};
+  bool read = false;
+  __device__ __forceinline__ void fetch(const ConvTail& c, std::int64_t C, std::int64_t r) {
+    if (c.tail == nullptr || c.K > kConvAheadK) return;
+#pragma unroll
+    for (int j = 0; j < kConvAheadK; ++j) {
+      if (j < c.K) w[j] = c.weight(r, j);
+      if (j < c.K - 1) tail[j] = __ldcg(c.tail + j * C + r);
+    }
+    read = true;
+  }
+  // ConvTail::apply's arithmetic from the values read ahead.
+  __device__ __forceinline__ float apply(const ConvTail& c, std::int64_t C, std::int64_t r,
+                                         float x) const {
+    if (!read) return c.apply(C, r, x);
+    const int L = c.K - 1;
+    float acc = 0;
+#pragma unroll
+    for (int j = 0; j < kConvAheadK; ++j)
+      if (j < c.K) acc = mul_add(w[j], j < L ? tail[j] : x, acc);
+#pragma unroll
+    for (int j = 0; j < kConvAheadK - 1; ++j)
+      if (j < L) c.tail[j * C + r] = j + 1 < L ? tail[j + 1] : x;
+    return apply_act(acc, Activation::kSilu);
+  }
+};
+
 struct Segment {
   const void* w = nullptr;  // [rows, in]
   float* y = nullptr;       // [S, rows]
@@ -51,6 +115,7 @@ struct Segment {
   Epilogue ep;
   const float* scales = nullptr;  // block-scaled FP8: the 128x128 scale grid, grid_cols wide
   std::int64_t grid_cols = 0;
+  ConvTail conv;  // the GatedDeltaNet conv after the epilogue (one token), when conv.tail is set
 };
 
 struct Segments {
@@ -85,8 +150,10 @@ __device__ __forceinline__ float lanes_sum(float v) {
 template <int kR>
 inline constexpr int kMultiChunksInFlight = kR == 1 ? 8 : (kR == 2 ? 4 : 2);
 
+// kConv: one token, and a segment may carry the GatedDeltaNet conv (ConvTail); at kConvAhead its
+// weights and tail are read before the wait (ConvAhead), which costs the kernel ~10 registers.
 template <typename T, int kS, int kR, int kG, int kU = kMultiChunksInFlight<kR>,
-          bool kStaged = false>
+          bool kStaged = false, int kConv = kNoConv>
 __global__ void __launch_bounds__(kGemvThreads)
     multi_gemv_kernel(const float* x, const Segments segs, std::int64_t in) {
   const std::int64_t group =
@@ -112,7 +179,16 @@ __global__ void __launch_bounds__(kGemvThreads)
                         : nullptr;
   }
   float acc[kR][kS] = {};
-  // Weights only before the wait (inside rows_dot); x, the epilogue's inputs and y after it.
+  static_assert(kConv == kNoConv || kS == 1, "the conv epilogue takes one token");
+  [[maybe_unused]] ConvAhead conv[kConv == kConvAhead ? kR : 1];
+  if constexpr (kConv == kConvAhead) {
+#pragma unroll
+    for (int r = 0; r < kR; ++r)
+      if (lane == 0 && rows[r] != nullptr)
+        conv[r].fetch(segs.s[seg[r]].conv, segs.s[seg[r]].rows, local[r]);
+  }
+  // Weights (and the conv's values) only before the wait (inside rows_dot); x, the epilogue's
+  // inputs and y after it.
   rows_dot<T, true, kS, kR, kG, kU, true, true, kStaged>(rows, xs, scale_rows, in,
                                                          in / WeightChunk<T, true>::kN, lane, acc);
 #pragma unroll
@@ -123,25 +199,33 @@ __global__ void __launch_bounds__(kGemvThreads)
       if (lane == 0 && rows[r] != nullptr) {
         const Segment& sg = segs.s[seg[r]];
         float* y = sg.y + s * sg.rows + local[r];
-        *y = finish(sg.ep, v, local[r], s, sg.ep.accumulate ? *y : 0.0f);
+        const float out = finish(sg.ep, v, local[r], s, sg.ep.accumulate ? *y : 0.0f);
+        if constexpr (kConv == kConvAfter) {
+          *y = sg.conv.tail != nullptr ? sg.conv.apply(sg.rows, local[r], out) : out;
+        } else if constexpr (kConv == kConvAhead) {
+          *y = sg.conv.tail != nullptr ? conv[r].apply(sg.conv, sg.rows, local[r], out) : out;
+        } else {
+          *y = out;
+        }
       }
     }
 }
 
-template <typename T, int kS, int kR, int kG, int kU = kMultiChunksInFlight<kR>>
+template <typename T, int kS, int kR, int kG, int kU = kMultiChunksInFlight<kR>,
+          int kConv = kNoConv>
 void launch_multi_gemv(const float* x, const Segments& segs, std::int64_t in, cudaStream_t stream) {
   const auto groups = (segs.total + kR - 1) / kR;
-  auto kernel = multi_gemv_kernel<T, kS, kR, kG, kU>;
+  auto kernel = multi_gemv_kernel<T, kS, kR, kG, kU, false, kConv>;
   std::size_t smem = 0;
   if constexpr (kStagesX<T, true, kG, kS>) {
     smem = staged_x_launch_bytes<T, true, kG, kS>(in / WeightChunk<T, true>::kN);
-    if (smem) kernel = multi_gemv_kernel<T, kS, kR, kG, kU, true>;
+    if (smem) kernel = multi_gemv_kernel<T, kS, kR, kG, kU, true, kConv>;
   }
   launch_overlapped(kernel, grid_for(groups * kG, kGemvThreads), kGemvThreads, smem, stream, x,
                     segs, in);
 }
 
-template <typename T, int kS>
+template <typename T, int kS, int kConv = kNoConv>
 void multi_gemv_rows(const float* x, const Segments& segs, std::int64_t in, cudaStream_t stream) {
   constexpr int kWide = kS == 1 ? 1 : (kS == 2 ? 2 : 4);
   const auto chunks = in / WeightChunk<T, true>::kN;
@@ -152,26 +236,27 @@ void multi_gemv_rows(const float* x, const Segments& segs, std::int64_t in, cuda
   // than linear's: these products are not bit-identical to the unfused sequence).
   constexpr std::int64_t kFewRows = 1024;
   if (segs.total < kFewRows && chunks >= 4 * kGemvThreads) {
-    launch_multi_gemv<T, kS, 1, kGemvThreads>(x, segs, in, stream);
+    launch_multi_gemv<T, kS, 1, kGemvThreads, kMultiChunksInFlight<1>, kConv>(x, segs, in, stream);
     return;
   }
   // As linear's FP8 GEMV: 160-chunk rows take two a warp, all ten chunks in flight.
   if constexpr (kS == 1 && WeightChunk<T, true>::kDeferredScale) {
     if (!short_rows && many_rows && chunks <= 5 * kWarp) {
-      launch_multi_gemv<T, 1, 2, kWarp, 5>(x, segs, in, stream);
+      launch_multi_gemv<T, 1, 2, kWarp, 5, kConv>(x, segs, in, stream);
       return;
     }
   }
   if (short_rows) {
     if (many_rows)
-      launch_multi_gemv<T, kS, kWide, 8>(x, segs, in, stream);
+      launch_multi_gemv<T, kS, kWide, 8, kMultiChunksInFlight<kWide>, kConv>(x, segs, in, stream);
     else
-      launch_multi_gemv<T, kS, 1, 8>(x, segs, in, stream);
+      launch_multi_gemv<T, kS, 1, 8, kMultiChunksInFlight<1>, kConv>(x, segs, in, stream);
   } else {
     if (many_rows)
-      launch_multi_gemv<T, kS, kWide, kWarp>(x, segs, in, stream);
+      launch_multi_gemv<T, kS, kWide, kWarp, kMultiChunksInFlight<kWide>, kConv>(x, segs, in,
+                                                                                 stream);
     else
-      launch_multi_gemv<T, kS, 1, kWarp>(x, segs, in, stream);
+      launch_multi_gemv<T, kS, 1, kWarp, kMultiChunksInFlight<1>, kConv>(x, segs, in, stream);
   }
 }
 
@@ -567,6 +652,19 @@ void run_multi_gemv(const Tensor& x, DType dtype, const Segments& segs, cudaStre
   });
 }
 
+// The same for one token whose segments may carry the GatedDeltaNet conv (ConvTail). FP8 reads
+// the conv's values before the wait (its kernel keeps two blocks a multiprocessor either way:
+// 19.7 against 20.9 us a layer on the H200); bf16 and f32 read them after it, since the ~10
+// registers more would take a bf16 kernel from four blocks a multiprocessor to three.
+void run_multi_gemv_conv(const Tensor& x, DType dtype, const Segments& segs, cudaStream_t stream) {
+  if (dtype == DType::kF8E4M3)
+    multi_gemv_rows<e4m3_bits, 1, kConvAhead>(x.data(), segs, x.cols(), stream);
+  else if (dtype == DType::kBF16)
+    multi_gemv_rows<bf16_bits, 1, kConvAfter>(x.data(), segs, x.cols(), stream);
+  else
+    multi_gemv_rows<float, 1, kConvAfter>(x.data(), segs, x.cols(), stream);
+}
+
 }  // namespace
 
 // --- hyper-connection read -------------------------------------------------------------------
@@ -641,20 +739,48 @@ void CudaBackend::hyper_connection_read(const Tensor& h, const Weight& norm, con
 
 // --- GatedDeltaNet -------------------------------------------------------------------------------
 
+namespace {
+
+// Whether the multi-GEMV takes gated_delta_net_in_proj's weights over x (S tokens, in columns).
+bool in_proj_fusable(const Tensor& x, const Weight& w_qkv, const Weight& w_z, const Weight& w_b,
+                     const Weight& w_a, const Weight& dt_bias, const Weight& decay_rate) {
+  const auto in = x.cols(), heads = w_a.rows();
+  return (matrix_dtype(w_qkv) || fp8_matrix(w_qkv)) &&
+         chunked(w_qkv.dtype, x.data(), {&w_qkv, &w_z, &w_b, &w_a}, in) && w_qkv.cols() == in &&
+         w_z.cols() == in && w_b.cols() == in && w_a.cols() == in && w_b.rows() == heads &&
+         dt_bias.dtype == DType::kF32 && dt_bias.numel() == heads &&
+         decay_rate.dtype == DType::kF32 && decay_rate.numel() == heads;
+}
+
+// The in-projections' four segments: qkv (into `qkv_out`), z, beta = sigmoid(b),
+// g = decay_rate * softplus(a + dt_bias).
+Segments in_proj_segments(const Weight& w_qkv, const Weight& w_z, const Weight& w_b,
+                          const Weight& w_a, const Weight& dt_bias, const Weight& decay_rate,
+                          float* qkv_out, Tensor& z, Tensor& beta, Tensor& g) {
+  Epilogue beta_ep, g_ep;
+  beta_ep.act = Activation::kSigmoid;
+  g_ep.bias = dt_bias.f32();
+  g_ep.act = Activation::kSoftplus;
+  g_ep.col_scale = decay_rate.f32();
+  Segments segs;
+  add_segment(segs, w_qkv, qkv_out, w_qkv.rows(), Epilogue{});
+  add_segment(segs, w_z, z.data(), w_z.rows(), Epilogue{});
+  add_segment(segs, w_b, beta.data(), w_b.rows(), beta_ep);
+  add_segment(segs, w_a, g.data(), w_a.rows(), g_ep);
+  return segs;
+}
+
+}  // namespace
+
 void CudaBackend::gated_delta_net_in_proj(const Tensor& x, const Weight& w_qkv, const Weight& w_z,
                                           const Weight& w_b, const Weight& w_a,
                                           const Weight& dt_bias, const Weight& decay_rate,
                                           Tensor& qkv, Tensor& z, Tensor& beta, Tensor& g) {
   constexpr const char* kOp = "gated_delta_net_in_proj";
   if (failed() || !on_device(kOp, {&x})) return;
-  const auto S = x.shape().empty() ? 0 : x.rows(), in = x.cols(), heads = w_a.rows();
-  const auto dtype = w_qkv.dtype;
-  const bool fused = S >= 1 && S <= kFusedRows && (matrix_dtype(w_qkv) || fp8_matrix(w_qkv)) &&
-                     chunked(dtype, x.data(), {&w_qkv, &w_z, &w_b, &w_a}, in) &&
-                     w_qkv.cols() == in && w_z.cols() == in && w_b.cols() == in &&
-                     w_a.cols() == in && w_b.rows() == heads && dt_bias.dtype == DType::kF32 &&
-                     dt_bias.numel() == heads && decay_rate.dtype == DType::kF32 &&
-                     decay_rate.numel() == heads;
+  const auto S = x.shape().empty() ? 0 : x.rows(), heads = w_a.rows();
+  const bool fused =
+      S >= 1 && S <= kFusedRows && in_proj_fusable(x, w_qkv, w_z, w_b, w_a, dt_bias, decay_rate);
   if (!fused) {
     Backend::gated_delta_net_in_proj(x, w_qkv, w_z, w_b, w_a, dt_bias, decay_rate, qkv, z, beta, g);
     return;
@@ -666,18 +792,49 @@ void CudaBackend::gated_delta_net_in_proj(const Tensor& x, const Weight& w_qkv, 
   if (!ensure(qkv, {S, w_qkv.rows()}) || !ensure(z, {S, w_z.rows()}) || !ensure(beta, {S, heads}) ||
       !ensure(g, {S, heads}))
     return;
-  Epilogue beta_ep, g_ep;
-  beta_ep.act = Activation::kSigmoid;
-  g_ep.bias = dt_bias.f32();
-  g_ep.act = Activation::kSoftplus;
-  g_ep.col_scale = decay_rate.f32();
-  Segments segs;
-  add_segment(segs, w_qkv, qkv.data(), w_qkv.rows(), Epilogue{});
-  add_segment(segs, w_z, z.data(), w_z.rows(), Epilogue{});
-  add_segment(segs, w_b, beta.data(), heads, beta_ep);
-  add_segment(segs, w_a, g.data(), heads, g_ep);
+  const Segments segs =
+      in_proj_segments(w_qkv, w_z, w_b, w_a, dt_bias, decay_rate, qkv.data(), z, beta, g);
   if (walking()) return;  // a replay: outputs ensured, nothing queued
-  run_multi_gemv(x, dtype, segs, stream());
+  run_multi_gemv(x, w_qkv.dtype, segs, stream());
+  launched(kOp);
+}
+
+// The decode step's in-projections with the conv: gated_delta_net_in_proj's multi-GEMV, its qkv
+// rows finished by the conv (ConvTail), so `mixed` is what causal_conv1d and silu make of qkv, and
+// qkv itself is never stored. One token: a verify keeps its conv inputs (speculation_window.h) and
+// runs the unfused ops.
+void CudaBackend::gated_delta_net_in_proj_conv(const Tensor& x, const Weight& w_qkv,
+                                               const Weight& w_z, const Weight& w_b,
+                                               const Weight& w_a, const Weight& dt_bias,
+                                               const Weight& decay_rate, const Weight& conv,
+                                               Tensor& tail, Tensor& mixed, Tensor& z, Tensor& beta,
+                                               Tensor& g) {
+  constexpr const char* kOp = "gated_delta_net_in_proj_conv";
+  if (failed() || !on_device(kOp, {&x, &tail})) return;
+  const auto S = x.shape().empty() ? 0 : x.rows(), heads = w_a.rows();
+  const auto C = w_qkv.rows(), K = conv.cols();
+  const bool fused = !env_flag("FLASHSERVE_CUDA_GDN_UNFUSED") && S == 1 &&
+                     in_proj_fusable(x, w_qkv, w_z, w_b, w_a, dt_bias, decay_rate) &&
+                     conv.rows() == C && K >= 1 && K <= 16 && matrix_dtype(conv) &&
+                     tail.rows() == K - 1 && tail.cols() == C;
+  if (!fused) {
+    Backend::gated_delta_net_in_proj_conv(x, w_qkv, w_z, w_b, w_a, dt_bias, decay_rate, conv, tail,
+                                          mixed, z, beta, g);
+    return;
+  }
+  for (const Weight* w : {&w_qkv, &w_z, &w_b, &w_a, &dt_bias, &decay_rate, &conv})
+    if (!on_device(kOp, *w)) return;
+  for (Tensor* t : {&mixed, &z, &beta, &g})
+    if (!check(t != &x && t != &tail, kOp, "an output may not be x or the tail")) return;
+  if (!ensure(mixed, {S, C}) || !ensure(z, {S, w_z.rows()}) || !ensure(beta, {S, heads}) ||
+      !ensure(g, {S, heads}))
+    return;
+  Segments segs =
+      in_proj_segments(w_qkv, w_z, w_b, w_a, dt_bias, decay_rate, mixed.data(), z, beta, g);
+  segs.s[0].conv =
+      ConvTail{conv.data, conv.dtype == DType::kBF16, tail.data(), static_cast<int>(K)};
+  if (walking()) return;  // a replay: outputs ensured, nothing queued
+  run_multi_gemv_conv(x, w_qkv.dtype, segs, stream());
   launched(kOp);
 }
 

@@ -1,7 +1,7 @@
 // Sampling on the device: the greedy pick of each logits row, so that only token ids cross to
 // the host (DESIGN "On the GPU", rule 3); each row's softmax denominator, which the sampler
 // needs beside the row's top (Backend::topk) to draw from the top alone; and the penalties
-// subtracted from the rows where they lie (subtract_entries).
+// applied to the rows where they lie (penalise_entries).
 #include <cstring>
 
 #include "backend/cuda/cuda_backend.h"
@@ -130,29 +130,31 @@ __global__ void softmax_denominators_kernel(const float* x, std::int64_t cols, d
 
 constexpr int kEntryThreads = 256;
 
-// A thread an entry; the entries name distinct elements, so no two threads touch one. The host's
-// apply_penalties does the same one float subtraction.
-__global__ void subtract_entries_kernel(float* x, std::int64_t cols, const EntryAmount* entries,
+// A thread an entry; the entries name distinct elements, so no two threads touch one. The float
+// operations of EntryPenalty::apply (backend.h), which the host's apply_penalties runs.
+__global__ void penalise_entries_kernel(float* x, std::int64_t cols, const EntryPenalty* entries,
                                         std::int64_t n) {
   const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  const EntryAmount e = entries[i];
+  const EntryPenalty e = entries[i];
   float* p = x + static_cast<std::int64_t>(e.row) * cols + e.col;
-  *p = __fsub_rn(*p, e.amount);
+  float v = *p;
+  if (e.repetition != 1.0f) v = v > 0.0f ? __fdiv_rn(v, e.repetition) : __fmul_rn(v, e.repetition);
+  *p = __fsub_rn(v, e.amount);
 }
 
 }  // namespace
 
-void CudaBackend::subtract_entries(Tensor& x, std::span<const EntryAmount> entries) {
-  constexpr const char* kOp = "subtract_entries";
+void CudaBackend::penalise_entries(Tensor& x, std::span<const EntryPenalty> entries) {
+  constexpr const char* kOp = "penalise_entries";
   if (failed() || !on_device(kOp, {&x})) return;
   if (!check(entries_inside(x, entries), kOp, "an entry lies outside x")) return;
   if (entries.empty()) return;
-  static_assert(sizeof(EntryAmount) == 3 * sizeof(std::int32_t));
+  static_assert(sizeof(EntryPenalty) == 4 * sizeof(std::int32_t));
   const auto n = static_cast<std::int64_t>(entries.size());
-  // The entries as int32 triples in device memory (pooled, freed in stream order).
+  // The entries as rows of four 4-byte words in device memory (pooled, freed in stream order).
   Tensor device_entries;
-  if (!ensure(device_entries, {n, 3}, DType::kI32)) return;
+  if (!ensure(device_entries, {n, 4}, DType::kI32)) return;
   const auto bytes = entries.size_bytes();
   void* staging = host_staging(bytes, kOp);
   if (staging == nullptr) return;
@@ -161,8 +163,8 @@ void CudaBackend::subtract_entries(Tensor& x, std::span<const EntryAmount> entri
   auto e = cudaMemcpyAsync(device_entries.raw(), staging, bytes, cudaMemcpyHostToDevice, stream());
   if (const auto e2 = staged(); e == cudaSuccess) e = e2;
   if (!launched(kOp, e)) return;  // the copy's error, named as the op's
-  subtract_entries_kernel<<<grid_for(n, kEntryThreads), kEntryThreads, 0, stream()>>>(
-      x.data(), x.cols(), reinterpret_cast<const EntryAmount*>(device_entries.raw()), n);
+  penalise_entries_kernel<<<grid_for(n, kEntryThreads), kEntryThreads, 0, stream()>>>(
+      x.data(), x.cols(), reinterpret_cast<const EntryPenalty*>(device_entries.raw()), n);
   launched(kOp);
 }
 

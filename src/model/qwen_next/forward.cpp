@@ -163,30 +163,42 @@ void QwenNextModel::gated_delta_net(const GatedDeltaNetWeights& w, GatedDeltaNet
   const auto S = x.rows(), Hk = config_.linear_num_key_heads, Hv = config_.linear_num_value_heads;
   const auto dk = config_.linear_key_head_dim, dv = config_.linear_value_head_dim;
   const auto key_dim = config_.gdn_key_dim(), value_dim = config_.gdn_value_dim();
+  const auto eps = static_cast<float>(config_.rms_norm_eps);
+  const auto act = gate_activation(config_.output_gate_type);
   Tensor qkv, z, b, a, q, k, v;
+  const bool keep = cache.window.open(cache.covered, S);
+  // A decode step (one token, warm state, nothing kept for a rollback): the same math as below
+  // in two ops, one kernel each on a GPU (backend.h).
+  if (!keep && S == 1 && cache.covered > 0) {
+    Tensor mixed, normed;
+    be.gated_delta_net_in_proj_conv(x, w.in_proj_qkv, w.in_proj_z, w.in_proj_b, w.in_proj_a,
+                                    w.dt_bias, w.decay_rate, w.conv1d, cache.conv_tail, mixed, z, b,
+                                    a);
+    be.gated_delta_net_core(mixed, z, b, a, Hk, dk, w.norm, eps, act, cache.recurrent, normed);
+    project_into_streams(be, normed, w.out_proj, out);
+    cache.covered += S;
+    return;
+  }
   // beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias), the log decay (Q4M 579-581).
   be.gated_delta_net_in_proj(x, w.in_proj_qkv, w.in_proj_z, w.in_proj_b, w.in_proj_a, w.dt_bias,
                              w.decay_rate, qkv, z, b, a);
-  const bool keep = cache.window.open(cache.covered, S);
   if (keep) keep_conv_inputs(cache.conv_tail, qkv, cache.window);
   // silu(conv(qkv)) split into q, k, v; l2norm of q and k (eps 1e-6, FLA's convention), then
   // q * dk^-0.5 (Q4M 300-310).
   be.gated_delta_net_conv(qkv, w.conv1d, cache.conv_tail, key_dim, dk, q, k, v);
   Tensor core;
-  // The reference's kernel choice (Q4M 586-612): recurrent only for one token on a warm state.
-  // An MTP verify keeps the state after each token (rollback by a copy, no second forward).
+  // The reference's kernel choice (Q4M 586-612): recurrent only for one token on a warm state
+  // (the decode step above). An MTP verify keeps the state after each token (rollback by a copy,
+  // no second forward).
   if (keep) {
     be.gated_delta_rule_positions(q, k, v, a, b, Hk, cache.recurrent, core, cache.window.states);
-  } else if (S == 1 && cache.covered > 0) {
-    be.gated_delta_rule_recurrent(q, k, v, a, b, Hk, cache.recurrent, core);
   } else {
     be.gated_delta_rule_chunked(q, k, v, a, b, Hk, cache.recurrent, core);
   }
   core.reshape({S * Hv, dv});
   z.reshape({S * Hv, dv});
   Tensor normed;
-  be.rms_norm_gated(core, w.norm, z, static_cast<float>(config_.rms_norm_eps),
-                    gate_activation(config_.output_gate_type), normed);
+  be.rms_norm_gated(core, w.norm, z, eps, act, normed);
   normed.reshape({S, value_dim});
   project_into_streams(be, normed, w.out_proj, out);
   cache.covered += S;
