@@ -224,7 +224,7 @@ TEST(BenchRun, TemperatureAddsTheSampledFigureOnBothPaths) {
   EXPECT_EQ(s["rows_from_top"].get<std::int64_t>(), o.decode_tokens - 1);
   EXPECT_EQ(s["rows_read_back"].get<std::int64_t>(), 0);
   EXPECT_NE(bench_table(*r).find("sampled AR at context 20 (T 0.90, top_p 0.90, top_k 0, "
-                                 "presence 0.00, frequency 0.00)"),
+                                 "presence 0.00, frequency 0.00, repetition 1.00)"),
             std::string::npos);
   // With penalties the rows are penalised where they lie: still every row from its top.
   o.presence_penalty = 0.7;
@@ -236,7 +236,18 @@ TEST(BenchRun, TemperatureAddsTheSampledFigureOnBothPaths) {
   EXPECT_EQ(p["frequency_penalty"].get<double>(), 0.2);
   EXPECT_EQ(p["rows_from_top"].get<std::int64_t>(), o.decode_tokens - 1);
   EXPECT_EQ(p["rows_read_back"].get<std::int64_t>(), 0);
-  EXPECT_NE(bench_table(*penalised).find("presence 0.70, frequency 0.20): picks on the backend"),
+  EXPECT_NE(bench_table(*penalised)
+                .find("presence 0.70, frequency 0.20, repetition 1.00): picks on the backend"),
+            std::string::npos);
+  // The repetition penalty reaches the context's tokens too: entries on the backend as well.
+  o.repetition_penalty = 1.1;
+  auto repeated = run_bench(o, log);
+  ASSERT_TRUE(repeated.ok()) << repeated.status().to_string();
+  const auto& q = (*repeated)["decode"][0]["sampled"];
+  EXPECT_EQ(q["repetition_penalty"].get<double>(), 1.1);
+  EXPECT_EQ(q["rows_from_top"].get<std::int64_t>(), o.decode_tokens - 1);
+  EXPECT_EQ(q["rows_read_back"].get<std::int64_t>(), 0);
+  EXPECT_NE(bench_table(*repeated).find("frequency 0.20, repetition 1.10): picks on the backend"),
             std::string::npos);
   o.temperature = 0;
   auto greedy = run_bench(o, log);
