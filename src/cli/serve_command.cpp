@@ -55,7 +55,8 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option_function<std::string>(
          "--generation-config", [o](const std::string& v) { o->generation_config = v == "auto"; },
          "auto: the sampling of requests that leave it unset comes from the model's "
-         "generation_config.json (temperature, top_p, top_k, min_p, do_sample), as vLLM does; "
+         "generation_config.json (temperature, top_p, top_k, min_p, repetition_penalty, "
+         "do_sample), as vLLM does; "
          "none: greedy unless a request sets temperature (default auto)")
       ->check(CLI::IsMember({"auto", "none"}));
   cmd->add_option("--http-threads", o->http_threads,

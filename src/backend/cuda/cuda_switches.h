@@ -20,7 +20,7 @@
 //   runs a one-token FP8 MoE block's routed down and its shared down + combine as two kernels
 //   (before session 22); FLASHSERVE_CUDA_GDN_UNFUSED=1 runs gated_delta_net_in_proj_conv and
 //   gated_delta_net_core as their default bodies (in_proj, conv1d, silu; slices, l2 norms, the
-//   recurrence, the gated norm: the kernels before session 26's two). All the same bits.
+//   recurrence, the gated norm: more kernels than the path before session 26). All the same bits.
 // Prefill (more than 4 tokens; not the same bits, each within the op tests' bounds of the CPU):
 //   FLASHSERVE_CUDA_MOE_PAIRS=1 also keeps prefill's routed experts off the grouped tensor-core
 //   products (cuda_grouped_gemm.h) of session 21; FLASHSERVE_CUDA_PREFILL_SGEMM=1 keeps dense
