@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "decode/penalties.h"
 #include "decode/row_sampling.h"
 
 namespace fs {
@@ -91,11 +92,8 @@ class Turn {
         rng_(options.seed),
         prompt_length_(state.tokens.size()),
         on_backend_(picks_on_backend(model, options)),
-        last_rows_(on_backend_ ? LogitsRows::kLastArgmax : LogitsRows::kLast) {
-    // The repetition penalty reaches the context before this turn too (TokenCounts).
-    if (options.sampler.repetition_penalty != 1.0)
-      for (const TokenId t : state.tokens) counts_.try_emplace(t, 0);
-  }
+        last_rows_(on_backend_ ? LogitsRows::kLastArgmax : LogitsRows::kLast),
+        penalties_(options.sampler, state.tokens) {}
 
   GenerateResult run() {
     if (auto s = validate(); !s.ok()) {
@@ -123,12 +121,14 @@ class Turn {
         pending.reset();
       } else if (on_backend_ && state_.next_argmax && state_.next_logits.empty()) {
         // The logits never left the backend.
-        const std::span<const TokenCounts> counts(&counts_, 1);
+        std::vector<EntryPenalty> penalties;
+        penalties_.append_rows(1, {}, state_.next_logits_device.cols(), penalties);
         if (opt_.sampler.greedy() && !opt_.sampler.has_penalties()) {
           primary = *state_.next_argmax;
         } else if (opt_.sampler.greedy()) {
-          auto ids = penalised_argmax_on_backend(*model_.backend(), state_.next_logits_device,
-                                                 state_.next_logits_row, 1, opt_.sampler, counts);
+          auto ids =
+              penalised_argmax_on_backend(*model_.backend(), state_.next_logits_device,
+                                          state_.next_logits_row, 1, opt_.sampler, penalties);
           if (!ids.ok()) {
             failure = ids.status();
             exit = ExitPath::kError;
@@ -136,8 +136,8 @@ class Turn {
           }
           primary = ids->front();
         } else {
-          auto p =
-              backend_distributions(state_.next_logits_device, state_.next_logits_row, 1, counts);
+          auto p = backend_distributions(state_.next_logits_device, state_.next_logits_row, 1,
+                                         penalties);
           if (!p.ok()) {
             failure = p.status();
             exit = ExitPath::kError;
@@ -148,7 +148,7 @@ class Turn {
         emit(primary, {});
       } else {
         state_.materialize_logits();
-        const auto penalised = apply_penalties(state_.next_logits, counts_, opt_.sampler);
+        const auto penalised = penalties_.apply(state_.next_logits);
         primary = pick(penalised);
         emit(primary, penalised);
       }
@@ -236,7 +236,7 @@ class Turn {
     if (opt_.on_logprobs && !row.empty())
       opt_.on_logprobs(score(row, t, opt_.sampler, opt_.top_logprobs));
     result_.tokens.push_back(t);
-    ++counts_[t];
+    penalties_.count(t);
     if (opt_.on_token) opt_.on_token(t);
   }
 
@@ -256,14 +256,14 @@ class Turn {
     return false;
   }
 
-  // The target distributions of rows [first, first + count) of logits left on the backend, row r
-  // penalised by counts[r] (when the sampler has penalties).
+  // The target distributions of rows [first, first + count) of logits left on the backend, with
+  // the penalties given (row r's counted from `first`).
   Expected<std::vector<TokenDistribution>> backend_distributions(
       const Tensor& logits, std::int64_t first, std::int64_t count,
-      std::span<const TokenCounts> counts) {
+      std::span<const EntryPenalty> penalties) {
     RowSamplingStats rows;
     auto p = distributions_on_backend(*model_.backend(), logits, first, count, opt_.sampler, &rows,
-                                      counts);
+                                      penalties);
     result_.stats.rows_from_top += rows.from_top;
     result_.stats.rows_read_back += rows.read_back;
     return p;
@@ -301,33 +301,27 @@ class Turn {
     // On the backend: the target distributions of the drafts' rows, from their tops (sampled), or
     // their penalised argmaxes (greedy with penalties). Row j is tested only after drafts 0..j-1
     // were accepted, so its penalties count the completion so far and those drafts, as the host
-    // path's row_counts below.
+    // path's do below (there the drafts are counted as they are emitted).
     std::vector<TokenDistribution> p_rows;
     std::vector<TokenId> penalised_picks;
     if (on_backend_) {
-      std::vector<TokenCounts> verify_counts;
-      if (opt_.sampler.has_penalties()) {
-        verify_counts.assign(drafts.size(), counts_);
-        for (std::size_t j = 1; j < drafts.size(); ++j) {
-          verify_counts[j] = verify_counts[j - 1];
-          ++verify_counts[j][drafts[j - 1].token];
-        }
-      }
       const auto rows = static_cast<std::int64_t>(drafts.size());
+      std::vector<EntryPenalty> penalties;
+      penalties_.append_rows(rows, std::span<const TokenId>(verify_in).subspan(1),
+                             verify.device_logits.cols(), penalties);
       if (!opt_.sampler.greedy()) {
-        auto p = backend_distributions(verify.device_logits, 0, rows, verify_counts);
+        auto p = backend_distributions(verify.device_logits, 0, rows, penalties);
         if (!p.ok()) return p.status();
         p_rows = std::move(p).value();
       } else if (opt_.sampler.has_penalties()) {
         auto ids = penalised_argmax_on_backend(*model_.backend(), verify.device_logits, 0, rows,
-                                               opt_.sampler, verify_counts);
+                                               opt_.sampler, penalties);
         if (!ids.ok()) return ids.status();
         penalised_picks = std::move(ids).value();
       }
     }
 
     std::size_t accepted = 0;
-    TokenCounts row_counts = counts_;
     for (std::size_t j = 0; j < drafts.size(); ++j) ++result_.stats.drafted[j];
     for (std::size_t j = 0; j < drafts.size(); ++j) {
       const TokenId x = drafts[j].token;
@@ -339,7 +333,6 @@ class Turn {
         if (!accept) break;
         ++result_.stats.accepted[j];
         ++accepted;
-        ++row_counts[x];
         emit(x, {});
         if (stops_at(x)) {
           outcome.stopped = true;
@@ -348,7 +341,7 @@ class Turn {
         continue;
       }
       const std::span<const float> row(verify.logits.data() + j * vocab, vocab);
-      const auto penalised = apply_penalties(row, row_counts, opt_.sampler);
+      const auto penalised = penalties_.apply(row);  // the drafts before it counted as emitted
       bool accept;
       if (opt_.sampler.greedy()) {
         accept = argmax(penalised) == x;
@@ -359,7 +352,6 @@ class Turn {
       if (!accept) break;
       ++result_.stats.accepted[j];
       ++accepted;
-      ++row_counts[x];
       emit(x, penalised);
       if (stops_at(x)) {
         outcome.stopped = true;
@@ -419,7 +411,7 @@ class Turn {
   std::size_t prompt_length_;
   bool on_backend_;       // picks on the backend (picks_on_backend)
   LogitsRows last_rows_;  // what a one-position forward returns: kLast or kLastArgmax
-  TokenCounts counts_;
+  TurnPenalties penalties_;
   GenerateResult result_;
 };
 

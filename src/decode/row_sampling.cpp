@@ -8,35 +8,22 @@ namespace fs {
 
 namespace {
 
-Status check_rows(const Tensor& logits, std::int64_t first, std::int64_t count,
-                  std::span<const TokenCounts> counts) {
+// (A penalty outside the rows is the backend's error: penalise_entries checks each.)
+Status check_rows(const Tensor& logits, std::int64_t first, std::int64_t count) {
   if (logits.shape().size() != 2 || first < 0 || count < 1 || first + count > logits.rows())
     return invalid_argument("sampling on the backend: rows [" + std::to_string(first) + ", " +
                             std::to_string(first + count) + ") are not rows of the logits");
-  if (!counts.empty() && counts.size() != static_cast<std::size_t>(count))
-    return invalid_argument("sampling on the backend: " + std::to_string(counts.size()) +
-                            " token counts for " + std::to_string(count) + " rows");
   return {};
 }
 
-// Rows [first, first + count) of the logits, with row r's penalties (counts[r]) applied to a
-// copy; the logits themselves when there is nothing to penalise and no slice to take.
+// Rows [first, first + count) of the logits with the penalties applied to a copy; the logits
+// themselves when there is nothing to penalise and no slice to take.
 Tensor rows_to_sample(Backend& be, const Tensor& logits, std::int64_t first, std::int64_t count,
-                      const SamplerConfig& config, std::span<const TokenCounts> counts) {
-  std::vector<EntryPenalty> entries;
-  if (config.has_penalties()) {
-    for (std::size_t r = 0; r < counts.size(); ++r)
-      for (const auto& [id, n] : counts[r]) {
-        // apply_penalties' rule: ids outside the row are left alone.
-        if (id < 0 || id >= logits.cols()) continue;
-        if (const auto p = token_penalty(static_cast<std::int32_t>(r), id, n, config))
-          entries.push_back(*p);
-      }
-  }
+                      std::span<const EntryPenalty> penalties) {
   Tensor rows = logits;
-  if (first != 0 || count != logits.rows() || !entries.empty())
+  if (first != 0 || count != logits.rows() || !penalties.empty())
     be.slice_rows(logits, first, count, rows);
-  if (!entries.empty()) be.penalise_entries(rows, entries);
+  if (!penalties.empty()) be.penalise_entries(rows, penalties);
   return rows;
 }
 
@@ -49,14 +36,12 @@ Status take_status(Backend& be) {
 
 }  // namespace
 
-Expected<std::vector<TokenId>> penalised_argmax_on_backend(Backend& be, const Tensor& logits,
-                                                           std::int64_t first, std::int64_t count,
-                                                           const SamplerConfig& config,
-                                                           std::span<const TokenCounts> counts) {
+Expected<std::vector<TokenId>> penalised_argmax_on_backend(
+    Backend& be, const Tensor& logits, std::int64_t first, std::int64_t count,
+    const SamplerConfig& config, std::span<const EntryPenalty> penalties) {
   if (!config.greedy()) return invalid_argument("greedy picks on the backend take a greedy config");
-  if (counts.empty()) return invalid_argument("greedy picks on the backend: no token counts");
-  if (auto s = check_rows(logits, first, count, counts); !s.ok()) return s;
-  const Tensor rows = rows_to_sample(be, logits, first, count, config, counts);
+  if (auto s = check_rows(logits, first, count); !s.ok()) return s;
+  const Tensor rows = rows_to_sample(be, logits, first, count, penalties);
   Tensor ids;
   be.argmax_rows(rows, ids);
   const Tensor host_ids = ids.to(host_memory());
@@ -67,13 +52,13 @@ Expected<std::vector<TokenId>> penalised_argmax_on_backend(Backend& be, const Te
 
 Expected<std::vector<TokenDistribution>> distributions_on_backend(
     Backend& be, const Tensor& logits, std::int64_t first, std::int64_t count,
-    const SamplerConfig& config, RowSamplingStats* stats, std::span<const TokenCounts> counts) {
+    const SamplerConfig& config, RowSamplingStats* stats, std::span<const EntryPenalty> penalties) {
   if (config.greedy())
     return invalid_argument("sampling on the backend takes a sampled (not greedy) config");
-  if (auto s = check_rows(logits, first, count, counts); !s.ok()) return s;
+  if (auto s = check_rows(logits, first, count); !s.ok()) return s;
   const auto vocab = logits.cols();
   const auto k = std::min(kTopOfRow, vocab);
-  const Tensor rows = rows_to_sample(be, logits, first, count, config, counts);
+  const Tensor rows = rows_to_sample(be, logits, first, count, penalties);
   Tensor idx, val, totals;
   be.topk(rows, k, idx, val);
   be.softmax_denominators(rows, config.temperature, totals);

@@ -29,20 +29,20 @@ struct RowSamplingStats {
 
 // The target distributions of rows [first, first + count) of `logits` ([rows, vocab] in `be`'s
 // memory) under a sampled (not greedy) config: target_distribution of each row, which takes no
-// penalties, or, where `counts` is given (one a row), target_distribution(apply_penalties(row r,
-// counts[r])): the penalties are applied to a copy of the rows on the backend
-// (Backend::penalise_entries, the host's entries), so a penalised row still sends only its
-// top. The logits themselves are not changed.
+// penalties, or, where `penalties` are given, target_distribution of the rows with them applied
+// (their `row` counted from `first`; TurnPenalties::append_rows makes them): they are applied to a
+// copy of the rows on the backend (Backend::penalise_entries), so a penalised row still sends
+// only its top. The logits themselves are not changed.
 Expected<std::vector<TokenDistribution>> distributions_on_backend(
     Backend& be, const Tensor& logits, std::int64_t first, std::int64_t count,
     const SamplerConfig& config, RowSamplingStats* stats = nullptr,
-    std::span<const TokenCounts> counts = {});
+    std::span<const EntryPenalty> penalties = {});
 
-// The greedy picks argmax(apply_penalties(row r, counts[r])) of rows [first, first + count), one
-// count a row, with only the ids coming back (Backend::argmax_rows on a penalised copy).
+// The greedy picks of rows [first, first + count) with `penalties` applied (as above), only the
+// ids coming back (Backend::argmax_rows on a penalised copy).
 Expected<std::vector<TokenId>> penalised_argmax_on_backend(Backend& be, const Tensor& logits,
                                                            std::int64_t first, std::int64_t count,
                                                            const SamplerConfig& config,
-                                                           std::span<const TokenCounts> counts);
+                                                           std::span<const EntryPenalty> penalties);
 
 }  // namespace fs

@@ -363,8 +363,18 @@ TEST(Generator, SameSeedSameOutput) {
   EXPECT_NE(run(model, prompt, opt).tokens, a.tokens);
 }
 
+// The counts a turn starts from: none, or the prompt's tokens at count 0 under a repetition
+// penalty (sampler.h TokenCounts).
+TokenCounts prompt_counts(const std::vector<TokenId>& prompt, const SamplerConfig& c) {
+  TokenCounts counts;
+  if (c.repetition_penalty != 1.0)
+    for (const TokenId t : prompt) counts.try_emplace(t, 0);
+  return counts;
+}
+
 // Exact marginal distribution of the k-th generated token under autoregressive sampling,
-// by enumeration over all prefixes (penalties counted over the completion).
+// by enumeration over all prefixes (penalties counted over the completion, and the repetition
+// penalty over the prompt too).
 std::vector<double> exact_marginal(ToyModel& model, const std::vector<TokenId>& prompt,
                                    const SamplerConfig& c, int k) {
   const auto V = static_cast<std::size_t>(model.info().vocab_size);
@@ -382,15 +392,17 @@ std::vector<double> exact_marginal(ToyModel& model, const std::vector<TokenId>& 
           DecodeState next = s.clone();
           const TokenId in[1] = {x};
           ASSERT_TRUE(extend(model, next, in).ok());
-          ++counts[x];
+          // A copy: a count taken back to 0 would leave an entry that the repetition penalty
+          // reaches.
+          TokenCounts next_counts = counts;
+          ++next_counts[x];
           gen.push_back(x);
-          walk(next, counts, gen, m);
+          walk(next, next_counts, gen, m);
           gen.pop_back();
-          --counts[x];
         }
       };
   DecodeState s = prefill(model, prompt);
-  TokenCounts counts;
+  TokenCounts counts = prompt_counts(prompt, c);
   std::vector<TokenId> gen;
   walk(s, counts, gen, 1.0);
   return out;
@@ -402,13 +414,13 @@ std::vector<double> exact_joint_first_two(ToyModel& model, const std::vector<Tok
   const auto V = static_cast<std::size_t>(model.info().vocab_size);
   std::vector<double> out(V * V, 0.0);
   DecodeState s = prefill(model, prompt);
-  TokenCounts counts;
+  const TokenCounts counts = prompt_counts(prompt, c);
   const auto d1 = target_distribution(apply_penalties(s.next_logits, counts, c), c);
   for (std::size_t i = 0; i < d1.ids.size(); ++i) {
     DecodeState next = s.clone();
     const TokenId in[1] = {d1.ids[i]};
     EXPECT_TRUE(extend(model, next, in).ok());
-    TokenCounts c1;
+    TokenCounts c1 = counts;
     ++c1[d1.ids[i]];
     const auto d2 = target_distribution(apply_penalties(next.next_logits, c1, c), c);
     for (std::size_t j = 0; j < d2.ids.size(); ++j)
@@ -440,17 +452,19 @@ TEST(Generator, SampledMtpHasTheAutoregressiveDistribution) {
   ToyModel model(ToyConfig{.vocab = 8, .logit_scale = 1.5f});
   const auto prompt = make_prompt(11, 5, 8);
   // draft_vocab 5: the head drafts only ids 0-4 (MtpHead::set_draft_vocabulary); the emitted
-  // distribution must not change.
+  // distribution must not change. Penalties 1: presence and frequency; 2: those and a repetition
+  // penalty, which reaches the prompt's tokens too.
   for (const auto& [with_penalties, draft_vocab] :
-       {std::pair{false, 0}, std::pair{true, 0}, std::pair{false, 5}}) {
+       {std::pair{0, 0}, std::pair{1, 0}, std::pair{2, 0}, std::pair{0, 5}}) {
     ASSERT_TRUE(model.mtp()->set_draft_vocabulary(draft_vocab).ok());
     SamplerConfig c;
     c.temperature = 1.0;
     c.top_p = 0.98;
-    if (with_penalties) {
+    if (with_penalties > 0) {
       c.presence_penalty = 0.7;
       c.frequency_penalty = 0.3;
     }
+    if (with_penalties == 2) c.repetition_penalty = 1.6;
     const int positions = 3;
     std::vector<std::vector<double>> exact;
     for (int k = 0; k < positions; ++k) exact.push_back(exact_marginal(model, prompt, c, k));

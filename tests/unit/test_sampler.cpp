@@ -4,10 +4,13 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
+#include <tuple>
 
 #include "backend/backend.h"
+#include "decode/penalties.h"
 #include "decode/philox.h"
 #include "decode/sampler.h"
 #include "sampler_reference.h"
@@ -135,6 +138,86 @@ TEST(Sampler, RepetitionPenaltyCoversThePromptAndScalesBySign) {
   for (const double bad : {0.0, -1.0, 2.5})
     EXPECT_FALSE((SamplerConfig{.repetition_penalty = bad}).validate().ok()) << bad;
   EXPECT_TRUE((SamplerConfig{.repetition_penalty = 2.0}).validate().ok());
+}
+
+// The turn's entries, kept one emitted token at a time, against the counts they stand for: for
+// random contexts, completions and verify windows (drafts repeating, ids past a narrow row), row
+// r of append_rows is token_penalty over a copy of the counts with the drafts before r added, as
+// a set (none without penalties); apply() is apply_penalties over counts().
+TEST(Sampler, TurnPenaltiesAreTheEntriesOfTheirCounts) {
+  std::mt19937 rng(7);
+  const auto key = [](const EntryPenalty& e) {
+    return std::tuple(e.row, e.col, std::bit_cast<std::uint32_t>(e.repetition),
+                      std::bit_cast<std::uint32_t>(e.amount));
+  };
+  int cases = 0, narrow = 0, drafted_before = 0;
+  for (const double repetition : {1.0, 1.05, 0.8})
+    for (const double presence : {0.0, 0.6})
+      for (const double frequency : {0.0, -0.3})
+        for (int trial = 0; trial < 6; ++trial) {
+          SamplerConfig c;
+          c.temperature = 0.7;
+          c.repetition_penalty = repetition;
+          c.presence_penalty = presence;
+          c.frequency_penalty = frequency;
+          const TokenId vocab = 40;
+          std::uniform_int_distribution<TokenId> id(0, vocab - 1);
+          std::vector<TokenId> context(static_cast<std::size_t>(trial * 7));
+          for (auto& t : context) t = id(rng);
+          if (trial % 2 == 1) context.push_back(-1);  // not a row's id: never an entry
+          TurnPenalties turn(c, context);
+          TokenCounts counts;  // the counts as the sampler defines them
+          if (repetition != 1.0)
+            for (const TokenId t : context) counts.try_emplace(t, 0);
+          std::vector<float> row(static_cast<std::size_t>(vocab));
+          for (auto& v : row) v = std::normal_distribution<float>(0.0f, 2.0f)(rng);
+          for (int step = 0; step < 12; ++step) {
+            ASSERT_EQ(turn.counts(), counts);
+            const auto a = turn.apply(row), b = apply_penalties(row, counts, c);
+            ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+            // A verify of up to four rows; a narrow row leaves out the ids past it.
+            std::vector<TokenId> drafts(static_cast<std::size_t>(step % 4));
+            for (auto& t : drafts) t = id(rng) % 6;  // repeats, and ids the counts hold
+            if (step % 5 == 4 && !drafts.empty()) drafts.back() = 30;  // past a narrow row
+            const auto rows = static_cast<std::int64_t>(drafts.size()) + 1;
+            const std::int64_t cols = step % 3 == 2 ? 25 : vocab;
+            narrow += cols < vocab;
+            drafted_before += !drafts.empty();
+            std::vector<EntryPenalty> got;
+            turn.append_rows(rows, drafts, cols, got);
+            std::vector<EntryPenalty> want;
+            TokenCounts row_counts = counts;
+            for (std::int64_t r = 0; r < rows; ++r) {
+              if (r > 0) ++row_counts[drafts[static_cast<std::size_t>(r - 1)]];
+              for (const auto& [t, n] : row_counts) {
+                if (t < 0 || t >= cols || !c.has_penalties()) continue;
+                if (const auto e = token_penalty(static_cast<std::int32_t>(r), t, n, c))
+                  want.push_back(*e);
+              }
+            }
+            std::vector<std::tuple<std::int32_t, std::int32_t, std::uint32_t, std::uint32_t>> g, w;
+            for (const auto& e : got) g.push_back(key(e));
+            for (const auto& e : want) w.push_back(key(e));
+            std::sort(g.begin(), g.end());
+            std::sort(w.begin(), w.end());
+            ASSERT_EQ(g, w) << "repetition " << repetition << " presence " << presence
+                            << " frequency " << frequency << " trial " << trial << " step " << step;
+            ++cases;
+            const TokenId emitted = id(rng) % 10;
+            turn.count(emitted);
+            ++counts[emitted];
+          }
+        }
+  EXPECT_GT(narrow, 50);
+  EXPECT_GT(drafted_before, 150);
+  std::printf("%d verify windows compared (%d narrow, %d with drafts)\n", cases, narrow,
+              drafted_before);
+  // No penalties: no entries, and the row unchanged.
+  TurnPenalties none(SamplerConfig{}, std::vector<TokenId>{1, 2, 3});
+  none.count(2);
+  std::vector<EntryPenalty> out;
+  none.append_rows(3, std::vector<TokenId>{2, 2}, 10, out);
+  EXPECT_TRUE(out.empty());
 }
 
 TEST(Sampler, ResidualAndDraw) {
