@@ -402,7 +402,12 @@ Expected<std::unique_ptr<Backend>> make_backend(const std::string& name) {
   if (name == "cpu") return make_cpu_backend();
   if (name == "cuda") return make_cuda_backend();
   if (name == "auto") {
-    if (cuda_available()) return make_cuda_backend();
+    // A GPU this build has no kernels for (an older one, or one outside FLASHSERVE_CUDA_ARCHS)
+    // leaves the CPU; `--backend cuda` names the reason.
+    if (cuda_available()) {
+      auto cuda = make_cuda_backend();
+      if (cuda.ok() || cuda.status().code() != ErrorCode::kUnsupported) return cuda;
+    }
     return make_cpu_backend();
   }
   return invalid_argument("unknown backend '" + name + "' (expected cpu, cuda or auto)");

@@ -8,8 +8,9 @@
 namespace fs::cli {
 
 inline void add_backend_options(CLI::App* cmd, LoadOptions& o) {
-  cmd->add_option("--backend", o.backend,
-                  "cpu, cuda, or auto (cuda when a GPU is present, else cpu)")
+  cmd->add_option(
+         "--backend", o.backend,
+         "cpu, cuda, or auto (cuda when a GPU this build has kernels for is present, else cpu)")
       ->capture_default_str();
   cmd->add_option("--dtype", o.dtype,
                   "Weight matrices on the backend: f32, bf16, or auto (bf16 on cuda, as stored "

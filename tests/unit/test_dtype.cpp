@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 
+#include "backend/fp8_e4m3.h"
 #include "tensor/dtype.h"
 
 namespace fs {
@@ -46,6 +49,23 @@ TEST(DType, F16AndF8Decode) {
   EXPECT_EQ(f8e4m3_to_f32(0xb8), -1.0f);
   EXPECT_EQ(f8e4m3_to_f32(0x01), std::ldexp(1.0f, -9));  // smallest subnormal
   EXPECT_TRUE(std::isnan(f8e4m3_to_f32(0x7f)));
+}
+
+// The conversion the FP8 kernels use where the GPU has no e4m3 instruction (before sm_89) is the
+// CPU's decode, bit for bit, on every byte (both signs of zero, every subnormal, NaN).
+TEST(DType, E4m3FromItsFieldsIsTheCpuDecode) {
+  for (unsigned b = 0; b < 256; ++b) {
+    const float fields = e4m3_value(b), cpu = f8e4m3_to_f32(static_cast<std::uint8_t>(b));
+    if (std::isnan(cpu)) {
+      EXPECT_TRUE(std::isnan(fields)) << b;
+      continue;
+    }
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(fields), std::bit_cast<std::uint32_t>(cpu)) << b;
+  }
+  EXPECT_EQ(std::bit_cast<std::uint32_t>(e4m3_value(0x80)), 0x80000000u);  // -0
+  EXPECT_EQ(e4m3_value(0x07), 7.0f * std::ldexp(1.0f, -9));                // the largest subnormal
+  EXPECT_EQ(e4m3_value(0x08), std::ldexp(1.0f, -6));                       // the smallest normal
+  EXPECT_EQ(e4m3_value(0xfe), -448.0f);
 }
 
 TEST(DType, ConvertToF32) {

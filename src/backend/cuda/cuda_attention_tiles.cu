@@ -255,9 +255,8 @@ cudaError_t launch_instance(const TiledAttention& a, std::int64_t S, std::int64_
 template <int kPer4, int kHeads>
 bool allow_smem() {
   const auto bytes = smem_floats(kMaxRep, kMaxD, 2) * static_cast<std::int64_t>(sizeof(float));
-  return cudaFuncSetAttribute(attention_tiles_kernel<kPer4, kHeads>,
-                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(bytes)) == cudaSuccess;
+  return raise_dynamic_shared(attention_tiles_kernel<kPer4, kHeads>,
+                              static_cast<std::size_t>(bytes));
 }
 
 }  // namespace

@@ -26,6 +26,57 @@ bool overlap_enabled() {
   return on;
 }
 
+namespace {
+
+// What the launch helpers ask of the GPUs, queried once a process over every visible device (a
+// launch must not pay a query): the lowest compute capability major and the smallest opt-in
+// shared memory, so a machine of mixed GPUs is served by its smallest.
+struct DeviceFacts {
+  int major = 0;
+  std::size_t shared_limit = 0;
+};
+
+DeviceFacts query_device_facts() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    return {};  // nothing overlapped, no opt-in: the ordinary launches, the kernels' fallbacks
+  }
+  DeviceFacts f{.major = 1 << 30, .shared_limit = ~std::size_t{0}};
+  for (int d = 0; d < count; ++d) {
+    int major = 0, optin = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return {};
+    }
+    f.major = std::min(f.major, major);
+    f.shared_limit = std::min(f.shared_limit, static_cast<std::size_t>(optin));
+  }
+  return f;
+}
+
+const DeviceFacts& device_facts() {
+  static const DeviceFacts facts = query_device_facts();
+  return facts;
+}
+
+}  // namespace
+
+bool overlapped_launches() {
+  static const bool on = overlap_enabled() && device_facts().major >= 9;
+  return on;
+}
+
+std::size_t shared_memory_limit() {
+  std::size_t limit = device_facts().shared_limit;
+  // Read at every call (they are few: a kernel's first launch, a prefill's tile choice), so a
+  // test can lower it and raise it again.
+  if (const char* v = std::getenv("FLASHSERVE_CUDA_SHARED_LIMIT"); v != nullptr && *v != '\0')
+    limit = std::min<std::size_t>(limit, std::strtoull(v, nullptr, 10));
+  return limit;
+}
+
 bool staged_x_enabled() {
   static const bool on = on_unless_zero("FLASHSERVE_CUDA_STAGE_X");
   return on;
@@ -136,6 +187,42 @@ cudaError_t HostStaging::submitted(cudaStream_t stream) {
 CudaBackend::CudaBackend(std::shared_ptr<CudaMemory> memory) noexcept
     : memory_(memory), cuda_memory_(memory.get()), graphs_(*memory) {}
 
+namespace {
+
+__global__ void probe_kernel() {}
+
+// The list the build compiled for (src/backend/cuda/CMakeLists.txt defines it for this file).
+constexpr const char* kArchsBuilt = FLASHSERVE_CUDA_ARCHS_BUILT;
+
+// Whether this build runs on `device` (current): compute capability 8.0 or later (the bf16
+// tensor-core products, cp.async), and kernels compiled for it, as machine code or as PTX the
+// driver can compile. Every kernel is built for the same list (cmake/cuda_archs.cmake), so one
+// kernel's image answers for all.
+Status check_device_supported(int device) {
+  cudaDeviceProp p{};
+  if (const auto e = cudaGetDeviceProperties(&p, device); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return internal_error(cuda_message("device properties", e));
+  }
+  const std::string gpu = "CUDA device " + std::to_string(device) + " (" + p.name +
+                          ", compute capability " + std::to_string(p.major) + "." +
+                          std::to_string(p.minor) + ")";
+  if (p.major < 8)
+    return unsupported(gpu + ": flashserve's kernels need compute capability 8.0 or later");
+  cudaFuncAttributes attributes{};
+  if (const auto e = cudaFuncGetAttributes(&attributes, probe_kernel); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return unsupported("this build of flashserve has no kernels for " + gpu +
+                       ": they were compiled for " + kArchsBuilt + " (" + cudaGetErrorString(e) +
+                       "); rebuild with -DFLASHSERVE_CUDA_ARCHS=native on that machine, or add " +
+                       std::to_string(p.major) + std::to_string(p.minor) +
+                       " to the list (docs/GPU.md \"Other GPUs\")");
+  }
+  return {};
+}
+
+}  // namespace
+
 Expected<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   int count = 0;
   if (const auto e = cudaGetDeviceCount(&count); e != cudaSuccess || count == 0)
@@ -146,6 +233,7 @@ Expected<std::unique_ptr<Backend>> CudaBackend::create(int device) {
                             std::to_string(count) + " present)");
   auto memory = CudaMemory::create(device);
   if (!memory.ok()) return memory.status();
+  if (auto s = check_device_supported(device); !s.ok()) return s;
   // cuBLAS is opened here, with a device present, not at program start (cuda_blas.h).
   auto blas = cublas();
   if (!blas.ok()) return blas.status();

@@ -397,7 +397,7 @@ class CudaBackend final : public Backend {
   void delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                   const Tensor& beta, std::int64_t key_heads, Tensor& state, Tensor& out,
                   Tensor* states, const char* op, bool chunks = false);
-  static bool delta_chunks_take(std::int64_t S, std::int64_t dk, std::int64_t dv);
+  static bool delta_chunks_take(std::int64_t S, std::int64_t dk, std::int64_t dv, bool per_channel);
   // The chunk kernels on shapes delta_rule has checked (out sized); queues nothing when walking.
   void delta_rule_chunks(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                          const Tensor& beta, std::int64_t key_heads, Tensor& state, Tensor& out);

@@ -29,12 +29,17 @@ inline unsigned grid_for(std::int64_t n, int threads) {
 // own wait (or first thing, when launched the ordinary way), so at most one kernel runs ahead.
 // Both are no-ops for a kernel launched the ordinary way. FLASHSERVE_CUDA_OVERLAP=0 launches
 // everything the ordinary way. (Fetching the next kernel's weights into L2 before its wait was
-// measured too: slower, bench/NOTES.md 2026-12-02.)
+// measured too: slower, bench/NOTES.md 2026-12-02.) Before sm_90 there are no overlapped launches
+// (launch_overlapped launches the ordinary way there), so the two compile to nothing.
 __device__ __forceinline__ void wait_for_inputs() {
+#if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 __device__ __forceinline__ void release_dependents() {
+#if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 
 // 16 bytes global -> shared by cp.async (L2 only), zero-filled without a read when !fill; then
@@ -55,6 +60,15 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 bool overlap_enabled();  // FLASHSERVE_CUDA_OVERLAP, read once (default on)
+// Whether launch_overlapped overlaps: overlap_enabled() and every GPU of compute capability 9.0
+// or later (programmatic dependent launch). Read once.
+bool overlapped_launches();
+
+// The dynamic shared memory a block may opt into on every GPU
+// (cudaDevAttrMaxSharedMemoryPerBlockOptin: 227 KB on H100/H200 and B200, 163 KB on A100, 99 KB
+// on Ada and the RTX Blackwells), or less where FLASHSERVE_CUDA_SHARED_LIMIT (bytes) says so,
+// which lets one GPU run the fallbacks a smaller one takes.
+std::size_t shared_memory_limit();
 
 // A host step that must succeed once per device, such as raising kernels' dynamic shared memory
 // limits (cudaFuncSetAttribute is per device): `run(step)` calls step() on the current device
@@ -83,15 +97,24 @@ class OncePerDevice {
   std::vector<bool> done_;
 };
 
-// Raises `kernel`'s dynamic shared memory limit to kBytes (past the default 48 KB), once per
-// device; false where the device refuses.
+// Raises `kernel`'s dynamic shared memory limit to `bytes` (past the default 48 KB); false where
+// the device refuses or `bytes` exceeds shared_memory_limit() (then nothing is asked of CUDA).
+// (The limit counts the kernel's static shared memory too, as the device's does.)
+template <typename Kernel>
+bool raise_dynamic_shared(Kernel kernel, std::size_t bytes) {
+  cudaFuncAttributes attributes{};
+  if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess ||
+      bytes + attributes.sharedSizeBytes > shared_memory_limit())
+    return false;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(bytes)) == cudaSuccess;
+}
+
+// raise_dynamic_shared(kernel, kBytes), once per device.
 template <auto kernel, std::size_t kBytes>
 bool allow_dynamic_shared() {
   static OncePerDevice once;
-  return once.run([] {
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(kBytes)) == cudaSuccess;
-  });
+  return once.run([] { return raise_dynamic_shared(kernel, kBytes); });
 }
 // FLASHSERVE_CUDA_MOE_BLOCK, read once (default on): =0 runs moe_block as its sequence of ops.
 bool moe_block_enabled();
@@ -110,7 +133,7 @@ cudaError_t launch_overlapped(void (*kernel)(Params...), dim3 grid, dim3 block, 
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = &attr;
-  config.numAttrs = overlap_enabled() ? 1 : 0;
+  config.numAttrs = overlapped_launches() ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 

@@ -406,18 +406,20 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename Kernel>
 bool allow_smem(Kernel kernel, std::int64_t floats) {
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(floats * sizeof(float))) == cudaSuccess;
+  return raise_dynamic_shared(kernel, static_cast<std::size_t>(floats) * sizeof(float));
 }
 
-// The most shared memory each kernel takes (heads of 128), reserved once per device, so that a
-// call inside a stream capture makes no attribute calls.
-bool reserve_smem() {
-  static OncePerDevice reserved;
-  return reserved.run([] {
+// The most shared memory each kernel of a decay's kind takes (heads of 128), reserved once per
+// device, so that a call inside a stream capture makes no attribute calls. The per-channel
+// prepare kernel takes 201 KB and the scalar one 119 KB: a GPU that cannot give them (A100: 163
+// KB, the scalar one only; Ada and the RTX Blackwells: 99 KB, neither) runs the token-by-token
+// kernel (delta_chunks_take).
+bool reserve_smem(bool per_channel) {
+  static OncePerDevice reserved_scalar, reserved_per_channel;
+  return (per_channel ? reserved_per_channel : reserved_scalar).run([per_channel] {
     const std::int64_t ld = row_stride(kMaxHead, kMaxHead);
-    return allow_smem(chunk_prepare_kernel<true>, prepare_smem_floats(true, ld)) &&
-           allow_smem(chunk_prepare_kernel<false>, prepare_smem_floats(false, ld)) &&
+    const auto prepare = per_channel ? chunk_prepare_kernel<true> : chunk_prepare_kernel<false>;
+    return allow_smem(prepare, prepare_smem_floats(per_channel, ld)) &&
            allow_smem(chunk_state_kernel<32>, state_smem_floats(kMaxHead, 32)) &&
            allow_smem(chunk_state_kernel<16>, state_smem_floats(kMaxHead, 16));
   });
@@ -426,9 +428,12 @@ bool reserve_smem() {
 }  // namespace
 
 // Below 16 tokens the token-by-token kernel is as fast (a chunk costs two launches and a
-// triangular inverse); heads over 128 do not fit the first kernel's shared memory.
-bool CudaBackend::delta_chunks_take(std::int64_t S, std::int64_t dk, std::int64_t dv) {
-  return S >= 16 && dk % 16 == 0 && dv % 16 == 0 && dk <= kMaxHead && dv <= kMaxHead;
+// triangular inverse); heads over 128 do not fit the first kernel's shared memory, nor do the
+// kernels fit every GPU's (reserve_smem).
+bool CudaBackend::delta_chunks_take(std::int64_t S, std::int64_t dk, std::int64_t dv,
+                                    bool per_channel) {
+  return S >= 16 && dk % 16 == 0 && dv % 16 == 0 && dk <= kMaxHead && dv <= kMaxHead &&
+         reserve_smem(per_channel);
 }
 
 void CudaBackend::delta_rule_chunks(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -449,7 +454,8 @@ void CudaBackend::delta_rule_chunks(const Tensor& q, const Tensor& k, const Tens
   const auto state_floats = state_smem_floats(dk, cols);
   auto prepare = per_channel ? chunk_prepare_kernel<true> : chunk_prepare_kernel<false>;
   auto walk = cols == 32 ? chunk_state_kernel<32> : chunk_state_kernel<16>;
-  if (!check(reserve_smem(), kOp, "cannot reserve the chunk kernels' shared memory")) return;
+  if (!check(reserve_smem(per_channel), kOp, "cannot reserve the chunk kernels' shared memory"))
+    return;
   const std::int64_t qk_stride = k.cols(), g_stride = g.cols();
   for (std::int64_t s0 = 0; s0 < S; s0 += segment_chunks * kChunk) {
     const auto n = std::min(segment_chunks * kChunk, S - s0);

@@ -9,6 +9,7 @@
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_packed_formats.cuh"
+#include "backend/fp8_e4m3.h"
 
 namespace fs::cuda {
 
@@ -87,15 +88,23 @@ struct Fp8Scale {
   }
 };
 
-// Two e4m3 bytes (the low one first) as their exact f16 pair, by the hardware's conversion (one
+// Two e4m3 bytes (the low one first) as their exact values, by the hardware's conversion (one
 // instruction for two weights on sm_89 and later; sessions 9-14 built e4m3 * 2^-8 from a byte
-// permute, two masks, a shift and an or).
+// permute, two masks, a shift and an or). Before sm_89, from the bytes' fields (fp8_e4m3.h): the
+// same values, bit for bit (e4m3_pair_from_fields; CudaFp8.ThePairConversionEqualsTheFields).
+__device__ __forceinline__ float2 e4m3_pair_from_fields(unsigned short two) {
+  return make_float2(e4m3_value(two & 0xffu), e4m3_value(two >> 8));
+}
 __device__ __forceinline__ float2 e4m3_pair(unsigned short two) {
+#if __CUDA_ARCH__ >= 890
   unsigned h;
   asm("{\n\t.reg .b16 t;\n\tmov.b16 t, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, t;\n\t}"
       : "=r"(h)
       : "h"(two));
   return __half22float2(*reinterpret_cast<const __half2*>(&h));
+#else
+  return e4m3_pair_from_fields(two);
+#endif
 }
 
 // A 16-byte chunk's 16 weights lie in one 128x128 block, so its dot product with x is summed from

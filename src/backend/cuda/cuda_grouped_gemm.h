@@ -107,6 +107,10 @@ cudaError_t add_splits(const float* partials, int splits, std::int64_t n, float*
 // Whether they take w (its format decoded, rows of whole float4s of x) and x (16-byte aligned);
 // a dense product also needs dense_rows_fit.
 bool packed_products_take(const Weight& w, const void* x);
+// The tile rows packed products run at, for `wanted` (grouped_tile_rows): 64-row tiles take ~110
+// KB of shared memory, which GPUs of 99 KB a block (Ada, the RTX Blackwells) cannot give; they get
+// 32-row tiles (~76 KB), the same sums.
+int packed_tile_rows(int wanted);
 cudaError_t grouped_gate_up_packed(const float* x, std::int64_t k, const Weight& gate_up,
                                    const std::uint8_t* codebook, std::int64_t E, std::int64_t H,
                                    std::int64_t I, float limit, const std::int32_t* work,

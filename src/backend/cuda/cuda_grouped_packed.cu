@@ -280,6 +280,12 @@ cudaError_t launch_format(const Weight& w, const std::uint8_t* codebook, int til
 
 }  // namespace
 
+int packed_tile_rows(int wanted) {
+  return wanted == kGroupedRows && kSharedBytes<kGroupedRows> > shared_memory_limit()
+             ? kGroupedRowsSmall
+             : wanted;
+}
+
 bool packed_products_take(const Weight& w, const void* x) {
   return packed::decodable(w) && w.cols() > 0 && w.cols() % 4 == 0 &&
          reinterpret_cast<std::uintptr_t>(x) % 16 == 0;
@@ -306,8 +312,8 @@ cudaError_t dense_product_packed(const float* x, std::int64_t S, const Weight& w
                                  DenseSplit split, float* partials) {
   const bool cut = split.splits > 1 && partials != nullptr;
   const std::int64_t in = w.cols(), out = w.rows();
-  const cudaError_t e = launch_format<false>(w, codebook, kGroupedRows, x, 1, out, in, nullptr, S,
-                                             1, 0.0f, cut ? partials : y, stream,
+  const cudaError_t e = launch_format<false>(w, codebook, packed_tile_rows(kGroupedRows), x, 1, out,
+                                             in, nullptr, S, 1, 0.0f, cut ? partials : y, stream,
                                              cut ? split.splits : 1, cut ? split.k_chunk : 0);
   if (e != cudaSuccess || !cut) return e;
   return add_splits(partials, split.splits, S * out, y, stream);

@@ -113,7 +113,7 @@ void CudaBackend::moe_experts_packed(const Tensor& x, const Weight& gate_up, con
   if (!ensure(act, {P, I}) || !ensure(outp, {P, H})) return;
   // A prefill: each expert's blocks decoded once for a tile of up to 64 (or 32) of its pairs, on
   // the tensor cores (cuda_grouped_packed.cu). FLASHSERVE_CUDA_MOE_PAIRS=1 keeps the pair GEMVs.
-  const int rows = grouped_tile_rows(P, E);
+  const int rows = packed_tile_rows(grouped_tile_rows(P, E));
   if (S > kMaxPairTokens && !env_flag("FLASHSERVE_CUDA_MOE_PAIRS") && E <= kMaxGroupedExperts &&
       packed_products_take(gate_up, x.data()) && packed_products_take(down, act.data()) &&
       grouped_tiles_fit(P, E, rows)) {

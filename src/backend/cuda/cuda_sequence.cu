@@ -301,8 +301,8 @@ void CudaBackend::delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, 
   // 1.13x faster at 4,096 (bench/NOTES.md, 2026-12-02); a per-channel decay (KDA), whose token
   // kernel is slower, gained 1.6-1.8x at both.
   constexpr std::int64_t kScalarChunkTokens = 1024;
-  if (chunks && delta_chunks_take(S, dk, dv) && (per_channel || S >= kScalarChunkTokens) &&
-      !env_flag("FLASHSERVE_CUDA_OLD_DELTA")) {
+  if (chunks && (per_channel || S >= kScalarChunkTokens) &&
+      delta_chunks_take(S, dk, dv, per_channel) && !env_flag("FLASHSERVE_CUDA_OLD_DELTA")) {
     delta_rule_chunks(q, k, v, g, beta, key_heads, state, out);
     return;
   }

@@ -1,8 +1,13 @@
+// See cuda_backend.h: nvcc's warning 2810 on discarded [[nodiscard]] class values (backend.h
+// comes in through the GEMV header).
+#pragma nv_diag_suppress 2810
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
+#include "backend/cuda/cuda_gemv.cuh"
 #include "backend/cuda/smoke.h"
 
 namespace fs::cuda {
@@ -11,6 +16,13 @@ namespace {
 __global__ void axpy_kernel(const float* a, const float* b, float scale, float* out, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = a[i] * scale + b[i];
+}
+
+__global__ void e4m3_pairs_kernel(float2* kernels, float2* fields) {
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i > 0xffffu) return;
+  kernels[i] = e4m3_pair(static_cast<unsigned short>(i));
+  fields[i] = e4m3_pair_from_fields(static_cast<unsigned short>(i));
 }
 
 struct DeviceFree {
@@ -63,6 +75,49 @@ Status smoke_axpy(std::span<const float> a, std::span<const float> b, float scal
   if (auto s = check(cudaGetLastError(), "launch"); !s.ok()) return s;
   return check(cudaMemcpy(out.data(), dout->get(), n * sizeof(float), cudaMemcpyDeviceToHost),
                "copy out");
+}
+
+Status e4m3_pairs(std::span<float> kernels, std::span<float> fields) {
+  constexpr std::size_t kFloats = 2 * 65536;
+  if (kernels.size() != kFloats || fields.size() != kFloats)
+    return invalid_argument("e4m3_pairs: each output holds 65536 pairs");
+  if (device_count() == 0) return unsupported("no CUDA device");
+  auto dk = device_alloc(kFloats), df = device_alloc(kFloats);
+  for (auto* buf : {&dk, &df}) {
+    if (!buf->ok()) return buf->status();
+  }
+  e4m3_pairs_kernel<<<256, 256>>>(reinterpret_cast<float2*>(dk->get()),
+                                  reinterpret_cast<float2*>(df->get()));
+  if (auto s = check(cudaGetLastError(), "launch"); !s.ok()) return s;
+  if (auto s = check(
+          cudaMemcpy(kernels.data(), dk->get(), kFloats * sizeof(float), cudaMemcpyDeviceToHost),
+          "copy kernels' pairs");
+      !s.ok())
+    return s;
+  return check(
+      cudaMemcpy(fields.data(), df->get(), kFloats * sizeof(float), cudaMemcpyDeviceToHost),
+      "copy fields' pairs");
+}
+
+bool overlapped_launches_here() {
+  return overlapped_launches();
+}
+
+std::size_t shared_memory_limit_here() {
+  return shared_memory_limit();
+}
+
+int lowest_compute_capability() {
+  int lowest = 0;
+  for (int d = 0; d < device_count(); ++d) {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d) != cudaSuccess)
+      return 0;
+    const int cc = major * 10 + minor;
+    lowest = d == 0 ? cc : std::min(lowest, cc);
+  }
+  return lowest;
 }
 
 }  // namespace fs::cuda

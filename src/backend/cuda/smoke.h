@@ -2,6 +2,7 @@
 // machine and reports "no device" elsewhere.
 #pragma once
 
+#include <cstddef>
 #include <span>
 
 #include "util/status.h"
@@ -14,5 +15,17 @@ int device_count();
 // out[i] = a[i] * scale + b[i], computed by a kernel on device 0.
 Status smoke_axpy(std::span<const float> a, std::span<const float> b, float scale,
                   std::span<float> out);
+
+// Every pair of e4m3 bytes (index = high byte * 256 + low byte) converted on device 0 as the FP8
+// kernels convert them (cuda_gemv.cuh e4m3_pair: the hardware's instruction where the build has
+// it) and from the bytes' fields (e4m3_pair_from_fields), each as [65536][2] floats (low, high).
+Status e4m3_pairs(std::span<float> kernels, std::span<float> fields);
+
+// The launch helpers' view of the GPUs (cuda_common.h): whether launches overlap, and the
+// dynamic shared memory a block may opt into; and the lowest compute capability present (major *
+// 10 + minor; 0 without a GPU).
+bool overlapped_launches_here();
+std::size_t shared_memory_limit_here();
+int lowest_compute_capability();
 
 }  // namespace fs::cuda

@@ -1,0 +1,43 @@
+# cmake/cuda_archs.cmake's entries against the -gencode flags they stand for, and the entries it
+# refuses (run by ctest as `cmake -DSOURCE_DIR=... -P`).
+include(${SOURCE_DIR}/cmake/cuda_archs.cmake)
+
+function(expect_flags archs want)
+  flashserve_cuda_gencode("${archs}" flags error)
+  if(error)
+    message(FATAL_ERROR "'${archs}': unexpected error: ${error}")
+  endif()
+  if(NOT flags STREQUAL want)
+    message(FATAL_ERROR "'${archs}': got '${flags}', want '${want}'")
+  endif()
+endfunction()
+
+function(expect_error archs fragment)
+  flashserve_cuda_gencode("${archs}" flags error)
+  string(FIND "${error}" "${fragment}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "'${archs}': want an error naming '${fragment}', got '${error}' (flags '${flags}')")
+  endif()
+endfunction()
+
+function(expect_all_hopper archs want)
+  flashserve_cuda_archs_all_hopper("${archs}" all)
+  if(NOT "${all}" STREQUAL "${want}")
+    message(FATAL_ERROR "'${archs}': all Hopper or later ${all}, want ${want}")
+  endif()
+endfunction()
+
+expect_flags("90a" "-gencode=arch=compute_90a,code=sm_90a")
+expect_flags("90a;100;120"
+  "-gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_100,code=sm_100 -gencode=arch=compute_120,code=sm_120")
+expect_flags("80;89" "-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_89,code=sm_89")
+expect_flags("80-virtual" "-gencode=arch=compute_80,code=compute_80")
+expect_flags("90a;90-virtual" "-gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90")
+expect_error("75" "8.0 or later")
+expect_error("sm_90" "not of the form")
+expect_error("90;native" "not of the form")
+expect_error("" "empty")
+expect_all_hopper("90a;100;120" ON)
+expect_all_hopper("90a;80" OFF)
+expect_all_hopper("89-virtual" OFF)
+message(STATUS "cuda_archs: every case as expected")
