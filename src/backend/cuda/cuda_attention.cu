@@ -108,9 +108,10 @@ constexpr int kTileKeys = 16;
 constexpr int kSplitMaxThreads = 1024;  // rep <= 32 query heads per kv head
 constexpr std::int64_t kMaxSplits = 128;
 constexpr std::int64_t kMinKeysPerSplit = 32;
-// Blocks to aim for when splitting: two per SM of an H200 (132 SMs); a constant, so the op
-// queries nothing from the device.
-constexpr std::int64_t kTargetBlocks = 264;
+// Blocks to aim for when splitting: two per multiprocessor (264 on an H200), read once.
+std::int64_t target_blocks() {
+  return 2 * multiprocessors();
+}
 
 template <int kPer>  // ceil(D / 32)
 __global__ void __launch_bounds__(kSplitMaxThreads)
@@ -336,9 +337,9 @@ void CudaBackend::block_sparse_attention(const Tensor& q, const Tensor& k, const
     const std::int64_t most = top * block + block - 1;
     const std::int64_t groups = S * kv_heads;
     std::int64_t splits = 1;
-    if (groups * 2 < kTargetBlocks) {
+    if (groups * 2 < target_blocks()) {
       splits = std::min({(most + kMinKeysPerSplit - 1) / kMinKeysPerSplit,
-                         (kTargetBlocks + groups - 1) / groups, kMaxSplits});
+                         (target_blocks() + groups - 1) / groups, kMaxSplits});
       splits = std::max<std::int64_t>(splits, 1);
     }
     const std::int64_t chunk = std::max<std::int64_t>((most + splits - 1) / splits, 1);

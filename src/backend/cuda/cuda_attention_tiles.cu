@@ -30,13 +30,14 @@ constexpr int kMaxThreads = 1024;  // rep <= 32 query heads per KV head
 constexpr std::int64_t kMaxD = 256;
 constexpr std::int64_t kMaxRep = 32;
 constexpr std::int64_t kMaxSplits = 128;  // the merge kernel's shared arrays
-// The device the split counts aim at: an H200's 132 SMs (a constant, so the op queries nothing
-// from the device). A one-tile block with one stage takes ~78 KB of shared memory at the
+// The split counts aim at the device's multiprocessors (multiprocessors(): 132 on an H200, where
+// they were tuned). A one-tile block with one stage takes ~78 KB of shared memory at the
 // released shapes, so two fit an SM; a two-stage block ~141 KB, one.
-constexpr std::int64_t kSms = 132;
 // Keys of one tile a block per chunk, while that is at most two waves of two blocks an SM (1-4
 // query rows at the released shapes: 130-520 blocks); beyond it, fewer longer chunks pipelined.
-constexpr std::int64_t kMaxOneTileBlocks = 4 * kSms;
+std::int64_t max_one_tile_blocks() {
+  return 4 * multiprocessors();
+}
 
 // Row stride of the K tile in floats: a multiple of 32 plus 4, so the 32 lanes' float4 reads of
 // 32 different rows at one column fall on distinct banks (8 lanes a phase, 4 banks apart).
@@ -268,20 +269,20 @@ bool tiled_attention_takes(std::int64_t rep, std::int64_t D) {
 TiledSplit tiled_attention_split(std::int64_t most, std::int64_t groups) {
   TiledSplit t;
   const std::int64_t tiles = std::max<std::int64_t>((most + kTiledKeys - 1) / kTiledKeys, 1);
-  if (tiles <= kMaxSplits && groups * tiles <= kMaxOneTileBlocks) {
+  if (tiles <= kMaxSplits && groups * tiles <= max_one_tile_blocks()) {
     t.splits = tiles;  // a tile a block; blocks on one SM overlap each other's loads
     return t;
   }
   // Longer chunks, about one block an SM (or one split when the queries alone fill the device).
-  const std::int64_t want =
-      std::clamp<std::int64_t>(kSms / std::max<std::int64_t>(groups, 1), 1, kMaxSplits);
+  const std::int64_t want = std::clamp<std::int64_t>(
+      multiprocessors() / std::max<std::int64_t>(groups, 1), 1, kMaxSplits);
   const std::int64_t per = (most + want - 1) / want;
   t.chunk = std::max<std::int64_t>((per + kTiledKeys - 1) / kTiledKeys * kTiledKeys, kTiledKeys);
   t.splits = std::max<std::int64_t>((most + t.chunk - 1) / t.chunk, 1);  // none wholly past the end
   t.stages = t.chunk > kTiledKeys ? 2 : 1;
   // A prefill's queries fill the device many times over: one stage (78 KB, two blocks an SM)
   // instead of two (141 KB, one), FLASHSERVE_CUDA_ATTENTION_PREFILL_STAGES=2 the form before.
-  if (groups >= 2 * kSms) {
+  if (groups >= 2 * multiprocessors()) {
     const char* v = std::getenv("FLASHSERVE_CUDA_ATTENTION_PREFILL_STAGES");
     if (!(v && std::atoi(v) == 2)) t.stages = 1;
   }

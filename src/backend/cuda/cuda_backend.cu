@@ -34,6 +34,7 @@ namespace {
 struct DeviceFacts {
   int major = 0;
   std::size_t shared_limit = 0;
+  std::int64_t multiprocessors = 132;  // an H200's, where nothing could be asked
 };
 
 DeviceFacts query_device_facts() {
@@ -42,16 +43,19 @@ DeviceFacts query_device_facts() {
     (void)cudaGetLastError();
     return {};  // nothing overlapped, no opt-in: the ordinary launches, the kernels' fallbacks
   }
-  DeviceFacts f{.major = 1 << 30, .shared_limit = ~std::size_t{0}};
+  DeviceFacts f{
+      .major = 1 << 30, .shared_limit = ~std::size_t{0}, .multiprocessors = std::int64_t{1} << 30};
   for (int d = 0; d < count; ++d) {
-    int major = 0, optin = 0;
+    int major = 0, optin = 0, sms = 0;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d) != cudaSuccess) {
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d) != cudaSuccess) {
       (void)cudaGetLastError();
       return {};
     }
     f.major = std::min(f.major, major);
     f.shared_limit = std::min(f.shared_limit, static_cast<std::size_t>(optin));
+    f.multiprocessors = std::min<std::int64_t>(f.multiprocessors, sms);
   }
   return f;
 }
@@ -66,6 +70,10 @@ const DeviceFacts& device_facts() {
 bool overlapped_launches() {
   static const bool on = overlap_enabled() && device_facts().major >= 9;
   return on;
+}
+
+std::int64_t multiprocessors() {
+  return device_facts().multiprocessors;
 }
 
 std::size_t shared_memory_limit() {

@@ -69,6 +69,9 @@ bool overlapped_launches();
 // on Ada and the RTX Blackwells), or less where FLASHSERVE_CUDA_SHARED_LIMIT (bytes) says so,
 // which lets one GPU run the fallbacks a smaller one takes.
 std::size_t shared_memory_limit();
+// The multiprocessors of the smallest visible GPU (132 on an H200, where the split counts were
+// tuned at two blocks each): what the ops that split work across the device aim at. Read once.
+std::int64_t multiprocessors();
 
 // A host step that must succeed once per device, such as raising kernels' dynamic shared memory
 // limits (cudaFuncSetAttribute is per device): `run(step)` calls step() on the current device

@@ -418,9 +418,10 @@ DenseSplit dense_product_split(std::int64_t S, std::int64_t in, std::int64_t out
   const std::int64_t tiles =
       ((out + kTileN - 1) / kTileN) * ((S + kGroupedRows - 1) / kGroupedRows);
   const std::int64_t blocks = (in + kFp8Block - 1) / kFp8Block;  // of 128 columns
-  if (tiles >= kSplitTargetBlocks || blocks < 2) return {};
+  const std::int64_t target = 2 * multiprocessors();  // two blocks an SM (264 on an H200)
+  if (tiles >= target || blocks < 2) return {};
   const std::int64_t want = std::min<std::int64_t>(
-      std::min<std::int64_t>((kSplitTargetBlocks + tiles - 1) / tiles, blocks), kMaxKSplits);
+      std::min<std::int64_t>((target + tiles - 1) / tiles, blocks), kMaxKSplits);
   const std::int64_t per = (blocks + want - 1) / want;  // 128-column blocks a split
   // Every split non-empty: the count that `per` blocks each actually need.
   return {static_cast<int>((blocks + per - 1) / per), per * kFp8Block};

@@ -79,15 +79,14 @@ bool dense_product_takes(GroupedWeights w, std::int64_t S, std::int64_t in, cons
                          const void* weights);
 // Whether a grid holds the tiles of S rows.
 bool dense_rows_fit(std::int64_t S);
-// Narrow products (the hyper-connections' [324, 10240] at 512 tokens made 24 tiles for 132
-// multiprocessors) cut K into `splits` ranges of k_chunk columns (a multiple of 128, so FP8's
+// Narrow products (the hyper-connections' [324, 10240] at 512 tokens made 24 tiles for an H200's
+// 132 multiprocessors) cut K into `splits` ranges of k_chunk columns (a multiple of 128, so FP8's
 // blocks stay whole), each summed into its own slice of `partials` [splits, S, out], then added in
 // order: deterministic. splits 1: no cut (enough tiles, or FLASHSERVE_CUDA_PREFILL_SPLIT_K=0).
 struct DenseSplit {
   int splits = 1;
   std::int64_t k_chunk = 0;
 };
-constexpr std::int64_t kSplitTargetBlocks = 264;  // two blocks on each of an H200's 132 SMs
 constexpr std::int64_t kMaxKSplits = 16;
 DenseSplit dense_product_split(std::int64_t S, std::int64_t in, std::int64_t out);
 // partials: splits * S * out floats when split.splits > 1 (else unused).
