@@ -9,8 +9,9 @@ namespace fs::test {
 
 namespace {
 
-void walk(Model& model, const DecodeState& s, const SamplerConfig& sampler, TokenCounts& counts,
-          std::vector<TokenId>& prefix, double mass, SequenceDistribution& out) {
+void walk(Model& model, const DecodeState& s, const SamplerConfig& sampler,
+          const TokenCounts& counts, std::vector<TokenId>& prefix, double mass,
+          SequenceDistribution& out) {
   const auto d = target_distribution(apply_penalties(s.host_logits(), counts, sampler), sampler);
   for (std::size_t i = 0; i < d.ids.size(); ++i) {
     const TokenId x = d.ids[i];
@@ -24,9 +25,10 @@ void walk(Model& model, const DecodeState& s, const SamplerConfig& sampler, Toke
       const Status st = extend(model, next, in);
       EXPECT_TRUE(st.ok()) << st.to_string();
       ++out.forwards;
-      ++counts[x];
-      walk(model, next, sampler, counts, prefix, m, out);
-      --counts[x];
+      // A copy: a count taken back to 0 would leave an entry that a repetition penalty reaches.
+      TokenCounts next_counts = counts;
+      ++next_counts[x];
+      walk(model, next, sampler, next_counts, prefix, m, out);
     }
     prefix.pop_back();
   }
@@ -38,7 +40,11 @@ SequenceDistribution exact_sequences(Model& model, const DecodeState& base,
                                      const SamplerConfig& sampler, int positions) {
   SequenceDistribution out;
   out.positions = positions;
+  // The counts a turn starts from (sampler.h TokenCounts): the context's tokens at 0 under a
+  // repetition penalty.
   TokenCounts counts;
+  if (sampler.repetition_penalty != 1.0)
+    for (const TokenId t : base.tokens) counts.try_emplace(t, 0);
   std::vector<TokenId> prefix;
   walk(model, base, sampler, counts, prefix, 1.0, out);
   return out;
