@@ -121,7 +121,8 @@ class Turn {
         pending.reset();
       } else if (on_backend_ && state_.next_argmax && state_.next_logits.empty()) {
         // The logits never left the backend.
-        std::vector<EntryPenalty> penalties;
+        auto& penalties = penalty_rows_;
+        penalties.clear();
         penalties_.append_rows(1, {}, state_.next_logits_device.cols(), penalties);
         if (opt_.sampler.greedy() && !opt_.sampler.has_penalties()) {
           primary = *state_.next_argmax;
@@ -306,7 +307,8 @@ class Turn {
     std::vector<TokenId> penalised_picks;
     if (on_backend_) {
       const auto rows = static_cast<std::int64_t>(drafts.size());
-      std::vector<EntryPenalty> penalties;
+      auto& penalties = penalty_rows_;
+      penalties.clear();
       penalties_.append_rows(rows, std::span<const TokenId>(verify_in).subspan(1),
                              verify.device_logits.cols(), penalties);
       if (!opt_.sampler.greedy()) {
@@ -412,6 +414,9 @@ class Turn {
   bool on_backend_;       // picks on the backend (picks_on_backend)
   LogitsRows last_rows_;  // what a one-position forward returns: kLast or kLastArgmax
   TurnPenalties penalties_;
+  // The entries of the rows a step samples, reused so that a long context's (hundreds of KB) is
+  // not allocated again every step.
+  std::vector<EntryPenalty> penalty_rows_;
   GenerateResult result_;
 };
 
