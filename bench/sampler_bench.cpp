@@ -5,7 +5,6 @@
 // (target_distribution_from_top; "-" where the rules are not decided inside that top).
 #include <algorithm>
 #include <bit>
-#include <chrono>
 #include <cstdio>
 #include <numeric>
 #include <random>
@@ -14,21 +13,15 @@
 #include "backend/backend.h"
 
 #include "decode/sampler.h"
+#include "median_time.h"
 #include "sampler_reference.h"
 
 namespace {
 
+// Median of 9 calls.
 template <typename F>
 double median_ms(F&& f) {
-  std::vector<double> t;
-  for (int i = 0; i < 9; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    t.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return fs::bench_util::median_ms(f, 9);
 }
 
 }  // namespace

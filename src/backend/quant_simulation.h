@@ -17,12 +17,7 @@
 
 #include <math.h>  // the C float functions, which host and device code both have
 
-// Marks the functions below as callable from CUDA kernels too (an annotation, no logic).
-#if defined(__CUDACC__)
-#define FS_HOST_DEVICE __host__ __device__
-#else
-#define FS_HOST_DEVICE
-#endif
+#include "util/host_device.h"
 
 namespace fs::quant_sim {
 

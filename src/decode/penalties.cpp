@@ -9,27 +9,22 @@ TurnPenalties::TurnPenalties(const SamplerConfig& config, std::span<const TokenI
   // The repetition penalty reaches the context before this turn too (sampler.h TokenCounts).
   if (!active() || config_.repetition_penalty == 1.0) return;
   for (const TokenId t : context) {
-    if (!counts_.try_emplace(t, 0).second || t < 0) continue;
-    const auto p = token_penalty(0, t, 0, config_);
-    if (!p) continue;
-    index_.emplace(t, entries_.size());
-    entries_.push_back(*p);
+    if (t < 0 || !index_.try_emplace(t, entries_.size()).second) continue;
+    entries_.push_back(*token_penalty(0, t, 0, config_));  // a repetition penalty: an entry
+    counts_.push_back(0);
     max_id_ = std::max(max_id_, t);
   }
 }
 
 void TurnPenalties::count(TokenId t) {
-  const std::int32_t n = ++counts_[t];
   if (!active() || t < 0) return;
-  const auto p = token_penalty(0, t, n, config_);
-  if (!p) return;
   const auto [at, inserted] = index_.try_emplace(t, entries_.size());
-  if (!inserted) {
-    entries_[at->second] = *p;
-    return;
+  if (inserted) {
+    entries_.emplace_back();
+    counts_.push_back(0);
+    max_id_ = std::max(max_id_, t);
   }
-  entries_.push_back(*p);
-  max_id_ = std::max(max_id_, t);
+  entries_[at->second] = *token_penalty(0, t, ++counts_[at->second], config_);  // count > 0
 }
 
 void TurnPenalties::append_rows(std::int64_t rows, std::span<const TokenId> before,
@@ -63,11 +58,10 @@ void TurnPenalties::append_row(std::int32_t row, std::span<const TokenId> before
     if (x < 0 || x >= cols) continue;
     const auto first = before.begin() + static_cast<std::ptrdiff_t>(i);
     if (std::find(before.begin(), first, x) != first) continue;  // done at its first occurrence
-    const auto counted = counts_.find(x);
-    const auto n = static_cast<std::int32_t>((counted == counts_.end() ? 0 : counted->second) +
+    const auto at = index_.find(x);
+    const auto n = static_cast<std::int32_t>((at == index_.end() ? 0 : counts_[at->second]) +
                                              std::count(first, before.end(), x));
     const auto p = token_penalty(row, x, n, config_);  // n > 0: always an entry
-    const auto at = index_.find(x);
     if (at == index_.end()) {
       out.push_back(*p);
     } else if (all_inside) {
@@ -81,12 +75,7 @@ void TurnPenalties::append_row(std::int32_t row, std::span<const TokenId> before
 
 std::vector<float> TurnPenalties::apply(std::span<const float> logits) const {
   std::vector<float> out(logits.begin(), logits.end());
-  if (!active()) return out;
-  for (const auto& e : entries_) {
-    if (static_cast<std::size_t>(e.col) >= out.size()) continue;
-    float& v = out[static_cast<std::size_t>(e.col)];
-    v = e.apply(v);
-  }
+  apply_entries(out, entries_);
   return out;
 }
 

@@ -27,7 +27,6 @@ class TurnPenalties {
   bool active() const { return config_.has_penalties(); }
   // One emitted token.
   void count(TokenId t);
-  const TokenCounts& counts() const { return counts_; }
 
   // Appends the entries of `rows` logits rows of `cols` columns, row r (0-based) penalised by the
   // counts and the tokens before[0, r): a verify's rows, sampled before its drafts are accepted
@@ -36,7 +35,7 @@ class TurnPenalties {
   void append_rows(std::int64_t rows, std::span<const TokenId> before, std::int64_t cols,
                    std::vector<EntryPenalty>& out) const;
 
-  // apply_penalties(logits, counts()): a penalised copy of one row.
+  // apply_penalties(logits, the turn's counts): a penalised copy of one row.
   std::vector<float> apply(std::span<const float> logits) const;
 
  private:
@@ -44,10 +43,12 @@ class TurnPenalties {
   void append_row(std::int32_t row, std::span<const TokenId> before, std::int64_t cols,
                   std::vector<EntryPenalty>& out) const;
 
+  // The entry of counted id t (count n) is token_penalty(0, t, n). Only an active turn counts,
+  // and then every counted id >= 0 has an entry (a completion count > 0 always does; a count 0
+  // is a context token, kept under a repetition penalty only), so the entries hold the counts.
   SamplerConfig config_;
-  TokenCounts counts_;
-  // One entry a counted id that token_penalty penalises (row 0), in order of first count.
-  std::vector<EntryPenalty> entries_;
+  std::vector<EntryPenalty> entries_;               // in order of first count
+  std::vector<std::int32_t> counts_;                // counts_[i]: the count of entries_[i]'s id
   std::unordered_map<TokenId, std::size_t> index_;  // id -> its position in entries_
   TokenId max_id_ = -1;                             // the largest id in entries_
 };

@@ -41,14 +41,19 @@ std::vector<float> apply_penalties(std::span<const float> logits, const TokenCou
                                    const SamplerConfig& c) {
   std::vector<float> out(logits.begin(), logits.end());
   if (!c.has_penalties()) return out;
-  for (const auto& [id, n] : counts) {
-    if (id < 0 || static_cast<std::size_t>(id) >= out.size()) continue;
-    if (const auto p = token_penalty(0, id, n, c)) {
-      float& v = out[static_cast<std::size_t>(id)];
-      v = p->apply(v);
-    }
-  }
+  std::vector<EntryPenalty> entries;
+  for (const auto& [id, n] : counts)
+    if (const auto p = token_penalty(0, id, n, c)) entries.push_back(*p);
+  apply_entries(out, entries);
   return out;
+}
+
+void apply_entries(std::span<float> logits, std::span<const EntryPenalty> entries) {
+  for (const auto& e : entries) {
+    if (e.col < 0 || static_cast<std::size_t>(e.col) >= logits.size()) continue;
+    float& v = logits[static_cast<std::size_t>(e.col)];
+    v = e.apply(v);
+  }
 }
 
 std::optional<EntryPenalty> token_penalty(std::int32_t row, TokenId id, std::int32_t count,

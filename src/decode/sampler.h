@@ -56,6 +56,9 @@ struct TokenDistribution {
 // in floats (EntryPenalty::apply). A copy; unchanged without penalties.
 std::vector<float> apply_penalties(std::span<const float> logits, const TokenCounts& counts,
                                    const SamplerConfig& config);
+// logits[e.col] = e.apply(logits[e.col]) for each entry whose column lies in the row (the
+// entries' `row` is not read): how apply_penalties and decode/penalties.h apply theirs.
+void apply_entries(std::span<float> logits, std::span<const EntryPenalty> entries);
 // The penalty apply_penalties gives token `id` of row `row`, an entry seen `count` >= 0 times in
 // the completion; rows on a backend take the same entries (Backend::penalise_entries). nullopt
 // when it changes nothing (count 0 without a repetition penalty).

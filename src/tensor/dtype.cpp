@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "tensor/fp8_e4m3.h"
+
 namespace fs {
 
 std::size_t dtype_size(DType t) {
@@ -81,18 +83,7 @@ float f16_to_f32(std::uint16_t h) {
 }
 
 float f8e4m3_to_f32(std::uint8_t x) {
-  const int sign = (x >> 7) & 1;
-  const int exp = (x >> 3) & 0xf;
-  const int mant = x & 0x7;
-  float v;
-  if (exp == 0xf && mant == 0x7) {
-    v = std::numeric_limits<float>::quiet_NaN();
-  } else if (exp == 0) {
-    v = std::ldexp(static_cast<float>(mant), -9);  // subnormal: mant/8 * 2^-6
-  } else {
-    v = std::ldexp(static_cast<float>(mant | 0x8), exp - 10);  // (1 + mant/8) * 2^(exp-7)
-  }
-  return sign ? -v : v;
+  return e4m3_value(x);
 }
 
 void convert_to_f32(DType t, const void* src, float* dst, std::size_t count) {

@@ -9,7 +9,7 @@
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_packed_formats.cuh"
-#include "backend/fp8_e4m3.h"
+#include "tensor/fp8_e4m3.h"
 
 namespace fs::cuda {
 
@@ -90,8 +90,8 @@ struct Fp8Scale {
 
 // Two e4m3 bytes (the low one first) as their exact values, by the hardware's conversion (one
 // instruction for two weights on sm_89 and later; sessions 9-14 built e4m3 * 2^-8 from a byte
-// permute, two masks, a shift and an or). Before sm_89, from the bytes' fields (fp8_e4m3.h): the
-// same values, bit for bit (e4m3_pair_from_fields; CudaFp8.ThePairConversionEqualsTheFields).
+// permute, two masks, a shift and an or). Before sm_89, from the bytes' fields (tensor/fp8_e4m3.h):
+// the same values, bit for bit (e4m3_pair_from_fields; CudaFp8.ThePairConversionEqualsTheFields).
 __device__ __forceinline__ float2 e4m3_pair_from_fields(unsigned short two) {
   return make_float2(e4m3_value(two & 0xffu), e4m3_value(two >> 8));
 }

@@ -1,14 +1,14 @@
-// An e4m3 byte's value, exactly, on the host and in CUDA kernels: the conversion the FP8 kernels
-// use on GPUs without the one-instruction pair conversion (cvt.rn.f16x2.e4m3x2, sm_89 and
-// later), built from the byte's fields so that it equals that instruction (and the CPU's
-// f8e4m3_to_f32) bit for bit: E4M3 "fn" (OCP OFP8), exponent bias 7, no infinities, 0x7f/0xff
-// NaN, subnormals m * 2^-9. Every value is a float exactly.
+// An e4m3 byte's value, exactly, on the host and in CUDA kernels, built from the byte's fields:
+// E4M3 "fn" (OCP OFP8), exponent bias 7, no infinities, 0x7f/0xff NaN, subnormals m * 2^-9.
+// Every value is a float exactly. The CPU's f8e4m3_to_f32 (dtype.h) is this, and the FP8 kernels
+// use it on GPUs without the one-instruction pair conversion (cvt.rn.f16x2.e4m3x2, sm_89 and
+// later), which gives the same bits.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
-#include "backend/quant_simulation.h"  // FS_HOST_DEVICE
+#include "util/host_device.h"
 
 namespace fs {
 
