@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/entry_penalty.h"
 #include "backend/weight.h"
 #include "tensor/tensor.h"
 #include "util/status.h"
@@ -44,22 +45,6 @@ struct StreamsWrite {
   const Tensor& inject;  // [S, streams]
 };
 
-// One entry of Backend::penalise_entries: the sampler's penalties of one token in one logits row
-// (decode/sampler.h token_penalty). The repetition penalty (HF's RepetitionPenaltyLogitsProcessor,
-// vLLM's) divides a positive logit and multiplies a negative one; then the presence and frequency
-// penalties subtract their amount.
-struct EntryPenalty {
-  std::int32_t row = 0;
-  std::int32_t col = 0;
-  float repetition = 1.0f;  // 1: none
-  float amount = 0;
-
-  // The rule, in these float operations on every backend (the CUDA kernel spells them out).
-  float apply(float x) const {
-    if (repetition != 1.0f) x = x > 0.0f ? x / repetition : x * repetition;
-    return x - amount;
-  }
-};
 // Whether every entry names an element of the 2-D tensor x.
 bool entries_inside(const Tensor& x, std::span<const EntryPenalty> entries);
 

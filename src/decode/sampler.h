@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backend/backend.h"
+#include "backend/entry_penalty.h"
 #include "decode/philox.h"
 #include "model/types.h"
 #include "util/status.h"
