@@ -44,6 +44,10 @@ suites() {  # label prefix, bin dir, env assignments...
 }
 # One stage a call keeps each under the device's 10 minutes: `arch_check.sh native|limits|ptx|bench`.
 stage=${1:-all}
+case $stage in all | native | limits | ptx | bench) ;; *)
+  echo "arch_check.sh: unknown stage '$stage' (all, native, limits, ptx or bench)" >&2
+  exit 2 ;;
+esac
 nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv,noheader
 if [[ $stage == all || $stage == native ]]; then
   run smoke90 X=1 -- bin/test_cuda_smoke
