@@ -18,8 +18,7 @@
 // 4096): the chunk kernels beside the token-by-token kernel, us, tokens/s and their ratio (also
 // at the end of a full run).
 // --context: only the QSA context kernels at 1k/16k/64k (with select_blocks' radix select before
-// session 20 as "radix13", and its digit passes over the row in registers, sessions 20-28, as
-// "digits28").
+// session 20 as "radix13").
 // --chain: what bounds a weight-streaming product inside the decode step's chain of kernels
 // (bench_chain below says what each row runs).
 // --forms: the one-token FP8 GEMV in other forms (namespace forms below): the backend's ("fma"), a
@@ -1695,22 +1694,6 @@ void bench_context(fs::Backend& be, cudaStream_t s, std::int64_t T, std::vector<
       radix_differ += pr.data_as<std::int32_t>()[i] != pn.data_as<std::int32_t>()[i];
     rows.push_back({"select_blocks", shape, "radix13", S, static_cast<double>(S * B) * 4, t_radix,
                     static_cast<double>(radix_differ)});
-    // The row in registers with its k-th key found by the 8-bit digit passes (sessions 20-28,
-    // FLASHSERVE_CUDA_RADIX_DIGITS=1) instead of bisection; its diff counts the picks that
-    // differ from the new select's (0 expected).
-    setenv("FLASHSERVE_CUDA_RADIX_DIGITS", "1", 1);
-    fs::Tensor picked_digits;
-    const double t_digits = time_calls(s, calls, [&](int) {
-      be.select_blocks(outs[0].scores, first, kBlock, kTop, picked_digits);
-    });
-    unsetenv("FLASHSERVE_CUDA_RADIX_DIGITS");
-    cudaStreamSynchronize(s);
-    const auto pd = picked_digits.to(fs::host_memory());
-    std::size_t digits_differ = 0;
-    for (std::int64_t i = 0; i < pd.numel(); ++i)
-      digits_differ += pd.data_as<std::int32_t>()[i] != pn.data_as<std::int32_t>()[i];
-    rows.push_back({"select_blocks", shape, "digits28", S, static_cast<double>(S * B) * 4, t_digits,
-                    static_cast<double>(digits_differ)});
   }
   if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
 }

@@ -1,6 +1,5 @@
-// Top-k by radix select: a block per row finds the k-th largest key over the float bits (by
-// bisection on the key's bits when the row fits in registers, else four 8-bit digit passes with a
-// shared-memory histogram), keeps the entries above it and the
+// Top-k by radix select: a block per row finds the k-th largest key over the float bits (four
+// 8-bit digit passes with a shared-memory histogram), keeps the entries above it and the
 // lowest-indexed entries equal to it (an index-ordered compaction), and sorts those k survivors
 // with a bitonic sort in shared memory. The same order as the CPU's topk_row: value descending,
 // ties to the lower index.
@@ -8,7 +7,6 @@
 #pragma nv_diag_suppress 2810
 
 #include <algorithm>
-#include <type_traits>
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_select.h"
@@ -52,7 +50,7 @@ __device__ __forceinline__ std::int32_t unpack_index(std::uint64_t packed) {
 // placed in one scan of the tiles' counts instead of three barriers a tile. The same tiles in the
 // same order, so the same kept set, sort and output. Launched overlapped: the row is read after the
 // wait.
-template <int kPer, bool kDigitPasses = false>
+template <int kPer>
 __global__ void __launch_bounds__(kSelectMaxThreads)
     radix_topk_kernel(const float* x, StepScalar live_cols, std::int64_t k, StepScalar live_first,
                       std::int64_t block, int sort_size, std::int32_t* idx, float* val) {
@@ -60,15 +58,12 @@ __global__ void __launch_bounds__(kSelectMaxThreads)
   __shared__ std::uint32_t hist[kBins];
   __shared__ std::uint32_t warp_gt[kSelectMaxWarps], warp_eq[kSelectMaxWarps];
   __shared__ std::uint32_t s_digit, s_remaining, s_gt_base, s_eq_base;
-  __shared__ alignas(16) std::uint32_t warp_count[2][kSelectMaxWarps];  // bisection's counts
   // kPer > 0: tile j's per-warp counts, then their exclusive prefix in entry order.
   __shared__ std::uint32_t tile_gt[kPer > 0 ? kPer * kSelectMaxWarps : 1],
       tile_eq[kPer > 0 ? kPer * kSelectMaxWarps : 1];
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp, warp = tid / kWarp;
   const int threads = static_cast<int>(blockDim.x), warps = threads / kWarp;
   for (int i = tid; i < sort_size; i += threads) kept[i] = 0;
-  for (int i = tid; i < 2 * kSelectMaxWarps; i += threads)
-    warp_count[i / kSelectMaxWarps][i % kSelectMaxWarps] = 0;
   if (tid == 0) {
     s_gt_base = 0;
     s_eq_base = 0;
@@ -108,41 +103,7 @@ __global__ void __launch_bounds__(kSelectMaxThreads)
   // share the digits found so far are still to be taken (always >= 1 and <= their number).
   // When every entry is taken they all count as "above" and none as equal.
   std::uint32_t prefix = 0, mask = 0, remaining = take_all ? 0u : want;
-  if constexpr (kPer > 0) {
-    if (!take_all && regs && !kDigitPasses) {
-      // With the row in registers, the k-th largest key by bisection on its bits from the top:
-      // a bit stays set when at least `want` keys are at or above the candidate. A step is kPer
-      // compares a thread, one redux.sync a warp and one barrier (the warps' counts alternate
-      // between two arrays, so a step never overwrites counts another thread may still read).
-      // The digit passes below took 36 us at 64k context's 16,384 entries (session 20: a
-      // match_any and a shared atomic per entry, three barriers a pass). The same key, so the
-      // same kept set. Padding keys are 0 and a candidate is at least 1, so they never count;
-      // the counts of warps past the block's are the zeros written at the start.
-      const auto count_at_or_above = [&](std::uint32_t candidate, int slot) {
-        std::uint32_t mine = 0;
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) mine += keys[j] >= candidate ? 1u : 0u;
-        const std::uint32_t in_warp = __reduce_add_sync(0xffffffffu, mine);
-        if (lane == 0) warp_count[slot][warp] = in_warp;
-        __syncthreads();
-        std::uint32_t total = 0;
-#pragma unroll
-        for (int w = 0; w < kSelectMaxWarps / 4; ++w) {
-          const uint4 c = reinterpret_cast<const uint4*>(warp_count[slot])[w];
-          total += c.x + c.y + c.z + c.w;
-        }
-        return total;
-      };
-      for (int bit = 31; bit >= 0; --bit) {
-        const std::uint32_t candidate = prefix | (1u << bit);
-        if (count_at_or_above(candidate, bit & 1) >= want) prefix = candidate;
-      }
-      // Of the entries equal to the k-th key, the ones still to take after those above it.
-      const std::uint32_t above = prefix == 0xffffffffu ? 0u : count_at_or_above(prefix + 1u, 1);
-      remaining = want - above;
-    }
-  }
-  if (!take_all && (kPer == 0 || !regs || kDigitPasses)) {
+  if (!take_all) {
     for (int shift = 32 - kDigitBits; shift >= 0; shift -= kDigitBits) {
       for (int b = tid; b < kBins; b += threads) hist[b] = 0;
       __syncthreads();
@@ -344,36 +305,27 @@ void launch_radix_topk(const float* x, std::int64_t rows, std::int64_t max_cols,
   const auto smem = static_cast<std::size_t>(sort_size) * sizeof(std::uint64_t);
   // Entries a thread holds in registers: the row's capacity over the threads, a power of two.
   const auto per = (max_cols + threads - 1) / threads;
-  // FLASHSERVE_CUDA_RADIX_DIGITS=1: the row in registers still finds its k-th key by the 8-bit
-  // digit passes (the form of sessions 20-28), not by bisection.
-  const bool digit_passes = env_flag("FLASHSERVE_CUDA_RADIX_DIGITS");
   const auto launch = [&](auto kernel) {
     launch_overlapped(kernel, dim3(static_cast<unsigned>(rows)), dim3(threads), smem, stream, x,
                       cols, k, first, block, sort_size, idx, val);
   };
-  // At most 32 a thread (1,024 threads at 64 registers; ptxas -v: no spill in the digit passes'
-  // kernel, 16 bytes in the bisection's, which also holds the digit passes for a row longer than
-  // its registers); a longer live row is
+  // At most 32 a thread (1,024 threads at 64 registers, no spill: ptxas -v); a longer live row is
   // read in each pass. (A decode step at 64k context selects over its 16,384 blocks and more: 17+
   // a thread.)
-  const auto per_thread = [&](auto p) {
-    constexpr int kP = decltype(p)::value;
-    digit_passes ? launch(radix_topk_kernel<kP, true>) : launch(radix_topk_kernel<kP>);
-  };
   if (env_flag("FLASHSERVE_CUDA_OLD_RADIX"))
     launch(radix_topk_kernel<0>);
   else if (per <= 1)
-    per_thread(std::integral_constant<int, 1>{});
+    launch(radix_topk_kernel<1>);
   else if (per <= 2)
-    per_thread(std::integral_constant<int, 2>{});
+    launch(radix_topk_kernel<2>);
   else if (per <= 4)
-    per_thread(std::integral_constant<int, 4>{});
+    launch(radix_topk_kernel<4>);
   else if (per <= 8)
-    per_thread(std::integral_constant<int, 8>{});
+    launch(radix_topk_kernel<8>);
   else if (per <= 16)
-    per_thread(std::integral_constant<int, 16>{});
+    launch(radix_topk_kernel<16>);
   else
-    per_thread(std::integral_constant<int, 32>{});
+    launch(radix_topk_kernel<32>);
 }
 
 }  // namespace fs::cuda

@@ -16,9 +16,7 @@
 //   FLASHSERVE_CUDA_MOE_BLOCK_ONE_TOKEN=1 runs an MTP verify's MoE block as its sequence, as
 //   before session 20; FLASHSERVE_CUDA_OLD_ROUTE_PICKS=1 takes the decode router's picks by
 //   shuffle rounds (before session 20); FLASHSERVE_CUDA_OLD_RADIX=1 runs the radix top-k reading
-//   its row from global memory in each pass (before session 20); FLASHSERVE_CUDA_RADIX_DIGITS=1
-//   finds the k-th key of a row held in registers by the 8-bit digit passes instead of bisection
-//   (before session 29); FLASHSERVE_CUDA_MOE_DOWN_COMBINE=0
+//   its row from global memory in each pass (before session 20); FLASHSERVE_CUDA_MOE_DOWN_COMBINE=0
 //   runs a one-token FP8 MoE block's routed down and its shared down + combine as two kernels
 //   (before session 22); FLASHSERVE_CUDA_GDN_UNFUSED=1 runs gated_delta_net_in_proj_conv and
 //   gated_delta_net_core as their default bodies (in_proj, conv1d, silu; slices, l2 norms, the
