@@ -34,6 +34,11 @@ run() {  # label, env assignments..., -- binary args...
 SUITES=${SUITES:-ops test_qwen_mtp test_qwen_fp8 test_glm5 test_deepseek_v4 test_qwen_gpu}
 suites() {  # label prefix, bin dir, env assignments...
   local p=$1 d=$2; shift 2
+  # The CLI tests run the flashserve their build was configured with (build/src/flashserve): on
+  # the device, a link to the carried one (never over a real build's).
+  if [[ ! -e build/src/flashserve || -L build/src/flashserve ]]; then
+    mkdir -p build/src && ln -sfn "$PWD/$d/flashserve" build/src/flashserve
+  fi
   for t in $SUITES; do
     case $t in
       ops) run "$p-ops" "$@" -- "$d/test_backend_ops" --gtest_filter='Cuda/*:Cuda*.*' ;;

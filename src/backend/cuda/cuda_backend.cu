@@ -65,10 +65,32 @@ const DeviceFacts& device_facts() {
   return facts;
 }
 
+// A kernel of this build's own module, asked which virtual architecture its code was compiled
+// for (it never runs).
+__global__ void compiled_arch_probe_kernel() {}
+
+// The virtual architecture (major * 10 + minor) of the device code the GPUs run: the sm_90a
+// machine code's 90, or, where the driver compiled an 80-virtual build's PTX for a newer GPU, 80.
+// Every module of the build is compiled for the same list, so this kernel speaks for all of them.
+int compiled_arch() {
+  cudaFuncAttributes a{};
+  if (cudaFuncGetAttributes(&a, compiled_arch_probe_kernel) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return a.ptxVersion;
+}
+
 }  // namespace
 
 bool overlapped_launches() {
-  static const bool on = overlap_enabled() && device_facts().major >= 9;
+  // The GPU must take the launch attribute (compute capability 9.0) and the kernels must have
+  // been compiled with the wait it needs (wait_for_inputs is griddepcontrol.wait only where
+  // __CUDA_ARCH__ >= 900). An 80-virtual build on a Hopper or Blackwell GPU has the first
+  // without the second: its kernels, launched overlapped, would read their inputs before the
+  // kernel before them had made them visible (GLM 5 and DeepSeek V4's split prefills diverged on
+  // an H100 that way, session 29).
+  static const bool on = overlap_enabled() && device_facts().major >= 9 && compiled_arch() >= 90;
   return on;
 }
 

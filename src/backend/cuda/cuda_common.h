@@ -60,8 +60,10 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 bool overlap_enabled();  // FLASHSERVE_CUDA_OVERLAP, read once (default on)
-// Whether launch_overlapped overlaps: overlap_enabled() and every GPU of compute capability 9.0
-// or later (programmatic dependent launch). Read once.
+// Whether launch_overlapped overlaps: overlap_enabled(), every GPU of compute capability 9.0 or
+// later (programmatic dependent launch), and device code compiled for 9.0 or later (so that
+// wait_for_inputs waits: a PTX build for 8.0 that the driver compiles for a Hopper GPU has no
+// wait). Read once.
 bool overlapped_launches();
 
 // The dynamic shared memory a block may opt into on every GPU

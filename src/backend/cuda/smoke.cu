@@ -25,6 +25,15 @@ __global__ void e4m3_pairs_kernel(float2* kernels, float2* fields) {
   fields[i] = e4m3_pair_from_fields(static_cast<unsigned short>(i));
 }
 
+// __CUDA_ARCH__ of the code that runs (0 where it is undefined: never, on a device).
+__global__ void compiled_arch_kernel(int* out) {
+#ifdef __CUDA_ARCH__
+  *out = __CUDA_ARCH__;
+#else
+  *out = 0;
+#endif
+}
+
 struct DeviceFree {
   void operator()(float* p) const { cudaFree(p); }
 };
@@ -97,6 +106,19 @@ Status e4m3_pairs(std::span<float> kernels, std::span<float> fields) {
   return check(
       cudaMemcpy(fields.data(), df->get(), kFloats * sizeof(float), cudaMemcpyDeviceToHost),
       "copy fields' pairs");
+}
+
+Expected<int> device_code_arch() {
+  if (device_count() == 0) return unsupported("no CUDA device");
+  auto d = device_alloc(1);  // a float's four bytes hold the int
+  if (!d.ok()) return d.status();
+  compiled_arch_kernel<<<1, 1>>>(reinterpret_cast<int*>(d->get()));
+  if (auto s = check(cudaGetLastError(), "launch"); !s.ok()) return s;
+  int arch = 0;
+  if (auto s = check(cudaMemcpy(&arch, d->get(), sizeof(int), cudaMemcpyDeviceToHost), "copy arch");
+      !s.ok())
+    return s;
+  return arch;
 }
 
 bool overlapped_launches_here() {

@@ -21,6 +21,10 @@ Status smoke_axpy(std::span<const float> a, std::span<const float> b, float scal
 // it) and from the bytes' fields (e4m3_pair_from_fields), each as [65536][2] floats (low, high).
 Status e4m3_pairs(std::span<float> kernels, std::span<float> fields);
 
+// __CUDA_ARCH__ of the device code that runs on device 0 (a kernel reports it): 900 for the
+// sm_90a build on a Hopper GPU, 800 for an 80-virtual build's PTX compiled there by the driver.
+Expected<int> device_code_arch();
+
 // The launch helpers' view of the GPUs (cuda_common.h): whether launches overlap, and the
 // dynamic shared memory a block may opt into; and the lowest compute capability present (major *
 // 10 + minor; 0 without a GPU).
