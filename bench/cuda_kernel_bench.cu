@@ -9,7 +9,7 @@
 // on time.
 //
 //   cuda_kernel_bench [--json PATH] [--quick] [--fp8 | --quant | --delta | --chain | --forms |
-//                     --staged | --tokens | --hc | --context]
+//                     --staged | --tokens | --hc | --context | --sampling]
 //
 // --fp8: only the products on block-scaled FP8 E4M3 weights (issue 15) beside their bf16 forms.
 // --quant: only the packed formats (issue 15: FP4 E2M1 + E8M0, Q8_0, Q4_K, Q5_K, Q6_K, Q2_K) in
@@ -19,6 +19,8 @@
 // at the end of a full run).
 // --context: only the QSA context kernels at 1k/16k/64k (with select_blocks' radix select before
 // session 20 as "radix13").
+// --sampling: sampled decoding's device work over a 248,320-wide logits row at 1, 2 and 4 rows:
+// the top 1,024 (topk), the softmax denominators, and argmax_rows beside them.
 // --chain: what bounds a weight-streaming product inside the decode step's chain of kernels
 // (bench_chain below says what each row runs).
 // --forms: the one-token FP8 GEMV in other forms (namespace forms below): the backend's ("fma"), a
@@ -1767,13 +1769,38 @@ void print_delta(const std::vector<DeltaRow>& rows) {
   }
 }
 
+// Sampled decoding's device work a row (docs/GPU.md "After session 27", item 5): the top 1,024 of
+// a vocabulary's logits (Backend::topk, one block a row: cuda_select.cu), the softmax denominators
+// at T 0.8, and greedy's argmax_rows beside them, for the 1-4 rows of a decode step or an MTP
+// verify. The logits are random normals of scale 3 (a real row is more peaked, which changes no
+// pass of the select). Bytes: the row read once.
+void bench_sampling(fs::Backend& be, cudaStream_t s, std::vector<Row>& rows, bool quick) {
+  constexpr std::int64_t kVocab = 248320, kTop = 1024;
+  const int calls = quick ? 4 : 16;
+  const std::string shape = "V" + std::to_string(kVocab) + " top" + std::to_string(kTop);
+  for (int S = 1; S <= 4; S *= 2) {
+    fs::Tensor logits = be.new_tensor({S, kVocab});
+    fill(logits.raw(), static_cast<std::size_t>(S * kVocab), false, 3.0f, 60 + S, s);
+    fs::Tensor idx, val, totals, ids;
+    const double bytes = static_cast<double>(S * kVocab) * 4;
+    const double t_top = time_calls(s, calls, [&](int) { be.topk(logits, kTop, idx, val); });
+    const double t_sum =
+        time_calls(s, calls, [&](int) { be.softmax_denominators(logits, 0.8, totals); });
+    const double t_arg = time_calls(s, calls, [&](int) { be.argmax_rows(logits, ids); });
+    rows.push_back({"topk", shape, "radix", S, bytes, t_top, 0});
+    rows.push_back({"softmax_denominators", shape, "T0.8", S, bytes, t_sum, 0});
+    rows.push_back({"argmax_rows", shape, "greedy", S, bytes, t_arg, 0});
+  }
+  if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string json_path;
   bool quick = false, fp8_only = false, quant_only = false, delta_only = false, chain_only = false,
        forms_only = false, staged_only = false, tokens_only = false, hc_only = false,
-       context_only = false;
+       context_only = false, sampling_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     if (!std::strcmp(argv[i], "--quick")) quick = true;
@@ -1786,6 +1813,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--tokens")) tokens_only = true;
     if (!std::strcmp(argv[i], "--hc")) hc_only = true;
     if (!std::strcmp(argv[i], "--context")) context_only = true;
+    if (!std::strcmp(argv[i], "--sampling")) sampling_only = true;
   }
   auto made = fs::make_cuda_backend();
   if (!made.ok()) {
@@ -1830,6 +1858,8 @@ int main(int argc, char** argv) {
                                 {"o_proj", 6144, 2560},         {"lm_head", 2560, 248320}};
   if (hc_only) {
     bench_hc(be, s, rows);
+  } else if (sampling_only) {
+    bench_sampling(be, s, rows, quick);
   } else if (context_only) {
     for (const std::int64_t T : {std::int64_t{1024}, std::int64_t{16384}, std::int64_t{65536}})
       bench_context(be, s, T, rows, quick);
