@@ -20,7 +20,8 @@
 // --context: only the QSA context kernels at 1k/16k/64k (with select_blocks' radix select before
 // session 20 as "radix13").
 // --sampling: sampled decoding's device work over a 248,320-wide logits row at 1, 2 and 4 rows:
-// the top 1,024 (topk), the softmax denominators, and argmax_rows beside them.
+// the top 1,024 (topk: the radix select, and with the grid's narrowing first, "vocab"), the
+// softmax denominators, and argmax_rows beside them.
 // --chain: what bounds a weight-streaming product inside the decode step's chain of kernels
 // (bench_chain below says what each row runs).
 // --forms: the one-token FP8 GEMV in other forms (namespace forms below): the backend's ("fma"), a
@@ -1784,10 +1785,22 @@ void bench_sampling(fs::Backend& be, cudaStream_t s, std::vector<Row>& rows, boo
     fs::Tensor idx, val, totals, ids;
     const double bytes = static_cast<double>(S * kVocab) * 4;
     const double t_top = time_calls(s, calls, [&](int) { be.topk(logits, kTop, idx, val); });
+    // The grid's narrowing first (cuda_vocab_topk.cu); its diff: the picks that differ from the
+    // radix select's (0 expected).
+    setenv("FLASHSERVE_CUDA_VOCAB_TOPK", "1", 1);
+    fs::Tensor vidx, vval;
+    const double t_vocab = time_calls(s, calls, [&](int) { be.topk(logits, kTop, vidx, vval); });
+    unsetenv("FLASHSERVE_CUDA_VOCAB_TOPK");
+    cudaStreamSynchronize(s);
+    const auto pa = idx.to(fs::host_memory()), pb = vidx.to(fs::host_memory());
+    std::size_t differ = 0;
+    for (std::int64_t i = 0; i < pa.numel(); ++i)
+      differ += pa.data_as<std::int32_t>()[i] != pb.data_as<std::int32_t>()[i];
     const double t_sum =
         time_calls(s, calls, [&](int) { be.softmax_denominators(logits, 0.8, totals); });
     const double t_arg = time_calls(s, calls, [&](int) { be.argmax_rows(logits, ids); });
     rows.push_back({"topk", shape, "radix", S, bytes, t_top, 0});
+    rows.push_back({"topk", shape, "vocab", S, bytes, t_vocab, static_cast<double>(differ)});
     rows.push_back({"softmax_denominators", shape, "T0.8", S, bytes, t_sum, 0});
     rows.push_back({"argmax_rows", shape, "greedy", S, bytes, t_arg, 0});
   }

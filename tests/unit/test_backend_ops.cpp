@@ -259,6 +259,12 @@ constexpr double kDeltaRule = 2e-4;
 
 // Values on `levels` steps of 1/levels in [-1, 1) (ties everywhere), with every eighth zero
 // negated (-0 and +0 rank as equals), the same bits on every backend.
+// A switch a test sets between two runs of an op is unset again however the test ends.
+struct UnsetOnExit {
+  const char* var;
+  ~UnsetOnExit() { unsetenv(var); }
+};
+
 Tensor tied_tensor(Shape shape, Rng& rng, int levels) {
   Tensor t = random_tensor(std::move(shape), rng);
   float* p = t.data();
@@ -1383,6 +1389,44 @@ std::vector<Case> make_cases() {
           };
         });
   }
+  // The vocabulary top-k (cuda_vocab_topk.cu, FLASHSERVE_CUDA_VOCAB_TOPK=1 around the call)
+  // against the CPU's selection: rows of the released vocabulary at 1-4 rows; tied rows; a row
+  // whose tail of reserved ids holds one low value; a row whose best entries crowd into its first
+  // slices; a row of one value (every entry a candidate: the whole-row fallback); a narrower
+  // vocabulary (DeepSeek V4's) and a smaller k.
+  enum class Vocab { kRandom, kTied, kReservedTail, kCrowded, kConstant };
+  for (const auto& [label, S, V, k, form] :
+       std::vector<std::tuple<const char*, std::int64_t, std::int64_t, std::int64_t, Vocab>>{
+           {"random", 1, 248320, 1024, Vocab::kRandom},
+           {"random", 4, 248320, 1024, Vocab::kRandom},
+           {"tied", 2, 248320, 1024, Vocab::kTied},
+           {"reserved_tail", 1, 248320, 1024, Vocab::kReservedTail},
+           {"crowded", 3, 248320, 1024, Vocab::kCrowded},
+           {"constant", 2, 248320, 1024, Vocab::kConstant},
+           {"random", 2, 129280, 1024, Vocab::kRandom},
+           {"tied", 1, 65536, 40, Vocab::kTied}}) {
+    add(std::string("topk_vocab_") + label + "_" + n(S) + "x" + n(V) + "_k" + n(k), kExact,
+        [=](Rng& rng) -> OpRun {
+          Tensor x =
+              form == Vocab::kTied ? tied_tensor({S, V}, rng, 8) : random_tensor({S, V}, rng);
+          float* p = x.data();
+          for (std::int64_t r = 0; r < S; ++r) {
+            float* row = p + r * V;
+            if (form == Vocab::kReservedTail)
+              for (std::int64_t c = V - 2048; c < V; ++c) row[c] = -30.0f;
+            if (form == Vocab::kCrowded)
+              for (std::int64_t c = 0; c < 4096; ++c) row[c] += 10.0f;
+            if (form == Vocab::kConstant) std::fill(row, row + V, 0.5f);
+          }
+          return [=](const Feed& f) {
+            setenv("FLASHSERVE_CUDA_VOCAB_TOPK", "1", 1);
+            const UnsetOnExit unset{"FLASHSERVE_CUDA_VOCAB_TOPK"};
+            Tensor idx, val;
+            f.be.topk(f.in(x), k, idx, val);
+            return std::vector<Tensor>{idx, val};
+          };
+        });
+  }
   add("topk_ties", kExact, [=](Rng&) -> OpRun {
     const Tensor x({2, 6}, {0.5f, 0.9f, 0.5f, 0.9f, 0.1f, 0.9f, 1, 1, 1, 1, 1, 1});
     return [=](const Feed& f) {
@@ -2456,12 +2500,6 @@ TEST(CudaHeadNormRope, EqualsItsSequenceBitForBit) {
     GTEST_SKIP() << "FLASHSERVE_CUDA_QSA_UNFUSED is set: nothing fused to compare";
   expect_fused_equals_sequence(*be, head_norm_rope_shapes(), 0x40e3u, head_norm_rope_inputs);
 }
-
-// A switch a test sets between two runs of an op is unset again however the test ends.
-struct UnsetOnExit {
-  const char* var;
-  ~UnsetOnExit() { unsetenv(var); }
-};
 
 // block_sparse_attention's tiled split kernel (cuda_attention_tiles.cu) against the split kernel
 // before it (FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION=1) on the released decode shapes: 24 query / 2

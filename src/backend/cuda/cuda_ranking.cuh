@@ -7,6 +7,16 @@
 
 namespace fs::cuda {
 
+// A key whose unsigned order is the float order (the radix selects, cuda_select.cu and
+// cuda_vocab_topk.cu): negative floats flipped, positive ones with the sign bit set. -0 becomes +0
+// first, so the two rank as equals (the CPU compares floats). Every real entry's key is at least
+// 1 except one NaN pattern's (NaN ranks are unspecified, as on the CPU).
+__device__ __forceinline__ std::uint32_t rank_key(float v) {
+  std::uint32_t b = __float_as_uint(v);
+  if (b == 0x80000000u) b = 0;
+  return (b & 0x80000000u) != 0 ? ~b : (b | 0x80000000u);
+}
+
 // Whether (v, i) ranks above (bv, bi); bi < 0 is "nothing yet".
 __device__ __forceinline__ bool ranks_above(float v, std::int32_t i, float bv, std::int32_t bi) {
   return bi < 0 || v > bv || (v == bv && i < bi);

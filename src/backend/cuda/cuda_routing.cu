@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_route_warp.cuh"
 #include "backend/cuda/cuda_select.h"
 #include "backend/cuda/cuda_switches.h"
+#include "backend/cuda/cuda_vocab_topk.h"
 
 namespace fs::cuda {
 namespace {
@@ -351,6 +352,33 @@ void CudaBackend::run_topk(const Tensor& x, std::int64_t k, std::int64_t first, 
     live_first = step_scalar(first);
   }
   if (walking()) return;
+  // A vocabulary-wide row (sampled decoding's top 1,024), with FLASHSERVE_CUDA_VOCAB_TOPK=1:
+  // narrowed on the whole GPU, then the radix select over the candidates (cuda_vocab_topk.h).
+  // Eager only (its scratch is local; the sampler's rows are not recorded in a step graph).
+  if (block == 0 && mode_ == StepMode::kEager && env_flag("FLASHSERVE_CUDA_VOCAB_TOPK") &&
+      !old_kernel_requested("FLASHSERVE_CUDA_OLD_TOPK") && vocab_topk_fits(rows, cols, k)) {
+    const VocabTopkScratch n = vocab_topk_scratch(rows, cols);
+    Tensor offers, thresholds, list_val, list_idx, counts, cand_val, cand_idx, width;
+    if (!ensure(offers, {n.offers}, DType::kI32) ||
+        !ensure(thresholds, {n.thresholds}, DType::kI32) || !ensure(list_val, {n.list}) ||
+        !ensure(list_idx, {n.list}, DType::kI32) || !ensure(counts, {n.counts}, DType::kI32) ||
+        !ensure(cand_val, {n.candidates}) || !ensure(cand_idx, {n.candidates}, DType::kI32) ||
+        !ensure(width, {1}, DType::kI64))
+      return;
+    const VocabTopkBuffers buffers{
+        .offers = reinterpret_cast<std::uint32_t*>(offers.data_as<std::int32_t>()),
+        .thresholds = reinterpret_cast<std::uint32_t*>(thresholds.data_as<std::int32_t>()),
+        .list_val = list_val.data(),
+        .list_idx = list_idx.data_as<std::int32_t>(),
+        .counts = counts.data_as<std::int32_t>(),
+        .cand_val = cand_val.data(),
+        .cand_idx = cand_idx.data_as<std::int32_t>(),
+        .width = width.data_as<std::int64_t>()};
+    launch_vocab_topk(x.data(), rows, cols, k, buffers, idx.data_as<std::int32_t>(),
+                      val == nullptr ? nullptr : val->data(), stream());
+    launched(op);
+    return;
+  }
   if (!old_kernel_requested("FLASHSERVE_CUDA_OLD_TOPK") && radix_select_fits(cols, k)) {
     launch_radix_topk(x.data(), rows, cols, live_cols, k, live_first, block,
                       idx.data_as<std::int32_t>(), val == nullptr ? nullptr : val->data(),

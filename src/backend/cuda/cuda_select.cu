@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_ranking.cuh"
 #include "backend/cuda/cuda_select.h"
 #include "backend/cuda/cuda_switches.h"
 
@@ -20,15 +21,6 @@ constexpr int kSelectMaxWarps = kSelectMaxThreads / kWarp;
 constexpr int kDigitBits = 8;
 constexpr int kBins = 1 << kDigitBits;
 constexpr std::uint32_t kNoDigit = kBins;  // a lane with no entry to count
-
-// A key whose unsigned order is the float order: negative floats flipped, positive ones with the
-// sign bit set. -0 becomes +0 first, so the two rank as equals (the CPU compares floats). NaN
-// rows are unspecified, as on the CPU.
-__device__ __forceinline__ std::uint32_t rank_key(float v) {
-  std::uint32_t b = __float_as_uint(v);
-  if (b == 0x80000000u) b = 0;
-  return (b & 0x80000000u) != 0 ? ~b : (b | 0x80000000u);
-}
 
 // Key in the high half, the index complemented in the low half: descending order of the packed
 // value is the ranking (larger key first, then lower index). 0 ranks below every real entry
