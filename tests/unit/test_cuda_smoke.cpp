@@ -66,7 +66,7 @@ TEST(CudaFp8, ThePairConversionEqualsTheFields) {
 // FLASHSERVE_CUDA_SHARED_LIMIT lowers the shared memory the kernels may opt into (so one GPU runs
 // the fallbacks a smaller one takes), and launches overlap on Hopper and later only, with device
 // code that can wait for them (an 80-virtual build on a Hopper GPU launched its kernels
-// overlapped without the wait, and GLM 5's split prefill diverged: session 29).
+// overlapped without the wait; GLM 5's split prefill diverged there, session 29).
 TEST(CudaDevice, TheSharedMemoryLimitCanBeLowered) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
   ::unsetenv("FLASHSERVE_CUDA_SHARED_LIMIT");

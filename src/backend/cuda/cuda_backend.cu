@@ -87,9 +87,9 @@ bool overlapped_launches() {
   // The GPU must take the launch attribute (compute capability 9.0) and the kernels must have
   // been compiled with the wait it needs (wait_for_inputs is griddepcontrol.wait only where
   // __CUDA_ARCH__ >= 900). An 80-virtual build on a Hopper or Blackwell GPU has the first
-  // without the second: its kernels, launched overlapped, would read their inputs before the
-  // kernel before them had made them visible (GLM 5 and DeepSeek V4's split prefills diverged on
-  // an H100 that way, session 29).
+  // without the second: its kernels, launched overlapped, could read their inputs before the
+  // kernel before them had made them visible (the likely cause of GLM 5 and DeepSeek V4's split
+  // prefills diverging on an H100 in session 29).
   static const bool on = overlap_enabled() && device_facts().major >= 9 && compiled_arch() >= 90;
   return on;
 }

@@ -42,14 +42,6 @@ constexpr int kStageHalves = 2 * kTileM* kLd + kTileN* kLd;  // x hi, x lo, weig
 template <int kTileM>
 constexpr std::size_t kSmemBytes = 2 * kStageHalves<kTileM> * sizeof(bf16_bits);
 constexpr int kSortThreads = 1024;
-__device__ __forceinline__ int warp_inclusive_scan(int v, int lane) {
-#pragma unroll
-  for (int d = 1; d < kWarp; d *= 2) {
-    const int n = __shfl_up_sync(0xffffffffu, v, d);
-    if (lane >= d) v += n;
-  }
-  return v;
-}
 
 // One block: counts per expert, their scan (one warp, a span of experts a lane), the tile table,
 // then each pair placed at its expert's cursor. The order of pairs inside an expert depends on the
@@ -76,8 +68,8 @@ __global__ void __launch_bounds__(kSortThreads)
     const int lo = min(E, lane * per), hi = min(E, lo + per);
     int pairs = 0, tiles = 0;
     for (int e = lo; e < hi; ++e) pairs += count[e], tiles += (count[e] + rows - 1) / rows;
-    int p0 = warp_inclusive_scan(pairs, lane) - pairs;
-    int t0 = warp_inclusive_scan(tiles, lane) - tiles;
+    int p0 = warp_inclusive_scan(pairs) - pairs;
+    int t0 = warp_inclusive_scan(tiles) - tiles;
     for (int e = lo; e < hi; ++e) {
       cursor[e] = p0;
       tile_base[e] = t0;

@@ -162,24 +162,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
 // *total. Every thread calls it; `warp_sums` holds kGatherThreads / kWarp values.
 __device__ std::uint32_t block_exclusive_scan(std::uint32_t v, std::uint32_t* warp_sums,
                                               std::uint32_t* total) {
-  const int lane = static_cast<int>(threadIdx.x % kWarp),
-            warp = static_cast<int>(threadIdx.x / kWarp);
-  std::uint32_t incl = v;
-#pragma unroll
-  for (int o = 1; o < kWarp; o <<= 1) {
-    const std::uint32_t t = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += t;
-  }
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const int warp = static_cast<int>(threadIdx.x / kWarp);
+  const std::uint32_t incl = warp_inclusive_scan(v);
   if (lane == kWarp - 1) warp_sums[warp] = incl;
   __syncthreads();
   if (warp == 0) {
     const std::uint32_t w = lane < kGatherThreads / kWarp ? warp_sums[lane] : 0u;
-    std::uint32_t wi = w;
-#pragma unroll
-    for (int o = 1; o < kWarp; o <<= 1) {
-      const std::uint32_t t = __shfl_up_sync(0xffffffffu, wi, o);
-      if (lane >= o) wi += t;
-    }
+    const std::uint32_t wi = warp_inclusive_scan(w);
     if (lane < kGatherThreads / kWarp) warp_sums[lane] = wi - w;  // the warps before it
     if (lane == kWarp - 1) *total = wi;
   }
