@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -78,7 +79,10 @@ int run_command(const std::string& command, std::string* output) {
 }
 
 std::string flashserve_binary() {
-  return FLASHSERVE_BINARY;
+  // FLASHSERVE_TEST_BINARY runs the CLI tests against another build's binary (the device checks
+  // carry the test binaries and flashserve away from the build folder they were configured in).
+  const char* other = std::getenv("FLASHSERVE_TEST_BINARY");
+  return other != nullptr && *other != '\0' ? other : FLASHSERVE_BINARY;
 }
 std::string watchdog_binary() {
   return FLASHSERVE_WATCHDOG_BINARY;

@@ -1389,6 +1389,23 @@ std::vector<Case> make_cases() {
           };
         });
   }
+  // The whole-row radix select at vocabulary widths (FLASHSERVE_CUDA_VOCAB_TOPK=0 around the
+  // call: what the vocabulary top-k below replaced, and still the path of rows it does not fit).
+  for (const auto& [S, V, k, levels] :
+       std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, int>>{
+           {1, 248320, 1024, 0}, {2, 65536, 512, 1000}}) {
+    add("topk_radix_" + n(S) + "x" + n(V) + "_k" + n(k) + "_l" + n(levels), kExact,
+        [=](Rng& rng) -> OpRun {
+          Tensor x = levels > 0 ? tied_tensor({S, V}, rng, levels) : random_tensor({S, V}, rng);
+          return [=](const Feed& f) {
+            setenv("FLASHSERVE_CUDA_VOCAB_TOPK", "0", 1);
+            const UnsetOnExit unset{"FLASHSERVE_CUDA_VOCAB_TOPK"};
+            Tensor idx, val;
+            f.be.topk(f.in(x), k, idx, val);
+            return std::vector<Tensor>{idx, val};
+          };
+        });
+  }
   // The vocabulary top-k (cuda_vocab_topk.cu, FLASHSERVE_CUDA_VOCAB_TOPK=1 around the call)
   // against the CPU's selection: rows of the released vocabulary at 1-4 rows; tied rows; a row
   // whose tail of reserved ids holds one low value; a row whose best entries crowd into its first

@@ -352,10 +352,12 @@ void CudaBackend::run_topk(const Tensor& x, std::int64_t k, std::int64_t first, 
     live_first = step_scalar(first);
   }
   if (walking()) return;
-  // A vocabulary-wide row (sampled decoding's top 1,024), with FLASHSERVE_CUDA_VOCAB_TOPK=1:
-  // narrowed on the whole GPU, then the radix select over the candidates (cuda_vocab_topk.h).
-  // Eager only (its scratch is local; the sampler's rows are not recorded in a step graph).
-  if (block == 0 && mode_ == StepMode::kEager && env_flag("FLASHSERVE_CUDA_VOCAB_TOPK") &&
+  // A vocabulary-wide row (sampled decoding's top 1,024): narrowed on the whole GPU, then the
+  // radix select over the candidates (cuda_vocab_topk.h; FLASHSERVE_CUDA_VOCAB_TOPK=0 selects
+  // over the whole row in one block instead, ~19x slower). Eager only (its scratch is local;
+  // the sampler's rows are not recorded in a step graph).
+  if (block == 0 && mode_ == StepMode::kEager &&
+      env_flag_default_on("FLASHSERVE_CUDA_VOCAB_TOPK") &&
       !old_kernel_requested("FLASHSERVE_CUDA_OLD_TOPK") && vocab_topk_fits(rows, cols, k)) {
     const VocabTopkScratch n = vocab_topk_scratch(rows, cols);
     Tensor offers, thresholds, list_val, list_idx, counts, cand_val, cand_idx, width;
