@@ -42,6 +42,7 @@
 #include <stdlib.h>  // setenv, unsetenv
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -1784,9 +1785,11 @@ void bench_sampling(fs::Backend& be, cudaStream_t s, std::vector<Row>& rows, boo
     fill(logits.raw(), static_cast<std::size_t>(S * kVocab), false, 3.0f, 60 + S, s);
     fs::Tensor idx, val, totals, ids;
     const double bytes = static_cast<double>(S * kVocab) * 4;
+    // The radix select over the whole row (one block), then the grid's narrowing first
+    // (cuda_vocab_topk.cu, the default since session 30); its diff: the picks that differ from
+    // the radix select's (0 expected).
+    setenv("FLASHSERVE_CUDA_VOCAB_TOPK", "0", 1);
     const double t_top = time_calls(s, calls, [&](int) { be.topk(logits, kTop, idx, val); });
-    // The grid's narrowing first (cuda_vocab_topk.cu); its diff: the picks that differ from the
-    // radix select's (0 expected).
     setenv("FLASHSERVE_CUDA_VOCAB_TOPK", "1", 1);
     fs::Tensor vidx, vval;
     const double t_vocab = time_calls(s, calls, [&](int) { be.topk(logits, kTop, vidx, vval); });
@@ -1796,12 +1799,28 @@ void bench_sampling(fs::Backend& be, cudaStream_t s, std::vector<Row>& rows, boo
     std::size_t differ = 0;
     for (std::int64_t i = 0; i < pa.numel(); ++i)
       differ += pa.data_as<std::int32_t>()[i] != pb.data_as<std::int32_t>()[i];
+    // The denominators on one block a row (before session 30), then sliced over the grid; the
+    // sliced row's diff: the largest relative difference of the totals (double rounding).
+    fs::Tensor one_block;
+    setenv("FLASHSERVE_CUDA_OLD_SOFTMAX_TOTALS", "1", 1);
+    const double t_sum_one =
+        time_calls(s, calls, [&](int) { be.softmax_denominators(logits, 0.8, one_block); });
+    unsetenv("FLASHSERVE_CUDA_OLD_SOFTMAX_TOTALS");
     const double t_sum =
         time_calls(s, calls, [&](int) { be.softmax_denominators(logits, 0.8, totals); });
+    cudaStreamSynchronize(s);
+    const auto ta = one_block.to(fs::host_memory()), tb = totals.to(fs::host_memory());
+    double rel = 0;
+    for (std::int64_t r = 0; r < S; ++r) {
+      const double a = std::bit_cast<double>(ta.data_as<std::int64_t>()[r]),
+                   b = std::bit_cast<double>(tb.data_as<std::int64_t>()[r]);
+      rel = std::max(rel, std::abs(a - b) / std::abs(a));
+    }
     const double t_arg = time_calls(s, calls, [&](int) { be.argmax_rows(logits, ids); });
     rows.push_back({"topk", shape, "radix", S, bytes, t_top, 0});
     rows.push_back({"topk", shape, "vocab", S, bytes, t_vocab, static_cast<double>(differ)});
-    rows.push_back({"softmax_denominators", shape, "T0.8", S, bytes, t_sum, 0});
+    rows.push_back({"softmax_denominators", shape, "one_block", S, bytes, t_sum_one, 0});
+    rows.push_back({"softmax_denominators", shape, "sliced", S, bytes, t_sum, rel});
     rows.push_back({"argmax_rows", shape, "greedy", S, bytes, t_arg, 0});
   }
   if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());

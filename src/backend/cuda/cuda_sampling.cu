@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_ranking.cuh"
+#include "backend/cuda/cuda_switches.h"
 
 namespace fs::cuda {
 namespace {
@@ -128,6 +129,73 @@ __global__ void softmax_denominators_kernel(const float* x, std::int64_t cols, d
   }
 }
 
+// Long rows (a vocabulary) over the whole GPU: one block of 1,024 threads took 136 us for a row
+// of 248,320 (a double exp an entry on one multiprocessor; H100, bench/NOTES.md session 30). A
+// block per slice of kSumSlice entries: first each slice's maximum; then each block takes the
+// row's maximum from those (fmaxf, exact in any order, so the one-block kernel's) and sums its
+// slice's terms in double; then a warp per row adds the slices' sums in slice order. A fixed
+// order, so the same bits every run; against the one-block kernel and the CPU, double rounding.
+// FLASHSERVE_CUDA_OLD_SOFTMAX_TOTALS=1 runs the one-block kernel at every width.
+constexpr std::int64_t kSumSlice = 2048;
+constexpr int kSumThreads = 256;
+
+__global__ void slice_max_kernel(const float* x, std::int64_t cols, float* part_max) {
+  __shared__ float warp_max[kSumThreads / kWarp];
+  const std::int64_t row = blockIdx.y, slice = blockIdx.x;
+  const float* p = x + row * cols;
+  const std::int64_t begin = slice * kSumSlice;
+  const std::int64_t end = begin + kSumSlice < cols ? begin + kSumSlice : cols;
+  float m = -INFINITY;
+  for (std::int64_t c = begin + threadIdx.x; c < end; c += kSumThreads) m = fmaxf(m, p[c]);
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  if (lane == 0) warp_max[warp] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 0; w < kSumThreads / kWarp; ++w) m = fmaxf(m, warp_max[w]);
+    part_max[row * gridDim.x + slice] = m;
+  }
+}
+
+__global__ void slice_exp_sum_kernel(const float* x, std::int64_t cols, double temperature,
+                                     const float* part_max, double* part_sum) {
+  __shared__ float row_max;
+  __shared__ double warp_sum_part[kSumThreads / kWarp];
+  const std::int64_t row = blockIdx.y, slice = blockIdx.x, slices = gridDim.x;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  if (warp == 0) {
+    float m = -INFINITY;
+    for (std::int64_t j = lane; j < slices; j += kWarp) m = fmaxf(m, part_max[row * slices + j]);
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (lane == 0) row_max = m;
+  }
+  __syncthreads();
+  const double mx = static_cast<double>(row_max);
+  const float* p = x + row * cols;
+  const std::int64_t begin = slice * kSumSlice;
+  const std::int64_t end = begin + kSumSlice < cols ? begin + kSumSlice : cols;
+  double s = 0;
+  for (std::int64_t c = begin + threadIdx.x; c < end; c += kSumThreads)
+    s += exp((static_cast<double>(p[c]) - mx) / temperature);
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (lane == 0) warp_sum_part[warp] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = 0;
+    for (int w = 0; w < kSumThreads / kWarp; ++w) t += warp_sum_part[w];
+    part_sum[row * slices + slice] = t;
+  }
+}
+
+__global__ void sum_slices_kernel(const double* part_sum, std::int64_t slices, double* totals) {
+  const std::int64_t row = blockIdx.x;
+  const int lane = static_cast<int>(threadIdx.x);
+  double s = 0;
+  for (std::int64_t j = lane; j < slices; j += kWarp) s += part_sum[row * slices + j];
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (lane == 0) totals[row] = s;
+}
+
 constexpr int kEntryThreads = 256;
 
 // A thread an entry; the entries name distinct elements, so no two threads touch one. The float
@@ -176,6 +244,21 @@ void CudaBackend::softmax_denominators(const Tensor& x, double temperature, Tens
   const auto rows = x.shape().empty() ? 0 : x.rows();
   if (!ensure(totals, {rows, 1}, DType::kI64)) return;
   if (rows == 0) return;
+  const auto slices = (x.cols() + kSumSlice - 1) / kSumSlice;
+  if (slices >= 4 && rows <= 65535 && !env_flag("FLASHSERVE_CUDA_OLD_SOFTMAX_TOTALS")) {
+    Tensor part_max, part_sum;
+    if (!ensure(part_max, {rows, slices}) || !ensure(part_sum, {rows, slices}, DType::kI64)) return;
+    if (walking()) return;
+    const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(rows));
+    auto* sums = reinterpret_cast<double*>(part_sum.raw());
+    slice_max_kernel<<<grid, kSumThreads, 0, stream()>>>(x.data(), x.cols(), part_max.data());
+    slice_exp_sum_kernel<<<grid, kSumThreads, 0, stream()>>>(x.data(), x.cols(), temperature,
+                                                             part_max.data(), sums);
+    sum_slices_kernel<<<static_cast<unsigned>(rows), kWarp, 0, stream()>>>(
+        sums, slices, reinterpret_cast<double*>(totals.raw()));
+    launched(kOp);
+    return;
+  }
   if (walking()) return;
   softmax_denominators_kernel<<<static_cast<unsigned>(rows), kTotalThreads, 0, stream()>>>(
       x.data(), x.cols(), temperature, reinterpret_cast<double*>(totals.raw()));
