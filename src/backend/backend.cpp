@@ -376,6 +376,9 @@ void Backend::argmax_rows(const Tensor&, Tensor&) {
 void Backend::softmax_denominators(const Tensor&, double, Tensor&) {
   unimplemented("softmax_denominators");
 }
+void Backend::sample_rows(const Tensor&, double, std::span<const double>, Tensor&) {
+  unimplemented("sample_rows");
+}
 bool entries_inside(const Tensor& x, std::span<const EntryPenalty> entries) {
   if (x.shape().size() != 2) return entries.empty();
   return std::all_of(entries.begin(), entries.end(), [&](const EntryPenalty& e) {

@@ -433,6 +433,14 @@ class Backend {
   // tensor [rows, 1] (read them with std::bit_cast<double>). The CPU sums in column order, as
   // the host sampler does, so its totals equal the sampler's bit for bit.
   virtual void softmax_denominators(const Tensor& x, double temperature, Tensor& totals);
+  // ids[r] ([rows, 1] i32) = the token a draw with the uniform u[r] in [0, 1) takes from
+  // softmax(x[r] / temperature) over every token: the inverse CDF over ids ascending, which is
+  // decode/sampler.h sample_with of target_distribution with no top-k, top-p or min-p. A sampled
+  // row with no prefix rule then sends one id to the host, not the row. The CPU computes the
+  // sampler's doubles in its order (the same ids, bit for bit); a GPU sums in slices of the row,
+  // so its id differs only where u lies within double rounding of a boundary between two ids.
+  virtual void sample_rows(const Tensor& x, double temperature, std::span<const double> u,
+                           Tensor& ids);
   // x[e.row, e.col] = e.apply(x[e.row, e.col]) for each entry, in place: the sampler's
   // repetition, presence and frequency penalties (decode/sampler.h apply_penalties, which applies
   // the same entries) on logits rows that stay on the backend, so that a penalised row need not

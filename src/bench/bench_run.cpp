@@ -432,6 +432,7 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
         if (where == PickOn::kBackend) {
           sampled["rows_from_top"] = r->result.stats.rows_from_top;
           sampled["rows_read_back"] = r->result.stats.rows_read_back;
+          sampled["rows_drawn"] = r->result.stats.rows_drawn;
         }
         log << "bench: context " << ctx << " sampled autoregressive, picks on the " << name << " "
             << tps << " tok/s\n";
@@ -663,13 +664,14 @@ std::string bench_table(const json& r) {
     std::snprintf(line, sizeof line,
                   "sampled AR at context %lld (T %.2f, top_p %.2f, top_k %d, presence %.2f, "
                   "frequency %.2f, repetition %.2f): picks on the backend %.1f "
-                  "tok/s (%lld rows from their top, %lld read back), rows to the host %.1f "
+                  "tok/s (%lld rows from their top, %lld drawn there, %lld read back), rows to "
+                  "the host %.1f "
                   "tok/s: %.2fx\n",
                   d["context"].get<long long>(), s["temperature"].get<double>(),
                   s["top_p"].get<double>(), s.value("top_k", 0), s.value("presence_penalty", 0.0),
                   s.value("frequency_penalty", 0.0), s.value("repetition_penalty", 1.0), dev,
-                  s["rows_from_top"].get<long long>(), s["rows_read_back"].get<long long>(), host,
-                  dev / host);
+                  s["rows_from_top"].get<long long>(), s.value("rows_drawn", 0LL),
+                  s["rows_read_back"].get<long long>(), host, dev / host);
     t << line;
   }
   if (r.contains("profile")) {

@@ -303,6 +303,12 @@ void TimingBackend::softmax_denominators(const Tensor& x, double temperature, Te
       OpGroup::kLmHead, [&](Backend& be) { be.softmax_denominators(x, temperature, totals); },
       /*may_run_dry=*/false);
 }
+void TimingBackend::sample_rows(const Tensor& x, double temperature, std::span<const double> u,
+                                Tensor& ids) {
+  run(
+      OpGroup::kLmHead, [&](Backend& be) { be.sample_rows(x, temperature, u, ids); },
+      /*may_run_dry=*/false);
+}
 void TimingBackend::penalise_entries(Tensor& x, std::span<const EntryPenalty> entries) {
   run(
       OpGroup::kLmHead, [&](Backend& be) { be.penalise_entries(x, entries); },

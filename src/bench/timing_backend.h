@@ -182,6 +182,8 @@ class TimingBackend final : public Backend {
   // The greedy pick on the device (counted with the lm_head it reads).
   void argmax_rows(const Tensor& x, Tensor& ids) override;
   void softmax_denominators(const Tensor& x, double temperature, Tensor& totals) override;
+  void sample_rows(const Tensor& x, double temperature, std::span<const double> u,
+                   Tensor& ids) override;
   void penalise_entries(Tensor& x, std::span<const EntryPenalty> entries) override;
 
   // Step graphs: the inner backend's, except while ops are timed (each op's clock events would

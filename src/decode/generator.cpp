@@ -136,6 +136,19 @@ class Turn {
             break;
           }
           primary = ids->front();
+        } else if (!opt_.sampler.has_prefix_rule()) {
+          // Every token kept: the draw itself on the backend (the uniform sample() would take),
+          // so neither the row nor a distribution over the whole vocabulary crosses.
+          const double u[1] = {rng_.uniform()};
+          auto ids = draws_on_backend(*model_.backend(), state_.next_logits_device,
+                                      state_.next_logits_row, 1, opt_.sampler, u, penalties);
+          if (!ids.ok()) {
+            failure = ids.status();
+            exit = ExitPath::kError;
+            break;
+          }
+          ++result_.stats.rows_drawn;
+          primary = ids->front();
         } else {
           auto p = backend_distributions(state_.next_logits_device, state_.next_logits_row, 1,
                                          penalties);

@@ -50,6 +50,25 @@ Expected<std::vector<TokenId>> penalised_argmax_on_backend(
   return std::vector<TokenId>(p, p + count);
 }
 
+Expected<std::vector<TokenId>> draws_on_backend(Backend& be, const Tensor& logits,
+                                                std::int64_t first, std::int64_t count,
+                                                const SamplerConfig& config,
+                                                std::span<const double> u,
+                                                std::span<const EntryPenalty> penalties) {
+  if (config.greedy() || config.has_prefix_rule())
+    return invalid_argument("draws on the backend take a sampled config with no prefix rule");
+  if (auto s = check_rows(logits, first, count); !s.ok()) return s;
+  if (static_cast<std::int64_t>(u.size()) != count)
+    return invalid_argument("draws on the backend take one uniform a row");
+  const Tensor rows = rows_to_sample(be, logits, first, count, penalties);
+  Tensor ids;
+  be.sample_rows(rows, config.temperature, u, ids);
+  const Tensor host_ids = ids.to(host_memory());
+  if (auto s = take_status(be); !s.ok()) return s;
+  const auto* p = host_ids.data_as<std::int32_t>();
+  return std::vector<TokenId>(p, p + count);
+}
+
 Expected<std::vector<TokenDistribution>> distributions_on_backend(
     Backend& be, const Tensor& logits, std::int64_t first, std::int64_t count,
     const SamplerConfig& config, RowSamplingStats* stats, std::span<const EntryPenalty> penalties) {

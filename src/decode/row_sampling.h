@@ -38,6 +38,17 @@ Expected<std::vector<TokenDistribution>> distributions_on_backend(
     const SamplerConfig& config, RowSamplingStats* stats = nullptr,
     std::span<const EntryPenalty> penalties = {});
 
+// Draws from rows [first, first + count) of `logits` under a sampled config with no prefix rule
+// (target_distribution keeps every token with mass, so the top cannot decide it), one uniform of
+// `u` a row, on the backend (Backend::sample_rows, on a penalised copy as above): only the ids
+// come back. sample_with(target_distribution(row, config), u[r]) of each penalised row, bit for
+// bit on the CPU backend.
+Expected<std::vector<TokenId>> draws_on_backend(Backend& be, const Tensor& logits,
+                                                std::int64_t first, std::int64_t count,
+                                                const SamplerConfig& config,
+                                                std::span<const double> u,
+                                                std::span<const EntryPenalty> penalties);
+
 // The greedy picks of rows [first, first + count) with `penalties` applied (as above), only the
 // ids coming back (Backend::argmax_rows on a penalised copy).
 Expected<std::vector<TokenId>> penalised_argmax_on_backend(Backend& be, const Tensor& logits,

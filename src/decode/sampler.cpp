@@ -111,10 +111,6 @@ PrefixKeep prefix_keep(std::span<const double> ranked, std::size_t n, const Samp
   return r;
 }
 
-bool has_prefix_rule(const SamplerConfig& c) {
-  return c.top_k > 0 || c.top_p < 1.0 || c.min_p > 0.0;
-}
-
 // The kept ranks (ids with their probabilities), renormalised, in id order. Zero-probability tails
 // (underflow at tiny temperatures) are dropped, but the top token always stays.
 TokenDistribution kept_distribution(std::vector<TokenId> ids, std::vector<double> probs,
@@ -149,7 +145,7 @@ TokenDistribution target_distribution(std::span<const float> logits, const Sampl
   for (auto& v : p) v /= total;
 
   TokenDistribution d;
-  if (!has_prefix_rule(c)) {
+  if (!c.has_prefix_rule()) {
     // No prefix rule: every token with any mass (the top one always has some), in id order.
     double mass = 0;
     for (std::size_t i = 0; i < n; ++i) mass += p[i] > 0.0 ? p[i] : 0.0;
@@ -193,7 +189,7 @@ TokenDistribution target_distribution(std::span<const float> logits, const Sampl
 std::optional<TokenDistribution> target_distribution_from_top(const RankedTop& top,
                                                               const SamplerConfig& c) {
   const std::size_t m = top.ids.size();
-  if (c.greedy() || !has_prefix_rule(c) || m == 0 || top.logits.size() != m || top.vocab < m ||
+  if (c.greedy() || !c.has_prefix_rule() || m == 0 || top.logits.size() != m || top.vocab < m ||
       !(top.total > 0) || !std::isfinite(top.total))
     return std::nullopt;
   // The same probabilities target_distribution computes: the top logit is the row's maximum.

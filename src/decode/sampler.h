@@ -28,6 +28,8 @@ struct SamplerConfig {
   double repetition_penalty = 1.0;
 
   bool greedy() const { return temperature <= 0.0; }
+  // top-k, top-p or min-p: without one every token with mass is kept.
+  bool has_prefix_rule() const { return top_k > 0 || top_p < 1.0 || min_p > 0.0; }
   bool has_penalties() const {
     return presence_penalty != 0.0 || frequency_penalty != 0.0 || repetition_penalty != 1.0;
   }

@@ -2030,6 +2030,35 @@ std::vector<Case> make_cases() {
       };
     });
   }
+  // --- the sampler's draw from a whole row (sample_rows): the CPU's is the host sampler's; a GPU's
+  // sums in slices, so an id differs only for a uniform within double rounding of a boundary
+  // (never, for these 64-bit uniforms) ---
+  for (const auto& [S, V, T, form] :
+       std::vector<std::tuple<std::int64_t, std::int64_t, double, int>>{{1, 248320, 0.8, 0},
+                                                                        {4, 248320, 1.0, 0},
+                                                                        {3, 129280, 0.6, 1},
+                                                                        {2, 100003, 2.0, 2},
+                                                                        {5, 1000, 0.7, 0}}) {
+    add("sample_rows_" + n(S) + "x" + n(V) + "_f" + n(form), kExact, [=](Rng& rng) -> OpRun {
+      auto x = random_tensor({S, V}, rng, 8.0f);
+      float* p = x.data();
+      for (std::int64_t r = 0; r < S; ++r) {
+        // 1: a peaked row (one id holds nearly all the mass); 2: a third of the ids at -inf.
+        if (form == 1) p[r * V + (r * 7919) % V] = 60.0f;
+        if (form == 2)
+          for (std::int64_t c = r; c < V; c += 3) p[r * V + c] = -INFINITY;
+      }
+      std::vector<double> u(static_cast<std::size_t>(S));
+      std::uniform_real_distribution<double> uniform(0.0, 1.0);
+      for (auto& v : u) v = uniform(rng.engine());
+      if (S > 1) u[1] = 0.0;  // the first id with mass
+      return [=](const Feed& f) {
+        Tensor ids;
+        f.be.sample_rows(f.in(x), T, u, ids);
+        return std::vector<Tensor>{ids};
+      };
+    });
+  }
   // --- the sampler's penalties subtracted where the rows lie: one float subtraction an entry, so
   // the same bits on every backend ---
   for (const auto& [S, V, draws] : std::vector<std::tuple<std::int64_t, std::int64_t, int>>{

@@ -249,6 +249,17 @@ TEST(BenchRun, TemperatureAddsTheSampledFigureOnBothPaths) {
   EXPECT_EQ(q["rows_read_back"].get<std::int64_t>(), 0);
   EXPECT_NE(bench_table(*repeated).find("frequency 0.20, repetition 1.10): picks on the backend"),
             std::string::npos);
+  // Without a prefix rule the top cannot decide a row: each draw is made on the backend, and
+  // only its id comes back.
+  o.top_p = 1.0;
+  auto every = run_bench(o, log);
+  ASSERT_TRUE(every.ok()) << every.status().to_string();
+  const auto& e = (*every)["decode"][0]["sampled"];
+  EXPECT_EQ(e["rows_drawn"].get<std::int64_t>(), o.decode_tokens - 1);
+  EXPECT_EQ(e["rows_from_top"].get<std::int64_t>(), 0);
+  EXPECT_EQ(e["rows_read_back"].get<std::int64_t>(), 0);
+  EXPECT_NE(bench_table(*every).find("(0 rows from their top, 8 drawn there, 0 read back)"),
+            std::string::npos);
   o.temperature = 0;
   auto greedy = run_bench(o, log);
   ASSERT_TRUE(greedy.ok());

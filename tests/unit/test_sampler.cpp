@@ -270,6 +270,49 @@ TEST(Sampler, SelectingTheTopRanksEqualsSortingTheVocabulary) {
   std::printf("%d configurations, %d keeping more than 256 ids\n", cases, wide);
 }
 
+// Backend::sample_rows on the CPU draws what the host sampler draws from the whole row with the
+// same uniform (sample_with of target_distribution with no prefix rule), bit for bit: rows of
+// several widths and spreads, ties, ids with no mass (-inf), uniforms at 0 and just below 1.
+TEST(Sampler, ADrawOnTheBackendIsTheHostSamplersDraw) {
+  auto be = make_cpu_backend();
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  int draws = 0;
+  for (const std::size_t n : {1u, 7u, 300u, 5000u, 40000u}) {
+    for (int trial = 0; trial < 4; ++trial) {
+      const float spread = trial % 2 == 0 ? 0.5f : 8.0f;
+      std::vector<float> l(2 * n);  // two rows
+      for (auto& v : l) v = normal(rng) * spread;
+      if (trial == 2)
+        for (auto& v : l) v = std::round(v);
+      if (trial == 3 && n > 1)
+        for (std::size_t i = 0; i < l.size(); i += 3) l[i] = -INFINITY;
+      const Tensor rows({2, static_cast<std::int64_t>(n)}, l);
+      for (const double t : {0.05, 0.7, 1.5}) {
+        std::vector<double> us = {0.0, 1.0 - 1e-16, 0.5};
+        for (int i = 0; i < 8; ++i) us.push_back(uniform(rng));
+        for (const double u0 : us) {
+          const double u[2] = {u0, 1.0 - u0 * 0.999};
+          Tensor ids;
+          be->sample_rows(rows, t, u, ids);
+          ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+          SamplerConfig c;
+          c.temperature = t;
+          for (int r = 0; r < 2; ++r) {
+            const std::span<const float> row(l.data() + r * n, n);
+            EXPECT_EQ(ids.data_as<std::int32_t>()[r],
+                      sample_with(target_distribution(row, c), u[r]))
+                << "n " << n << " trial " << trial << " T " << t << " u " << u[r];
+            ++draws;
+          }
+        }
+      }
+    }
+  }
+  std::printf("%d draws\n", draws);
+}
+
 // The top N of a row (Backend::topk's order) and the row's softmax denominator
 // (Backend::softmax_denominators on the CPU) give target_distribution of the whole row bit for
 // bit whenever the prefix rules decide inside the top, and ask for the row otherwise.

@@ -110,6 +110,8 @@ class CpuBackend final : public Backend {
   void topk(const Tensor& x, std::int64_t k, Tensor& idx, Tensor& val) override;
   void argmax_rows(const Tensor& x, Tensor& ids) override;
   void softmax_denominators(const Tensor& x, double temperature, Tensor& totals) override;
+  void sample_rows(const Tensor& x, double temperature, std::span<const double> u,
+                   Tensor& ids) override;
   void penalise_entries(Tensor& x, std::span<const EntryPenalty> entries) override;
   void select_blocks(const Tensor& scores, std::int64_t first, std::int64_t block, std::int64_t top,
                      Tensor& picked) override;

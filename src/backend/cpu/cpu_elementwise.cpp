@@ -432,6 +432,53 @@ void CpuBackend::softmax_denominators(const Tensor& x, double temperature, Tenso
   }
 }
 
+void CpuBackend::sample_rows(const Tensor& x, double temperature, std::span<const double> u,
+                             Tensor& ids) {
+  constexpr const char* kOp = "sample_rows";
+  if (failed()) return;
+  if (!check(temperature > 0 && x.cols() > 0, kOp, "temperature must be > 0, rows non-empty"))
+    return;
+  const auto rows = x.rows(), cols = x.cols();
+  if (!check(static_cast<std::int64_t>(u.size()) == rows, kOp, "one uniform a row")) return;
+  if (!ensure(ids, {rows, 1}, DType::kI32)) return;
+  auto* out = ids.data_as<std::int32_t>();
+  std::vector<double> p(static_cast<std::size_t>(cols));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* row = x.row(r);
+    // decode/sampler.cpp's target_distribution without a prefix rule, then sample_with over its
+    // kept ids (those with mass, ascending): the same expressions in the same order.
+    double max_logit = -INFINITY;
+    for (std::int64_t c = 0; c < cols; ++c)
+      max_logit = std::max(max_logit, static_cast<double>(row[c]));
+    double total = 0;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      p[c] = std::exp((static_cast<double>(row[c]) - max_logit) / temperature);
+      total += p[c];
+    }
+    for (auto& v : p) v /= total;
+    double mass = 0;
+    for (const double v : p) mass += v > 0.0 ? v : 0.0;
+    double kept = 0;
+    for (const double v : p)
+      if (v > 0.0) kept += v / mass;
+    const double target = u[static_cast<std::size_t>(r)] * kept;
+    double cum = 0;
+    std::int32_t pick = -1;
+    for (std::int64_t c = 0; c < cols && pick < 0; ++c) {
+      if (!(p[c] > 0.0)) continue;
+      cum += p[c] / mass;
+      if (target < cum) pick = static_cast<std::int32_t>(c);
+    }
+    // u * mass rounded up to the whole: the last kept id with mass (sample_with's fallback),
+    // else the last kept id, else 0 (a row of NaN keeps none).
+    for (std::int64_t c = cols; pick < 0 && c-- > 0;)
+      if (p[c] > 0.0 && p[c] / mass > 0) pick = static_cast<std::int32_t>(c);
+    for (std::int64_t c = cols; pick < 0 && c-- > 0;)
+      if (p[c] > 0.0) pick = static_cast<std::int32_t>(c);
+    out[r] = pick < 0 ? 0 : pick;
+  }
+}
+
 void CpuBackend::penalise_entries(Tensor& x, std::span<const EntryPenalty> entries) {
   if (failed()) return;
   if (!check(entries_inside(x, entries), "penalise_entries", "an entry lies outside x")) return;

@@ -242,6 +242,8 @@ class CudaBackend final : public Backend {
   void mhc_expand(Tensor& h, const Tensor& y, const Tensor& post, const Tensor& comb) override;
   void argmax_rows(const Tensor& x, Tensor& ids) override;
   void softmax_denominators(const Tensor& x, double temperature, Tensor& totals) override;
+  void sample_rows(const Tensor& x, double temperature, std::span<const double> u,
+                   Tensor& ids) override;
   void penalise_entries(Tensor& x, std::span<const EntryPenalty> entries) override;
 
   // The fused decode ops (cuda_fused.cu; route_experts in cuda_routing.cu).

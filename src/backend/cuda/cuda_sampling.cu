@@ -2,6 +2,7 @@
 // the host (DESIGN "On the GPU", rule 3); each row's softmax denominator, which the sampler
 // needs beside the row's top (Backend::topk) to draw from the top alone; and the penalties
 // applied to the rows where they lie (penalise_entries).
+#include <climits>
 #include <cstring>
 
 #include "backend/cuda/cuda_backend.h"
@@ -196,6 +197,98 @@ __global__ void sum_slices_kernel(const double* part_sum, std::int64_t slices, d
   if (lane == 0) totals[row] = s;
 }
 
+// Sample_rows' draw, a block a row, after slice_max_kernel and slice_exp_sum_kernel: thread 0
+// walks the slices' sums in order to the slice where u * (their total) falls, then the block
+// scans that slice's terms (kSumSlice / kSumThreads contiguous entries a thread) in double and
+// takes the first id whose running sum passes the target, which has a term > 0 (the sum rose
+// there). Where rounding leaves the target past the slice's scanned end, its last id with a
+// term > 0; where it leaves it past every slice, the last slice with mass.
+constexpr int kDrawPer = static_cast<int>(kSumSlice / kSumThreads);
+
+__global__ void draw_in_slices_kernel(const float* x, std::int64_t cols, double temperature,
+                                      const float* part_max, const double* part_sum,
+                                      std::int64_t slices, const double* u, std::int32_t* ids) {
+  __shared__ float row_max;
+  __shared__ std::int64_t at_slice;
+  __shared__ double before, target;
+  __shared__ double warp_total[kSumThreads / kWarp];
+  __shared__ int first_past, last_positive;
+  const std::int64_t row = blockIdx.x;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  if (warp == 0) {
+    float m = -INFINITY;
+    for (std::int64_t j = lane; j < slices; j += kWarp) m = fmaxf(m, part_max[row * slices + j]);
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (lane == 0) row_max = m;
+  }
+  if (threadIdx.x == 0) {
+    const double* sums = part_sum + row * slices;
+    double total = 0;
+    for (std::int64_t j = 0; j < slices; ++j) total += sums[j];
+    const double t = u[row] * total;
+    double cum = 0;
+    std::int64_t pick = -1, last = -1;
+    double last_before = 0;
+    for (std::int64_t j = 0; j < slices && pick < 0; ++j) {
+      if (sums[j] > 0) {
+        last = j;
+        last_before = cum;
+      }
+      if (t < cum + sums[j]) {
+        pick = j;
+        before = cum;
+      }
+      cum += sums[j];
+    }
+    if (pick < 0) before = last_before;
+    at_slice = pick >= 0 ? pick : last;
+    target = t;
+    first_past = INT_MAX;
+    last_positive = -1;
+  }
+  __syncthreads();
+  if (at_slice < 0) {  // no term > 0 (a row of NaN): 0, as the sampler's empty distribution
+    if (threadIdx.x == 0) ids[row] = 0;
+    return;
+  }
+  const double mx = static_cast<double>(row_max);
+  const float* p = x + row * cols;
+  const std::int64_t begin =
+      at_slice * kSumSlice + static_cast<std::int64_t>(threadIdx.x) * kDrawPer;
+  double term[kDrawPer], run = 0;
+#pragma unroll
+  for (int i = 0; i < kDrawPer; ++i) {
+    const std::int64_t c = begin + i;
+    term[i] = c < cols ? exp((static_cast<double>(p[c]) - mx) / temperature) : 0.0;
+    run += term[i];
+  }
+  // The exclusive prefix of the threads' sums, in thread order.
+  double incl = run;
+  for (int o = 1; o < kWarp; o <<= 1) {
+    const double v = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += v;
+  }
+  if (lane == kWarp - 1) warp_total[warp] = incl;
+  __syncthreads();
+  double cum = before;
+  for (int w = 0; w < warp; ++w) cum += warp_total[w];
+  cum += incl - run;
+  const double t = target;
+#pragma unroll
+  for (int i = 0; i < kDrawPer; ++i) {
+    if (!(term[i] > 0)) continue;
+    cum += term[i];
+    const int c = static_cast<int>(begin + i);
+    atomicMax(&last_positive, c);
+    if (t < cum) {
+      atomicMin(&first_past, c);
+      break;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) ids[row] = first_past != INT_MAX ? first_past : last_positive;
+}
+
 constexpr int kEntryThreads = 256;
 
 // A thread an entry; the entries name distinct elements, so no two threads touch one. The float
@@ -262,6 +355,42 @@ void CudaBackend::softmax_denominators(const Tensor& x, double temperature, Tens
   if (walking()) return;
   softmax_denominators_kernel<<<static_cast<unsigned>(rows), kTotalThreads, 0, stream()>>>(
       x.data(), x.cols(), temperature, reinterpret_cast<double*>(totals.raw()));
+  launched(kOp);
+}
+
+void CudaBackend::sample_rows(const Tensor& x, double temperature, std::span<const double> u,
+                              Tensor& ids) {
+  constexpr const char* kOp = "sample_rows";
+  if (failed() || !on_device(kOp, {&x})) return;
+  if (!check(temperature > 0 && x.cols() > 0, kOp, "temperature must be > 0, rows non-empty"))
+    return;
+  const auto rows = x.shape().empty() ? 0 : x.rows();
+  if (!check(static_cast<std::int64_t>(u.size()) == rows && rows <= 65535, kOp,
+             "one uniform a row (at most 65,535 rows)"))
+    return;
+  if (!ensure(ids, {rows, 1}, DType::kI32)) return;
+  if (rows == 0) return;
+  const auto slices = (x.cols() + kSumSlice - 1) / kSumSlice;
+  Tensor part_max, part_sum, device_u;
+  if (!ensure(part_max, {rows, slices}) || !ensure(part_sum, {rows, slices}, DType::kI64) ||
+      !ensure(device_u, {rows}, DType::kI64))
+    return;
+  const auto bytes = u.size_bytes();
+  void* staging = host_staging(bytes, kOp);
+  if (staging == nullptr) return;
+  std::memcpy(staging, u.data(), bytes);
+  if (walking()) return;
+  auto e = cudaMemcpyAsync(device_u.raw(), staging, bytes, cudaMemcpyHostToDevice, stream());
+  if (const auto e2 = staged(); e == cudaSuccess) e = e2;
+  if (!launched(kOp, e)) return;
+  const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(rows));
+  auto* sums = reinterpret_cast<double*>(part_sum.raw());
+  slice_max_kernel<<<grid, kSumThreads, 0, stream()>>>(x.data(), x.cols(), part_max.data());
+  slice_exp_sum_kernel<<<grid, kSumThreads, 0, stream()>>>(x.data(), x.cols(), temperature,
+                                                           part_max.data(), sums);
+  draw_in_slices_kernel<<<static_cast<unsigned>(rows), kSumThreads, 0, stream()>>>(
+      x.data(), x.cols(), temperature, part_max.data(), sums, slices,
+      reinterpret_cast<const double*>(device_u.raw()), ids.data_as<std::int32_t>());
   launched(kOp);
 }
 
