@@ -78,6 +78,21 @@ Expected<std::vector<TokenDistribution>> distributions_on_backend(
   const auto vocab = logits.cols();
   const auto k = std::min(kTopOfRow, vocab);
   const Tensor rows = rows_to_sample(be, logits, first, count, penalties);
+  if (!config.has_prefix_rule()) {
+    // Every token is kept, so no top decides a row: each comes back whole (an MTP verify's and
+    // drafts' rows, whose whole distributions the acceptance test reads; a primary is drawn on
+    // the backend instead, draws_on_backend).
+    const Tensor host = rows.to(host_memory());
+    if (auto s = take_status(be); !s.ok()) return s;
+    std::vector<TokenDistribution> out;
+    out.reserve(static_cast<std::size_t>(count));
+    for (std::int64_t r = 0; r < count; ++r) {
+      out.push_back(target_distribution(
+          std::span<const float>(host.row(r), static_cast<std::size_t>(vocab)), config));
+      if (stats != nullptr) ++stats->read_back;
+    }
+    return out;
+  }
   Tensor idx, val, totals;
   be.topk(rows, k, idx, val);
   be.softmax_denominators(rows, config.temperature, totals);

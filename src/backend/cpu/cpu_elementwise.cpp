@@ -413,6 +413,16 @@ void CpuBackend::topk(const Tensor& x, std::int64_t k, Tensor& idx, Tensor& val)
     cpu::topk_row(x.row(r), x.cols(), k, ip + r * k, vp + r * k);
 }
 
+namespace {
+// A row's largest logit as decode/sampler.cpp target_distribution takes it (std::max in double,
+// which passes over NaN).
+double max_logit_of(const float* p, std::int64_t cols) {
+  double m = -INFINITY;
+  for (std::int64_t c = 0; c < cols; ++c) m = std::max(m, static_cast<double>(p[c]));
+  return m;
+}
+}  // namespace
+
 void CpuBackend::softmax_denominators(const Tensor& x, double temperature, Tensor& totals) {
   if (failed()) return;
   if (!check(temperature > 0, "softmax_denominators", "temperature must be > 0")) return;
@@ -421,9 +431,7 @@ void CpuBackend::softmax_denominators(const Tensor& x, double temperature, Tenso
   auto* out = totals.data_as<std::int64_t>();
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* p = x.row(r);
-    double max_logit = -INFINITY;
-    for (std::int64_t c = 0; c < cols; ++c)
-      max_logit = std::max(max_logit, static_cast<double>(p[c]));
+    const double max_logit = max_logit_of(p, cols);
     // The expression and the order of decode/sampler.cpp target_distribution.
     double total = 0;
     for (std::int64_t c = 0; c < cols; ++c)
@@ -447,9 +455,7 @@ void CpuBackend::sample_rows(const Tensor& x, double temperature, std::span<cons
     const float* row = x.row(r);
     // decode/sampler.cpp's target_distribution without a prefix rule, then sample_with over its
     // kept ids (those with mass, ascending): the same expressions in the same order.
-    double max_logit = -INFINITY;
-    for (std::int64_t c = 0; c < cols; ++c)
-      max_logit = std::max(max_logit, static_cast<double>(row[c]));
+    const double max_logit = max_logit_of(row, cols);
     double total = 0;
     for (std::int64_t c = 0; c < cols; ++c) {
       p[c] = std::exp((static_cast<double>(row[c]) - max_logit) / temperature);

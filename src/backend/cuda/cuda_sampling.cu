@@ -158,6 +158,15 @@ __global__ void slice_max_kernel(const float* x, std::int64_t cols, float* part_
   }
 }
 
+// The row's maximum from its slices' maxima (fmaxf: the same in any order), to every lane of the
+// warp that calls it.
+__device__ float slices_max(const float* part_max, std::int64_t slices, int lane) {
+  float m = -INFINITY;
+  for (std::int64_t j = lane; j < slices; j += kWarp) m = fmaxf(m, part_max[j]);
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  return m;
+}
+
 __global__ void slice_exp_sum_kernel(const float* x, std::int64_t cols, double temperature,
                                      const float* part_max, double* part_sum) {
   __shared__ float row_max;
@@ -165,9 +174,7 @@ __global__ void slice_exp_sum_kernel(const float* x, std::int64_t cols, double t
   const std::int64_t row = blockIdx.y, slice = blockIdx.x, slices = gridDim.x;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   if (warp == 0) {
-    float m = -INFINITY;
-    for (std::int64_t j = lane; j < slices; j += kWarp) m = fmaxf(m, part_max[row * slices + j]);
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const float m = slices_max(part_max + row * slices, slices, lane);
     if (lane == 0) row_max = m;
   }
   __syncthreads();
@@ -216,9 +223,7 @@ __global__ void draw_in_slices_kernel(const float* x, std::int64_t cols, double 
   const std::int64_t row = blockIdx.x;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   if (warp == 0) {
-    float m = -INFINITY;
-    for (std::int64_t j = lane; j < slices; j += kWarp) m = fmaxf(m, part_max[row * slices + j]);
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const float m = slices_max(part_max + row * slices, slices, lane);
     if (lane == 0) row_max = m;
   }
   if (threadIdx.x == 0) {
