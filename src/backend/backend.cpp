@@ -379,6 +379,9 @@ void Backend::softmax_denominators(const Tensor&, double, Tensor&) {
 void Backend::sample_rows(const Tensor&, double, std::span<const double>, Tensor&) {
   unimplemented("sample_rows");
 }
+void Backend::token_probs(const Tensor&, double, std::span<const std::int32_t>, Tensor&) {
+  unimplemented("token_probs");
+}
 bool entries_inside(const Tensor& x, std::span<const EntryPenalty> entries) {
   if (x.shape().size() != 2) return entries.empty();
   return std::all_of(entries.begin(), entries.end(), [&](const EntryPenalty& e) {

@@ -441,6 +441,13 @@ class Backend {
   // so its id differs only where u lies within double rounding of a boundary between two ids.
   virtual void sample_rows(const Tensor& x, double temperature, std::span<const double> u,
                            Tensor& ids);
+  // probs[r] ([rows, 1], the bits of a double in i64) = the probability of id ids[r] under
+  // softmax(x[r] / temperature) over every token (decode/sampler.h target_distribution with no
+  // prefix rule, then prob): what an MTP draft's acceptance test reads of its verify row when
+  // no top can decide the row. The CPU computes the sampler's doubles in its order (bit for
+  // bit); a GPU divides by a total summed in slices (double rounding).
+  virtual void token_probs(const Tensor& x, double temperature, std::span<const std::int32_t> ids,
+                           Tensor& probs);
   // x[e.row, e.col] = e.apply(x[e.row, e.col]) for each entry, in place: the sampler's
   // repetition, presence and frequency penalties (decode/sampler.h apply_penalties, which applies
   // the same entries) on logits rows that stay on the backend, so that a penalised row need not

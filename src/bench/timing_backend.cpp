@@ -309,6 +309,12 @@ void TimingBackend::sample_rows(const Tensor& x, double temperature, std::span<c
       OpGroup::kLmHead, [&](Backend& be) { be.sample_rows(x, temperature, u, ids); },
       /*may_run_dry=*/false);
 }
+void TimingBackend::token_probs(const Tensor& x, double temperature,
+                                std::span<const std::int32_t> ids, Tensor& probs) {
+  run(
+      OpGroup::kLmHead, [&](Backend& be) { be.token_probs(x, temperature, ids, probs); },
+      /*may_run_dry=*/false);
+}
 void TimingBackend::penalise_entries(Tensor& x, std::span<const EntryPenalty> entries) {
   run(
       OpGroup::kLmHead, [&](Backend& be) { be.penalise_entries(x, entries); },

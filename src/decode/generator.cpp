@@ -270,6 +270,28 @@ class Turn {
     return false;
   }
 
+  // accept_draft with p(x) alone, for a verify row no top can decide (no prefix rule): its whole
+  // distribution is fetched only for a rejection's residual. The same uniforms in the same order
+  // as accept_draft, and (on the CPU backend) the same p(x) bit for bit, so the same tokens.
+  // `penalties` are the verify rows' (row r counted from 0); row `row`'s are re-counted from it.
+  Expected<bool> accept_draft_from_prob(double px, const DraftToken& draft, const Tensor& logits,
+                                        std::int64_t row, std::span<const EntryPenalty> penalties,
+                                        RoundOutcome& outcome) {
+    const double qx = draft.q.prob(draft.token);
+    const double accept_prob = qx > 0 ? std::min(1.0, px / qx) : (px > 0 ? 1.0 : 0.0);
+    if (rng_.uniform() <= accept_prob) return true;
+    std::vector<EntryPenalty> own;
+    for (const auto& e : penalties) {
+      if (e.row != row) continue;
+      own.push_back(e);
+      own.back().row = 0;
+    }
+    auto p = backend_distributions(logits, row, 1, own);
+    if (!p.ok()) return p.status();
+    outcome.correction = sample(residual_distribution(p->front(), draft.q), rng_);
+    return false;
+  }
+
   // The target distributions of rows [first, first + count) of logits left on the backend, with
   // the penalties given (row r's counted from `first`).
   Expected<std::vector<TokenDistribution>> backend_distributions(
@@ -317,6 +339,7 @@ class Turn {
     // were accepted, so its penalties count the completion so far and those drafts, as the host
     // path's do below (there the drafts are counted as they are emitted).
     std::vector<TokenDistribution> p_rows;
+    std::vector<double> p_of_drafts;  // instead of p_rows where no top decides a row
     std::vector<TokenId> penalised_picks;
     if (on_backend_) {
       const auto rows = static_cast<std::int64_t>(drafts.size());
@@ -324,7 +347,14 @@ class Turn {
       penalties.clear();
       penalties_.append_rows(rows, std::span<const TokenId>(verify_in).subspan(1),
                              verify.device_logits.cols(), penalties);
-      if (!opt_.sampler.greedy()) {
+      if (!opt_.sampler.greedy() && !opt_.sampler.has_prefix_rule()) {
+        std::vector<TokenId> ids;
+        for (const auto& d : drafts) ids.push_back(d.token);
+        auto px = token_probs_on_backend(*model_.backend(), verify.device_logits, 0, rows,
+                                         opt_.sampler, ids, penalties);
+        if (!px.ok()) return px.status();
+        p_of_drafts = std::move(px).value();
+      } else if (!opt_.sampler.greedy()) {
         auto p = backend_distributions(verify.device_logits, 0, rows, penalties);
         if (!p.ok()) return p.status();
         p_rows = std::move(p).value();
@@ -340,11 +370,18 @@ class Turn {
     for (std::size_t j = 0; j < drafts.size(); ++j) ++result_.stats.drafted[j];
     for (std::size_t j = 0; j < drafts.size(); ++j) {
       const TokenId x = drafts[j].token;
-      if (on_backend_) {  // verify row j's argmax (greedy) or its distribution from the top
-        const bool accept =
-            !opt_.sampler.greedy()
-                ? accept_draft(p_rows[j], drafts[j], outcome)
-                : (penalised_picks.empty() ? verify.argmax.at(j) : penalised_picks[j]) == x;
+      if (on_backend_) {  // verify row j's argmax (greedy), its distribution from the top, or p(x)
+        bool accept;
+        if (opt_.sampler.greedy()) {
+          accept = (penalised_picks.empty() ? verify.argmax.at(j) : penalised_picks[j]) == x;
+        } else if (!p_of_drafts.empty()) {
+          auto a = accept_draft_from_prob(p_of_drafts[j], drafts[j], verify.device_logits,
+                                          static_cast<std::int64_t>(j), penalty_rows_, outcome);
+          if (!a.ok()) return a.status();
+          accept = *a;
+        } else {
+          accept = accept_draft(p_rows[j], drafts[j], outcome);
+        }
         if (!accept) break;
         ++result_.stats.accepted[j];
         ++accepted;

@@ -16,6 +16,19 @@ Status check_rows(const Tensor& logits, std::int64_t first, std::int64_t count) 
   return {};
 }
 
+// What the ops over whole rows (no prefix rule) take: a sampled config without top-k, top-p or
+// min-p, rows of the logits, and one `each` (a uniform, an id) a row.
+Status check_whole_rows(const SamplerConfig& config, const Tensor& logits, std::int64_t first,
+                        std::int64_t count, std::size_t given, const std::string& what,
+                        const std::string& each) {
+  if (config.greedy() || config.has_prefix_rule())
+    return invalid_argument(what + " on the backend take a sampled config with no prefix rule");
+  if (auto s = check_rows(logits, first, count); !s.ok()) return s;
+  if (static_cast<std::int64_t>(given) != count)
+    return invalid_argument(what + " on the backend take one " + each + " a row");
+  return {};
+}
+
 // Rows [first, first + count) of the logits with the penalties applied to a copy; the logits
 // themselves when there is nothing to penalise and no slice to take.
 Tensor rows_to_sample(Backend& be, const Tensor& logits, std::int64_t first, std::int64_t count,
@@ -34,6 +47,15 @@ Status take_status(Backend& be) {
   return s.with_context("sampling on the " + be.name() + " backend");
 }
 
+// The first `count` ids of a backend's [rows, 1] i32 tensor, on the host (the op's error, if
+// any, named as sampling's).
+Expected<std::vector<TokenId>> ids_to_host(Backend& be, const Tensor& ids, std::int64_t count) {
+  const Tensor host_ids = ids.to(host_memory());
+  if (auto s = take_status(be); !s.ok()) return s;
+  const auto* p = host_ids.data_as<std::int32_t>();
+  return std::vector<TokenId>(p, p + count);
+}
+
 }  // namespace
 
 Expected<std::vector<TokenId>> penalised_argmax_on_backend(
@@ -44,10 +66,7 @@ Expected<std::vector<TokenId>> penalised_argmax_on_backend(
   const Tensor rows = rows_to_sample(be, logits, first, count, penalties);
   Tensor ids;
   be.argmax_rows(rows, ids);
-  const Tensor host_ids = ids.to(host_memory());
-  if (auto s = take_status(be); !s.ok()) return s;
-  const auto* p = host_ids.data_as<std::int32_t>();
-  return std::vector<TokenId>(p, p + count);
+  return ids_to_host(be, ids, count);
 }
 
 Expected<std::vector<TokenId>> draws_on_backend(Backend& be, const Tensor& logits,
@@ -55,18 +74,33 @@ Expected<std::vector<TokenId>> draws_on_backend(Backend& be, const Tensor& logit
                                                 const SamplerConfig& config,
                                                 std::span<const double> u,
                                                 std::span<const EntryPenalty> penalties) {
-  if (config.greedy() || config.has_prefix_rule())
-    return invalid_argument("draws on the backend take a sampled config with no prefix rule");
-  if (auto s = check_rows(logits, first, count); !s.ok()) return s;
-  if (static_cast<std::int64_t>(u.size()) != count)
-    return invalid_argument("draws on the backend take one uniform a row");
+  if (auto s = check_whole_rows(config, logits, first, count, u.size(), "draws", "uniform");
+      !s.ok())
+    return s;
   const Tensor rows = rows_to_sample(be, logits, first, count, penalties);
   Tensor ids;
   be.sample_rows(rows, config.temperature, u, ids);
-  const Tensor host_ids = ids.to(host_memory());
+  return ids_to_host(be, ids, count);
+}
+
+Expected<std::vector<double>> token_probs_on_backend(Backend& be, const Tensor& logits,
+                                                     std::int64_t first, std::int64_t count,
+                                                     const SamplerConfig& config,
+                                                     std::span<const TokenId> ids,
+                                                     std::span<const EntryPenalty> penalties) {
+  if (auto s =
+          check_whole_rows(config, logits, first, count, ids.size(), "token probabilities", "id");
+      !s.ok())
+    return s;
+  const Tensor rows = rows_to_sample(be, logits, first, count, penalties);
+  Tensor probs;
+  be.token_probs(rows, config.temperature, ids, probs);
+  const Tensor host = probs.to(host_memory());
   if (auto s = take_status(be); !s.ok()) return s;
-  const auto* p = host_ids.data_as<std::int32_t>();
-  return std::vector<TokenId>(p, p + count);
+  std::vector<double> out(static_cast<std::size_t>(count));
+  for (std::int64_t r = 0; r < count; ++r)
+    out[static_cast<std::size_t>(r)] = std::bit_cast<double>(host.data_as<std::int64_t>()[r]);
+  return out;
 }
 
 Expected<std::vector<TokenDistribution>> distributions_on_backend(

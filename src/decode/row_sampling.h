@@ -49,6 +49,16 @@ Expected<std::vector<TokenId>> draws_on_backend(Backend& be, const Tensor& logit
                                                 std::span<const double> u,
                                                 std::span<const EntryPenalty> penalties);
 
+// The probability target_distribution(row, config) gives ids[r] in each of rows [first, first +
+// count) of `logits` (penalised as above), under a sampled config with no prefix rule: what an
+// MTP draft's acceptance test reads of its verify row (Backend::token_probs), only the doubles
+// coming back. Bit for bit the host's on the CPU backend.
+Expected<std::vector<double>> token_probs_on_backend(Backend& be, const Tensor& logits,
+                                                     std::int64_t first, std::int64_t count,
+                                                     const SamplerConfig& config,
+                                                     std::span<const TokenId> ids,
+                                                     std::span<const EntryPenalty> penalties);
+
 // The greedy picks of rows [first, first + count) with `penalties` applied (as above), only the
 // ids coming back (Backend::argmax_rows on a penalised copy).
 Expected<std::vector<TokenId>> penalised_argmax_on_backend(Backend& be, const Tensor& logits,

@@ -149,6 +149,8 @@ TokenDistribution target_distribution(std::span<const float> logits, const Sampl
     // No prefix rule: every token with any mass (the top one always has some), in id order.
     double mass = 0;
     for (std::size_t i = 0; i < n; ++i) mass += p[i] > 0.0 ? p[i] : 0.0;
+    d.ids.reserve(n);
+    d.probs.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
       if (!(p[i] > 0.0)) continue;
       d.ids.push_back(static_cast<TokenId>(i));
@@ -230,8 +232,13 @@ TokenId sample_with(const TokenDistribution& d, double u) {
 TokenDistribution residual_distribution(const TokenDistribution& p, const TokenDistribution& q) {
   TokenDistribution r;
   double mass = 0;
+  // Both distributions' ids ascend, so q's probability of each of p's ids comes from one walk
+  // along q (q.prob's value, without a search an id: a whole vocabulary's rows are 248,320 ids).
+  std::size_t j = 0;
   for (std::size_t i = 0; i < p.ids.size(); ++i) {
-    const double v = p.probs[i] - q.prob(p.ids[i]);
+    while (j < q.ids.size() && q.ids[j] < p.ids[i]) ++j;
+    const double qv = j < q.ids.size() && q.ids[j] == p.ids[i] ? q.probs[j] : 0.0;
+    const double v = p.probs[i] - qv;
     if (v > 0) {
       r.ids.push_back(p.ids[i]);
       r.probs.push_back(v);

@@ -2059,6 +2059,31 @@ std::vector<Case> make_cases() {
       };
     });
   }
+  // --- an id's probability under its whole row (token_probs), as a log in f32 like the
+  // denominators above: ids with mass, the row's best, and one at -inf (probability 0 on both,
+  // compared as -1000) ---
+  for (const auto& [S, V, T] : std::vector<std::tuple<std::int64_t, std::int64_t, double>>{
+           {4, 248320, 0.8}, {3, 100003, 1.3}, {2, 1000, 0.6}}) {
+    add("token_probs_" + n(S) + "x" + n(V), 1e-12, [=](Rng& rng) -> OpRun {
+      auto x = random_tensor({S, V}, rng, 8.0f);
+      std::vector<std::int32_t> ids(static_cast<std::size_t>(S));
+      for (std::int64_t r = 0; r < S; ++r)
+        ids[static_cast<std::size_t>(r)] = static_cast<std::int32_t>((r * 40009 + 17) % V);
+      x.data()[0 * V + ids[0]] = 30.0f;  // row 0's id is its best
+      if (S > 1) x.data()[1 * V + ids[1]] = -INFINITY;
+      return [=](const Feed& f) {
+        Tensor probs;
+        f.be.token_probs(f.in(x), T, ids, probs);
+        const Tensor host = probs.to(host_memory());
+        Tensor as_f32({S, 1});
+        for (std::int64_t r = 0; r < S; ++r) {
+          const double p = std::bit_cast<double>(host.data_as<std::int64_t>()[r]);
+          as_f32.data()[r] = p > 0 ? static_cast<float>(std::log(p)) : -1000.0f;  // no mass
+        }
+        return std::vector<Tensor>{f.in(as_f32)};
+      };
+    });
+  }
   // --- the sampler's penalties subtracted where the rows lie: one float subtraction an entry, so
   // the same bits on every backend ---
   for (const auto& [S, V, draws] : std::vector<std::tuple<std::int64_t, std::int64_t, int>>{

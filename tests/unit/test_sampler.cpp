@@ -232,6 +232,47 @@ TEST(Sampler, ResidualAndDraw) {
   EXPECT_EQ(sample_with(p, 0.999999), 2);
 }
 
+// The residual's walk along q gives what q.prob gives id by id, bit for bit: distributions whose
+// ids interleave (ids in p only, in q only, in both; q past p's last id and before its first).
+TEST(Sampler, TheResidualIsMaxOfPMinusQRenormalisedOnEveryIdLayout) {
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<double> mass(0.0, 1.0);
+  for (int trial = 0; trial < 200; ++trial) {
+    TokenDistribution p, q;
+    for (TokenId id = 0; id < 400; ++id) {
+      const int where = static_cast<int>(rng() % 4);  // 0 neither, 1 p, 2 q, 3 both
+      if (where & 1) {
+        p.ids.push_back(id);
+        p.probs.push_back(mass(rng));
+      }
+      if ((where & 2) && !(trial % 7 == 0 && id > 300)) {
+        q.ids.push_back(id + (trial % 5 == 0 ? 100 : 0));
+        q.probs.push_back(mass(rng));
+      }
+    }
+    if (p.ids.empty()) continue;
+    std::vector<TokenId> ids;
+    std::vector<double> probs;
+    double total = 0;
+    for (std::size_t i = 0; i < p.ids.size(); ++i) {
+      const double v = p.probs[i] - q.prob(p.ids[i]);
+      if (v > 0) {
+        ids.push_back(p.ids[i]);
+        probs.push_back(v);
+        total += v;
+      }
+    }
+    const auto r = residual_distribution(p, q);
+    if (!(total > 0)) {
+      EXPECT_EQ(r.ids, p.ids);
+      continue;
+    }
+    for (auto& v : probs) v /= total;
+    ASSERT_EQ(r.ids, ids) << "trial " << trial;
+    ASSERT_EQ(r.probs, probs) << "trial " << trial;
+  }
+}
+
 TEST(Sampler, SelectingTheTopRanksEqualsSortingTheVocabulary) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -299,11 +340,23 @@ TEST(Sampler, ADrawOnTheBackendIsTheHostSamplersDraw) {
           ASSERT_TRUE(be->status().ok()) << be->status().to_string();
           SamplerConfig c;
           c.temperature = t;
+          // And token_probs of the drawn ids and of id 0 (which may have no mass): the host
+          // distribution's prob, bit for bit.
+          const std::int32_t picked[2] = {ids.data_as<std::int32_t>()[0],
+                                          ids.data_as<std::int32_t>()[1]};
+          const std::int32_t zero[2] = {0, 0};
+          Tensor p_picked, p_zero;
+          be->token_probs(rows, t, picked, p_picked);
+          be->token_probs(rows, t, zero, p_zero);
+          ASSERT_TRUE(be->status().ok()) << be->status().to_string();
           for (int r = 0; r < 2; ++r) {
             const std::span<const float> row(l.data() + r * n, n);
-            EXPECT_EQ(ids.data_as<std::int32_t>()[r],
-                      sample_with(target_distribution(row, c), u[r]))
+            const auto d = target_distribution(row, c);
+            EXPECT_EQ(picked[r], sample_with(d, u[r]))
                 << "n " << n << " trial " << trial << " T " << t << " u " << u[r];
+            EXPECT_EQ(std::bit_cast<double>(p_picked.data_as<std::int64_t>()[r]),
+                      d.prob(picked[r]));
+            EXPECT_EQ(std::bit_cast<double>(p_zero.data_as<std::int64_t>()[r]), d.prob(0));
             ++draws;
           }
         }

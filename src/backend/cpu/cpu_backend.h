@@ -112,6 +112,8 @@ class CpuBackend final : public Backend {
   void softmax_denominators(const Tensor& x, double temperature, Tensor& totals) override;
   void sample_rows(const Tensor& x, double temperature, std::span<const double> u,
                    Tensor& ids) override;
+  void token_probs(const Tensor& x, double temperature, std::span<const std::int32_t> ids,
+                   Tensor& probs) override;
   void penalise_entries(Tensor& x, std::span<const EntryPenalty> entries) override;
   void select_blocks(const Tensor& scores, std::int64_t first, std::int64_t block, std::int64_t top,
                      Tensor& picked) override;

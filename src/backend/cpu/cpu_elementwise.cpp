@@ -421,6 +421,24 @@ double max_logit_of(const float* p, std::int64_t cols) {
   for (std::int64_t c = 0; c < cols; ++c) m = std::max(m, static_cast<double>(p[c]));
   return m;
 }
+
+// decode/sampler.cpp's target_distribution of a row with no prefix rule, the same expressions in
+// the same order: p[c] = exp((l_c - max) / T) / total for every id, and the mass of the ids it
+// keeps (those with p > 0), each kept id's probability being p[c] / mass.
+double whole_row_distribution(const float* row, std::int64_t cols, double temperature,
+                              std::vector<double>& p) {
+  p.resize(static_cast<std::size_t>(cols));
+  const double max_logit = max_logit_of(row, cols);
+  double total = 0;
+  for (std::int64_t c = 0; c < cols; ++c) {
+    p[c] = std::exp((static_cast<double>(row[c]) - max_logit) / temperature);
+    total += p[c];
+  }
+  for (auto& v : p) v /= total;
+  double mass = 0;
+  for (const double v : p) mass += v > 0.0 ? v : 0.0;
+  return mass;
+}
 }  // namespace
 
 void CpuBackend::softmax_denominators(const Tensor& x, double temperature, Tensor& totals) {
@@ -450,20 +468,10 @@ void CpuBackend::sample_rows(const Tensor& x, double temperature, std::span<cons
   if (!check(static_cast<std::int64_t>(u.size()) == rows, kOp, "one uniform a row")) return;
   if (!ensure(ids, {rows, 1}, DType::kI32)) return;
   auto* out = ids.data_as<std::int32_t>();
-  std::vector<double> p(static_cast<std::size_t>(cols));
+  std::vector<double> p;
   for (std::int64_t r = 0; r < rows; ++r) {
-    const float* row = x.row(r);
-    // decode/sampler.cpp's target_distribution without a prefix rule, then sample_with over its
-    // kept ids (those with mass, ascending): the same expressions in the same order.
-    const double max_logit = max_logit_of(row, cols);
-    double total = 0;
-    for (std::int64_t c = 0; c < cols; ++c) {
-      p[c] = std::exp((static_cast<double>(row[c]) - max_logit) / temperature);
-      total += p[c];
-    }
-    for (auto& v : p) v /= total;
-    double mass = 0;
-    for (const double v : p) mass += v > 0.0 ? v : 0.0;
+    // Then sample_with over the kept ids (ascending): the same expressions in the same order.
+    const double mass = whole_row_distribution(x.row(r), cols, temperature, p);
     double kept = 0;
     for (const double v : p)
       if (v > 0.0) kept += v / mass;
@@ -482,6 +490,28 @@ void CpuBackend::sample_rows(const Tensor& x, double temperature, std::span<cons
     for (std::int64_t c = cols; pick < 0 && c-- > 0;)
       if (p[c] > 0.0) pick = static_cast<std::int32_t>(c);
     out[r] = pick < 0 ? 0 : pick;
+  }
+}
+
+void CpuBackend::token_probs(const Tensor& x, double temperature, std::span<const std::int32_t> ids,
+                             Tensor& probs) {
+  constexpr const char* kOp = "token_probs";
+  if (failed()) return;
+  if (!check(temperature > 0 && x.cols() > 0, kOp, "temperature must be > 0, rows non-empty"))
+    return;
+  const auto rows = x.rows(), cols = x.cols();
+  if (!check(static_cast<std::int64_t>(ids.size()) == rows &&
+                 std::all_of(ids.begin(), ids.end(),
+                             [&](std::int32_t id) { return id >= 0 && id < cols; }),
+             kOp, "one id a row, inside the row"))
+    return;
+  if (!ensure(probs, {rows, 1}, DType::kI64)) return;
+  auto* out = probs.data_as<std::int64_t>();
+  std::vector<double> p;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const double mass = whole_row_distribution(x.row(r), cols, temperature, p);
+    const double v = p[static_cast<std::size_t>(ids[static_cast<std::size_t>(r)])];
+    out[r] = std::bit_cast<std::int64_t>(v > 0.0 ? v / mass : 0.0);
   }
 }
 

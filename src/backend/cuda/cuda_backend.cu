@@ -849,14 +849,22 @@ void CudaBackend::upload_rows(std::span<const float> values, std::int64_t cols, 
     return;
   if (!ensure(out, {static_cast<std::int64_t>(values.size()) / cols, cols})) return;
   if (values.empty()) return;
-  const auto bytes = values.size_bytes();
-  void* staging = host_staging(bytes, kOp);
-  if (staging == nullptr) return;
-  std::memcpy(staging, values.data(), bytes);
-  if (walking()) return;  // the recorded copy reads the staging just written
-  auto e = cudaMemcpyAsync(out.raw(), staging, bytes, cudaMemcpyHostToDevice, stream());
+  stage_to_device(values.data(), values.size_bytes(), out.raw(), kOp);
+}
+
+bool CudaBackend::stage_to_device(const void* src, std::size_t bytes, void* device,
+                                  const char* op) {
+  void* staging = host_staging(bytes, op);
+  if (staging == nullptr) return false;
+  std::memcpy(staging, src, bytes);
+  if (walking()) return false;  // the recorded copy reads the staging just written
+  auto e = cudaMemcpyAsync(device, staging, bytes, cudaMemcpyHostToDevice, stream());
   if (const auto e2 = staged(); e == cudaSuccess) e = e2;
-  if (e != cudaSuccess) fail(internal_error(cuda_message(kOp, e)));
+  if (e != cudaSuccess) {
+    fail(internal_error(cuda_message(op, e)));
+    return false;
+  }
+  return true;
 }
 
 }  // namespace cuda

@@ -244,6 +244,8 @@ class CudaBackend final : public Backend {
   void softmax_denominators(const Tensor& x, double temperature, Tensor& totals) override;
   void sample_rows(const Tensor& x, double temperature, std::span<const double> u,
                    Tensor& ids) override;
+  void token_probs(const Tensor& x, double temperature, std::span<const std::int32_t> ids,
+                   Tensor& probs) override;
   void penalise_entries(Tensor& x, std::span<const EntryPenalty> entries) override;
 
   // The fused decode ops (cuda_fused.cu; route_experts in cuda_routing.cu).
@@ -389,6 +391,10 @@ class CudaBackend final : public Backend {
   // (recorded).
   void* host_staging(std::size_t bytes, const char* op);
   cudaError_t staged();
+  // `bytes` of host memory at `src` copied to `device` through host_staging, queued on the
+  // stream. False when the caller queues nothing more: a failure (recorded, naming `op`) or a
+  // replay's walk (the recorded copy reads the staging just written).
+  bool stage_to_device(const void* src, std::size_t bytes, void* device, const char* op);
   // Records a failure naming the op unless `ok`.
   bool check(bool ok, const char* op, const char* what);
   Expected<Weight> upload_index_table(const Weight& w);

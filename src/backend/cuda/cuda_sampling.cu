@@ -2,6 +2,7 @@
 // the host (DESIGN "On the GPU", rule 3); each row's softmax denominator, which the sampler
 // needs beside the row's top (Backend::topk) to draw from the top alone; and the penalties
 // applied to the rows where they lie (penalise_entries).
+#include <algorithm>
 #include <climits>
 #include <cstring>
 
@@ -294,6 +295,24 @@ __global__ void draw_in_slices_kernel(const float* x, std::int64_t cols, double 
   if (threadIdx.x == 0) ids[row] = first_past != INT_MAX ? first_past : last_positive;
 }
 
+// token_probs' last step, a warp a row: the row's maximum and total from its slices (the
+// denominators' sum, in their order), then the id's term over the total.
+__global__ void token_prob_kernel(const float* x, std::int64_t cols, double temperature,
+                                  const float* part_max, const double* part_sum,
+                                  std::int64_t slices, const std::int32_t* ids, double* probs) {
+  const std::int64_t row = blockIdx.x;
+  const int lane = static_cast<int>(threadIdx.x);
+  const float m = slices_max(part_max + row * slices, slices, lane);
+  double s = 0;
+  for (std::int64_t j = lane; j < slices; j += kWarp) s += part_sum[row * slices + j];
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (lane == 0) {
+    const double term =
+        exp((static_cast<double>(x[row * cols + ids[row]]) - static_cast<double>(m)) / temperature);
+    probs[row] = term > 0 ? term / s : 0.0;
+  }
+}
+
 constexpr int kEntryThreads = 256;
 
 // A thread an entry; the entries name distinct elements, so no two threads touch one. The float
@@ -321,14 +340,7 @@ void CudaBackend::penalise_entries(Tensor& x, std::span<const EntryPenalty> entr
   // The entries as rows of four 4-byte words in device memory (pooled, freed in stream order).
   Tensor device_entries;
   if (!ensure(device_entries, {n, 4}, DType::kI32)) return;
-  const auto bytes = entries.size_bytes();
-  void* staging = host_staging(bytes, kOp);
-  if (staging == nullptr) return;
-  std::memcpy(staging, entries.data(), bytes);
-  if (walking()) return;  // the recorded copy reads the staging just written
-  auto e = cudaMemcpyAsync(device_entries.raw(), staging, bytes, cudaMemcpyHostToDevice, stream());
-  if (const auto e2 = staged(); e == cudaSuccess) e = e2;
-  if (!launched(kOp, e)) return;  // the copy's error, named as the op's
+  if (!stage_to_device(entries.data(), entries.size_bytes(), device_entries.raw(), kOp)) return;
   penalise_entries_kernel<<<grid_for(n, kEntryThreads), kEntryThreads, 0, stream()>>>(
       x.data(), x.cols(), reinterpret_cast<const EntryPenalty*>(device_entries.raw()), n);
   launched(kOp);
@@ -380,14 +392,7 @@ void CudaBackend::sample_rows(const Tensor& x, double temperature, std::span<con
   if (!ensure(part_max, {rows, slices}) || !ensure(part_sum, {rows, slices}, DType::kI64) ||
       !ensure(device_u, {rows}, DType::kI64))
     return;
-  const auto bytes = u.size_bytes();
-  void* staging = host_staging(bytes, kOp);
-  if (staging == nullptr) return;
-  std::memcpy(staging, u.data(), bytes);
-  if (walking()) return;
-  auto e = cudaMemcpyAsync(device_u.raw(), staging, bytes, cudaMemcpyHostToDevice, stream());
-  if (const auto e2 = staged(); e == cudaSuccess) e = e2;
-  if (!launched(kOp, e)) return;
+  if (!stage_to_device(u.data(), u.size_bytes(), device_u.raw(), kOp)) return;
   const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(rows));
   auto* sums = reinterpret_cast<double*>(part_sum.raw());
   slice_max_kernel<<<grid, kSumThreads, 0, stream()>>>(x.data(), x.cols(), part_max.data());
@@ -396,6 +401,38 @@ void CudaBackend::sample_rows(const Tensor& x, double temperature, std::span<con
   draw_in_slices_kernel<<<static_cast<unsigned>(rows), kSumThreads, 0, stream()>>>(
       x.data(), x.cols(), temperature, part_max.data(), sums, slices,
       reinterpret_cast<const double*>(device_u.raw()), ids.data_as<std::int32_t>());
+  launched(kOp);
+}
+
+void CudaBackend::token_probs(const Tensor& x, double temperature,
+                              std::span<const std::int32_t> ids, Tensor& probs) {
+  constexpr const char* kOp = "token_probs";
+  if (failed() || !on_device(kOp, {&x})) return;
+  if (!check(temperature > 0 && x.cols() > 0, kOp, "temperature must be > 0, rows non-empty"))
+    return;
+  const auto rows = x.shape().empty() ? 0 : x.rows();
+  const auto cols = x.cols();
+  if (!check(static_cast<std::int64_t>(ids.size()) == rows && rows <= 65535 &&
+                 std::all_of(ids.begin(), ids.end(),
+                             [&](std::int32_t id) { return id >= 0 && id < cols; }),
+             kOp, "one id a row, inside the row (at most 65,535 rows)"))
+    return;
+  if (!ensure(probs, {rows, 1}, DType::kI64)) return;
+  if (rows == 0) return;
+  const auto slices = (cols + kSumSlice - 1) / kSumSlice;
+  Tensor part_max, part_sum, device_ids;
+  if (!ensure(part_max, {rows, slices}) || !ensure(part_sum, {rows, slices}, DType::kI64) ||
+      !ensure(device_ids, {rows}, DType::kI32))
+    return;
+  if (!stage_to_device(ids.data(), ids.size_bytes(), device_ids.raw(), kOp)) return;
+  const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(rows));
+  auto* sums = reinterpret_cast<double*>(part_sum.raw());
+  slice_max_kernel<<<grid, kSumThreads, 0, stream()>>>(x.data(), cols, part_max.data());
+  slice_exp_sum_kernel<<<grid, kSumThreads, 0, stream()>>>(x.data(), cols, temperature,
+                                                           part_max.data(), sums);
+  token_prob_kernel<<<static_cast<unsigned>(rows), kWarp, 0, stream()>>>(
+      x.data(), cols, temperature, part_max.data(), sums, slices,
+      device_ids.data_as<std::int32_t>(), reinterpret_cast<double*>(probs.raw()));
   launched(kOp);
 }
 
