@@ -382,6 +382,10 @@ void Backend::sample_rows(const Tensor&, double, std::span<const double>, Tensor
 void Backend::token_probs(const Tensor&, double, std::span<const std::int32_t>, Tensor&) {
   unimplemented("token_probs");
 }
+void Backend::sample_residual_rows(const Tensor&, const Tensor&, double, std::span<const double>,
+                                   Tensor&) {
+  unimplemented("sample_residual_rows");
+}
 bool entries_inside(const Tensor& x, std::span<const EntryPenalty> entries) {
   if (x.shape().size() != 2) return entries.empty();
   return std::all_of(entries.begin(), entries.end(), [&](const EntryPenalty& e) {

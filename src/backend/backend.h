@@ -448,6 +448,15 @@ class Backend {
   // bit); a GPU divides by a total summed in slices (double rounding).
   virtual void token_probs(const Tensor& x, double temperature, std::span<const std::int32_t> ids,
                            Tensor& probs);
+  // ids[r] ([rows, 1] i32) = the token a draw with the uniform u[r] takes from the residual of
+  // row r of p against row r of q, both softmax(x / temperature) over every token: normalise(
+  // max(P - Q, 0)), or P itself where that has no mass (P == Q). What an MTP draft's rejection
+  // draws its correction from (decode/sampler.h sample_with of residual_distribution of the two
+  // target_distributions with no prefix rule), so that neither row comes to the host. q may be
+  // narrower than p (a draft vocabulary): Q is 0 past its columns. The CPU computes the
+  // sampler's doubles in its order (bit for bit); a GPU sums in slices (double rounding).
+  virtual void sample_residual_rows(const Tensor& p, const Tensor& q, double temperature,
+                                    std::span<const double> u, Tensor& ids);
   // x[e.row, e.col] = e.apply(x[e.row, e.col]) for each entry, in place: the sampler's
   // repetition, presence and frequency penalties (decode/sampler.h apply_penalties, which applies
   // the same entries) on logits rows that stay on the backend, so that a penalised row need not

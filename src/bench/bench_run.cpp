@@ -437,6 +437,44 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
         log << "bench: context " << ctx << " sampled autoregressive, picks on the " << name << " "
             << tps << " tok/s\n";
       }
+      // Sampled MTP with the model's own head (a forced drafter cannot force a sampled
+      // acceptance): each depth with the picks on the backend, then on the host, the same seed.
+      json sampled_mtp = json::array();
+      for (int d = 1; d <= o.max_depth && model->mtp(); ++d) {
+        json m = {{"depth", d}};
+        std::vector<TokenId> tokens[2];
+        for (const auto& [name, where] :
+             {std::pair{"backend", PickOn::kBackend}, std::pair{"host", PickOn::kHost}}) {
+          if (auto w = b.decode(base, d + 3, d, nullptr, sampler, where); !w.ok())
+            return w.status();
+          auto r = b.decode(base, n, d, nullptr, sampler, where);
+          if (!r.ok()) return r.status();
+          const auto& st = r->result.stats;
+          const double tps = static_cast<double>(r->result.tokens.size()) / r->seconds;
+          m[std::string(name) + "_tokens_per_s"] = tps;
+          m[std::string(name) + "_speedup_vs_autoregressive"] =
+              tps / sampled[std::string(name) + "_tokens_per_s"].get<double>();
+          tokens[where == PickOn::kBackend ? 0 : 1] = r->result.tokens;
+          if (where == PickOn::kBackend) {
+            std::int64_t drafted = 0, accepted = 0;
+            for (int k = 0; k < d; ++k) drafted += st.drafted[k], accepted += st.accepted[k];
+            m["rounds"] = st.rounds;
+            m["measured_accept"] = drafted ? static_cast<double>(accepted) / drafted : 0.0;
+            m["tokens_per_round"] =
+                st.rounds ? static_cast<double>(r->result.tokens.size()) / st.rounds : 0.0;
+            m["rows_from_top"] = st.rows_from_top;
+            m["rows_read_back"] = st.rows_read_back;
+            m["rows_drawn"] = st.rows_drawn;
+          }
+          log << "bench: context " << ctx << " sampled MTP depth " << d << ", picks on the " << name
+              << " " << tps << " tok/s\n";
+        }
+        // The same draws on both sides (bit for bit on the CPU backend; a GPU's sums round
+        // differently, so a draw within double rounding of a boundary could differ).
+        m["same_tokens_on_both"] = tokens[0] == tokens[1];
+        sampled_mtp.push_back(m);
+      }
+      if (!sampled_mtp.empty()) sampled["mtp"] = sampled_mtp;
       row["sampled"] = sampled;
     }
     for (int d = 1; d <= o.max_depth; ++d) {
@@ -673,6 +711,22 @@ std::string bench_table(const json& r) {
                   s["rows_from_top"].get<long long>(), s.value("rows_drawn", 0LL),
                   s["rows_read_back"].get<long long>(), host, dev / host);
     t << line;
+    for (const auto& m : s.value("mtp", json::array())) {
+      std::snprintf(line, sizeof line,
+                    "  sampled MTP depth %d: picks on the backend %.1f tok/s (%.2fx its AR; "
+                    "accept %.2f, %.2f tokens a round; %lld rows from their top, %lld drawn "
+                    "there, %lld read back), rows to the host %.1f tok/s (%.2fx its AR): %.2fx; "
+                    "same tokens: %s\n",
+                    m["depth"].get<int>(), m["backend_tokens_per_s"].get<double>(),
+                    m["backend_speedup_vs_autoregressive"].get<double>(),
+                    m["measured_accept"].get<double>(), m["tokens_per_round"].get<double>(),
+                    m["rows_from_top"].get<long long>(), m["rows_drawn"].get<long long>(),
+                    m["rows_read_back"].get<long long>(), m["host_tokens_per_s"].get<double>(),
+                    m["host_speedup_vs_autoregressive"].get<double>(),
+                    m["backend_tokens_per_s"].get<double>() / m["host_tokens_per_s"].get<double>(),
+                    m["same_tokens_on_both"].get<bool>() ? "yes" : "no");
+      t << line;
+    }
   }
   if (r.contains("profile")) {
     const auto& p = r["profile"];

@@ -315,6 +315,12 @@ void TimingBackend::token_probs(const Tensor& x, double temperature,
       OpGroup::kLmHead, [&](Backend& be) { be.token_probs(x, temperature, ids, probs); },
       /*may_run_dry=*/false);
 }
+void TimingBackend::sample_residual_rows(const Tensor& p, const Tensor& q, double temperature,
+                                         std::span<const double> u, Tensor& ids) {
+  run(
+      OpGroup::kLmHead, [&](Backend& be) { be.sample_residual_rows(p, q, temperature, u, ids); },
+      /*may_run_dry=*/false);
+}
 void TimingBackend::penalise_entries(Tensor& x, std::span<const EntryPenalty> entries) {
   run(
       OpGroup::kLmHead, [&](Backend& be) { be.penalise_entries(x, entries); },

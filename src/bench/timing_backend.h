@@ -186,6 +186,8 @@ class TimingBackend final : public Backend {
                    Tensor& ids) override;
   void token_probs(const Tensor& x, double temperature, std::span<const std::int32_t> ids,
                    Tensor& probs) override;
+  void sample_residual_rows(const Tensor& p, const Tensor& q, double temperature,
+                            std::span<const double> u, Tensor& ids) override;
   void penalise_entries(Tensor& x, std::span<const EntryPenalty> entries) override;
 
   // Step graphs: the inner backend's, except while ops are timed (each op's clock events would

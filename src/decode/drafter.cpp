@@ -3,6 +3,27 @@
 #include "decode/row_sampling.h"
 
 namespace fs {
+namespace {
+
+// A draft from the head's whole row on the backend: the id drawn with `u`, its probability, and
+// a copy of the row (the head's next forward may write where its logits lie).
+Status draw_on_backend(Backend& be, const Tensor& logits, const SamplerConfig& sampler, double u,
+                       DraftToken& draft) {
+  auto id = draws_on_backend(be, logits, 0, 1, sampler, {&u, 1}, {});
+  if (!id.ok()) return id.status();
+  draft.token = id->front();
+  auto q = token_probs_on_backend(be, logits, 0, 1, sampler, *id, {});
+  if (!q.ok()) return q.status();
+  draft.q_of_token = q->front();
+  be.slice_rows(logits, 0, 1, draft.q_row);
+  if (Status s = be.status(); !s.ok()) {
+    be.clear_status();
+    return s;
+  }
+  return {};
+}
+
+}  // namespace
 
 Status MtpDrafter::propose(DecodeState& state, TokenId primary, int depth,
                            const SamplerConfig& sampler, Rng& rng, std::vector<DraftToken>& out) {
@@ -22,17 +43,26 @@ Status MtpDrafter::propose(DecodeState& state, TokenId primary, int depth,
     DraftToken draft;
     if (on_backend && sampler.greedy()) {
       draft.q = TokenDistribution::point(o.argmax.at(0));
-    } else if (on_backend) {
-      auto q = distributions_on_backend(*model_.backend(), o.device_logits, 0, 1, sampler);
-      if (!q.ok()) return q.status().with_context("MTP draft");
-      draft.q = std::move(q->front());
+      draft.token = o.argmax.at(0);
+    } else if (on_backend && !sampler.has_prefix_rule()) {
+      // The uniform sample() would take, in the same place; no penalties on drafts.
+      if (auto s =
+              draw_on_backend(*model_.backend(), o.device_logits, sampler, rng.uniform(), draft);
+          !s.ok())
+        return s.with_context("MTP draft");
     } else {
-      draft.q = target_distribution(o.logits, sampler);
+      if (on_backend) {
+        auto q = distributions_on_backend(*model_.backend(), o.device_logits, 0, 1, sampler);
+        if (!q.ok()) return q.status().with_context("MTP draft");
+        draft.q = std::move(q->front());
+      } else {
+        draft.q = target_distribution(o.logits, sampler);
+      }
+      draft.token = sampler.greedy() ? draft.q.ids.front() : sample(draft.q, rng);
     }
-    draft.token = sampler.greedy() ? draft.q.ids.front() : sample(draft.q, rng);
-    out.push_back(draft);
-    hidden = std::move(o.hidden);
     next = draft.token;
+    out.push_back(std::move(draft));
+    hidden = std::move(o.hidden);
   }
   return {};
 }

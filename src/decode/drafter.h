@@ -14,6 +14,16 @@ struct DraftToken {
   // The distribution the draft was drawn from (q in the acceptance test). A point mass when the
   // draft was chosen greedily or by a script.
   TokenDistribution q;
+  // A draft drawn on the backend from its whole row (a sampled config with no prefix rule): q
+  // stays there. q_row is the draft's logits [1, vocab] on the backend, which a rejection's
+  // residual reads (decode/row_sampling.h residual_draws_on_backend), q_of_token is q(token),
+  // and q is empty.
+  Tensor q_row{};
+  double q_of_token = 0;
+
+  bool q_on_backend() const { return q_row.numel() > 0; }
+  // q(token), wherever q is.
+  double q_prob() const { return q_on_backend() ? q_of_token : q.prob(token); }
 };
 
 class Drafter {
@@ -35,7 +45,8 @@ class MtpDrafter : public Drafter {
  public:
   // `pick_on_backend`: the head's logits stay on the backend (generator.h PickOn): greedy drafts
   // take its argmax (only the id comes back), sampled drafts draw from the distribution of the
-  // row's top (decode/row_sampling.h); the same tokens the host copy gives.
+  // row's top (decode/row_sampling.h), or with no prefix rule from the whole row there (the id
+  // and q(id) come back, the row is kept for a residual); the same tokens the host copy gives.
   explicit MtpDrafter(Model& model, bool pick_on_backend = false)
       : model_(model), pick_on_backend_(pick_on_backend) {}
   Status propose(DecodeState& state, TokenId primary, int depth, const SamplerConfig& sampler,

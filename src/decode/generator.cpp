@@ -263,7 +263,7 @@ class Turn {
   // with probability min(1, p(x) / q(x)); on rejection the correction is drawn from the residual
   // max(0, p - q), renormalised, so the emitted token has distribution p whatever q was.
   bool accept_draft(const TokenDistribution& p, const DraftToken& draft, RoundOutcome& outcome) {
-    const double px = p.prob(draft.token), qx = draft.q.prob(draft.token);
+    const double px = p.prob(draft.token), qx = draft.q_prob();
     const double accept_prob = qx > 0 ? std::min(1.0, px / qx) : (px > 0 ? 1.0 : 0.0);
     if (rng_.uniform() <= accept_prob) return true;
     outcome.correction = sample(residual_distribution(p, draft.q), rng_);
@@ -277,7 +277,7 @@ class Turn {
   Expected<bool> accept_draft_from_prob(double px, const DraftToken& draft, const Tensor& logits,
                                         std::int64_t row, std::span<const EntryPenalty> penalties,
                                         RoundOutcome& outcome) {
-    const double qx = draft.q.prob(draft.token);
+    const double qx = draft.q_prob();
     const double accept_prob = qx > 0 ? std::min(1.0, px / qx) : (px > 0 ? 1.0 : 0.0);
     if (rng_.uniform() <= accept_prob) return true;
     std::vector<EntryPenalty> own;
@@ -285,6 +285,15 @@ class Turn {
       if (e.row != row) continue;
       own.push_back(e);
       own.back().row = 0;
+    }
+    if (draft.q_on_backend()) {  // both rows on the backend: only the correction's id comes back
+      const double u = rng_.uniform();
+      auto id = residual_draws_on_backend(*model_.backend(), logits, row, 1, draft.q_row,
+                                          opt_.sampler, {&u, 1}, own);
+      if (!id.ok()) return id.status();
+      ++result_.stats.rows_drawn;
+      outcome.correction = id->front();
+      return false;
     }
     auto p = backend_distributions(logits, row, 1, own);
     if (!p.ok()) return p.status();
@@ -318,6 +327,7 @@ class Turn {
     if (auto s = drafter.propose(state_, primary, depth, opt_.sampler, rng_, drafts); !s.ok())
       return s;
     result_.stats.draft_ns += nanoseconds_since(draft_began);
+    for (const auto& d : drafts) result_.stats.rows_drawn += d.q_on_backend() ? 1 : 0;
     // Rows the drafter appended are speculative; committed rows come from the trunk's hiddens.
     if (state_.mtp_history) {
       if (auto s = state_.mtp_history->truncate(history_rows); !s.ok()) return s;

@@ -119,7 +119,8 @@ struct GenerateStats {
   // Sampled picks on the backend: rows drawn from their top, rows read back whole.
   std::int64_t rows_from_top = 0;
   std::int64_t rows_read_back = 0;
-  // Rows drawn on the backend (no prefix rule: only the id came back).
+  // Rows drawn on the backend (no prefix rule: only the id came back): primaries, MTP drafts,
+  // and the corrections of rejected drafts (from the residual of their two rows there).
   std::int64_t rows_drawn = 0;
   // Wall time of the speculative rounds' two halves: the drafter's proposals (its forwards and
   // the draft ids reaching the host) and the verify forward (until its picks and hidden rows

@@ -83,6 +83,24 @@ Expected<std::vector<TokenId>> draws_on_backend(Backend& be, const Tensor& logit
   return ids_to_host(be, ids, count);
 }
 
+Expected<std::vector<TokenId>> residual_draws_on_backend(Backend& be, const Tensor& logits,
+                                                         std::int64_t first, std::int64_t count,
+                                                         const Tensor& q,
+                                                         const SamplerConfig& config,
+                                                         std::span<const double> u,
+                                                         std::span<const EntryPenalty> penalties) {
+  if (auto s =
+          check_whole_rows(config, logits, first, count, u.size(), "residual draws", "uniform");
+      !s.ok())
+    return s;
+  if (q.shape().size() != 2 || q.rows() != count || q.cols() > logits.cols())
+    return invalid_argument("residual draws on the backend take a draft row a verify row");
+  const Tensor rows = rows_to_sample(be, logits, first, count, penalties);
+  Tensor ids;
+  be.sample_residual_rows(rows, q, config.temperature, u, ids);
+  return ids_to_host(be, ids, count);
+}
+
 Expected<std::vector<double>> token_probs_on_backend(Backend& be, const Tensor& logits,
                                                      std::int64_t first, std::int64_t count,
                                                      const SamplerConfig& config,

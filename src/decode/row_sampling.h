@@ -59,6 +59,18 @@ Expected<std::vector<double>> token_probs_on_backend(Backend& be, const Tensor& 
                                                      std::span<const TokenId> ids,
                                                      std::span<const EntryPenalty> penalties);
 
+// Draws the corrections of rejected MTP drafts on the backend, one uniform of `u` a row: row
+// `first + r` of `logits` (penalised as above) against row r of `q` (the draft's own logits, left
+// on the backend by the drafter), under a sampled config with no prefix rule:
+// sample_with(residual_distribution(target_distribution(p), target_distribution(q)), u[r])
+// (Backend::sample_residual_rows), bit for bit on the CPU backend. Only the ids come back.
+Expected<std::vector<TokenId>> residual_draws_on_backend(Backend& be, const Tensor& logits,
+                                                         std::int64_t first, std::int64_t count,
+                                                         const Tensor& q,
+                                                         const SamplerConfig& config,
+                                                         std::span<const double> u,
+                                                         std::span<const EntryPenalty> penalties);
+
 // The greedy picks of rows [first, first + count) with `penalties` applied (as above), only the
 // ids coming back (Backend::argmax_rows on a penalised copy).
 Expected<std::vector<TokenId>> penalised_argmax_on_backend(Backend& be, const Tensor& logits,

@@ -2059,6 +2059,40 @@ std::vector<Case> make_cases() {
       };
     });
   }
+  // --- a rejected draft's correction (sample_residual_rows): the residual of a verify row p
+  // against a draft row q; the CPU's is the host sampler's; a GPU's sums in slices. q close to p
+  // (a draft head's row), narrower (a draft vocabulary), equal to p (no residual mass: a draw
+  // from p), and a third of p's ids at -inf ---
+  for (const auto& [S, V, Vq, T, form] :
+       std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, double, int>>{
+           {1, 248320, 248320, 0.8, 0},
+           {3, 248320, 131072, 1.0, 0},
+           {2, 129280, 129280, 0.6, 1},
+           {2, 100003, 100003, 2.0, 2},
+           {4, 1000, 1000, 0.7, 0}}) {
+    add("sample_residual_rows_" + n(S) + "x" + n(V) + "_q" + n(Vq) + "_f" + n(form), kExact,
+        [=](Rng& rng) -> OpRun {
+          auto p = random_tensor({S, V}, rng, 8.0f);
+          auto noise = random_tensor({S, Vq}, rng, 2.0f);
+          Tensor q({S, Vq});
+          for (std::int64_t r = 0; r < S; ++r)
+            for (std::int64_t c = 0; c < Vq; ++c)
+              q.data()[r * Vq + c] =
+                  p.data()[r * V + c] + (form == 1 ? 0.0f : noise.data()[r * Vq + c]);
+          if (form == 2)
+            for (std::int64_t r = 0; r < S; ++r)
+              for (std::int64_t c = r; c < V; c += 3) p.data()[r * V + c] = -INFINITY;
+          std::vector<double> u(static_cast<std::size_t>(S));
+          std::uniform_real_distribution<double> uniform(0.0, 1.0);
+          for (auto& v : u) v = uniform(rng.engine());
+          if (S > 1) u[1] = 0.0;  // the first id with residual mass
+          return [=](const Feed& f) {
+            Tensor ids;
+            f.be.sample_residual_rows(f.in(p), f.in(q), T, u, ids);
+            return std::vector<Tensor>{ids};
+          };
+        });
+  }
   // --- an id's probability under its whole row (token_probs), as a log in f32 like the
   // denominators above: ids with mass, the row's best, and one at -inf (probability 0 on both,
   // compared as -1000) ---

@@ -260,6 +260,28 @@ TEST(BenchRun, TemperatureAddsTheSampledFigureOnBothPaths) {
   EXPECT_EQ(e["rows_read_back"].get<std::int64_t>(), 0);
   EXPECT_NE(bench_table(*every).find("(0 rows from their top, 8 drawn there, 0 read back)"),
             std::string::npos);
+  // And sampled MTP with the model's head at each depth: on the backend every draft, verify and
+  // correction is a draw there (no row comes back), the same tokens as the host path's.
+  o.max_depth = 2;
+  o.presence_penalty = o.frequency_penalty = 0;
+  o.repetition_penalty = 1;
+  auto mtp = run_bench(o, log);
+  ASSERT_TRUE(mtp.ok()) << mtp.status().to_string();
+  const auto& sm = (*mtp)["decode"][0]["sampled"];
+  ASSERT_TRUE(sm.contains("mtp"));
+  ASSERT_EQ(sm["mtp"].size(), 2u);
+  for (const auto& m : sm["mtp"]) {
+    EXPECT_GT(m["backend_tokens_per_s"].get<double>(), 0);
+    EXPECT_GT(m["host_tokens_per_s"].get<double>(), 0);
+    EXPECT_GT(m["rounds"].get<std::int64_t>(), 0);
+    EXPECT_GT(m["rows_drawn"].get<std::int64_t>(), 0);
+    EXPECT_EQ(m["rows_read_back"].get<std::int64_t>(), 0);
+    EXPECT_EQ(m["rows_from_top"].get<std::int64_t>(), 0);
+    EXPECT_TRUE(m["same_tokens_on_both"].get<bool>());
+  }
+  EXPECT_NE(bench_table(*mtp).find("  sampled MTP depth 2: picks on the backend"),
+            std::string::npos);
+  o.max_depth = 0;
   o.temperature = 0;
   auto greedy = run_bench(o, log);
   ASSERT_TRUE(greedy.ok());

@@ -366,8 +366,8 @@ TEST_F(EmbeddedModel, PenalisedPicksOnTheBackendEqualTheHostPicks) {
 // the distributions are the host sampler's (bit for bit on the CPU backend), so the same
 // uniforms pick the same tokens and accept the same drafts. top_k decides inside the top (no row
 // comes back); top_p mostly does (a flat row reaches past its top and comes back whole); without a
-// prefix rule a primary is drawn on the backend (only its id comes back) and a verify's rows,
-// whose distributions the acceptance test reads, come back whole.
+// prefix rule every row is drawn on the backend (only ids come back): the primaries, the drafts
+// (with q(x)), and a rejected draft's correction from the residual of its verify and draft rows.
 TEST_F(EmbeddedModel, SampledPicksOnTheBackendEqualTheHostPicks) {
   const auto all = parity_tokens();
   const std::span<const TokenId> prompt(all.data(), 23);
@@ -418,9 +418,14 @@ TEST_F(EmbeddedModel, SampledPicksOnTheBackendEqualTheHostPicks) {
             EXPECT_EQ(read_back, 0);
             EXPECT_EQ(drawn, static_cast<std::int64_t>(both.device.tokens.size()) - 1);
           } else {
-            // A verify sends each draft's p(x); only a rejected row comes back (one a round at
-            // most), not every verify row.
-            EXPECT_LE(read_back, both.device.stats.rounds);
+            // A verify sends each draft's p(x); the drafts are drawn where their rows lie, and a
+            // rejected draft's correction from the residual of its two rows there: no row comes
+            // back, each draft and each correction is a draw.
+            EXPECT_EQ(read_back, 0);
+            std::int64_t drafted = 0;
+            for (const auto n : both.device.stats.drafted) drafted += n;
+            EXPECT_GE(drawn, drafted);
+            EXPECT_GT(both.device.stats.rollbacks, 0) << "no correction was drawn";
           }
           break;
       }

@@ -366,6 +366,61 @@ TEST(Sampler, ADrawOnTheBackendIsTheHostSamplersDraw) {
   std::printf("%d draws\n", draws);
 }
 
+// Backend::sample_residual_rows on the CPU draws what the host draws for a rejected MTP draft
+// (sample_with of residual_distribution of the two rows' target distributions, no prefix rule),
+// bit for bit: q as wide as p and narrower (a draft vocabulary), ids with no mass in either, q
+// equal to p (no residual mass: a draw from p), uniforms at 0 and just below 1.
+TEST(Sampler, AResidualDrawOnTheBackendIsTheHostsCorrection) {
+  auto be = make_cpu_backend();
+  std::mt19937 rng(29);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  int draws = 0, from_p = 0;
+  for (const std::size_t n : {1u, 9u, 300u, 40000u}) {
+    for (int trial = 0; trial < 4; ++trial) {
+      // trial 1: q narrower than p; 2: q equals p; 3: a third of the ids at -inf in each.
+      const std::size_t nq = trial == 1 && n > 1 ? n / 2 + 1 : n;
+      std::vector<float> p(n), q(nq);
+      for (auto& v : p) v = normal(rng) * 3.0f;
+      for (std::size_t i = 0; i < nq; ++i) q[i] = trial == 2 ? p[i] : p[i] + normal(rng);
+      if (trial == 3 && n > 1) {
+        for (std::size_t i = 0; i < n; i += 3) p[i] = -INFINITY;
+        for (std::size_t i = 1; i < nq; i += 3) q[i] = -INFINITY;
+      }
+      const Tensor pt({1, static_cast<std::int64_t>(n)}, p),
+          qt({1, static_cast<std::int64_t>(nq)}, q);
+      for (const double t : {0.05, 0.7, 1.5}) {
+        SamplerConfig c;
+        c.temperature = t;
+        const auto residual =
+            residual_distribution(target_distribution(p, c), target_distribution(q, c));
+        std::vector<double> us = {0.0, 1.0 - 1e-16, 0.5};
+        for (int i = 0; i < 6; ++i) us.push_back(uniform(rng));
+        for (const double u : us) {
+          Tensor ids;
+          be->sample_residual_rows(pt, qt, t, {&u, 1}, ids);
+          ASSERT_TRUE(be->status().ok()) << be->status().to_string();
+          EXPECT_EQ(ids.data_as<std::int32_t>()[0], sample_with(residual, u))
+              << "n " << n << " trial " << trial << " T " << t << " u " << u;
+          ++draws;
+        }
+        from_p += trial == 2 ? 1 : 0;
+      }
+    }
+  }
+  EXPECT_GT(from_p, 0);
+  // Rows in pairs: a q wider than p, or a row count that differs, is refused.
+  Tensor ids;
+  const double u = 0.5;
+  be->sample_residual_rows(Tensor(Shape{1, 4}), Tensor(Shape{1, 5}), 1.0, {&u, 1}, ids);
+  EXPECT_FALSE(be->status().ok());
+  be->clear_status();
+  be->sample_residual_rows(Tensor(Shape{2, 4}), Tensor(Shape{1, 4}), 1.0, {&u, 1}, ids);
+  EXPECT_FALSE(be->status().ok());
+  be->clear_status();
+  std::printf("%d draws\n", draws);
+}
+
 // The top N of a row (Backend::topk's order) and the row's softmax denominator
 // (Backend::softmax_denominators on the CPU) give target_distribution of the whole row bit for
 // bit whenever the prefix rules decide inside the top, and ask for the row otherwise.

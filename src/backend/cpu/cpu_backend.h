@@ -114,6 +114,8 @@ class CpuBackend final : public Backend {
                    Tensor& ids) override;
   void token_probs(const Tensor& x, double temperature, std::span<const std::int32_t> ids,
                    Tensor& probs) override;
+  void sample_residual_rows(const Tensor& p, const Tensor& q, double temperature,
+                            std::span<const double> u, Tensor& ids) override;
   void penalise_entries(Tensor& x, std::span<const EntryPenalty> entries) override;
   void select_blocks(const Tensor& scores, std::int64_t first, std::int64_t block, std::int64_t top,
                      Tensor& picked) override;

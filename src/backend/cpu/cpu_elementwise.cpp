@@ -439,6 +439,29 @@ double whole_row_distribution(const float* row, std::int64_t cols, double temper
   for (const double v : p) mass += v > 0.0 ? v : 0.0;
   return mass;
 }
+
+// decode/sampler.cpp sample_with over the ids c with terms[c] > 0 (ascending), each with
+// probability terms[c] / mass: the same expressions in the same order.
+std::int32_t draw_kept(const std::vector<double>& terms, double mass, double u) {
+  const auto cols = static_cast<std::int64_t>(terms.size());
+  double kept = 0;
+  for (const double v : terms)
+    if (v > 0.0) kept += v / mass;
+  const double target = u * kept;
+  double cum = 0;
+  for (std::int64_t c = 0; c < cols; ++c) {
+    if (!(terms[c] > 0.0)) continue;
+    cum += terms[c] / mass;
+    if (target < cum) return static_cast<std::int32_t>(c);
+  }
+  // u * mass rounded up to the whole: the last kept id with mass (sample_with's fallback),
+  // else the last kept id, else 0 (a row of NaN keeps none).
+  for (std::int64_t c = cols; c-- > 0;)
+    if (terms[c] > 0.0 && terms[c] / mass > 0) return static_cast<std::int32_t>(c);
+  for (std::int64_t c = cols; c-- > 0;)
+    if (terms[c] > 0.0) return static_cast<std::int32_t>(c);
+  return 0;
+}
 }  // namespace
 
 void CpuBackend::softmax_denominators(const Tensor& x, double temperature, Tensor& totals) {
@@ -470,26 +493,44 @@ void CpuBackend::sample_rows(const Tensor& x, double temperature, std::span<cons
   auto* out = ids.data_as<std::int32_t>();
   std::vector<double> p;
   for (std::int64_t r = 0; r < rows; ++r) {
-    // Then sample_with over the kept ids (ascending): the same expressions in the same order.
     const double mass = whole_row_distribution(x.row(r), cols, temperature, p);
-    double kept = 0;
-    for (const double v : p)
-      if (v > 0.0) kept += v / mass;
-    const double target = u[static_cast<std::size_t>(r)] * kept;
-    double cum = 0;
-    std::int32_t pick = -1;
-    for (std::int64_t c = 0; c < cols && pick < 0; ++c) {
-      if (!(p[c] > 0.0)) continue;
-      cum += p[c] / mass;
-      if (target < cum) pick = static_cast<std::int32_t>(c);
+    out[r] = draw_kept(p, mass, u[static_cast<std::size_t>(r)]);
+  }
+}
+
+void CpuBackend::sample_residual_rows(const Tensor& p, const Tensor& q, double temperature,
+                                      std::span<const double> u, Tensor& ids) {
+  constexpr const char* kOp = "sample_residual_rows";
+  if (failed()) return;
+  if (!check(temperature > 0 && p.cols() > 0 && q.cols() > 0, kOp,
+             "temperature must be > 0, rows non-empty"))
+    return;
+  const auto rows = p.rows(), cols = p.cols(), q_cols = q.cols();
+  if (!check(q.rows() == rows && q_cols <= cols && static_cast<std::int64_t>(u.size()) == rows, kOp,
+             "rows of p and q in pairs, q no wider than p, one uniform a row"))
+    return;
+  if (!ensure(ids, {rows, 1}, DType::kI32)) return;
+  auto* out = ids.data_as<std::int32_t>();
+  std::vector<double> pp, qq, residual;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const double p_mass = whole_row_distribution(p.row(r), cols, temperature, pp);
+    const double q_mass = whole_row_distribution(q.row(r), q_cols, temperature, qq);
+    // decode/sampler.cpp residual_distribution over p's kept ids (ascending): P - Q where it is
+    // positive, Q being 0 for an id q does not keep.
+    residual.assign(static_cast<std::size_t>(cols), 0.0);
+    double mass = 0;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      if (!(pp[c] > 0.0)) continue;
+      const double qv = c < q_cols && qq[c] > 0.0 ? qq[c] / q_mass : 0.0;
+      const double v = pp[c] / p_mass - qv;
+      if (v > 0) {
+        residual[c] = v;
+        mass += v;
+      }
     }
-    // u * mass rounded up to the whole: the last kept id with mass (sample_with's fallback),
-    // else the last kept id, else 0 (a row of NaN keeps none).
-    for (std::int64_t c = cols; pick < 0 && c-- > 0;)
-      if (p[c] > 0.0 && p[c] / mass > 0) pick = static_cast<std::int32_t>(c);
-    for (std::int64_t c = cols; pick < 0 && c-- > 0;)
-      if (p[c] > 0.0) pick = static_cast<std::int32_t>(c);
-    out[r] = pick < 0 ? 0 : pick;
+    const double ur = u[static_cast<std::size_t>(r)];
+    out[r] =
+        mass > 0 && std::isfinite(mass) ? draw_kept(residual, mass, ur) : draw_kept(pp, p_mass, ur);
   }
 }
 

@@ -246,6 +246,8 @@ class CudaBackend final : public Backend {
                    Tensor& ids) override;
   void token_probs(const Tensor& x, double temperature, std::span<const std::int32_t> ids,
                    Tensor& probs) override;
+  void sample_residual_rows(const Tensor& p, const Tensor& q, double temperature,
+                            std::span<const double> u, Tensor& ids) override;
   void penalise_entries(Tensor& x, std::span<const EntryPenalty> entries) override;
 
   // The fused decode ops (cuda_fused.cu; route_experts in cuda_routing.cu).
@@ -397,6 +399,10 @@ class CudaBackend final : public Backend {
   bool stage_to_device(const void* src, std::size_t bytes, void* device, const char* op);
   // Records a failure naming the op unless `ok`.
   bool check(bool ok, const char* op, const char* what);
+  // The slices' maxima and sums of softmax(x / temperature) over each row of x (pooled [rows,
+  // slices] tensors; cuda_sampling.cu), queued on the stream: what the sampling ops over whole
+  // rows start from. False when the pool failed or a replay walks.
+  bool softmax_slices(const Tensor& x, double temperature, Tensor& part_max, Tensor& part_sum);
   Expected<Weight> upload_index_table(const Weight& w);
   // y[:, col0 : col0 + n] (leading dimension ldy) = x[S, in] · w[n, in]^T, all f32.
   bool sgemm(const float* x, std::int64_t S, std::int64_t in, const float* w, std::int64_t n,

@@ -168,24 +168,78 @@ __device__ float slices_max(const float* part_max, std::int64_t slices, int lane
   return m;
 }
 
-__global__ void slice_exp_sum_kernel(const float* x, std::int64_t cols, double temperature,
-                                     const float* part_max, double* part_sum) {
-  __shared__ float row_max;
+// The terms a slice's sum and a draw read, unnormalised: softmax's exp((x - max) / T) of a row
+// of logits. Row holds what a whole row sets (its maximum, from the slices' maxima), which one
+// warp computes once a block (row()) before any term is read.
+struct SoftmaxTerms {
+  const float* x = nullptr;
+  std::int64_t cols = 0;
+  double temperature = 1;
+  const float* part_max = nullptr;  // [rows, slices] of slice_max_kernel
+  std::int64_t slices = 0;
+
+  struct Row {
+    double max;
+  };
+  __device__ Row row(std::int64_t r, int lane) const {
+    return {static_cast<double>(slices_max(part_max + r * slices, slices, lane))};
+  }
+  __device__ double operator()(const Row& w, std::int64_t r, std::int64_t c) const {
+    return exp((static_cast<double>(x[r * cols + c]) - w.max) / temperature);
+  }
+};
+
+// The sum of a row's slice sums in slice order (a lane's strided sums, then the warp's), to every
+// lane of the warp that calls it: the order of sum_slices_kernel, so the row's total.
+__device__ double slices_total(const double* part_sum, std::int64_t slices, int lane) {
+  double s = 0;
+  for (std::int64_t j = lane; j < slices; j += kWarp) s += part_sum[j];
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  return s;
+}
+
+// The residual's terms max(P - Q, 0) of a row pair, P and Q each softmax(x / T) over its row
+// divided by its total; Q is 0 past q's columns (a draft vocabulary) and where its term is.
+struct ResidualTerms {
+  SoftmaxTerms p, q;
+  const double* p_part_sum = nullptr;  // [rows, p.slices] of slice_sum_kernel over p
+  const double* q_part_sum = nullptr;
+
+  struct Row {
+    SoftmaxTerms::Row p, q;
+    double p_total, q_total;
+  };
+  __device__ Row row(std::int64_t r, int lane) const {
+    return {p.row(r, lane), q.row(r, lane), slices_total(p_part_sum + r * p.slices, p.slices, lane),
+            slices_total(q_part_sum + r * q.slices, q.slices, lane)};
+  }
+  __device__ double operator()(const Row& w, std::int64_t r, std::int64_t c) const {
+    const double tp = p(w.p, r, c);
+    if (!(tp > 0)) return 0.0;
+    const double tq = c < q.cols ? q(w.q, r, c) : 0.0;
+    const double v = tp / w.p_total - (tq > 0 ? tq / w.q_total : 0.0);
+    return v > 0 ? v : 0.0;
+  }
+};
+
+// part_sum[row, slice] = the sum of the slice's terms in double (a thread's strided terms, the
+// warp's, then the warps' in order).
+template <class Terms>
+__global__ void slice_sum_kernel(Terms terms, std::int64_t cols, double* part_sum) {
+  __shared__ typename Terms::Row row_consts;
   __shared__ double warp_sum_part[kSumThreads / kWarp];
   const std::int64_t row = blockIdx.y, slice = blockIdx.x, slices = gridDim.x;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   if (warp == 0) {
-    const float m = slices_max(part_max + row * slices, slices, lane);
-    if (lane == 0) row_max = m;
+    const auto w = terms.row(row, lane);
+    if (lane == 0) row_consts = w;
   }
   __syncthreads();
-  const double mx = static_cast<double>(row_max);
-  const float* p = x + row * cols;
   const std::int64_t begin = slice * kSumSlice;
   const std::int64_t end = begin + kSumSlice < cols ? begin + kSumSlice : cols;
   double s = 0;
   for (std::int64_t c = begin + threadIdx.x; c < end; c += kSumThreads)
-    s += exp((static_cast<double>(p[c]) - mx) / temperature);
+    s += terms(row_consts, row, c);
   for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
   if (lane == 0) warp_sum_part[warp] = s;
   __syncthreads();
@@ -199,33 +253,34 @@ __global__ void slice_exp_sum_kernel(const float* x, std::int64_t cols, double t
 __global__ void sum_slices_kernel(const double* part_sum, std::int64_t slices, double* totals) {
   const std::int64_t row = blockIdx.x;
   const int lane = static_cast<int>(threadIdx.x);
-  double s = 0;
-  for (std::int64_t j = lane; j < slices; j += kWarp) s += part_sum[row * slices + j];
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  const double s = slices_total(part_sum + row * slices, slices, lane);
   if (lane == 0) totals[row] = s;
 }
 
-// Sample_rows' draw, a block a row, after slice_max_kernel and slice_exp_sum_kernel: thread 0
-// walks the slices' sums in order to the slice where u * (their total) falls, then the block
-// scans that slice's terms (kSumSlice / kSumThreads contiguous entries a thread) in double and
-// takes the first id whose running sum passes the target, which has a term > 0 (the sum rose
-// there). Where rounding leaves the target past the slice's scanned end, its last id with a
-// term > 0; where it leaves it past every slice, the last slice with mass.
+// A draw, a block a row, after slice_sum_kernel over the same terms: thread 0 walks the slices'
+// sums in order to the slice where u * (their total) falls, then the block scans that slice's
+// terms (kSumSlice / kSumThreads contiguous entries a thread) in double and takes the first id
+// whose running sum passes the target, which has a term > 0 (the sum rose there). Where rounding
+// leaves the target past the slice's scanned end, its last id with a term > 0; where it leaves it
+// past every slice, the last slice with mass. A row with no term > 0 takes `none`. With
+// `unset_only`, rows whose id is already >= 0 are left as they are (the residual's fallback).
 constexpr int kDrawPer = static_cast<int>(kSumSlice / kSumThreads);
 
-__global__ void draw_in_slices_kernel(const float* x, std::int64_t cols, double temperature,
-                                      const float* part_max, const double* part_sum,
-                                      std::int64_t slices, const double* u, std::int32_t* ids) {
-  __shared__ float row_max;
+template <class Terms>
+__global__ void draw_in_slices_kernel(Terms terms, std::int64_t cols, const double* part_sum,
+                                      std::int64_t slices, const double* u, std::int32_t none,
+                                      bool unset_only, std::int32_t* ids) {
+  __shared__ typename Terms::Row row_consts;
   __shared__ std::int64_t at_slice;
   __shared__ double before, target;
   __shared__ double warp_total[kSumThreads / kWarp];
   __shared__ int first_past, last_positive;
   const std::int64_t row = blockIdx.x;
+  if (unset_only && ids[row] >= 0) return;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   if (warp == 0) {
-    const float m = slices_max(part_max + row * slices, slices, lane);
-    if (lane == 0) row_max = m;
+    const auto w = terms.row(row, lane);
+    if (lane == 0) row_consts = w;
   }
   if (threadIdx.x == 0) {
     const double* sums = part_sum + row * slices;
@@ -253,19 +308,17 @@ __global__ void draw_in_slices_kernel(const float* x, std::int64_t cols, double 
     last_positive = -1;
   }
   __syncthreads();
-  if (at_slice < 0) {  // no term > 0 (a row of NaN): 0, as the sampler's empty distribution
-    if (threadIdx.x == 0) ids[row] = 0;
+  if (at_slice < 0) {  // no term > 0 (a row of NaN; a residual with no mass)
+    if (threadIdx.x == 0) ids[row] = none;
     return;
   }
-  const double mx = static_cast<double>(row_max);
-  const float* p = x + row * cols;
   const std::int64_t begin =
       at_slice * kSumSlice + static_cast<std::int64_t>(threadIdx.x) * kDrawPer;
   double term[kDrawPer], run = 0;
 #pragma unroll
   for (int i = 0; i < kDrawPer; ++i) {
     const std::int64_t c = begin + i;
-    term[i] = c < cols ? exp((static_cast<double>(p[c]) - mx) / temperature) : 0.0;
+    term[i] = c < cols ? terms(row_consts, row, c) : 0.0;
     run += term[i];
   }
   // The exclusive prefix of the threads' sums, in thread order.
@@ -297,18 +350,14 @@ __global__ void draw_in_slices_kernel(const float* x, std::int64_t cols, double 
 
 // token_probs' last step, a warp a row: the row's maximum and total from its slices (the
 // denominators' sum, in their order), then the id's term over the total.
-__global__ void token_prob_kernel(const float* x, std::int64_t cols, double temperature,
-                                  const float* part_max, const double* part_sum,
-                                  std::int64_t slices, const std::int32_t* ids, double* probs) {
+__global__ void token_prob_kernel(SoftmaxTerms terms, const double* part_sum,
+                                  const std::int32_t* ids, double* probs) {
   const std::int64_t row = blockIdx.x;
   const int lane = static_cast<int>(threadIdx.x);
-  const float m = slices_max(part_max + row * slices, slices, lane);
-  double s = 0;
-  for (std::int64_t j = lane; j < slices; j += kWarp) s += part_sum[row * slices + j];
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  const auto w = terms.row(row, lane);
+  const double s = slices_total(part_sum + row * terms.slices, terms.slices, lane);
   if (lane == 0) {
-    const double term =
-        exp((static_cast<double>(x[row * cols + ids[row]]) - static_cast<double>(m)) / temperature);
+    const double term = terms(w, row, ids[row]);
     probs[row] = term > 0 ? term / s : 0.0;
   }
 }
@@ -346,6 +395,29 @@ void CudaBackend::penalise_entries(Tensor& x, std::span<const EntryPenalty> entr
   launched(kOp);
 }
 
+bool CudaBackend::softmax_slices(const Tensor& x, double temperature, Tensor& part_max,
+                                 Tensor& part_sum) {
+  const auto rows = x.rows(), slices = (x.cols() + kSumSlice - 1) / kSumSlice;
+  if (!ensure(part_max, {rows, slices}) || !ensure(part_sum, {rows, slices}, DType::kI64))
+    return false;
+  if (walking()) return false;
+  const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(rows));
+  slice_max_kernel<<<grid, kSumThreads, 0, stream()>>>(x.data(), x.cols(), part_max.data());
+  slice_sum_kernel<<<grid, kSumThreads, 0, stream()>>>(
+      SoftmaxTerms{x.data(), x.cols(), temperature, part_max.data(), slices}, x.cols(),
+      reinterpret_cast<double*>(part_sum.raw()));
+  return true;
+}
+
+namespace {
+SoftmaxTerms softmax_terms(const Tensor& x, double temperature, const Tensor& part_max) {
+  return {x.data(), x.cols(), temperature, part_max.data(), part_max.cols()};
+}
+const double* sums_of(const Tensor& part_sum) {
+  return reinterpret_cast<const double*>(part_sum.raw());
+}
+}  // namespace
+
 void CudaBackend::softmax_denominators(const Tensor& x, double temperature, Tensor& totals) {
   constexpr const char* kOp = "softmax_denominators";
   if (failed() || !on_device(kOp, {&x})) return;
@@ -357,15 +429,9 @@ void CudaBackend::softmax_denominators(const Tensor& x, double temperature, Tens
   const auto slices = (x.cols() + kSumSlice - 1) / kSumSlice;
   if (slices >= 4 && rows <= 65535 && !env_flag("FLASHSERVE_CUDA_OLD_SOFTMAX_TOTALS")) {
     Tensor part_max, part_sum;
-    if (!ensure(part_max, {rows, slices}) || !ensure(part_sum, {rows, slices}, DType::kI64)) return;
-    if (walking()) return;
-    const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(rows));
-    auto* sums = reinterpret_cast<double*>(part_sum.raw());
-    slice_max_kernel<<<grid, kSumThreads, 0, stream()>>>(x.data(), x.cols(), part_max.data());
-    slice_exp_sum_kernel<<<grid, kSumThreads, 0, stream()>>>(x.data(), x.cols(), temperature,
-                                                             part_max.data(), sums);
+    if (!softmax_slices(x, temperature, part_max, part_sum)) return;
     sum_slices_kernel<<<static_cast<unsigned>(rows), kWarp, 0, stream()>>>(
-        sums, slices, reinterpret_cast<double*>(totals.raw()));
+        sums_of(part_sum), slices, reinterpret_cast<double*>(totals.raw()));
     launched(kOp);
     return;
   }
@@ -387,20 +453,13 @@ void CudaBackend::sample_rows(const Tensor& x, double temperature, std::span<con
     return;
   if (!ensure(ids, {rows, 1}, DType::kI32)) return;
   if (rows == 0) return;
-  const auto slices = (x.cols() + kSumSlice - 1) / kSumSlice;
   Tensor part_max, part_sum, device_u;
-  if (!ensure(part_max, {rows, slices}) || !ensure(part_sum, {rows, slices}, DType::kI64) ||
-      !ensure(device_u, {rows}, DType::kI64))
-    return;
+  if (!ensure(device_u, {rows}, DType::kI64)) return;
   if (!stage_to_device(u.data(), u.size_bytes(), device_u.raw(), kOp)) return;
-  const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(rows));
-  auto* sums = reinterpret_cast<double*>(part_sum.raw());
-  slice_max_kernel<<<grid, kSumThreads, 0, stream()>>>(x.data(), x.cols(), part_max.data());
-  slice_exp_sum_kernel<<<grid, kSumThreads, 0, stream()>>>(x.data(), x.cols(), temperature,
-                                                           part_max.data(), sums);
+  if (!softmax_slices(x, temperature, part_max, part_sum)) return;
   draw_in_slices_kernel<<<static_cast<unsigned>(rows), kSumThreads, 0, stream()>>>(
-      x.data(), x.cols(), temperature, part_max.data(), sums, slices,
-      reinterpret_cast<const double*>(device_u.raw()), ids.data_as<std::int32_t>());
+      softmax_terms(x, temperature, part_max), x.cols(), sums_of(part_sum), part_sum.cols(),
+      reinterpret_cast<const double*>(device_u.raw()), 0, false, ids.data_as<std::int32_t>());
   launched(kOp);
 }
 
@@ -419,20 +478,54 @@ void CudaBackend::token_probs(const Tensor& x, double temperature,
     return;
   if (!ensure(probs, {rows, 1}, DType::kI64)) return;
   if (rows == 0) return;
-  const auto slices = (cols + kSumSlice - 1) / kSumSlice;
   Tensor part_max, part_sum, device_ids;
-  if (!ensure(part_max, {rows, slices}) || !ensure(part_sum, {rows, slices}, DType::kI64) ||
-      !ensure(device_ids, {rows}, DType::kI32))
-    return;
+  if (!ensure(device_ids, {rows}, DType::kI32)) return;
   if (!stage_to_device(ids.data(), ids.size_bytes(), device_ids.raw(), kOp)) return;
-  const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(rows));
-  auto* sums = reinterpret_cast<double*>(part_sum.raw());
-  slice_max_kernel<<<grid, kSumThreads, 0, stream()>>>(x.data(), cols, part_max.data());
-  slice_exp_sum_kernel<<<grid, kSumThreads, 0, stream()>>>(x.data(), cols, temperature,
-                                                           part_max.data(), sums);
+  if (!softmax_slices(x, temperature, part_max, part_sum)) return;
   token_prob_kernel<<<static_cast<unsigned>(rows), kWarp, 0, stream()>>>(
-      x.data(), cols, temperature, part_max.data(), sums, slices,
+      softmax_terms(x, temperature, part_max), sums_of(part_sum),
       device_ids.data_as<std::int32_t>(), reinterpret_cast<double*>(probs.raw()));
+  launched(kOp);
+}
+
+void CudaBackend::sample_residual_rows(const Tensor& p, const Tensor& q, double temperature,
+                                       std::span<const double> u, Tensor& ids) {
+  constexpr const char* kOp = "sample_residual_rows";
+  if (failed() || !on_device(kOp, {&p, &q})) return;
+  if (!check(temperature > 0 && p.cols() > 0 && q.cols() > 0, kOp,
+             "temperature must be > 0, rows non-empty"))
+    return;
+  const auto rows = p.shape().empty() ? 0 : p.rows();
+  if (!check((q.shape().empty() ? 0 : q.rows()) == rows && q.cols() <= p.cols() &&
+                 static_cast<std::int64_t>(u.size()) == rows && rows <= 65535,
+             kOp,
+             "rows of p and q in pairs, q no wider than p, one uniform a row (at most 65,535 "
+             "rows)"))
+    return;
+  if (!ensure(ids, {rows, 1}, DType::kI32)) return;
+  if (rows == 0) return;
+  Tensor p_max, p_sum, q_max, q_sum, residual_sum, device_u;
+  const auto slices = (p.cols() + kSumSlice - 1) / kSumSlice;
+  if (!ensure(device_u, {rows}, DType::kI64) || !ensure(residual_sum, {rows, slices}, DType::kI64))
+    return;
+  if (!stage_to_device(u.data(), u.size_bytes(), device_u.raw(), kOp)) return;
+  if (!softmax_slices(p, temperature, p_max, p_sum) ||
+      !softmax_slices(q, temperature, q_max, q_sum))
+    return;
+  const SoftmaxTerms p_terms = softmax_terms(p, temperature, p_max);
+  const ResidualTerms terms{p_terms, softmax_terms(q, temperature, q_max), sums_of(p_sum),
+                            sums_of(q_sum)};
+  const auto* device_uniforms = reinterpret_cast<const double*>(device_u.raw());
+  const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(rows));
+  slice_sum_kernel<<<grid, kSumThreads, 0, stream()>>>(
+      terms, p.cols(), reinterpret_cast<double*>(residual_sum.raw()));
+  // A residual with no mass (P == Q everywhere) leaves -1, which the draw from P then fills.
+  draw_in_slices_kernel<<<static_cast<unsigned>(rows), kSumThreads, 0, stream()>>>(
+      terms, p.cols(), sums_of(residual_sum), slices, device_uniforms, -1, false,
+      ids.data_as<std::int32_t>());
+  draw_in_slices_kernel<<<static_cast<unsigned>(rows), kSumThreads, 0, stream()>>>(
+      p_terms, p.cols(), sums_of(p_sum), slices, device_uniforms, 0, true,
+      ids.data_as<std::int32_t>());
   launched(kOp);
 }
 
