@@ -61,8 +61,9 @@ void add_bench_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   cmd->add_option("--seed", o->bench.seed, "Seed of the synthetic weights")->capture_default_str();
   cmd->add_option("--temperature", o->bench.temperature,
-                  "Also sampled autoregressive decoding at this temperature, picks on the "
-                  "backend and on the host (0: not run)")
+                  "Also sampled decoding at this temperature, autoregressive and (with "
+                  "--max-depth) MTP with the model's head, picks on the backend and on the host "
+                  "(0: not run)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--top-p", o->bench.top_p, "top_p of the sampled runs")
       ->check(CLI::Range(0.0, 1.0))

@@ -299,8 +299,9 @@ TEST_F(EmbeddedModel, GreedyPicksOnTheBackendEqualTheHostPicks) {
 // of the rows there, Backend::penalise_entries): the host picks' tokens at every MTP depth, greedy
 // and sampled, with the same acceptance; the verify's rows each penalised by the completion and
 // the drafts before them (and the repetition penalty by the prompt too). No logits row comes to
-// the host for a greedy pick, greedy MTP emits depth 0's tokens, and the penalties change what
-// is emitted (so a backend that ignored them would fail).
+// the host for a greedy pick nor for a sampled one with no prefix rule (drawn there, a rejected
+// draft's correction from the residual of its penalised row), greedy MTP emits depth 0's tokens,
+// and the penalties change what is emitted (so a backend that ignored them would fail).
 TEST_F(EmbeddedModel, PenalisedPicksOnTheBackendEqualTheHostPicks) {
   const auto all = parity_tokens();
   const std::span<const TokenId> prompt(all.data(), 23);
@@ -328,6 +329,12 @@ TEST_F(EmbeddedModel, PenalisedPicksOnTheBackendEqualTheHostPicks) {
   configs[4].sampler.top_k = 40;
   configs[4].sampler.repetition_penalty = 1.2;
   configs[4].sampler.frequency_penalty = 0.3;
+  // No prefix rule: every row is drawn on the backend, a rejected draft's correction from the
+  // residual of its penalised verify row against its draft row.
+  configs.push_back({"T 0.8 (no prefix rule), repetition 1.2, presence 0.4", {}});
+  configs[5].sampler.temperature = 0.8;
+  configs[5].sampler.repetition_penalty = 1.2;
+  configs[5].sampler.presence_penalty = 0.4;
   for (const auto& c : configs) {
     std::vector<TokenId> depth0;
     for (int depth = 0; depth <= kMaxMtpDepth; ++depth) {
@@ -347,6 +354,13 @@ TEST_F(EmbeddedModel, PenalisedPicksOnTheBackendEqualTheHostPicks) {
         EXPECT_EQ(both.device.stats.rows_read_back, 0);
         if (depth == 0) depth0 = both.device.tokens;
         EXPECT_EQ(both.device.tokens, depth0);
+      }
+      if (!c.sampler.greedy() && !c.sampler.has_prefix_rule()) {
+        EXPECT_EQ(both.device.stats.rows_read_back, 0);
+        EXPECT_GT(both.device.stats.rows_drawn, 0);
+        if (depth > 0) {
+          EXPECT_GT(both.device.stats.rollbacks, 0) << "no correction was drawn";
+        }
       }
       // The same turn without penalties emits other tokens.
       GenerateOptions plain = opt;
