@@ -53,21 +53,28 @@ std::int64_t nanoseconds_since(std::chrono::steady_clock::time_point began) {
       .count();
 }
 
-// log softmax(row / temperature) at `token`, and the `top` most likely ids.
+// log softmax(row / temperature) at `token`, and the `top` most likely ids, from what they read
+// of the row (the host's row, or the backend's: row_scores_on_backend), in one arithmetic.
+TokenLogprobs score(const RowScore& row, TokenId token, const SamplerConfig& sampler) {
+  const double t = sampler.greedy() ? 1.0 : sampler.temperature;
+  const double lse = row.max_logit / t + std::log(row.total);
+  const auto logprob = [&](float logit) { return static_cast<double>(logit) / t - lse; };
+  TokenLogprobs out;
+  out.token = token;
+  out.logprob = logprob(row.token_logit);
+  for (std::size_t i = 0; i < row.top_ids.size(); ++i)
+    out.top.emplace_back(row.top_ids[i], logprob(row.top_logits[i]));
+  return out;
+}
+
 TokenLogprobs score(std::span<const float> row, TokenId token, const SamplerConfig& sampler,
                     int top) {
   const double t = sampler.greedy() ? 1.0 : sampler.temperature;
-  double max_logit = -INFINITY;
-  for (const float l : row) max_logit = std::max(max_logit, static_cast<double>(l));
-  double total = 0;
-  for (const float l : row) total += std::exp((static_cast<double>(l) - max_logit) / t);
-  const double lse = max_logit / t + std::log(total);
-  const auto logprob = [&](TokenId id) {
-    return static_cast<double>(row[static_cast<std::size_t>(id)]) / t - lse;
-  };
-  TokenLogprobs out;
-  out.token = token;
-  out.logprob = logprob(token);
+  RowScore r;
+  r.max_logit = -INFINITY;
+  for (const float l : row) r.max_logit = std::max(r.max_logit, static_cast<double>(l));
+  for (const float l : row) r.total += std::exp((static_cast<double>(l) - r.max_logit) / t);
+  r.token_logit = row[static_cast<std::size_t>(token)];
   const auto k = std::min<std::size_t>(static_cast<std::size_t>(std::max(top, 0)), row.size());
   if (k > 0) {
     std::vector<TokenId> ids(row.size());
@@ -78,9 +85,24 @@ TokenLogprobs score(std::span<const float> row, TokenId token, const SamplerConf
                         const float lb = row[static_cast<std::size_t>(b)];
                         return la != lb ? la > lb : a < b;
                       });
-    for (std::size_t i = 0; i < k; ++i) out.top.emplace_back(ids[i], logprob(ids[i]));
+    for (std::size_t i = 0; i < k; ++i) {
+      r.top_ids.push_back(ids[i]);
+      r.top_logits.push_back(row[static_cast<std::size_t>(ids[i])]);
+    }
   }
-  return out;
+  return score(r, token, sampler);
+}
+
+// The entries of verify row `row` among a round's (`penalties`, rows counted from 0), re-counted
+// from that row: what the ops over one row take.
+std::vector<EntryPenalty> own_penalties(std::span<const EntryPenalty> penalties, std::int64_t row) {
+  std::vector<EntryPenalty> own;
+  for (const auto& e : penalties) {
+    if (e.row != row) continue;
+    own.push_back(e);
+    own.back().row = 0;
+  }
+  return own;
 }
 
 class Turn {
@@ -159,7 +181,14 @@ class Turn {
           }
           primary = sample(p->front(), rng_);
         }
-        emit(primary, {});
+        auto logprobs =
+            score_on_backend(state_.next_logits_device, state_.next_logits_row, primary, penalties);
+        if (!logprobs.ok()) {
+          failure = logprobs.status();
+          exit = ExitPath::kError;
+          break;
+        }
+        emit_scored(primary, *logprobs);
       } else {
         state_.materialize_logits();
         const auto penalised = penalties_.apply(state_.next_logits);
@@ -185,7 +214,10 @@ class Turn {
       result_.exit_after_full_accept = outcome.full_accept;
       if (opt_.on_commit) opt_.on_commit(state_);
       if (outcome.correction) {
-        emit(*outcome.correction, outcome.correction_row);
+        if (outcome.correction_logprobs)
+          emit_scored(*outcome.correction, outcome.correction_logprobs);
+        else
+          emit(*outcome.correction, outcome.correction_row);
         pending = outcome.correction;
         if (stops_at(*outcome.correction)) {
           stopped = true;
@@ -216,6 +248,8 @@ class Turn {
     bool full_accept = false;           // every draft was accepted
     std::optional<TokenId> correction;  // sampled rejection: emitted and pending
     std::vector<float> correction_row;  // its penalised verify row, when logprobs are asked for
+    // Or, its row on the backend, its log-probabilities (when asked for).
+    std::optional<TokenLogprobs> correction_logprobs;
   };
 
   Status validate() const {
@@ -243,6 +277,26 @@ class Turn {
   // A stop token, or a stop the caller requested after the tokens emitted so far.
   bool stops_at(TokenId t) const {
     return is_stop(t) || (opt_.stop_requested && opt_.stop_requested());
+  }
+
+  // The log-probabilities of token t on row `row` of logits left on the backend, penalised by
+  // `penalties` (counted from that row), when they are asked for: score()'s values from what the
+  // backend sends of the row (bit for bit the host path's on the CPU backend).
+  Expected<std::optional<TokenLogprobs>> score_on_backend(const Tensor& logits, std::int64_t row,
+                                                          TokenId t,
+                                                          std::span<const EntryPenalty> penalties) {
+    if (!opt_.on_logprobs) return std::optional<TokenLogprobs>{};
+    const double temperature = opt_.sampler.greedy() ? 1.0 : opt_.sampler.temperature;
+    auto r = row_scores_on_backend(*model_.backend(), logits, row, 1, temperature, {&t, 1},
+                                   opt_.top_logprobs, penalties);
+    if (!r.ok()) return r.status();
+    return std::optional<TokenLogprobs>(score(r->front(), t, opt_.sampler));
+  }
+
+  // A token picked on the backend, with its log-probabilities when they were asked for.
+  void emit_scored(TokenId t, const std::optional<TokenLogprobs>& logprobs) {
+    if (opt_.on_logprobs && logprobs) opt_.on_logprobs(*logprobs);
+    emit(t, {});
   }
 
   // `row`: the penalised logits the token was chosen from (scored for on_logprobs).
@@ -280,12 +334,7 @@ class Turn {
     const double qx = draft.q_prob();
     const double accept_prob = qx > 0 ? std::min(1.0, px / qx) : (px > 0 ? 1.0 : 0.0);
     if (rng_.uniform() <= accept_prob) return true;
-    std::vector<EntryPenalty> own;
-    for (const auto& e : penalties) {
-      if (e.row != row) continue;
-      own.push_back(e);
-      own.back().row = 0;
-    }
+    const auto own = own_penalties(penalties, row);
     if (draft.q_on_backend()) {  // both rows on the backend: only the correction's id comes back
       const double u = rng_.uniform();
       auto id = residual_draws_on_backend(*model_.backend(), logits, row, 1, draft.q_row,
@@ -392,10 +441,23 @@ class Turn {
         } else {
           accept = accept_draft(p_rows[j], drafts[j], outcome);
         }
-        if (!accept) break;
+        // The token emitted on this verify row, scored there: the draft when accepted, else a
+        // sampled rejection's correction (a greedy rejection emits nothing here).
+        const std::optional<TokenId> scored = accept ? x : outcome.correction;
+        std::optional<TokenLogprobs> logprobs;
+        if (scored) {
+          auto lp = score_on_backend(verify.device_logits, static_cast<std::int64_t>(j), *scored,
+                                     own_penalties(penalty_rows_, static_cast<std::int64_t>(j)));
+          if (!lp.ok()) return lp.status();
+          logprobs = std::move(*lp);
+        }
+        if (!accept) {
+          outcome.correction_logprobs = std::move(logprobs);
+          break;
+        }
         ++result_.stats.accepted[j];
         ++accepted;
-        emit(x, {});
+        emit_scored(x, logprobs);
         if (stops_at(x)) {
           outcome.stopped = true;
           break;
@@ -483,10 +545,8 @@ class Turn {
 }  // namespace
 
 bool picks_on_backend(Model& model, const GenerateOptions& options) {
-  // Penalties are subtracted on the backend too (decode/row_sampling.h); logprobs score the
-  // whole row on the host.
-  const bool eligible =
-      !options.on_logprobs && (options.sampler.greedy() || model.backend() != nullptr);
+  // Penalties are subtracted on the backend too, and logprobs scored there (decode/row_sampling.h).
+  const bool eligible = options.sampler.greedy() || model.backend() != nullptr;
   switch (options.pick_on) {
     case PickOn::kHost:
       return false;

@@ -74,8 +74,9 @@ struct TokenLogprobs {
 // whole). On the host, every logits row comes back and the sampler sees it all. Both give the
 // same tokens (the same ties; for sampled rows the same distribution, bit for bit on the CPU
 // backend). Repetition, presence and frequency penalties are applied on the backend, to a copy of
-// the rows (Backend::penalise_entries, the host's entries). The backend is used only when the
-// pick needs nothing else from the row: no logprobs.
+// the rows (Backend::penalise_entries, the host's entries), and logprobs are scored there: the
+// row's top, its softmax denominator and the token's logit come back (row_scores_on_backend),
+// the host path's values (bit for bit on the CPU backend).
 enum class PickOn {
   kAuto,     // on the backend for device backends, unless FLASHSERVE_DEVICE_SAMPLING=0
   kBackend,  // on the backend whenever eligible (also the CPU backend: how tests reach it)

@@ -101,6 +101,43 @@ Expected<std::vector<TokenId>> residual_draws_on_backend(Backend& be, const Tens
   return ids_to_host(be, ids, count);
 }
 
+Expected<std::vector<RowScore>> row_scores_on_backend(Backend& be, const Tensor& logits,
+                                                      std::int64_t first, std::int64_t count,
+                                                      double temperature,
+                                                      std::span<const TokenId> tokens, int top,
+                                                      std::span<const EntryPenalty> penalties) {
+  if (auto s = check_rows(logits, first, count); !s.ok()) return s;
+  const auto cols = logits.cols();
+  if (!(temperature > 0) || static_cast<std::int64_t>(tokens.size()) != count ||
+      !std::all_of(tokens.begin(), tokens.end(), [&](TokenId t) { return t >= 0 && t < cols; }))
+    return invalid_argument(
+        "scores on the backend take a temperature > 0 and one token inside its row a row");
+  const Tensor rows = rows_to_sample(be, logits, first, count, penalties);
+  const auto k = std::clamp<std::int64_t>(top, 1, cols);
+  Tensor idx, val, totals;
+  be.topk(rows, k, idx, val);
+  be.softmax_denominators(rows, temperature, totals);
+  const Tensor host_idx = idx.to(host_memory()), host_val = val.to(host_memory()),
+               host_totals = totals.to(host_memory());
+  std::vector<RowScore> out(static_cast<std::size_t>(count));
+  for (std::int64_t r = 0; r < count; ++r) {
+    // The token's logit alone crosses (stream-ordered after the penalties).
+    auto& o = out[static_cast<std::size_t>(r)];
+    rows.memory()->to_host(&o.token_logit, rows.data() + r * cols + tokens[r], sizeof(float));
+  }
+  if (auto s = take_status(be); !s.ok()) return s;
+  for (std::int64_t r = 0; r < count; ++r) {
+    auto& o = out[static_cast<std::size_t>(r)];
+    const auto* ids = host_idx.data_as<std::int32_t>() + r * k;
+    const float* v = host_val.data() + r * k;
+    o.max_logit = static_cast<double>(v[0]);
+    o.top_ids.assign(ids, ids + std::min<std::int64_t>(std::max(top, 0), k));
+    o.top_logits.assign(v, v + o.top_ids.size());
+    o.total = std::bit_cast<double>(host_totals.data_as<std::int64_t>()[r]);
+  }
+  return out;
+}
+
 Expected<std::vector<double>> token_probs_on_backend(Backend& be, const Tensor& logits,
                                                      std::int64_t first, std::int64_t count,
                                                      const SamplerConfig& config,

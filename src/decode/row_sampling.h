@@ -71,6 +71,26 @@ Expected<std::vector<TokenId>> residual_draws_on_backend(Backend& be, const Tens
                                                          std::span<const double> u,
                                                          std::span<const EntryPenalty> penalties);
 
+// What an emitted token's log-probabilities (decode/generator.h TokenLogprobs) read of its row:
+// the row's largest logit, its `top` largest logits with their ids (ranked by logit, ties to the
+// lower id), its softmax denominator sum_j exp((l_j - max) / temperature) and the token's logit.
+struct RowScore {
+  double max_logit = 0;
+  std::vector<TokenId> top_ids;
+  std::vector<float> top_logits;
+  double total = 0;
+  float token_logit = 0;
+};
+// The RowScore of each of rows [first, first + count) of `logits` (penalised as above) for
+// tokens[r], from the backend: Backend::topk (at least one entry, the row's maximum) and
+// softmax_denominators, and the token's one float; the row itself stays there. The CPU backend
+// gives the host's values bit for bit.
+Expected<std::vector<RowScore>> row_scores_on_backend(Backend& be, const Tensor& logits,
+                                                      std::int64_t first, std::int64_t count,
+                                                      double temperature,
+                                                      std::span<const TokenId> tokens, int top,
+                                                      std::span<const EntryPenalty> penalties);
+
 // The greedy picks of rows [first, first + count) with `penalties` applied (as above), only the
 // ids coming back (Backend::argmax_rows on a penalised copy).
 Expected<std::vector<TokenId>> penalised_argmax_on_backend(Backend& be, const Tensor& logits,

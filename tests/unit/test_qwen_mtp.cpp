@@ -284,15 +284,94 @@ TEST_F(EmbeddedModel, GreedyPicksOnTheBackendEqualTheHostPicks) {
     ASSERT_TRUE(after_host.error.ok() && after_device.error.ok());
     EXPECT_EQ(after_device.tokens, after_host.tokens) << "depth " << depth;
   }
-  // Logprobs score the whole row: the pick stays on the host. Penalties are subtracted on the
-  // backend (the next test).
+  // Penalties are subtracted on the backend and logprobs scored there (the tests below).
   GenerateOptions opt;
   opt.pick_on = PickOn::kBackend;
   opt.sampler.presence_penalty = 0.5;
   EXPECT_TRUE(picks_on_backend(*model_, opt));
   opt.sampler.presence_penalty = 0;
   opt.on_logprobs = [](const TokenLogprobs&) {};
-  EXPECT_FALSE(picks_on_backend(*model_, opt));
+  EXPECT_TRUE(picks_on_backend(*model_, opt));
+}
+
+// Logprobs with the picks on the backend: each emitted token scored on the row it was picked
+// from (the primary's, an accepted draft's or a correction's verify row, penalised as its pick
+// was) from what the backend sends (the row's top, its softmax denominator and the token's
+// logit), the host path's values at every MTP depth: bit for bit on the CPU backend, to the
+// rounding of the denominator's sum on a GPU. No row comes to the host.
+TEST_F(EmbeddedModel, LogprobsOnTheBackendEqualTheHostPaths) {
+  const auto all = parity_tokens();
+  const std::span<const TokenId> prompt(all.data(), 23);
+  const bool cpu = model_->info().backend == "cpu";
+  std::vector<std::pair<const char*, SamplerConfig>> configs(5);
+  configs[0].first = "greedy";
+  configs[1] = {"greedy, presence 0.8", {}};
+  configs[1].second.presence_penalty = 0.8;
+  configs[2] = {"T 0.8 top_k 40", {}};
+  configs[2].second.temperature = 0.8;
+  configs[2].second.top_k = 40;
+  configs[3] = {"T 0.7 (no prefix rule)", {}};
+  configs[3].second.temperature = 0.7;
+  configs[4] = {"T 0.8 (no prefix rule), repetition 1.2", {}};
+  configs[4].second.temperature = 0.8;
+  configs[4].second.repetition_penalty = 1.2;
+  for (const auto& [name, sampler] : configs) {
+    for (int depth = 0; depth <= kMaxMtpDepth; ++depth) {
+      SCOPED_TRACE(std::string(name) + ", depth " + std::to_string(depth));
+      std::vector<TokenLogprobs> scored[2];
+      std::vector<TokenId> tokens[2];
+      std::int64_t rollbacks = 0;
+      for (int side = 0; side < 2; ++side) {
+        GenerateOptions opt;
+        opt.max_tokens = 24;
+        opt.mtp_depth = depth;
+        opt.sampler = sampler;
+        opt.seed = 500 + static_cast<std::uint64_t>(depth);
+        opt.top_logprobs = 5;
+        opt.pick_on = side == 0 ? PickOn::kHost : PickOn::kBackend;
+        opt.on_logprobs = [&, side](const TokenLogprobs& lp) { scored[side].push_back(lp); };
+        int rows_on_host = 0;
+        opt.on_commit = [&](const DecodeState& s) {
+          if (!s.next_logits.empty()) ++rows_on_host;
+        };
+        DecodeState state = prefill(prompt);
+        const auto r = generate(*model_, state, opt);
+        ASSERT_TRUE(r.error.ok()) << r.error.to_string();
+        tokens[side] = r.tokens;
+        if (side == 1) {
+          EXPECT_EQ(rows_on_host, 0);
+          EXPECT_EQ(r.stats.rows_read_back, 0);
+          rollbacks = r.stats.rollbacks;
+        }
+      }
+      ASSERT_EQ(tokens[1], tokens[0]);
+      ASSERT_EQ(scored[0].size(), tokens[0].size());
+      ASSERT_EQ(scored[1].size(), tokens[1].size());
+      if (depth > 0) {
+        EXPECT_GT(rollbacks, 0) << "no rejected draft";
+      }
+      for (std::size_t i = 0; i < scored[0].size(); ++i) {
+        const auto &h = scored[0][i], &d = scored[1][i];
+        EXPECT_EQ(d.token, h.token);
+        EXPECT_LE(h.logprob, 0.0);
+        ASSERT_EQ(d.top.size(), 5u);
+        ASSERT_EQ(h.top.size(), 5u);
+        if (cpu) {
+          EXPECT_EQ(d.logprob, h.logprob) << "token " << i;
+        } else {
+          EXPECT_NEAR(d.logprob, h.logprob, 1e-9) << "token " << i;
+        }
+        for (std::size_t k = 0; k < 5; ++k) {
+          EXPECT_EQ(d.top[k].first, h.top[k].first);
+          if (cpu) {
+            EXPECT_EQ(d.top[k].second, h.top[k].second);
+          } else {
+            EXPECT_NEAR(d.top[k].second, h.top[k].second, 1e-9);
+          }
+        }
+      }
+    }
+  }
 }
 
 // Repetition, presence and frequency penalties with the picks on the backend (applied to a copy
