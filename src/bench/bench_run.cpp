@@ -79,9 +79,14 @@ struct Bench {
     double seconds = 0;
   };
   Expected<Run> decode(const DecodeState& base, std::int64_t tokens, int depth, Drafter* drafter,
-                       const SamplerConfig& sampler = {}, PickOn pick_on = PickOn::kAuto) {
+                       const SamplerConfig& sampler = {}, PickOn pick_on = PickOn::kAuto,
+                       int top_logprobs = 0) {
     DecodeState s = base.clone();
     GenerateOptions g;
+    if (top_logprobs > 0) {
+      g.top_logprobs = top_logprobs;
+      g.on_logprobs = [](const TokenLogprobs&) {};
+    }
     g.max_tokens = tokens;
     g.mtp_depth = depth;
     g.drafter = drafter;
@@ -407,6 +412,23 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
           << " step graphs: " << graphs_after.captures - graphs_before.captures << " captures, "
           << replays << " replays, walk " << walk_us << " us per replay\n";
     }
+    if (o.top_logprobs > 0) {
+      // Greedy decoding that scores every token (a request with logprobs): scored where the rows
+      // lie, or with every row on the host.
+      json scored = {{"top_logprobs", o.top_logprobs}};
+      for (const auto& [name, where] :
+           {std::pair{"backend", PickOn::kBackend}, std::pair{"host", PickOn::kHost}}) {
+        if (auto w = b.decode(base, 3, 0, nullptr, {}, where, o.top_logprobs); !w.ok())
+          return w.status();
+        auto r = b.decode(base, n, 0, nullptr, {}, where, o.top_logprobs);
+        if (!r.ok()) return r.status();
+        const double tps = static_cast<double>(r->result.tokens.size()) / r->seconds;
+        scored[std::string(name) + "_tokens_per_s"] = tps;
+        log << "bench: context " << ctx << " greedy with logprobs, scored on the " << name << " "
+            << tps << " tok/s\n";
+      }
+      row["logprobs"] = scored;
+    }
     if (o.temperature > 0) {
       // Sampled autoregressive decoding: where the rows go is the only difference.
       SamplerConfig sampler;
@@ -693,6 +715,18 @@ std::string bench_table(const json& r) {
                     gbps, frac);
       t << line;
     }
+  }
+  for (const auto& d : r["decode"]) {
+    if (!d.contains("logprobs")) continue;
+    const auto& s = d["logprobs"];
+    const double dev = s["backend_tokens_per_s"].get<double>(),
+                 host = s["host_tokens_per_s"].get<double>();
+    std::snprintf(line, sizeof line,
+                  "greedy AR with logprobs at context %lld (top %d): scored on the backend %.1f "
+                  "tok/s, rows to the host %.1f tok/s: %.2fx\n",
+                  d["context"].get<long long>(), s["top_logprobs"].get<int>(), dev, host,
+                  dev / host);
+    t << line;
   }
   for (const auto& d : r["decode"]) {
     if (!d.contains("sampled")) continue;

@@ -41,8 +41,8 @@ struct BenchOptions {
   // Matrices: "bf16", or "fp8" (the projections FP8 E4M3 with 128x128 f32 block scales, the
   // rest bf16: what `convert --quantize fp8` and the FP8 releases hold).
   std::string dtype = "bf16";
-  // > 0: also sampled autoregressive decoding at this temperature and top_p, with the picks on
-  // the backend (each row's top comes back) and on the host (each row comes back).
+  // > 0: also sampled decoding at this temperature and top_p (autoregressive, and MTP at depths
+  // 1..max_depth with the model's head), with the picks on the backend and on the host.
   double temperature = 0;
   double top_p = 0.95;
   std::int32_t top_k = 0;  // 0: off
@@ -50,6 +50,9 @@ struct BenchOptions {
   double presence_penalty = 0;
   double frequency_penalty = 0;
   double repetition_penalty = 1;
+  // > 0: also greedy autoregressive decoding that scores every token with this many
+  // alternatives (a request's top_logprobs), scored on the backend and on the host.
+  int top_logprobs = 0;
 };
 
 // Runs every measurement; progress lines go to `log`.

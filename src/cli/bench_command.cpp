@@ -82,6 +82,10 @@ void add_bench_command(CLI::App& app, Action& action) {
                   "repetition_penalty of the sampled runs (over the context and the completion)")
       ->check(CLI::Range(0.01, 2.0))
       ->capture_default_str();
+  cmd->add_option("--top-logprobs", o->bench.top_logprobs,
+                  "Also greedy decoding that scores each token with this many alternatives "
+                  "(a request's top_logprobs), on the backend and on the host (0: not run)")
+      ->check(CLI::Range(0, 20));
   cmd->add_flag("--no-profile", o->no_profile, "Skip the op-group profiled pass");
   cmd->add_flag("--marginal", o->bench.marginal,
                 "Also time autoregressive decode with each op group's ops dry: each group's "
