@@ -1421,7 +1421,11 @@ std::vector<Case> make_cases() {
            {"crowded", 3, 248320, 1024, Vocab::kCrowded},
            {"constant", 2, 248320, 1024, Vocab::kConstant},
            {"random", 2, 129280, 1024, Vocab::kRandom},
-           {"tied", 1, 65536, 40, Vocab::kTied}}) {
+           {"tied", 1, 65536, 40, Vocab::kTied},
+           // A request's top_logprobs (0-20; at least the row's maximum is taken).
+           {"random", 2, 248320, 1, Vocab::kRandom},
+           {"tied", 1, 248320, 5, Vocab::kTied},
+           {"random", 3, 248320, 20, Vocab::kRandom}}) {
     add(std::string("topk_vocab_") + label + "_" + n(S) + "x" + n(V) + "_k" + n(k), kExact,
         [=](Rng& rng) -> OpRun {
           Tensor x =
