@@ -113,7 +113,9 @@ Expected<std::vector<RowScore>> row_scores_on_backend(Backend& be, const Tensor&
     return invalid_argument(
         "scores on the backend take a temperature > 0 and one token inside its row a row");
   const Tensor rows = rows_to_sample(be, logits, first, count, penalties);
-  const auto k = std::clamp<std::int64_t>(top, 1, cols);
+  // The sampler's top (kTopOfRow, the width its device kernels were measured and tested at),
+  // of which the first `top` are kept: the same entries in the same order as a top of `top`.
+  const auto k = std::min(std::max<std::int64_t>(kTopOfRow, top), cols);
   Tensor idx, val, totals;
   be.topk(rows, k, idx, val);
   be.softmax_denominators(rows, temperature, totals);

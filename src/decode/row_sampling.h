@@ -82,8 +82,8 @@ struct RowScore {
   float token_logit = 0;
 };
 // The RowScore of each of rows [first, first + count) of `logits` (penalised as above) for
-// tokens[r], from the backend: Backend::topk (at least one entry, the row's maximum) and
-// softmax_denominators, and the token's one float; the row itself stays there. The CPU backend
+// tokens[r], from the backend: Backend::topk (the sampler's kTopOfRow, of which `top` are kept),
+// softmax_denominators and the token's one float; the row itself stays there. The CPU backend
 // gives the host's values bit for bit.
 Expected<std::vector<RowScore>> row_scores_on_backend(Backend& be, const Tensor& logits,
                                                       std::int64_t first, std::int64_t count,

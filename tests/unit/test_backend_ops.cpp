@@ -1422,7 +1422,7 @@ std::vector<Case> make_cases() {
            {"constant", 2, 248320, 1024, Vocab::kConstant},
            {"random", 2, 129280, 1024, Vocab::kRandom},
            {"tied", 1, 65536, 40, Vocab::kTied},
-           // A request's top_logprobs (0-20; at least the row's maximum is taken).
+           // Smaller k (a request's top_logprobs takes the first of the sampler's 1,024).
            {"random", 2, 248320, 1, Vocab::kRandom},
            {"tied", 1, 248320, 5, Vocab::kTied},
            {"random", 3, 248320, 20, Vocab::kRandom}}) {
