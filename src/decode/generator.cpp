@@ -445,7 +445,7 @@ class Turn {
         // sampled rejection's correction (a greedy rejection emits nothing here).
         const std::optional<TokenId> scored = accept ? x : outcome.correction;
         std::optional<TokenLogprobs> logprobs;
-        if (scored) {
+        if (scored && opt_.on_logprobs) {
           auto lp = score_on_backend(verify.device_logits, static_cast<std::int64_t>(j), *scored,
                                      own_penalties(penalty_rows_, static_cast<std::int64_t>(j)));
           if (!lp.ok()) return lp.status();
@@ -557,7 +557,11 @@ bool picks_on_backend(Model& model, const GenerateOptions& options) {
   }
   if (!eligible || model.info().backend == "cpu") return false;
   const char* env = std::getenv("FLASHSERVE_DEVICE_SAMPLING");
-  return env == nullptr || std::string(env) != "0";
+  if (env != nullptr && std::string(env) == "0") return false;
+  // Logprobs scored on the device have passed on the CPU backend only: on a GPU they are taken
+  // there on request (FLASHSERVE_DEVICE_LOGPROBS=1) until their first GPU run (docs/GPU.md).
+  const char* logprobs = std::getenv("FLASHSERVE_DEVICE_LOGPROBS");
+  return !options.on_logprobs || (logprobs != nullptr && std::string(logprobs) == "1");
 }
 
 GenerateResult generate(Model& model, DecodeState& state, const GenerateOptions& options) {

@@ -199,46 +199,25 @@ TEST(BenchRun, DraftVocabularyCutsTheDraftBytesAndStaysExact) {
   EXPECT_FALSE(run_bench(o, log).ok());
 }
 
-// `--dtype fp8`: synthetic block-scaled FP8 projections (bf16 for the rest), the same harness;
-// MTP stays exact on them, and the bytes per token count one byte per projection weight.
+// The CPU bench on tiny shapes at one context, no MTP and no profiled pass: what the sampled and
+// scored modes add to.
+BenchOptions tiny_decode_bench(std::int64_t tokens) {
+  BenchOptions o;
+  o.backend = "cpu";
+  o.prefill = {8};
+  o.contexts = {20};
+  o.decode_tokens = tokens;
+  o.max_depth = 0;
+  o.profile = false;
+  return o;
+}
+
 // --temperature adds sampled autoregressive decoding with the picks on the backend and with the
 // rows on the host; top_p 0.9 over the tiny vocabulary is decided inside every row's top, so the
 // backend run reads no row back and picks every token after the first from a row's top, with
 // --presence-penalty / --frequency-penalty too.
-// --top-logprobs adds greedy decoding that scores every token, on both paths.
-TEST(BenchRun, TopLogprobsAddsTheScoredFigureOnBothPaths) {
-  BenchOptions o;
-  o.backend = "cpu";
-  o.prefill = {8};
-  o.contexts = {20};
-  o.decode_tokens = 6;
-  o.max_depth = 0;
-  o.profile = false;
-  o.top_logprobs = 5;
-  std::ostringstream log;
-  auto r = run_bench(o, log);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
-  const auto& s = (*r)["decode"][0]["logprobs"];
-  EXPECT_EQ(s["top_logprobs"].get<int>(), 5);
-  EXPECT_GT(s["backend_tokens_per_s"].get<double>(), 0);
-  EXPECT_GT(s["host_tokens_per_s"].get<double>(), 0);
-  EXPECT_NE(bench_table(*r).find("greedy AR with logprobs at context 20 (top 5): scored on the "
-                                 "backend"),
-            std::string::npos);
-  o.top_logprobs = 0;
-  auto plain = run_bench(o, log);
-  ASSERT_TRUE(plain.ok());
-  EXPECT_FALSE((*plain)["decode"][0].contains("logprobs"));
-}
-
 TEST(BenchRun, TemperatureAddsTheSampledFigureOnBothPaths) {
-  BenchOptions o;
-  o.backend = "cpu";
-  o.prefill = {8};
-  o.contexts = {20};
-  o.decode_tokens = 9;
-  o.max_depth = 0;
-  o.profile = false;
+  BenchOptions o = tiny_decode_bench(9);
   o.temperature = 0.9;
   o.top_p = 0.9;
   std::ostringstream log;
@@ -314,6 +293,28 @@ TEST(BenchRun, TemperatureAddsTheSampledFigureOnBothPaths) {
   EXPECT_FALSE((*greedy)["decode"][0].contains("sampled"));
 }
 
+// --top-logprobs adds greedy decoding that scores every token, on both paths.
+TEST(BenchRun, TopLogprobsAddsTheScoredFigureOnBothPaths) {
+  BenchOptions o = tiny_decode_bench(6);
+  o.top_logprobs = 5;
+  std::ostringstream log;
+  auto r = run_bench(o, log);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const auto& s = (*r)["decode"][0]["logprobs"];
+  EXPECT_EQ(s["top_logprobs"].get<int>(), 5);
+  EXPECT_GT(s["backend_tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(s["host_tokens_per_s"].get<double>(), 0);
+  EXPECT_NE(bench_table(*r).find("greedy AR with logprobs at context 20 (top 5): scored on the "
+                                 "backend"),
+            std::string::npos);
+  o.top_logprobs = 0;
+  auto plain = run_bench(o, log);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE((*plain)["decode"][0].contains("logprobs"));
+}
+
+// `--dtype fp8`: synthetic block-scaled FP8 projections (bf16 for the rest), the same harness;
+// MTP stays exact on them, and the bytes per token count one byte per projection weight.
 TEST(BenchRun, Fp8WeightsRunAndCountOneBytePerProjectionWeight) {
   BenchOptions o;
   o.backend = "cpu";
