@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -501,6 +502,63 @@ TEST_P(QuantOps, PackedDecodeTokensGetTheirOneTokenBits) {
           << "token " << s << " of 3 differs from its one-token experts";
     }
     ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
+  }
+}
+
+// The one-token packed GEMV with its rows streamed through resident warps
+// (FLASHSERVE_CUDA_PACKED_STREAM=1: the next row's loads before the current row's decoding) gives
+// every row the bits of the kernel that takes one row a warp, so a decode step and an MTP verify
+// (whose 2-4 tokens take that kernel's sums, the test above) still agree. Rows of 1-4 rounds of a
+// warp's chunks (2,560 to 8,192 wide), row counts off the grid's warps, and 6,144 columns of the
+// 32-weight formats (six rounds: the one-row kernel either way).
+TEST_P(QuantOps, StreamedPackedRowsGiveTheOneRowAWarpBits) {
+  if (GetParam() != "cuda") GTEST_SKIP() << "a property of the CUDA kernels";
+  if (std::getenv("FLASHSERVE_CUDA_PACKED_STREAM") != nullptr)
+    GTEST_SKIP() << "FLASHSERVE_CUDA_PACKED_STREAM is set";
+  std::mt19937 g(39);
+  for (const auto t : kDeviceTypes) {
+    if (t == QuantType::kF8E4M3) continue;
+    for (const auto& [in, out] : std::vector<std::array<std::int64_t, 2>>{
+             {2560, 10240}, {4096, 300}, {6144, 2560}, {8192, 77}, {2048, 4099}}) {
+      SCOPED_TRACE(std::string(quant::quant_name(t)) + " in " + std::to_string(in) + " out " +
+                   std::to_string(out));
+      const Weight wd = up(random_quant(t, {out, in}, g));
+      const Tensor x = random_x({1, in}, g).to(be_->memory());
+      Tensor streamed, one_row_a_warp;
+      setenv("FLASHSERVE_CUDA_PACKED_STREAM", "1", 1);
+      be_->linear(x, wd, streamed);
+      unsetenv("FLASHSERVE_CUDA_PACKED_STREAM");
+      be_->linear(x, wd, one_row_a_warp);
+      ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
+      const auto a = streamed.to_host_vector(), b = one_row_a_warp.to_host_vector();
+      ASSERT_EQ(a.size(), static_cast<std::size_t>(out));
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+    }
+  }
+  // The routed experts' gate/up of one token (the streamed (pair, row) items): Qwen 3.8's shape
+  // (10 of 32 experts here, H 2560, I 640) and a DeepSeek V4-like one (H 4096), with a pair
+  // routed nowhere (-1).
+  for (const auto t : {QuantType::kQ4_K, QuantType::kQ6_K, QuantType::kQ2_K, QuantType::kIQ2_XXS,
+                       QuantType::kQ8_0, QuantType::kF4E2M1x2}) {
+    for (const auto& [E, k, H, I] :
+         std::vector<std::array<std::int64_t, 4>>{{32, 10, 2560, 640}, {16, 6, 4096, 384}}) {
+      SCOPED_TRACE(std::string(quant::quant_name(t)) + " experts H " + std::to_string(H));
+      const Weight gu = up(random_quant(t, {E, 2 * I, H}, g));
+      const Weight dn = up(random_quant(t, {E, H, I}, g));
+      auto [experts, weights] = routing(1, E, k, g);
+      experts.data_as<std::int32_t>()[k - 1] = -1;
+      const Tensor x = random_x({1, H}, g).to(be_->memory());
+      const Tensor ids = experts.to(be_->memory()), wts = weights.to(be_->memory());
+      Tensor streamed, one_row_a_warp;
+      setenv("FLASHSERVE_CUDA_PACKED_STREAM", "1", 1);
+      be_->moe_experts(x, gu, dn, ids, wts, 7.0f, streamed);
+      unsetenv("FLASHSERVE_CUDA_PACKED_STREAM");
+      be_->moe_experts(x, gu, dn, ids, wts, 7.0f, one_row_a_warp);
+      ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
+      const auto a = streamed.to_host_vector(), b = one_row_a_warp.to_host_vector();
+      ASSERT_EQ(a.size(), static_cast<std::size_t>(H));
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+    }
   }
 }
 

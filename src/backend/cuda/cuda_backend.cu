@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -96,6 +98,21 @@ bool overlapped_launches() {
 
 std::int64_t multiprocessors() {
   return device_facts().multiprocessors;
+}
+
+std::int64_t resident_blocks(const void* kernel, int threads, std::size_t smem) {
+  // Asked at launch time, several times a step: the calculator's answer kept per (kernel, size).
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, std::size_t>, std::int64_t> known;
+  const std::lock_guard lock(mutex);
+  const auto key = std::make_pair(kernel, smem);
+  if (auto it = known.find(key); it != known.end()) return it->second;
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess) {
+    (void)cudaGetLastError();
+    n = 1;
+  }
+  return known[key] = std::max(n, 1);
 }
 
 std::size_t shared_memory_limit() {

@@ -121,6 +121,9 @@ bool allow_dynamic_shared() {
   static OncePerDevice once;
   return once.run([] { return raise_dynamic_shared(kernel, kBytes); });
 }
+// The blocks of `threads` threads and `smem` bytes of dynamic shared memory a multiprocessor holds
+// at once for `kernel` (the occupancy calculator, asked once per kernel and size; at least 1).
+std::int64_t resident_blocks(const void* kernel, int threads, std::size_t smem);
 // FLASHSERVE_CUDA_MOE_BLOCK, read once (default on): =0 runs moe_block as its sequence of ops.
 bool moe_block_enabled();
 

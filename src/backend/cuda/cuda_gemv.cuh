@@ -445,6 +445,50 @@ std::size_t packed_staged_x_bytes(std::int64_t chunks, std::size_t cap = kMaxSta
   return bytes <= cap ? bytes : 0;
 }
 
+// One decoded chunk c of a packed row times x, added into acc (kS tokens): the arithmetic every
+// packed GEMV shares, so a row's sum has the same bits in each of them. The factored form
+// (cuda_packed_formats.cuh): a group of 16 weights is a * v (- b). x is staged_x (token stride
+// staged_tw) when kStagedX, else x + s * x_stride.
+template <typename F, int kS, int kG, bool kStagedX>
+__device__ __forceinline__ void packed_chunk_dot(const typename F::Raw& raw, std::int64_t c,
+                                                 const float* x, std::int64_t x_stride,
+                                                 std::int64_t staged_tw, float (&acc)[kS]) {
+  using L = PackedStagedX<F, kG>;
+  float v[F::kChunk], a[F::kChunk / 16], b[F::kChunk / 16];
+  F::factors(raw, v, a, b);
+#pragma unroll
+  for (int run = 0; run < F::kChunk / 32; ++run) {
+    const std::int64_t col = F::column(c, run);
+#pragma unroll
+    for (int s = 0; s < kS; ++s) {
+      float xv[32];
+      if constexpr (kStagedX) {
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          const float4 f = staged_x[s * staged_tw + L::at(c, 8 * run + q)];
+          xv[4 * q] = f.x;
+          xv[4 * q + 1] = f.y;
+          xv[4 * q + 2] = f.z;
+          xv[4 * q + 3] = f.w;
+        }
+      } else {
+        load_x<32>(x + s * x_stride + col, xv);
+      }
+#pragma unroll
+      for (int g = 0; g < 2; ++g) {
+        float dot = 0.0f, sum = 0.0f;
+#pragma unroll
+        for (int q = 16 * g; q < 16 * g + 16; ++q) {
+          dot = fmaf(v[32 * run + q], xv[q], dot);
+          if constexpr (F::kHasMin) sum = __fadd_rn(sum, xv[q]);
+        }
+        acc[s] = fmaf(a[2 * run + g], dot, acc[s]);
+        if constexpr (F::kHasMin) acc[s] = fmaf(-b[2 * run + g], sum, acc[s]);
+      }
+    }
+  }
+}
+
 // rows_dot for a packed format F (cuda_packed_formats.cuh): the same shape of loop, over F's
 // chunks. Each thread first issues the loads of kU chunks of each of its kR rows, then decodes
 // them in registers one chunk at a time and multiplies with x's columns (F::column runs of 32,
@@ -490,43 +534,9 @@ __device__ __forceinline__ void packed_rows_dot(const std::uint8_t* const (&rows
       const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kG;
       if (c >= chunks) break;
 #pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        // The factored form (cuda_packed_formats.cuh): a group of 16 weights is a * v (- b).
-        float v[F::kChunk], a[F::kChunk / 16], b[F::kChunk / 16];
-        F::factors(raw[u][r], v, a, b);
-        const float* x = kSameX ? xs[0] : xs[r];
-#pragma unroll
-        for (int run = 0; run < F::kChunk / 32; ++run) {
-          const std::int64_t col = F::column(c, run);
-#pragma unroll
-          for (int s = 0; s < kS; ++s) {
-            float xv[32];
-            if constexpr (kStagedX) {
-#pragma unroll
-              for (int q = 0; q < 8; ++q) {
-                const float4 f = staged_x[s * staged_tw + L::at(c, 8 * run + q)];
-                xv[4 * q] = f.x;
-                xv[4 * q + 1] = f.y;
-                xv[4 * q + 2] = f.z;
-                xv[4 * q + 3] = f.w;
-              }
-            } else {
-              load_x<32>(x + s * x_stride + col, xv);
-            }
-#pragma unroll
-            for (int g = 0; g < 2; ++g) {
-              float dot = 0.0f, sum = 0.0f;
-#pragma unroll
-              for (int q = 16 * g; q < 16 * g + 16; ++q) {
-                dot = fmaf(v[32 * run + q], xv[q], dot);
-                if constexpr (F::kHasMin) sum = __fadd_rn(sum, xv[q]);
-              }
-              acc[r][s] = fmaf(a[2 * run + g], dot, acc[r][s]);
-              if constexpr (F::kHasMin) acc[r][s] = fmaf(-b[2 * run + g], sum, acc[r][s]);
-            }
-          }
-        }
-      }
+      for (int r = 0; r < kR; ++r)
+        packed_chunk_dot<F, kS, kG, kStagedX>(raw[u][r], c, kSameX ? xs[0] : xs[r], x_stride,
+                                              staged_tw, acc[r]);
     }
   }
 }

@@ -40,6 +40,61 @@ __global__ void __launch_bounds__(kGemvThreads)
   }
 }
 
+// The one-token GEMV of rows that a warp covers in one round (chunks <= 32 * kU), as rows
+// streamed through resident warps: each warp takes rows warp, warp + warps, ... of the grid and
+// issues the next row's loads before it decodes the current one, so a warp's memory round trip
+// overlaps its decoding. packed_gemv_kernel gives every warp one row: its blocks load, wait, then
+// decode in step, wave after wave (ncu, session 23: no warp eligible half the cycles), and each
+// of its 1,280 blocks at 2560 -> 10240 stages all of x. A lane's chunks are lane, lane + 32, ...
+// in that order through packed_chunk_dot, so each row has packed_gemv_kernel's bits
+// (CudaPackedGemv.StreamedRowsEqualOneRowAWarpBitForBit). FLASHSERVE_CUDA_PACKED_STREAM=0: that
+// kernel.
+template <typename F, int kU>
+__global__ void __launch_bounds__(kGemvThreads)
+    packed_gemv_stream_kernel(const float* x, const std::uint8_t* w, std::int64_t row_bytes,
+                              const std::uint8_t* scales, std::int64_t scale_row_bytes, float* y,
+                              std::int64_t in, std::int64_t out) {
+  using L = PackedStagedX<F, kWarp>;
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (kGemvThreads / kWarp);
+  std::int64_t r = blockIdx.x * static_cast<std::int64_t>(kGemvThreads / kWarp) +
+                   static_cast<std::int64_t>(threadIdx.x / kWarp);
+  const std::int64_t chunks = F::chunks(in);
+  typename F::Raw raw[2][kU];
+  const auto load_row = [&](std::int64_t row, typename F::Raw(&dst)[kU]) {
+    const std::uint8_t* wr = w + row * row_bytes;
+    const std::uint8_t* sr = scales != nullptr ? scales + row * scale_row_bytes : nullptr;
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const std::int64_t c = lane + static_cast<std::int64_t>(u) * kWarp;
+      dst[u] = row < out && c < chunks ? F::load(wr, sr, c) : typename F::Raw{};
+    }
+  };
+  // The first row's weights before the wait (no kernel writes them), x after it.
+  load_row(r, raw[0]);
+  wait_for_inputs();
+  release_dependents();
+  stage_packed_x<F, kWarp, 1>(x, 0, chunks);
+  const std::int64_t staged_tw = L::token_words(chunks);
+  // Two buffers, unrolled by two so that each is a fixed register set.
+  for (; r < out; r += 2 * warps) {
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      const std::int64_t row = r + b * warps;
+      if (row >= out) break;
+      load_row(row + warps, raw[1 - b]);
+      float acc[1] = {0.0f};
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const std::int64_t c = lane + static_cast<std::int64_t>(u) * kWarp;
+        if (c < chunks) packed_chunk_dot<F, 1, kWarp, true>(raw[b][u], c, x, 0, staged_tw, acc);
+      }
+      const float v = group_sum<kWarp>(acc[0]);
+      if (lane == 0) y[row] = v;
+    }
+  }
+}
+
 // Rows [r0, r0 + n) of a packed matrix dequantised to f32 [n, in]: a thread per chunk.
 template <typename F>
 __global__ void packed_dequantize_kernel(const std::uint8_t* w, std::int64_t row_bytes,
@@ -81,10 +136,35 @@ void launch_packed_gemv(const float* x, const Weight& w, packed::SideData side, 
     launch_overlapped(kernel, grid_for(out * kG, kGemvThreads), kGemvThreads, smem, stream, x,
                       w.data, row_bytes, side.base, side.row_bytes, y, in, out);
   };
-  if (packed::short_rows(F::chunks(in)))
+  const auto chunks = F::chunks(in);
+  if (packed::short_rows(chunks)) {
     launch(std::integral_constant<int, 8>{});
-  else
-    launch(std::integral_constant<int, kWarp>{});
+    return;
+  }
+  // One token, rows a warp covers in at most kU = 4 rounds of 32 chunks, x staged: the streamed
+  // rows, a grid of the blocks the multiprocessors hold at once.
+  const auto smem = packed_staged_x_bytes<F, kWarp, 1>(chunks);
+  const int rounds = static_cast<int>((chunks + kWarp - 1) / kWarp);
+  if (kS == 1 && smem != 0 && rounds <= 4 && packed::stream_rows_enabled()) {
+    // Taken where a multiprocessor holds kStreamMinBlocks of the kernel (its registers grow with
+    // kU and the format's decoding: Q6_K's two rounds take 240), else one row a warp.
+    const auto stream_launch = [&](auto kernel) {
+      const auto resident =
+          resident_blocks(reinterpret_cast<const void*>(kernel), kGemvThreads, smem);
+      if (resident < packed::kStreamMinBlocks) return false;
+      const auto grid = std::min<std::int64_t>(
+          resident * multiprocessors(), (out + kGemvThreads / kWarp - 1) / (kGemvThreads / kWarp));
+      launch_overlapped(kernel, static_cast<unsigned>(grid), kGemvThreads, smem, stream, x, w.data,
+                        row_bytes, side.base, side.row_bytes, y, in, out);
+      return true;
+    };
+    const bool streamed = rounds == 1   ? stream_launch(packed_gemv_stream_kernel<F, 1>)
+                          : rounds == 2 ? stream_launch(packed_gemv_stream_kernel<F, 2>)
+                          : rounds == 3 ? stream_launch(packed_gemv_stream_kernel<F, 3>)
+                                        : stream_launch(packed_gemv_stream_kernel<F, 4>);
+    if (streamed) return;
+  }
+  launch(std::integral_constant<int, kWarp>{});
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // GEMV core. Per (token, expert) pair, kG lanes per output row decode the routed expert's rows
 // in registers (only routed experts' bytes are read), then the combine pass adds the pairs in
 // the CPU reference's order. gate_up and down may be packed in different formats.
+#include <algorithm>
 #include <string>
 
 #include "backend/cuda/cuda_backend.h"
@@ -39,6 +40,63 @@ __global__ void __launch_bounds__(kPackedMoeThreads)
                                                                  F::chunks(H), lane, acc);
   const float g = group_sum<kG>(acc[0][0]), u = group_sum<kG>(acc[1][0]);
   if (lane == 0 && r < I) act[p * I + r] = live ? clamped_swiglu(g, u, limit) : 0.0f;
+}
+
+// One token's act as moe_gate_up_packed_kernel computes it, with its (pair, row) items streamed
+// through resident warps: item i = (p, r) = (i / I, i % I), a warp takes items warp, warp +
+// warps, ... and walks their rows gate, up, gate, up, ..., issuing each row's loads before it
+// decodes the row before it (packed_gemv_stream_kernel's form, one row in flight: a gate and an up
+// row both in flight took 236 registers in Q4_K). x is staged once a block. The same lanes,
+// chunks and packed_chunk_dot as kG = 32 there, so the same bits
+// (QuantOps.StreamedPackedRowsGiveTheOneRowAWarpBits). Rows of at most kU rounds of a warp's
+// chunks.
+template <typename F, int kU>
+__global__ void __launch_bounds__(kPackedMoeThreads)
+    moe_gate_up_packed_stream_kernel(const float* x, packed::Rows gu, const std::int32_t* experts,
+                                     std::int64_t P, std::int64_t E, std::int64_t H, std::int64_t I,
+                                     float limit, float* act) {
+  wait_for_inputs();  // the ids and x are the kernels' before (launched overlapped)
+  release_dependents();
+  using L = PackedStagedX<F, kWarp>;
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (kPackedMoeThreads / kWarp);
+  const std::int64_t items = P * I, chunks = F::chunks(H);
+  std::int64_t i = blockIdx.x * static_cast<std::int64_t>(kPackedMoeThreads / kWarp) +
+                   static_cast<std::int64_t>(threadIdx.x / kWarp);
+  typename F::Raw raw[2][kU];  // [gate, up][round]
+  // Row h (0 gate, 1 up) of item `item`: nothing loaded past the last item or for a pair routed
+  // nowhere.
+  const auto load_row = [&](std::int64_t item, int h, typename F::Raw(&dst)[kU]) {
+    const std::int64_t e = item < items ? experts[item / I] : -1, r = item % I + h * I;
+    const bool live = e >= 0 && e < E;
+    const std::uint8_t* row = live ? gu.row(e, r) : nullptr;
+    const std::uint8_t* side = live ? gu.side_row(e, r) : nullptr;
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const std::int64_t c = lane + static_cast<std::int64_t>(u) * kWarp;
+      dst[u] = row != nullptr && c < chunks ? F::load(row, side, c) : typename F::Raw{};
+    }
+  };
+  const auto dot = [&](const typename F::Raw(&src)[kU], std::int64_t staged_tw) {
+    float acc[1] = {0.0f};
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const std::int64_t c = lane + static_cast<std::int64_t>(u) * kWarp;
+      if (c < chunks) packed_chunk_dot<F, 1, kWarp, true>(src[u], c, x, 0, staged_tw, acc);
+    }
+    return group_sum<kWarp>(acc[0]);
+  };
+  load_row(i, 0, raw[0]);
+  stage_packed_x<F, kWarp, 1>(x, 0, chunks);
+  const std::int64_t staged_tw = L::token_words(chunks);
+  for (; i < items; i += warps) {
+    load_row(i, 1, raw[1]);
+    const float g = dot(raw[0], staged_tw);
+    load_row(i + warps, 0, raw[0]);
+    const float u = dot(raw[1], staged_tw);
+    const std::int64_t e = experts[i / I];
+    if (lane == 0) act[i] = e >= 0 && e < E ? clamped_swiglu(g, u, limit) : 0.0f;
+  }
 }
 
 // out[p, c] = down[e] row c · act[p]; kG lanes per c (kStaged: act in shared memory).
@@ -133,6 +191,30 @@ void CudaBackend::moe_experts_packed(const Tensor& x, const Weight& gate_up, con
   if (walking()) return;
   packed::with_format(gate_up, [&](auto f) {
     using F = decltype(f);
+    const auto chunks = F::chunks(H);
+    const auto staged = packed_staged_x_bytes<F, kWarp, 1>(chunks);
+    const int rounds = static_cast<int>((chunks + kWarp - 1) / kWarp);
+    if (S == 1 && !packed::short_rows(chunks) && staged != 0 && rounds <= 3 &&
+        packed::stream_rows_enabled()) {
+      // One token: the (pair, row) items streamed through resident warps.
+      const auto stream_launch = [&](auto kernel) {
+        const auto resident =
+            resident_blocks(reinterpret_cast<const void*>(kernel), kPackedMoeThreads, staged);
+        if (resident < packed::kStreamMinBlocks) return false;
+        const auto grid = std::min<std::int64_t>(
+            resident * multiprocessors(),
+            (P * I + kPackedMoeThreads / kWarp - 1) / (kPackedMoeThreads / kWarp));
+        launch_overlapped(kernel, static_cast<unsigned>(std::max<std::int64_t>(grid, 1)),
+                          kPackedMoeThreads, staged, stream(), x.data(),
+                          packed::rows_of(gate_up, codebook), ids, P, E, H, I, swiglu_limit,
+                          act.data());
+        return true;
+      };
+      if (rounds == 1   ? stream_launch(moe_gate_up_packed_stream_kernel<F, 1>)
+          : rounds == 2 ? stream_launch(moe_gate_up_packed_stream_kernel<F, 2>)
+                        : stream_launch(moe_gate_up_packed_stream_kernel<F, 3>))
+        return;
+    }
     by_lanes<F>(H, [&](auto lanes) {
       constexpr int kG = decltype(lanes)::value;
       const dim3 grid(static_cast<unsigned>(P), grid_for(I * kG, kPackedMoeThreads));

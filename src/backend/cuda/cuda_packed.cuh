@@ -93,4 +93,14 @@ inline bool short_rows(std::int64_t chunks) {
   return chunks < (wide ? kWarp : 4 * kWarp);
 }
 
+// One-token GEMVs of rows a warp covers in at most four rounds as rows streamed through resident
+// warps (packed_gemv_stream_kernel, session 32): FLASHSERVE_CUDA_PACKED_STREAM=1 until measured on
+// a device; off, every warp takes one row (packed_gemv_kernel). The same bits either way.
+inline bool stream_rows_enabled() {
+  return env_flag("FLASHSERVE_CUDA_PACKED_STREAM");
+}
+// Blocks of 256 a multiprocessor must hold for the streamed rows (16 warps: fewer hide too little
+// of each row's round trip); a kernel whose registers allow fewer is not streamed.
+inline constexpr std::int64_t kStreamMinBlocks = 2;
+
 }  // namespace fs::cuda::packed
