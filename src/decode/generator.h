@@ -76,8 +76,8 @@ struct TokenLogprobs {
 // backend). Repetition, presence and frequency penalties are applied on the backend, to a copy of
 // the rows (Backend::penalise_entries, the host's entries), and logprobs are scored there: the
 // row's top, its softmax denominator and the token's logit come back (row_scores_on_backend),
-// the host path's values (bit for bit on the CPU backend). Under kAuto a turn with logprobs
-// stays on the host unless FLASHSERVE_DEVICE_LOGPROBS=1 (not yet run on a GPU).
+// the host path's values (bit for bit on the CPU backend, to 1e-9 on a GPU). Under kAuto
+// FLASHSERVE_DEVICE_LOGPROBS=0 keeps a turn with logprobs on the host.
 enum class PickOn {
   kAuto,     // on the backend for device backends, unless FLASHSERVE_DEVICE_SAMPLING=0
   kBackend,  // on the backend whenever eligible (also the CPU backend: how tests reach it)

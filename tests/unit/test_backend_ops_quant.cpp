@@ -513,8 +513,9 @@ TEST_P(QuantOps, PackedDecodeTokensGetTheirOneTokenBits) {
 // 32-weight formats (six rounds: the one-row kernel either way).
 TEST_P(QuantOps, StreamedPackedRowsGiveTheOneRowAWarpBits) {
   if (GetParam() != "cuda") GTEST_SKIP() << "a property of the CUDA kernels";
-  if (std::getenv("FLASHSERVE_CUDA_PACKED_STREAM") != nullptr)
-    GTEST_SKIP() << "FLASHSERVE_CUDA_PACKED_STREAM is set";
+  if (std::getenv("FLASHSERVE_CUDA_PACKED_STREAM") != nullptr ||
+      std::getenv("FLASHSERVE_CUDA_FP8_EXPERT_STREAM") != nullptr)
+    GTEST_SKIP() << "a streaming switch is set";
   std::mt19937 g(39);
   for (const auto t : kDeviceTypes) {
     if (t == QuantType::kF8E4M3) continue;
@@ -537,22 +538,29 @@ TEST_P(QuantOps, StreamedPackedRowsGiveTheOneRowAWarpBits) {
   }
   // The routed experts' gate/up of one token (the streamed (pair, row) items): Qwen 3.8's shape
   // (10 of 32 experts here, H 2560, I 640) and a DeepSeek V4-like one (H 4096), with a pair
-  // routed nowhere (-1).
+  // routed nowhere (-1); FP8 E4M3 experts too (their own kernel).
   for (const auto t : {QuantType::kQ4_K, QuantType::kQ6_K, QuantType::kQ2_K, QuantType::kIQ2_XXS,
-                       QuantType::kQ8_0, QuantType::kF4E2M1x2}) {
+                       QuantType::kQ8_0, QuantType::kF4E2M1x2, QuantType::kF8E4M3}) {
     for (const auto& [E, k, H, I] :
          std::vector<std::array<std::int64_t, 4>>{{32, 10, 2560, 640}, {16, 6, 4096, 384}}) {
       SCOPED_TRACE(std::string(quant::quant_name(t)) + " experts H " + std::to_string(H));
+      const bool fp8 = t == QuantType::kF8E4M3;
+      // The down in Q8_0 where its rows are not whole blocks of t (640 of a K-quant's 256).
+      const bool whole = fp8 || t == QuantType::kF4E2M1x2 || t == QuantType::kQ8_0 || I % 256 == 0;
       const Weight gu = up(random_quant(t, {E, 2 * I, H}, g));
-      const Weight dn = up(random_quant(t, {E, H, I}, g));
+      const Weight dn = up(random_quant(whole ? t : QuantType::kQ8_0, {E, H, I}, g));
       auto [experts, weights] = routing(1, E, k, g);
-      experts.data_as<std::int32_t>()[k - 1] = -1;
+      // FP8 E4M3 experts take the FP8 kernels (FLASHSERVE_CUDA_FP8_EXPERT_STREAM), which skip a
+      // pair routed nowhere as a whole block; the packed ones zero it.
+      if (!fp8) experts.data_as<std::int32_t>()[k - 1] = -1;
+      const char* flag =
+          fp8 ? "FLASHSERVE_CUDA_FP8_EXPERT_STREAM" : "FLASHSERVE_CUDA_PACKED_STREAM";
       const Tensor x = random_x({1, H}, g).to(be_->memory());
       const Tensor ids = experts.to(be_->memory()), wts = weights.to(be_->memory());
       Tensor streamed, one_row_a_warp;
-      setenv("FLASHSERVE_CUDA_PACKED_STREAM", "1", 1);
+      setenv(flag, "1", 1);
       be_->moe_experts(x, gu, dn, ids, wts, 7.0f, streamed);
-      unsetenv("FLASHSERVE_CUDA_PACKED_STREAM");
+      unsetenv(flag);
       be_->moe_experts(x, gu, dn, ids, wts, 7.0f, one_row_a_warp);
       ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
       const auto a = streamed.to_host_vector(), b = one_row_a_warp.to_host_vector();

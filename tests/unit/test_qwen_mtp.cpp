@@ -292,13 +292,13 @@ TEST_F(EmbeddedModel, GreedyPicksOnTheBackendEqualTheHostPicks) {
   opt.sampler.presence_penalty = 0;
   opt.on_logprobs = [](const TokenLogprobs&) {};
   EXPECT_TRUE(picks_on_backend(*model_, opt));
-  // By default a device backend scores a turn with logprobs on the host until the device path
-  // has run on a GPU; FLASHSERVE_DEVICE_LOGPROBS=1 asks for the device (the CPU backend: host).
+  // Under kAuto a device backend scores a turn with logprobs on the device (the CPU backend: on
+  // the host); FLASHSERVE_DEVICE_LOGPROBS=0 keeps it on the host.
   opt.pick_on = PickOn::kAuto;
   unsetenv("FLASHSERVE_DEVICE_LOGPROBS");
-  EXPECT_FALSE(picks_on_backend(*model_, opt));
-  setenv("FLASHSERVE_DEVICE_LOGPROBS", "1", 1);
   EXPECT_EQ(picks_on_backend(*model_, opt), model_->info().backend != "cpu");
+  setenv("FLASHSERVE_DEVICE_LOGPROBS", "0", 1);
+  EXPECT_FALSE(picks_on_backend(*model_, opt));
   unsetenv("FLASHSERVE_DEVICE_LOGPROBS");
 }
 

@@ -131,6 +131,81 @@ __global__ void __launch_bounds__(kGateUpThreads, kMinBlocks)
   }
 }
 
+// One token's routed gate/up on FP8 E4M3 experts (128x128 block scales), as
+// moe_gate_up_fused_kernel<e4m3_bits, true, 1, true> computes it, with its (pair, row) items
+// streamed through resident warps: item i = (p, r) = (i / I, i % I); a warp takes items warp,
+// warp + warps, ... and walks their rows gate, up, gate, up, ..., issuing each row's loads (kU
+// chunks a lane and their scales) before it sums the row before it; x staged once a block. That
+// kernel's 800 blocks at Qwen 3.8's shapes (10 pairs x 80) are two rounds and a few blocks of the
+// 396 a device holds, each block's loads issued only once its ids are read. Each row's sum is
+// rows_dot's (the lanes, chunks and order of the deferred-scale form), so the same bits
+// (QuantOps.StreamedPackedRowsGiveTheOneRowAWarpBits). FLASHSERVE_CUDA_FP8_EXPERT_STREAM=1 until
+// measured.
+constexpr int kFp8StreamLoads = 5;  // chunks a lane: a 2560-wide row in one round
+__global__ void __launch_bounds__(kGateUpThreads)
+    moe_gate_up_fp8_stream_kernel(const float* x, const e4m3_bits* gate_up, const float* scales,
+                                  const std::int32_t* ids, std::int64_t P, std::int64_t E,
+                                  std::int64_t H, std::int64_t I, float limit, float* act) {
+  wait_for_inputs();  // the ids and x are the kernels' before
+  release_dependents();
+  using C = WeightChunk<e4m3_bits, true>;
+  constexpr int kN = C::kN, kU = kFp8StreamLoads;
+  using Staged = StagedX<kN, kWarp>;
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (kGateUpThreads / kWarp);
+  const std::int64_t items = P * I, chunks = H / kN;
+  const ExpertGrid grid{2 * I, H};
+  std::int64_t i = blockIdx.x * static_cast<std::int64_t>(kGateUpThreads / kWarp) +
+                   static_cast<std::int64_t>(threadIdx.x / kWarp);
+  C::Raw raw[2][kU];
+  float scale[2][kU];
+  // Row h (0 gate, 1 up) of item `item` into buffer b: nothing past the last item or for a pair
+  // routed nowhere.
+  const auto load_row = [&](std::int64_t item, int h, int b) {
+    const std::int64_t e = item < items ? ids[item / I] : -1, r = item % I + h * I;
+    const bool live = e >= 0 && e < E;
+    const e4m3_bits* row = live ? gate_up + (e * 2 * I + r) * H : gate_up;
+    const float* scale_row = live ? grid.row(scales, e, r) : nullptr;
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const std::int64_t c = lane + static_cast<std::int64_t>(u) * kWarp;
+      const bool ok = live && c < chunks;
+      raw[b][u] = ok ? C::load(row + c * kN) : C::Raw{};
+      scale[b][u] = ok ? __ldg(scale_row + c * kN / kFp8Block) * C::kScaleFactor : 0.0f;
+    }
+  };
+  const auto dot = [&](int b) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const std::int64_t c = lane + static_cast<std::int64_t>(u) * kWarp;
+      if (c >= chunks) break;
+      float d = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kN / 4; ++w) {
+        float w4[4];
+        C::widen_word(raw[b][u], w, w4);
+        const float4 v = staged_x[Staged::at(c, w)];
+        const float xv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int q = 0; q < 4; ++q) d = fmaf(w4[q], xv[q], d);
+      }
+      acc = fmaf(d, scale[b][u], acc);
+    }
+    return group_sum<kWarp>(acc);
+  };
+  load_row(i, 0, 0);
+  stage_x<kN, kWarp, 1>(x, H, chunks);
+  for (; i < items; i += warps) {
+    load_row(i, 1, 1);
+    const float g = dot(0);
+    load_row(i + warps, 0, 0);
+    const float u = dot(1);
+    const std::int64_t e = ids[i / I];
+    if (lane == 0 && e >= 0 && e < E) act[i] = clamped_swiglu(g, u, limit);
+  }
+}
+
 // Down, one (column tile, slot) per block, all tiles of all slots at once: a group of kLanes
 // lanes per kRows output columns c of slot u (kU of its chunks in flight per lane) writes
 // part[u, s, c] = down[e_u] row c · act[u, s]. The walk over the experts in a column's own loop
@@ -469,6 +544,28 @@ bool CudaBackend::moe_token_parts(const char* op, const Tensor& x, const Weight&
   constexpr int kS = 1;
   with_dtype(gate_up, [&](auto t) {
     using T = std::remove_cvref_t<decltype(t)>;
+    if constexpr (std::is_same_v<T, e4m3_bits>) {
+      // One token's FP8 experts, rows of one round, x staged: the streamed items where a
+      // multiprocessor holds two blocks of them.
+      const auto chunks = H / WeightChunk<T, true>::kN;
+      const auto smem = vec_ok<T>(x.data(), gate_up.data, H)
+                            ? staged_x_launch_bytes<T, true, kWarp, kS>(chunks)
+                            : std::size_t{0};
+      const auto kernel = moe_gate_up_fp8_stream_kernel;
+      const auto resident =
+          smem != 0 ? resident_blocks(reinterpret_cast<const void*>(kernel), kGateUpThreads, smem)
+                    : 0;
+      if (P == per_token && chunks <= std::int64_t{kWarp} * kFp8StreamLoads && resident >= 2 &&
+          env_flag("FLASHSERVE_CUDA_FP8_EXPERT_STREAM")) {
+        const auto blocks =
+            std::min<std::int64_t>(resident * multiprocessors(),
+                                   (P * I + kGateUpThreads / kWarp - 1) / (kGateUpThreads / kWarp));
+        launch_overlapped(kernel, static_cast<unsigned>(blocks), kGateUpThreads, smem, stream(),
+                          x.data(), as<T>(gate_up), scales_of(gate_up), ids, P, E, H, I,
+                          swiglu_limit, act.data());
+        return;
+      }
+    }
     const dim3 grid(grid_for(I * kWarp, kGateUpThreads), static_cast<unsigned>(P));
     const bool vec = vec_ok<T>(x.data(), gate_up.data, H);
     auto kernel =
