@@ -505,8 +505,8 @@ TEST_P(QuantOps, PackedDecodeTokensGetTheirOneTokenBits) {
   }
 }
 
-// The one-token packed GEMV with its rows streamed through resident warps
-// (FLASHSERVE_CUDA_PACKED_STREAM=1: the next row's loads before the current row's decoding) gives
+// The one-token packed GEMV with its rows streamed through resident warps (the default since
+// session 32: the next row's loads before the current row's decoding) gives
 // every row the bits of the kernel that takes one row a warp, so a decode step and an MTP verify
 // (whose 2-4 tokens take that kernel's sums, the test above) still agree. Rows of 1-4 rounds of a
 // warp's chunks (2,560 to 8,192 wide), row counts off the grid's warps, and 6,144 columns of the
@@ -528,8 +528,9 @@ TEST_P(QuantOps, StreamedPackedRowsGiveTheOneRowAWarpBits) {
       Tensor streamed, one_row_a_warp;
       setenv("FLASHSERVE_CUDA_PACKED_STREAM", "1", 1);
       be_->linear(x, wd, streamed);
-      unsetenv("FLASHSERVE_CUDA_PACKED_STREAM");
+      setenv("FLASHSERVE_CUDA_PACKED_STREAM", "0", 1);
       be_->linear(x, wd, one_row_a_warp);
+      unsetenv("FLASHSERVE_CUDA_PACKED_STREAM");
       ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
       const auto a = streamed.to_host_vector(), b = one_row_a_warp.to_host_vector();
       ASSERT_EQ(a.size(), static_cast<std::size_t>(out));
@@ -560,8 +561,9 @@ TEST_P(QuantOps, StreamedPackedRowsGiveTheOneRowAWarpBits) {
       Tensor streamed, one_row_a_warp;
       setenv(flag, "1", 1);
       be_->moe_experts(x, gu, dn, ids, wts, 7.0f, streamed);
-      unsetenv(flag);
+      setenv(flag, "0", 1);
       be_->moe_experts(x, gu, dn, ids, wts, 7.0f, one_row_a_warp);
+      unsetenv(flag);
       ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
       const auto a = streamed.to_host_vector(), b = one_row_a_warp.to_host_vector();
       ASSERT_EQ(a.size(), static_cast<std::size_t>(H));

@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(kGemvThreads)
 // decode in step, wave after wave (ncu, session 23: no warp eligible half the cycles), and each
 // of its 1,280 blocks at 2560 -> 10240 stages all of x. A lane's chunks are lane, lane + 32, ...
 // in that order through packed_chunk_dot, so each row has packed_gemv_kernel's bits
-// (CudaPackedGemv.StreamedRowsEqualOneRowAWarpBitForBit). FLASHSERVE_CUDA_PACKED_STREAM=0: that
+// (QuantOps.StreamedPackedRowsGiveTheOneRowAWarpBits). FLASHSERVE_CUDA_PACKED_STREAM=0: that
 // kernel.
 template <typename F, int kU>
 __global__ void __launch_bounds__(kGemvThreads)

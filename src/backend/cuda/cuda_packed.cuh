@@ -93,11 +93,13 @@ inline bool short_rows(std::int64_t chunks) {
   return chunks < (wide ? kWarp : 4 * kWarp);
 }
 
-// One-token GEMVs of rows a warp covers in at most four rounds as rows streamed through resident
-// warps (packed_gemv_stream_kernel, session 32): FLASHSERVE_CUDA_PACKED_STREAM=1 until measured on
-// a device; off, every warp takes one row (packed_gemv_kernel). The same bits either way.
+// One-token GEMVs of rows a warp covers in at most four rounds, and one token's routed gate/up,
+// as rows streamed through resident warps (packed_gemv_stream_kernel,
+// moe_gate_up_packed_stream_kernel; session 32, docs/GPU.md step 21).
+// FLASHSERVE_CUDA_PACKED_STREAM=0: every warp takes one row (packed_gemv_kernel,
+// moe_gate_up_packed_kernel). The same bits either way.
 inline bool stream_rows_enabled() {
-  return env_flag("FLASHSERVE_CUDA_PACKED_STREAM");
+  return env_flag_default_on("FLASHSERVE_CUDA_PACKED_STREAM");
 }
 // Blocks of 256 a multiprocessor must hold for the streamed rows (16 warps: fewer hide too little
 // of each row's round trip); a kernel whose registers allow fewer is not streamed.

@@ -20,7 +20,10 @@
 //   runs a one-token FP8 MoE block's routed down and its shared down + combine as two kernels
 //   (before session 22); FLASHSERVE_CUDA_GDN_UNFUSED=1 runs gated_delta_net_in_proj_conv and
 //   gated_delta_net_core as their default bodies (in_proj, conv1d, silu; slices, l2 norms, the
-//   recurrence, the gated norm: more kernels than the path before session 26). All the same bits.
+//   recurrence, the gated norm: more kernels than the path before session 26);
+//   FLASHSERVE_CUDA_PACKED_STREAM=0 and FLASHSERVE_CUDA_FP8_EXPERT_STREAM=0 give one token's packed
+//   GEMVs and packed / FP8 routed gate/up one row a warp again (before session 32's rows streamed
+//   through resident warps). All the same bits.
 // Prefill (more than 4 tokens; not the same bits, each within the op tests' bounds of the CPU):
 //   FLASHSERVE_CUDA_MOE_PAIRS=1 also keeps prefill's routed experts off the grouped tensor-core
 //   products (cuda_grouped_gemm.h) of session 21; FLASHSERVE_CUDA_PREFILL_SGEMM=1 keeps dense
