@@ -138,7 +138,9 @@ __global__ void __launch_bounds__(kGateUpThreads, kMinBlocks)
 // chunks a lane and their scales) before it sums the row before it; x staged once a block. That
 // kernel's 800 blocks at Qwen 3.8's shapes (10 pairs x 80) are two rounds and a few blocks of the
 // 396 a device holds, each block's loads issued only once its ids are read. Each row's sum is
-// rows_dot's (the lanes, chunks and order of the deferred-scale form), so the same bits
+// rows_dot's (the lanes, chunks and order of the deferred-scale form, written out again here:
+// rows_dot interleaves its rows to share x's loads, and that schedule is the decode step's
+// hot path; a change to either must keep the other's bits), so the same bits
 // (QuantOps.StreamedPackedRowsGiveTheOneRowAWarpBits). FLASHSERVE_CUDA_FP8_EXPERT_STREAM=0: that
 // kernel (session 32: the streamed form 2.7% faster, the FP8 step 1.3-1.6%).
 constexpr int kFp8StreamLoads = 5;  // chunks a lane: a 2560-wide row in one round
