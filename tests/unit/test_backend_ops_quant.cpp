@@ -513,28 +513,46 @@ TEST_P(QuantOps, PackedDecodeTokensGetTheirOneTokenBits) {
 // 32-weight formats (six rounds: the one-row kernel either way).
 TEST_P(QuantOps, StreamedPackedRowsGiveTheOneRowAWarpBits) {
   if (GetParam() != "cuda") GTEST_SKIP() << "a property of the CUDA kernels";
-  if (std::getenv("FLASHSERVE_CUDA_PACKED_STREAM") != nullptr ||
-      std::getenv("FLASHSERVE_CUDA_FP8_EXPERT_STREAM") != nullptr)
-    GTEST_SKIP() << "a streaming switch is set";
+  for (const char* v : {"FLASHSERVE_CUDA_PACKED_STREAM", "FLASHSERVE_CUDA_FP8_EXPERT_STREAM",
+                        "FLASHSERVE_CUDA_PACKED_TAIL", "FLASHSERVE_CUDA_PACKED_TAIL_ROWS"})
+    if (std::getenv(v) != nullptr) GTEST_SKIP() << "a streaming switch is set: " << v;
   std::mt19937 g(39);
+  // The streamed forms against one row a warp: rows streamed one at a time (PACKED_TAIL=0), and
+  // where a row is one round and a quarter (2,560 columns of a 64-weight format, 1,280 of a
+  // 32-weight one) two or three rows sharing their last round, with row counts that leave a
+  // short last group.
+  const std::vector<std::array<const char*, 2>> forms = {{"FLASHSERVE_CUDA_PACKED_TAIL", "0"},
+                                                         {"FLASHSERVE_CUDA_PACKED_TAIL_ROWS", "2"},
+                                                         {"FLASHSERVE_CUDA_PACKED_TAIL_ROWS", "3"}};
   for (const auto t : kDeviceTypes) {
     if (t == QuantType::kF8E4M3) continue;
-    for (const auto& [in, out] : std::vector<std::array<std::int64_t, 2>>{
-             {2560, 10240}, {4096, 300}, {6144, 2560}, {8192, 77}, {2048, 4099}}) {
-      SCOPED_TRACE(std::string(quant::quant_name(t)) + " in " + std::to_string(in) + " out " +
-                   std::to_string(out));
+    for (const auto& [in, out] : std::vector<std::array<std::int64_t, 2>>{{2560, 10240},
+                                                                          {2560, 301},
+                                                                          {1280, 77},
+                                                                          {4096, 300},
+                                                                          {6144, 2560},
+                                                                          {8192, 77},
+                                                                          {2048, 4099}}) {
       const Weight wd = up(random_quant(t, {out, in}, g));
       const Tensor x = random_x({1, in}, g).to(be_->memory());
-      Tensor streamed, one_row_a_warp;
-      setenv("FLASHSERVE_CUDA_PACKED_STREAM", "1", 1);
-      be_->linear(x, wd, streamed);
+      Tensor one_row_a_warp;
       setenv("FLASHSERVE_CUDA_PACKED_STREAM", "0", 1);
       be_->linear(x, wd, one_row_a_warp);
       unsetenv("FLASHSERVE_CUDA_PACKED_STREAM");
-      ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
-      const auto a = streamed.to_host_vector(), b = one_row_a_warp.to_host_vector();
-      ASSERT_EQ(a.size(), static_cast<std::size_t>(out));
-      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+      const auto b = one_row_a_warp.to_host_vector();
+      for (const auto& [var, value] : forms) {
+        SCOPED_TRACE(std::string(quant::quant_name(t)) + " in " + std::to_string(in) + " out " +
+                     std::to_string(out) + " " + var + "=" + value);
+        Tensor streamed;
+        setenv(var, value, 1);
+        be_->linear(x, wd, streamed);
+        unsetenv(var);
+        ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
+        const auto a = streamed.to_host_vector();
+        ASSERT_EQ(a.size(), static_cast<std::size_t>(out));
+        ASSERT_EQ(b.size(), a.size());
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+      }
     }
   }
   // The routed experts' gate/up of one token (the streamed (pair, row) items): Qwen 3.8's shape
@@ -558,16 +576,27 @@ TEST_P(QuantOps, StreamedPackedRowsGiveTheOneRowAWarpBits) {
           fp8 ? "FLASHSERVE_CUDA_FP8_EXPERT_STREAM" : "FLASHSERVE_CUDA_PACKED_STREAM";
       const Tensor x = random_x({1, H}, g).to(be_->memory());
       const Tensor ids = experts.to(be_->memory()), wts = weights.to(be_->memory());
-      Tensor streamed, one_row_a_warp;
-      setenv(flag, "1", 1);
-      be_->moe_experts(x, gu, dn, ids, wts, 7.0f, streamed);
+      Tensor one_row_a_warp;
       setenv(flag, "0", 1);
       be_->moe_experts(x, gu, dn, ids, wts, 7.0f, one_row_a_warp);
       unsetenv(flag);
-      ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
-      const auto a = streamed.to_host_vector(), b = one_row_a_warp.to_host_vector();
-      ASSERT_EQ(a.size(), static_cast<std::size_t>(H));
-      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+      const auto b = one_row_a_warp.to_host_vector();
+      // Streamed with an item's gate and up rows sharing their last round where they are one
+      // round and a quarter (Q4_K at 2,560), and one row at a time (PACKED_TAIL=0).
+      for (const char* tail : {"1", "0"}) {
+        SCOPED_TRACE(std::string("FLASHSERVE_CUDA_PACKED_TAIL=") + tail);
+        Tensor streamed;
+        setenv(flag, "1", 1);
+        setenv("FLASHSERVE_CUDA_PACKED_TAIL", tail, 1);
+        be_->moe_experts(x, gu, dn, ids, wts, 7.0f, streamed);
+        unsetenv(flag);
+        unsetenv("FLASHSERVE_CUDA_PACKED_TAIL");
+        ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
+        const auto a = streamed.to_host_vector();
+        ASSERT_EQ(a.size(), static_cast<std::size_t>(H));
+        ASSERT_EQ(b.size(), a.size());
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+      }
     }
   }
 }

@@ -115,6 +115,15 @@ std::int64_t resident_blocks(const void* kernel, int threads, std::size_t smem) 
   return known[key] = std::max(n, 1);
 }
 
+unsigned streamed_grid(const void* kernel, int threads, std::size_t smem, std::int64_t units,
+                       std::int64_t min_blocks) {
+  const auto resident = resident_blocks(kernel, threads, smem);
+  if (resident < min_blocks) return 0;
+  const std::int64_t warps = threads / 32;
+  return static_cast<unsigned>(
+      std::clamp<std::int64_t>((units + warps - 1) / warps, 1, resident * multiprocessors()));
+}
+
 std::size_t shared_memory_limit() {
   std::size_t limit = device_facts().shared_limit;
   // Read at every call (they are few: a kernel's first launch, a prefill's tile choice), so a

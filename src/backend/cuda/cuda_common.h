@@ -124,6 +124,12 @@ bool allow_dynamic_shared() {
 // The blocks of `threads` threads and `smem` bytes of dynamic shared memory a multiprocessor holds
 // at once for `kernel` (the occupancy calculator, asked once per kernel and size; at least 1).
 std::int64_t resident_blocks(const void* kernel, int threads, std::size_t smem);
+// The grid of a kernel whose warps walk `units` work units (a row, a group of rows, an item)
+// warp, warp + warps, ... (docs/GPU.md step 21): the blocks the multiprocessors hold at once, or
+// fewer where the units need fewer; 0 where a multiprocessor holds fewer than `min_blocks`
+// (too few warps to hide a unit's round trip: the caller takes its one-unit-a-warp kernel).
+unsigned streamed_grid(const void* kernel, int threads, std::size_t smem, std::int64_t units,
+                       std::int64_t min_blocks);
 // FLASHSERVE_CUDA_MOE_BLOCK, read once (default on): =0 runs moe_block as its sequence of ops.
 bool moe_block_enabled();
 

@@ -95,6 +95,54 @@ __global__ void __launch_bounds__(kGemvThreads)
   }
 }
 
+// The one-token GEMV of rows of 32 * kFull + kTail chunks (Q4_K at 2,560 columns: 40 chunks,
+// kFull 1, kTail 8), streamed like packed_gemv_stream_kernel but kP rows a warp at a time, their
+// last chunks sharing one round (packed::SharedTail: at 2,560, 3 rounds for 2 rows instead of 4,
+// or 4 for 3 instead of 6), with one row a warp's bits (packed::shared_tail_sums;
+// QuantOps.StreamedPackedRowsGiveTheOneRowAWarpBits). Each round's buffer is refilled with the
+// next group's same round as soon as it is decoded, so a group's loads are in flight while the
+// one before it decodes. kP is held where the registers allow two blocks a multiprocessor (ptxas,
+// session 33: Q4_K at kP 2 takes 127 registers, at kP 3 it spills 160 bytes at the bound of two
+// blocks a multiprocessor; packed::shared_tail_rows picks).
+template <typename F, int kFull, int kTail, int kP>
+__global__ void __launch_bounds__(kGemvThreads, packed::kStreamMinBlocks)
+    packed_gemv_tail_kernel(const float* x, const std::uint8_t* w, std::int64_t row_bytes,
+                            const std::uint8_t* scales, std::int64_t scale_row_bytes, float* y,
+                            std::int64_t in, std::int64_t out) {
+  using T = packed::SharedTail<kFull, kTail, kP>;
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (kGemvThreads / kWarp);
+  std::int64_t group = blockIdx.x * static_cast<std::int64_t>(kGemvThreads / kWarp) +
+                       static_cast<std::int64_t>(threadIdx.x / kWarp);
+  const std::int64_t groups = (out + kP - 1) / kP, chunks = F::chunks(in);
+  typename F::Raw raw[T::kRounds];
+  const auto load = [&](std::int64_t g, int q) {
+    const std::int64_t row = g * kP + T::row(q, lane);
+    raw[q] = g < groups && row < out && T::live(q, lane)
+                 ? F::load(w + row * row_bytes,
+                           scales != nullptr ? scales + row * scale_row_bytes : nullptr,
+                           T::chunk(q, lane))
+                 : typename F::Raw{};
+  };
+  // The first group's weights before the wait (no kernel writes them), x after it.
+#pragma unroll
+  for (int q = 0; q < T::kRounds; ++q) load(group, q);
+  wait_for_inputs();
+  release_dependents();
+  stage_packed_x<F, kWarp, 1>(x, 0, chunks);
+  const std::int64_t staged_tw = PackedStagedX<F, kWarp>::token_words(chunks);
+  for (; group < groups; group += warps) {
+    float sums[kP];
+    packed::shared_tail_sums<F, kFull, kTail, kP>(
+        raw, lane, x, staged_tw, [&](int q) { load(group + warps, q); }, sums);
+#pragma unroll
+    for (int j = 0; j < kP; ++j) {
+      const std::int64_t row = group * kP + j;
+      if (lane == 0 && row < out) y[row] = sums[j];
+    }
+  }
+}
+
 // Rows [r0, r0 + n) of a packed matrix dequantised to f32 [n, in]: a thread per chunk.
 template <typename F>
 __global__ void packed_dequantize_kernel(const std::uint8_t* w, std::int64_t row_bytes,
@@ -148,16 +196,26 @@ void launch_packed_gemv(const float* x, const Weight& w, packed::SideData side, 
   if (kS == 1 && smem != 0 && rounds <= 4 && packed::stream_rows_enabled()) {
     // Taken where a multiprocessor holds kStreamMinBlocks of the kernel (its registers grow with
     // kU and the format's decoding: Q6_K's two rounds take 240), else one row a warp.
-    const auto stream_launch = [&](auto kernel) {
-      const auto resident =
-          resident_blocks(reinterpret_cast<const void*>(kernel), kGemvThreads, smem);
-      if (resident < packed::kStreamMinBlocks) return false;
-      const auto grid = std::min<std::int64_t>(
-          resident * multiprocessors(), (out + kGemvThreads / kWarp - 1) / (kGemvThreads / kWarp));
-      launch_overlapped(kernel, static_cast<unsigned>(grid), kGemvThreads, smem, stream, x, w.data,
-                        row_bytes, side.base, side.row_bytes, y, in, out);
+    // `rows_a_warp`: the rows a warp takes at a time.
+    const auto stream_launch = [&](auto kernel, std::int64_t rows_a_warp = 1) {
+      const auto grid =
+          streamed_grid(reinterpret_cast<const void*>(kernel), kGemvThreads, smem,
+                        (out + rows_a_warp - 1) / rows_a_warp, packed::kStreamMinBlocks);
+      if (grid == 0) return false;
+      launch_overlapped(kernel, grid, kGemvThreads, smem, stream, x, w.data, row_bytes, side.base,
+                        side.row_bytes, y, in, out);
       return true;
     };
+    // Rows of one round and a quarter (Q4_K at 2,560 columns): two or three rows a warp share
+    // their last round. Not Q5_K and Q6_K, whose decoding would spill at two blocks a
+    // multiprocessor (their two-round streamed kernel does not fit two either).
+    if constexpr (!std::is_same_v<F, packed::Q5_K> && !std::is_same_v<F, packed::Q6_K>) {
+      if (packed::shared_tail_enabled() && chunks == kWarp + kWarp / 4 &&
+          (packed::shared_tail_rows() == 3
+               ? stream_launch(packed_gemv_tail_kernel<F, 1, kWarp / 4, 3>, 3)
+               : stream_launch(packed_gemv_tail_kernel<F, 1, kWarp / 4, 2>, 2)))
+        return;
+    }
     const bool streamed = rounds == 1   ? stream_launch(packed_gemv_stream_kernel<F, 1>)
                           : rounds == 2 ? stream_launch(packed_gemv_stream_kernel<F, 2>)
                           : rounds == 3 ? stream_launch(packed_gemv_stream_kernel<F, 3>)

@@ -554,17 +554,14 @@ bool CudaBackend::moe_token_parts(const char* op, const Tensor& x, const Weight&
                             ? staged_x_launch_bytes<T, true, kWarp, kS>(chunks)
                             : std::size_t{0};
       const auto kernel = moe_gate_up_fp8_stream_kernel;
-      const auto resident =
-          smem != 0 ? resident_blocks(reinterpret_cast<const void*>(kernel), kGateUpThreads, smem)
-                    : 0;
-      if (P == per_token && chunks <= std::int64_t{kWarp} * kFp8StreamLoads && resident >= 2 &&
-          env_flag_default_on("FLASHSERVE_CUDA_FP8_EXPERT_STREAM")) {
-        const auto blocks =
-            std::min<std::int64_t>(resident * multiprocessors(),
-                                   (P * I + kGateUpThreads / kWarp - 1) / (kGateUpThreads / kWarp));
-        launch_overlapped(kernel, static_cast<unsigned>(blocks), kGateUpThreads, smem, stream(),
-                          x.data(), as<T>(gate_up), scales_of(gate_up), ids, P, E, H, I,
-                          swiglu_limit, act.data());
+      const auto blocks =
+          smem != 0 && P == per_token && chunks <= std::int64_t{kWarp} * kFp8StreamLoads &&
+                  env_flag_default_on("FLASHSERVE_CUDA_FP8_EXPERT_STREAM")
+              ? streamed_grid(reinterpret_cast<const void*>(kernel), kGateUpThreads, smem, P * I, 2)
+              : 0u;
+      if (blocks != 0) {
+        launch_overlapped(kernel, blocks, kGateUpThreads, smem, stream(), x.data(), as<T>(gate_up),
+                          scales_of(gate_up), ids, P, E, H, I, swiglu_limit, act.data());
         return;
       }
     }

@@ -5,6 +5,7 @@
 // the CPU reference's order. gate_up and down may be packed in different formats.
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
@@ -42,6 +43,14 @@ __global__ void __launch_bounds__(kPackedMoeThreads)
   if (lane == 0 && r < I) act[p * I + r] = live ? clamped_swiglu(g, u, limit) : 0.0f;
 }
 
+// IQ2_XXS rows of four rounds (DeepSeek V4's routed gate/up, 4,096 columns) take 135 registers,
+// one block a multiprocessor: held to two (ptxas, session 33). The others keep the compiler's
+// choice (a bound on Q4_K's and Q8_0's four rounds would spill; they stay one row a warp).
+template <typename F, int kU>
+constexpr int stream_min_blocks() {
+  return kU == 4 && std::is_same_v<F, packed::IQ2_XXS> ? 2 : 1;
+}
+
 // One token's act as moe_gate_up_packed_kernel computes it, with its (pair, row) items streamed
 // through resident warps: item i = (p, r) = (i / I, i % I), a warp takes items warp, warp +
 // warps, ... and walks their rows gate, up, gate, up, ..., issuing each row's loads before it
@@ -51,7 +60,7 @@ __global__ void __launch_bounds__(kPackedMoeThreads)
 // (QuantOps.StreamedPackedRowsGiveTheOneRowAWarpBits). Rows of at most kU rounds of a warp's
 // chunks.
 template <typename F, int kU>
-__global__ void __launch_bounds__(kPackedMoeThreads)
+__global__ void __launch_bounds__(kPackedMoeThreads, stream_min_blocks<F, kU>())
     moe_gate_up_packed_stream_kernel(const float* x, packed::Rows gu, const std::int32_t* experts,
                                      std::int64_t P, std::int64_t E, std::int64_t H, std::int64_t I,
                                      float limit, float* act) {
@@ -96,6 +105,46 @@ __global__ void __launch_bounds__(kPackedMoeThreads)
     const float u = dot(raw[1], staged_tw);
     const std::int64_t e = experts[i / I];
     if (lane == 0) act[i] = e >= 0 && e < E ? clamped_swiglu(g, u, limit) : 0.0f;
+  }
+}
+
+// moe_gate_up_packed_stream_kernel for rows of one round and a quarter (Q4_K gate/up at 2,560
+// columns: 40 chunks): an item's gate and up rows share their last round (packed::SharedTail
+// with kP 2, row 0 the gate, row 1 the up), 3 rounds an item instead of 4, and each round's
+// buffer is refilled with the next item's as soon as it is decoded. The bits are one row a
+// warp's (packed::shared_tail_sums; QuantOps.StreamedPackedRowsGiveTheOneRowAWarpBits).
+template <typename F, int kFull, int kTail>
+__global__ void __launch_bounds__(kPackedMoeThreads, packed::kStreamMinBlocks)
+    moe_gate_up_packed_tail_kernel(const float* x, packed::Rows gu, const std::int32_t* experts,
+                                   std::int64_t P, std::int64_t E, std::int64_t H, std::int64_t I,
+                                   float limit, float* act) {
+  using T = packed::SharedTail<kFull, kTail, 2>;
+  wait_for_inputs();  // the ids and x are the kernels' before (launched overlapped)
+  release_dependents();
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (kPackedMoeThreads / kWarp);
+  const std::int64_t items = P * I, chunks = F::chunks(H);
+  std::int64_t i = blockIdx.x * static_cast<std::int64_t>(kPackedMoeThreads / kWarp) +
+                   static_cast<std::int64_t>(threadIdx.x / kWarp);
+  typename F::Raw raw[T::kRounds];
+  // Round q of item `item`: nothing loaded past the last item or for a pair routed nowhere.
+  const auto load = [&](std::int64_t item, int q) {
+    const std::int64_t e = item < items ? experts[item / I] : -1;
+    const std::int64_t r = item % I + T::row(q, lane) * I;
+    raw[q] = e >= 0 && e < E && T::live(q, lane)
+                 ? F::load(gu.row(e, r), gu.side_row(e, r), T::chunk(q, lane))
+                 : typename F::Raw{};
+  };
+#pragma unroll
+  for (int q = 0; q < T::kRounds; ++q) load(i, q);
+  stage_packed_x<F, kWarp, 1>(x, 0, chunks);
+  const std::int64_t staged_tw = PackedStagedX<F, kWarp>::token_words(chunks);
+  for (; i < items; i += warps) {
+    float gu_sums[2];
+    packed::shared_tail_sums<F, kFull, kTail, 2>(
+        raw, lane, x, staged_tw, [&](int q) { load(i + warps, q); }, gu_sums);
+    const std::int64_t e = experts[i / I];
+    if (lane == 0) act[i] = e >= 0 && e < E ? clamped_swiglu(gu_sums[0], gu_sums[1], limit) : 0.0f;
   }
 }
 
@@ -194,25 +243,28 @@ void CudaBackend::moe_experts_packed(const Tensor& x, const Weight& gate_up, con
     const auto chunks = F::chunks(H);
     const auto staged = packed_staged_x_bytes<F, kWarp, 1>(chunks);
     const int rounds = static_cast<int>((chunks + kWarp - 1) / kWarp);
-    if (S == 1 && !packed::short_rows(chunks) && staged != 0 && rounds <= 3 &&
+    if (S == 1 && !packed::short_rows(chunks) && staged != 0 && rounds <= 4 &&
         packed::stream_rows_enabled()) {
       // One token: the (pair, row) items streamed through resident warps.
       const auto stream_launch = [&](auto kernel) {
-        const auto resident =
-            resident_blocks(reinterpret_cast<const void*>(kernel), kPackedMoeThreads, staged);
-        if (resident < packed::kStreamMinBlocks) return false;
-        const auto grid = std::min<std::int64_t>(
-            resident * multiprocessors(),
-            (P * I + kPackedMoeThreads / kWarp - 1) / (kPackedMoeThreads / kWarp));
-        launch_overlapped(kernel, static_cast<unsigned>(std::max<std::int64_t>(grid, 1)),
-                          kPackedMoeThreads, staged, stream(), x.data(),
+        const auto grid = streamed_grid(reinterpret_cast<const void*>(kernel), kPackedMoeThreads,
+                                        staged, P * I, packed::kStreamMinBlocks);
+        if (grid == 0) return false;
+        launch_overlapped(kernel, grid, kPackedMoeThreads, staged, stream(), x.data(),
                           packed::rows_of(gate_up, codebook), ids, P, E, H, I, swiglu_limit,
                           act.data());
         return true;
       };
+      // Rows of one round and a quarter (Q4_K at 2,560): gate and up share their last round.
+      if constexpr (!std::is_same_v<F, packed::Q5_K> && !std::is_same_v<F, packed::Q6_K>) {
+        if (packed::shared_tail_enabled() && chunks == kWarp + kWarp / 4 &&
+            stream_launch(moe_gate_up_packed_tail_kernel<F, 1, kWarp / 4>))
+          return;
+      }
       if (rounds == 1   ? stream_launch(moe_gate_up_packed_stream_kernel<F, 1>)
           : rounds == 2 ? stream_launch(moe_gate_up_packed_stream_kernel<F, 2>)
-                        : stream_launch(moe_gate_up_packed_stream_kernel<F, 3>))
+          : rounds == 3 ? stream_launch(moe_gate_up_packed_stream_kernel<F, 3>)
+                        : stream_launch(moe_gate_up_packed_stream_kernel<F, 4>))
         return;
     }
     by_lanes<F>(H, [&](auto lanes) {

@@ -101,6 +101,74 @@ inline bool short_rows(std::int64_t chunks) {
 inline bool stream_rows_enabled() {
   return env_flag_default_on("FLASHSERVE_CUDA_PACKED_STREAM");
 }
+// One-token GEMVs of rows of 40 chunks (Q4_K, Q5_K and Q6_K at 2,560 columns), whose last round
+// fills a quarter of a warp's lanes, share that round among 2 or 3 rows (packed_gemv_tail_kernel;
+// session 33). FLASHSERVE_CUDA_PACKED_TAIL=0: a row a warp at a time
+// (packed_gemv_stream_kernel). The same bits either way.
+inline bool shared_tail_enabled() {
+  return env_flag_default_on("FLASHSERVE_CUDA_PACKED_TAIL");
+}
+// The rows that share it: 2 (3 rounds for 2 rows instead of 4), or 3 with
+// FLASHSERVE_CUDA_PACKED_TAIL_ROWS=3 (4 rounds for 3 rows, at the cost of a spill in Q4_K).
+inline int shared_tail_rows() {
+  const char* v = std::getenv("FLASHSERVE_CUDA_PACKED_TAIL_ROWS");
+  return v != nullptr && std::atoi(v) == 3 ? 3 : 2;
+}
+// The shared-last-round schedule (session 33) of rows of kFull * 32 + kTail chunks taken kP at a
+// time by one warp: round q < kP * kFull is row q / kFull's chunk lane + 32 (q % kFull) on every
+// lane, and the last round row lane / kTail's chunk kFull * 32 + lane % kTail on the first
+// kP * kTail lanes. A row of one round and a quarter (Q4_K at 2,560 columns) then takes 1.5 rounds
+// at kP 2 instead of 2: one row a warp leaves 24 of 32 lanes idle in its last round.
+template <int kFull, int kTail, int kP>
+struct SharedTail {
+  static_assert(kFull >= 1 && kTail > 0 && kP * kTail <= kWarp);
+  static constexpr int kRounds = kP * kFull + 1;
+  __device__ __forceinline__ static int row(int q, int lane) {
+    return q < kRounds - 1 ? q / kFull : lane / kTail;
+  }
+  __device__ __forceinline__ static std::int64_t chunk(int q, int lane) {
+    return q < kRounds - 1 ? lane + static_cast<std::int64_t>(q % kFull) * kWarp
+                           : static_cast<std::int64_t>(kFull) * kWarp + lane % kTail;
+  }
+  __device__ __forceinline__ static bool live(int q, int lane) {
+    return q < kRounds - 1 || lane < kP * kTail;
+  }
+};
+
+// The kP row sums of one group whose rounds are in raw (SharedTail's order), with x staged
+// (stage_packed_x, kG 32), each round's buffer handed to refill(q) as soon as it is decoded. The
+// bits are one row a warp's (packed_rows_dot, kG 32): lane l's sum of a row is a chain of fused
+// multiply-adds over chunks l, l + 32, ... (packed_chunk_dot), so the chain is carried to the
+// lane that decodes the row's last chunk (a shuffle) and back, and the warp then adds the same 32
+// values in the same tree. The whole warp must call it.
+template <typename F, int kFull, int kTail, int kP, typename Refill>
+__device__ __forceinline__ void shared_tail_sums(
+    const typename F::Raw (&raw)[SharedTail<kFull, kTail, kP>::kRounds], int lane, const float* x,
+    std::int64_t staged_tw, Refill&& refill, float (&sums)[kP]) {
+  using T = SharedTail<kFull, kTail, kP>;
+  constexpr int kLast = T::kRounds - 1;
+  float acc[kP][1] = {};
+#pragma unroll
+  for (int q = 0; q < kLast; ++q) {
+    packed_chunk_dot<F, 1, kWarp, true>(raw[q], T::chunk(q, lane), x, 0, staged_tw, acc[q / kFull]);
+    refill(q);
+  }
+  float tail[1] = {0.0f};
+#pragma unroll
+  for (int j = 0; j < kP; ++j) {
+    const float v = __shfl_sync(0xffffffffu, acc[j][0], lane % kTail);
+    if (lane / kTail == j) tail[0] = v;
+  }
+  if (T::live(kLast, lane))
+    packed_chunk_dot<F, 1, kWarp, true>(raw[kLast], T::chunk(kLast, lane), x, 0, staged_tw, tail);
+  refill(kLast);
+#pragma unroll
+  for (int j = 0; j < kP; ++j) {
+    const float v = __shfl_sync(0xffffffffu, tail[0], j * kTail + lane % kTail);
+    sums[j] = group_sum<kWarp>(lane < kTail ? v : acc[j][0]);
+  }
+}
+
 // Blocks of 256 a multiprocessor must hold for the streamed rows (16 warps: fewer hide too little
 // of each row's round trip); a kernel whose registers allow fewer is not streamed.
 inline constexpr std::int64_t kStreamMinBlocks = 2;
