@@ -243,7 +243,10 @@ void CudaBackend::moe_experts_packed(const Tensor& x, const Weight& gate_up, con
     const auto chunks = F::chunks(H);
     const auto staged = packed_staged_x_bytes<F, kWarp, 1>(chunks);
     const int rounds = static_cast<int>((chunks + kWarp - 1) / kWarp);
-    if (S == 1 && !packed::short_rows(chunks) && staged != 0 && rounds <= 4 &&
+    // Four rounds only for IQ2_XXS (DeepSeek V4's ds4 mix), the one measured against one row a
+    // warp (session 33); FP4 and Q2_K rows of four rounds keep one row a warp until they are.
+    const bool four = rounds == 4 && std::is_same_v<F, packed::IQ2_XXS>;
+    if (S == 1 && !packed::short_rows(chunks) && staged != 0 && (rounds <= 3 || four) &&
         packed::stream_rows_enabled()) {
       // One token: the (pair, row) items streamed through resident warps.
       const auto stream_launch = [&](auto kernel) {
