@@ -101,10 +101,11 @@ inline bool short_rows(std::int64_t chunks) {
 inline bool stream_rows_enabled() {
   return env_flag_default_on("FLASHSERVE_CUDA_PACKED_STREAM");
 }
-// One-token GEMVs of rows of 40 chunks (Q4_K, Q5_K and Q6_K at 2,560 columns), whose last round
-// fills a quarter of a warp's lanes, share that round among 2 or 3 rows (packed_gemv_tail_kernel;
-// session 33). FLASHSERVE_CUDA_PACKED_TAIL=0: a row a warp at a time
-// (packed_gemv_stream_kernel). The same bits either way.
+// One token's rows of 40 chunks (Q4_K at 2,560 columns, the 32-weight formats at 1,280; not Q5_K
+// and Q6_K, whose decoding would spill), whose last round fills a quarter of a warp's lanes,
+// share that round: 2 or 3 rows of a GEMV (packed_gemv_tail_kernel), an item's gate and up row
+// (moe_gate_up_packed_tail_kernel); session 33. FLASHSERVE_CUDA_PACKED_TAIL=0: a row a warp at a
+// time (packed_gemv_stream_kernel, moe_gate_up_packed_stream_kernel). The same bits either way.
 inline bool shared_tail_enabled() {
   return env_flag_default_on("FLASHSERVE_CUDA_PACKED_TAIL");
 }
