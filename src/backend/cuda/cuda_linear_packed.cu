@@ -209,8 +209,8 @@ void launch_packed_gemv(const float* x, const Weight& w, packed::SideData side, 
     // Rows of one round and a quarter (Q4_K at 2,560 columns): two or three rows a warp share
     // their last round. Not Q5_K and Q6_K, whose decoding would spill at two blocks a
     // multiprocessor (their two-round streamed kernel does not fit two either).
-    if constexpr (!std::is_same_v<F, packed::Q5_K> && !std::is_same_v<F, packed::Q6_K>) {
-      if (packed::shared_tail_enabled() && chunks == kWarp + kWarp / 4 &&
+    if constexpr (packed::kSharedTailFits<F>) {
+      if (packed::shared_tail_takes(chunks) &&
           (packed::shared_tail_rows() == 3
                ? stream_launch(packed_gemv_tail_kernel<F, 1, kWarp / 4, 3>, 3)
                : stream_launch(packed_gemv_tail_kernel<F, 1, kWarp / 4, 2>, 2)))

@@ -260,8 +260,8 @@ void CudaBackend::moe_experts_packed(const Tensor& x, const Weight& gate_up, con
         return true;
       };
       // Rows of one round and a quarter (Q4_K at 2,560): gate and up share their last round.
-      if constexpr (!std::is_same_v<F, packed::Q5_K> && !std::is_same_v<F, packed::Q6_K>) {
-        if (packed::shared_tail_enabled() && chunks == kWarp + kWarp / 4 &&
+      if constexpr (packed::kSharedTailFits<F>) {
+        if (packed::shared_tail_takes(chunks) &&
             stream_launch(moe_gate_up_packed_tail_kernel<F, 1, kWarp / 4>))
           return;
       }

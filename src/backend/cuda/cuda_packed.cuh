@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/cuda_gemv.cuh"
 #include "backend/cuda/cuda_switches.h"
@@ -108,6 +109,14 @@ inline bool stream_rows_enabled() {
 // time (packed_gemv_stream_kernel, moe_gate_up_packed_stream_kernel). The same bits either way.
 inline bool shared_tail_enabled() {
   return env_flag_default_on("FLASHSERVE_CUDA_PACKED_TAIL");
+}
+// The formats whose decoding fits the shared-last-round kernels at two blocks a multiprocessor.
+template <typename F>
+inline constexpr bool kSharedTailFits = !std::is_same_v<F, Q5_K> && !std::is_same_v<F, Q6_K>;
+// Whether one token's rows of `chunks` chunks take them: a round and a quarter, the switch read
+// only then.
+inline bool shared_tail_takes(std::int64_t chunks) {
+  return chunks == kWarp + kWarp / 4 && shared_tail_enabled();
 }
 // The rows that share it: 2 (3 rounds for 2 rows instead of 4), or 3 with
 // FLASHSERVE_CUDA_PACKED_TAIL_ROWS=3 (4 rounds for 3 rows, at the cost of a spill in Q4_K).
