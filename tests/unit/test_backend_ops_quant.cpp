@@ -601,6 +601,138 @@ TEST_P(QuantOps, StreamedPackedRowsGiveTheOneRowAWarpBits) {
   }
 }
 
+// The fused decode ops over packed projections (the GGUF mixes; cuda_fused_packed.cu, session 34)
+// give the unfused sequence's bits: a GatedDeltaNet decode step's two ops against the four a
+// verify runs (the in-projections, the conv, the recurrence, the gated norm), the in-projections
+// and QSA's projections of 1-4 tokens against FLASHSERVE_CUDA_PACKED_FUSED=0 (the op's
+// sequence), and each of 3 tokens against itself alone. Qwen 3.8's width (2,560: Q4_K's rows share
+// their last round) with fewer heads, every format; the released head counts in Q4_K.
+TEST_P(QuantOps, PackedFusedProjectionsEqualTheSequenceBitForBit) {
+  if (GetParam() != "cuda") GTEST_SKIP() << "a property of the CUDA kernels";
+  for (const char* v : {"FLASHSERVE_CUDA_PACKED_FUSED", "FLASHSERVE_CUDA_GDN_UNFUSED",
+                        "FLASHSERVE_CUDA_QSA_UNFUSED"})
+    if (std::getenv(v) != nullptr) GTEST_SKIP() << "a fusion switch is set: " << v;
+  std::mt19937 g(40);
+  const auto dev = [&](const Tensor& t) { return t.to(be_->memory()); };
+  const auto f32_weight = [&](std::vector<float>& keep, Shape shape, float scale) {
+    std::uniform_real_distribution<float> d(-scale, scale);
+    keep.resize(static_cast<std::size_t>(shape_numel(shape)));
+    for (auto& v : keep) v = d(g);
+    auto w = be_->upload(f32_view(keep, std::move(shape)), DType::kF32);
+    EXPECT_TRUE(w.ok()) << w.status().to_string();
+    return w.ok() ? *w : Weight{};
+  };
+  const auto same = [&](const std::vector<Tensor>& a, const std::vector<Tensor>& b,
+                        const char* what) {
+    be_->synchronize();
+    ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t o = 0; o < a.size(); ++o) {
+      const Tensor ha = a[o].to(host_memory()), hb = b[o].to(host_memory());
+      EXPECT_TRUE(same_bits(ha, hb)) << what << ": output " << o;
+    }
+  };
+  struct Shape5 {
+    QuantType t;
+    std::int64_t Hk, Hv, d;
+  };
+  std::vector<Shape5> cases;
+  for (const auto t : kDeviceTypes)
+    if (t != QuantType::kF8E4M3) cases.push_back({t, 2, 4, 128});
+  cases.push_back({QuantType::kQ4_K, 16, 48, 128});
+  const std::int64_t in = 2560, K = 4;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(std::string(quant::quant_name(c.t)) + " Hk " + std::to_string(c.Hk) + " Hv " +
+                 std::to_string(c.Hv));
+    const std::int64_t key_dim = c.Hk * c.d, value_dim = c.Hv * c.d;
+    const std::int64_t C = 2 * key_dim + value_dim;
+    const Weight wq = up(random_quant(c.t, {C, in}, g)),
+                 wz = up(random_quant(c.t, {value_dim, in}, g)),
+                 wb = up(random_quant(c.t, {c.Hv, in}, g)),
+                 wa = up(random_quant(c.t, {c.Hv, in}, g));
+    std::vector<float> dt_v, decay_v, conv_v, norm_v;
+    const Weight dt = f32_weight(dt_v, {c.Hv}, 1.0f), conv = f32_weight(conv_v, {C, K}, 0.5f),
+                 norm = f32_weight(norm_v, {c.d}, 1.0f);
+    Weight decay = f32_weight(decay_v, {c.Hv}, 1.0f);
+    for (auto& v : decay_v) v = -0.1f - std::fabs(v);  // a log decay
+    decay = *be_->upload(f32_view(decay_v, {c.Hv}), DType::kF32);
+    const Tensor x = random_x({3, in}, g);
+    Tensor x1({1, in});
+    std::memcpy(x1.data(), x.data(), static_cast<std::size_t>(in) * 4);
+    const Tensor tail0 = random_x({K - 1, C}, g), state0 = random_x({c.Hv, c.d, c.d}, g);
+    // The decode step's two ops against the verify's four.
+    const auto step = [&](bool sequence) {
+      Tensor t = dev(tail0), st = dev(state0), z, beta, gg, normed;
+      const Tensor xd = dev(x1);
+      if (!sequence) {
+        Tensor mixed;
+        be_->gated_delta_net_in_proj_conv(xd, wq, wz, wb, wa, dt, decay, conv, t, mixed, z, beta,
+                                          gg);
+        be_->gated_delta_net_core(mixed, z, beta, gg, c.Hk, c.d, norm, 1e-6f, Activation::kSilu, st,
+                                  normed);
+        return std::vector<Tensor>{normed, z, beta, gg, t, st};
+      }
+      setenv("FLASHSERVE_CUDA_PACKED_FUSED", "0", 1);
+      Tensor qkv, q, k, v, core;
+      be_->gated_delta_net_in_proj(xd, wq, wz, wb, wa, dt, decay, qkv, z, beta, gg);
+      be_->gated_delta_net_conv(qkv, conv, t, key_dim, c.d, q, k, v);
+      be_->gated_delta_rule_recurrent(q, k, v, gg, beta, c.Hk, st, core);
+      core.reshape({c.Hv, c.d});
+      be_->rms_norm_gated(core, norm, z, 1e-6f, Activation::kSilu, normed);
+      normed.reshape({1, value_dim});
+      unsetenv("FLASHSERVE_CUDA_PACKED_FUSED");
+      return std::vector<Tensor>{normed, z, beta, gg, t, st};
+    };
+    same(step(false), step(true), "decode step");
+    // The in-projections of 1-3 tokens, fused and not; and each token alone.
+    const auto in_proj = [&](const Tensor& xs, bool fused) {
+      if (!fused) setenv("FLASHSERVE_CUDA_PACKED_FUSED", "0", 1);
+      Tensor qkv, z, beta, gg;
+      be_->gated_delta_net_in_proj(dev(xs), wq, wz, wb, wa, dt, decay, qkv, z, beta, gg);
+      unsetenv("FLASHSERVE_CUDA_PACKED_FUSED");
+      return std::vector<Tensor>{qkv, z, beta, gg};
+    };
+    for (std::int64_t S = 1; S <= 3; ++S) {
+      Tensor xs({S, in});
+      std::memcpy(xs.data(), x.data(), static_cast<std::size_t>(S * in) * 4);
+      same(in_proj(xs, true), in_proj(xs, false),
+           ("in-projections S " + std::to_string(S)).c_str());
+    }
+    const auto all = in_proj(x, true);
+    be_->synchronize();
+    for (std::int64_t s = 0; s < 3; ++s) {
+      Tensor xs({1, in});
+      std::memcpy(xs.data(), x.data() + s * in, static_cast<std::size_t>(in) * 4);
+      const auto one = in_proj(xs, true);
+      be_->synchronize();
+      for (std::size_t o = 0; o < one.size(); ++o) {
+        const auto a = one[o].to_host_vector(), b = all[o].to_host_vector();
+        ASSERT_EQ(b.size(), 3 * a.size());
+        EXPECT_EQ(std::memcmp(a.data(), b.data() + s * a.size(), a.size() * sizeof(float)), 0)
+            << "token " << s << " of 3, output " << o;
+      }
+    }
+    // QSA's projections (q and gate, k, v with biases; the indexer's), 1 and 4 tokens.
+    std::vector<float> qb_v, kb_v, vb_v;
+    const std::int64_t qr = 2 * key_dim, kr = 256, vr = 256, ir = 128;
+    const Weight qw = up(random_quant(c.t, {qr, in}, g)), kw = up(random_quant(c.t, {kr, in}, g)),
+                 vw = up(random_quant(c.t, {vr, in}, g)), iw = up(random_quant(c.t, {ir, in}, g));
+    const Weight qb = f32_weight(qb_v, {qr}, 1.0f), kb = f32_weight(kb_v, {kr}, 1.0f),
+                 vb = f32_weight(vb_v, {vr}, 1.0f);
+    const auto qsa = [&](const Tensor& xs, bool fused) {
+      if (!fused) setenv("FLASHSERVE_CUDA_PACKED_FUSED", "0", 1);
+      Tensor qg, k, v, idx;
+      be_->qsa_projections(dev(xs), qw, kw, vw, iw, qb, kb, vb, qg, k, v, idx);
+      unsetenv("FLASHSERVE_CUDA_PACKED_FUSED");
+      return std::vector<Tensor>{qg, k, v, idx};
+    };
+    for (const std::int64_t S : {1, 4}) {
+      const Tensor xs = random_x({S, in}, g);
+      same(qsa(xs, true), qsa(xs, false), ("QSA S " + std::to_string(S)).c_str());
+    }
+  }
+}
+
 // A prefill's products (more than 4 rows): on CUDA the tensor-core tiles that decode the blocks
 // into shared memory (cuda_grouped_packed.cu). Row tiles of 64 with a short last one, output
 // widths off the 128-column tile, K split into ranges of 128 for a narrow output (20 x 4096 ->

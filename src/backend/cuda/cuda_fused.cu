@@ -36,6 +36,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_epilogue.cuh"
+#include "backend/cuda/cuda_fused_segments.cuh"
 #include "backend/cuda/cuda_gemv.cuh"
 #include "backend/cuda/cuda_shared_expert.cuh"
 #include "backend/cuda/cuda_switches.h"
@@ -43,32 +44,6 @@
 
 namespace fs::cuda {
 namespace {
-
-constexpr int kFusedRows = 4;  // token rows the fused kernels take (decode and MTP verify)
-constexpr int kMaxSegments = 4;
-
-// gated_delta_net_in_proj_conv's epilogue on the qkv rows, one token: channel r's product x_r
-// becomes silu(sum_j w[r, j] * win_j) over win = tail[0..K-2, r] ++ x_r, with gdn_conv_kernel's
-// arithmetic (the sum in j order without fused multiply-adds), and the tail moves up one row.
-// Only the lane that stores channel r touches its tail column.
-struct ConvTail {
-  const void* w = nullptr;  // [rows, K], f32 or bf16
-  bool bf16 = false;
-  float* tail = nullptr;  // [K - 1, rows]
-  int K = 0;
-
-  __device__ __forceinline__ float weight(std::int64_t r, int j) const {
-    return bf16 ? widen(static_cast<const bf16_bits*>(w)[r * K + j])
-                : static_cast<const float*>(w)[r * K + j];
-  }
-  __device__ __forceinline__ float apply(std::int64_t C, std::int64_t r, float x) const {
-    const int L = K - 1;
-    float acc = 0;
-    for (int j = 0; j < K; ++j) acc = mul_add(weight(r, j), j < L ? tail[j * C + r] : x, acc);
-    for (int j = 0; j < L; ++j) tail[j * C + r] = j + 1 < L ? tail[(j + 1) * C + r] : x;
-    return apply_act(acc, Activation::kSilu);
-  }
-};
 
 // How a multi_gemv treats ConvTail segments: not at all, the conv after the wait, or its values
 // read before the wait (ConvAhead).
@@ -106,22 +81,6 @@ struct ConvAhead {
       if (j < L) c.tail[j * C + r] = j + 1 < L ? tail[j + 1] : x;
     return apply_act(acc, Activation::kSilu);
   }
-};
-
-struct Segment {
-  const void* w = nullptr;  // [rows, in]
-  float* y = nullptr;       // [S, rows]
-  std::int64_t rows = 0;
-  Epilogue ep;
-  const float* scales = nullptr;  // block-scaled FP8: the 128x128 scale grid, grid_cols wide
-  std::int64_t grid_cols = 0;
-  ConvTail conv;  // the GatedDeltaNet conv after the epilogue (one token), when conv.tail is set
-};
-
-struct Segments {
-  Segment s[kMaxSegments];
-  int count = 0;
-  std::int64_t total = 0;  // rows over all segments
 };
 
 // The sum of v over the kG lanes of this thread's group, in lane 0 of the group (kG <= 32: every
@@ -752,6 +711,17 @@ bool in_proj_fusable(const Tensor& x, const Weight& w_qkv, const Weight& w_z, co
          decay_rate.dtype == DType::kF32 && decay_rate.numel() == heads;
 }
 
+// The same over packed weights (cuda_fused_packed.cu): the four of one format and width.
+// FLASHSERVE_CUDA_PACKED_FUSED=0: the unfused sequence, as before session 34.
+bool in_proj_packed(const Tensor& x, const Weight& w_qkv, const Weight& w_z, const Weight& w_b,
+                    const Weight& w_a, const Weight& dt_bias, const Weight& decay_rate) {
+  const auto heads = w_a.rows();
+  return env_flag_default_on("FLASHSERVE_CUDA_PACKED_FUSED") &&
+         packed_segments_take(x, {&w_qkv, &w_z, &w_b, &w_a}) && w_b.rows() == heads &&
+         dt_bias.dtype == DType::kF32 && dt_bias.numel() == heads &&
+         decay_rate.dtype == DType::kF32 && decay_rate.numel() == heads;
+}
+
 // The in-projections' four segments: qkv (into `qkv_out`), z, beta = sigmoid(b),
 // g = decay_rate * softplus(a + dt_bias).
 Segments in_proj_segments(const Weight& w_qkv, const Weight& w_z, const Weight& w_b,
@@ -781,12 +751,14 @@ void CudaBackend::gated_delta_net_in_proj(const Tensor& x, const Weight& w_qkv, 
   const auto S = x.shape().empty() ? 0 : x.rows(), heads = w_a.rows();
   const bool fused =
       S >= 1 && S <= kFusedRows && in_proj_fusable(x, w_qkv, w_z, w_b, w_a, dt_bias, decay_rate);
-  if (!fused) {
+  const bool packed = !fused && S >= 1 && S <= kFusedRows &&
+                      in_proj_packed(x, w_qkv, w_z, w_b, w_a, dt_bias, decay_rate);
+  if (!fused && !packed) {
     Backend::gated_delta_net_in_proj(x, w_qkv, w_z, w_b, w_a, dt_bias, decay_rate, qkv, z, beta, g);
     return;
   }
   for (const Weight* w : {&w_qkv, &w_z, &w_b, &w_a, &dt_bias, &decay_rate})
-    if (!on_device(kOp, *w)) return;
+    if (!on_device(kOp, *w, packed)) return;
   for (Tensor* t : {&qkv, &z, &beta, &g})
     if (!check(t != &x, kOp, "an output may not be x")) return;
   if (!ensure(qkv, {S, w_qkv.rows()}) || !ensure(z, {S, w_z.rows()}) || !ensure(beta, {S, heads}) ||
@@ -794,8 +766,14 @@ void CudaBackend::gated_delta_net_in_proj(const Tensor& x, const Weight& w_qkv, 
     return;
   const Segments segs =
       in_proj_segments(w_qkv, w_z, w_b, w_a, dt_bias, decay_rate, qkv.data(), z, beta, g);
+  const std::uint8_t* codebook = nullptr;
+  if (packed && w_qkv.storage() == quant::QuantType::kIQ2_XXS && (codebook = iq2_grid()) == nullptr)
+    return;
   if (walking()) return;  // a replay: outputs ensured, nothing queued
-  run_multi_gemv(x, w_qkv.dtype, segs, stream());
+  if (packed)
+    run_packed_multi_gemv(x, {&w_qkv, &w_z, &w_b, &w_a}, segs, codebook, stream());
+  else
+    run_multi_gemv(x, w_qkv.dtype, segs, stream());
   launched(kOp);
 }
 
@@ -813,17 +791,19 @@ void CudaBackend::gated_delta_net_in_proj_conv(const Tensor& x, const Weight& w_
   if (failed() || !on_device(kOp, {&x, &tail})) return;
   const auto S = x.shape().empty() ? 0 : x.rows(), heads = w_a.rows();
   const auto C = w_qkv.rows(), K = conv.cols();
-  const bool fused = !env_flag("FLASHSERVE_CUDA_GDN_UNFUSED") && S == 1 &&
-                     in_proj_fusable(x, w_qkv, w_z, w_b, w_a, dt_bias, decay_rate) &&
-                     conv.rows() == C && K >= 1 && K <= 16 && matrix_dtype(conv) &&
-                     tail.rows() == K - 1 && tail.cols() == C;
-  if (!fused) {
+  const bool conv_ok = !env_flag("FLASHSERVE_CUDA_GDN_UNFUSED") && S == 1 && conv.rows() == C &&
+                       K >= 1 && K <= 16 && matrix_dtype(conv) && tail.rows() == K - 1 &&
+                       tail.cols() == C;
+  const bool fused = conv_ok && in_proj_fusable(x, w_qkv, w_z, w_b, w_a, dt_bias, decay_rate);
+  const bool packed =
+      conv_ok && !fused && in_proj_packed(x, w_qkv, w_z, w_b, w_a, dt_bias, decay_rate);
+  if (!fused && !packed) {
     Backend::gated_delta_net_in_proj_conv(x, w_qkv, w_z, w_b, w_a, dt_bias, decay_rate, conv, tail,
                                           mixed, z, beta, g);
     return;
   }
   for (const Weight* w : {&w_qkv, &w_z, &w_b, &w_a, &dt_bias, &decay_rate, &conv})
-    if (!on_device(kOp, *w)) return;
+    if (!on_device(kOp, *w, packed)) return;
   for (Tensor* t : {&mixed, &z, &beta, &g})
     if (!check(t != &x && t != &tail, kOp, "an output may not be x or the tail")) return;
   if (!ensure(mixed, {S, C}) || !ensure(z, {S, w_z.rows()}) || !ensure(beta, {S, heads}) ||
@@ -833,8 +813,14 @@ void CudaBackend::gated_delta_net_in_proj_conv(const Tensor& x, const Weight& w_
       in_proj_segments(w_qkv, w_z, w_b, w_a, dt_bias, decay_rate, mixed.data(), z, beta, g);
   segs.s[0].conv =
       ConvTail{conv.data, conv.dtype == DType::kBF16, tail.data(), static_cast<int>(K)};
+  const std::uint8_t* codebook = nullptr;
+  if (packed && w_qkv.storage() == quant::QuantType::kIQ2_XXS && (codebook = iq2_grid()) == nullptr)
+    return;
   if (walking()) return;  // a replay: outputs ensured, nothing queued
-  run_multi_gemv_conv(x, w_qkv.dtype, segs, stream());
+  if (packed)
+    run_packed_multi_gemv(x, {&w_qkv, &w_z, &w_b, &w_a}, segs, codebook, stream());
+  else
+    run_multi_gemv_conv(x, w_qkv.dtype, segs, stream());
   launched(kOp);
 }
 
@@ -858,12 +844,18 @@ void CudaBackend::qsa_projections(const Tensor& x, const Weight& q_w, const Weig
                      q_w.cols() == in && k_w.cols() == in && v_w.cols() == in &&
                      index_w.cols() == in && bias_ok(q_bias, q_w) && bias_ok(k_bias, k_w) &&
                      bias_ok(v_bias, v_w);
-  if (!fused) {
+  // Packed projections of one format (cuda_fused_packed.cu; FLASHSERVE_CUDA_PACKED_FUSED=0: the
+  // unfused sequence).
+  const bool packed = !fused && !env_flag("FLASHSERVE_CUDA_QSA_UNFUSED") && S >= 1 &&
+                      S <= kFusedRows && env_flag_default_on("FLASHSERVE_CUDA_PACKED_FUSED") &&
+                      packed_segments_take(x, {&q_w, &k_w, &v_w, &index_w}) &&
+                      bias_ok(q_bias, q_w) && bias_ok(k_bias, k_w) && bias_ok(v_bias, v_w);
+  if (!fused && !packed) {
     Backend::qsa_projections(x, q_w, k_w, v_w, index_w, q_bias, k_bias, v_bias, qg, k, v, index_qk);
     return;
   }
   for (const Weight* w : {&q_w, &k_w, &v_w, &index_w, &q_bias, &k_bias, &v_bias})
-    if (!w->empty() && !on_device(kOp, *w)) return;
+    if (!w->empty() && !on_device(kOp, *w, packed)) return;
   for (Tensor* t : {&qg, &k, &v, &index_qk})
     if (!check(t != &x, kOp, "an output may not be x")) return;
   if (!ensure(qg, {S, q_w.rows()}) || !ensure(k, {S, k_w.rows()}) || !ensure(v, {S, v_w.rows()}) ||
@@ -879,8 +871,14 @@ void CudaBackend::qsa_projections(const Tensor& x, const Weight& q_w, const Weig
   add_segment(segs, k_w, k.data(), k_w.rows(), with_bias(k_bias));
   add_segment(segs, v_w, v.data(), v_w.rows(), with_bias(v_bias));
   add_segment(segs, index_w, index_qk.data(), index_w.rows(), Epilogue{});
+  const std::uint8_t* codebook = nullptr;
+  if (packed && q_w.storage() == quant::QuantType::kIQ2_XXS && (codebook = iq2_grid()) == nullptr)
+    return;
   if (walking()) return;  // a replay: outputs ensured, nothing queued
-  run_multi_gemv(x, dtype, segs, stream());
+  if (packed)
+    run_packed_multi_gemv(x, {&q_w, &k_w, &v_w, &index_w}, segs, codebook, stream());
+  else
+    run_multi_gemv(x, dtype, segs, stream());
   launched(kOp);
 }
 
