@@ -604,9 +604,10 @@ TEST_P(QuantOps, StreamedPackedRowsGiveTheOneRowAWarpBits) {
 // The fused decode ops over packed projections (the GGUF mixes; cuda_fused_packed.cu, session 34)
 // give the unfused sequence's bits: a GatedDeltaNet decode step's two ops against the four a
 // verify runs (the in-projections, the conv, the recurrence, the gated norm), the in-projections
-// and QSA's projections of 1-4 tokens against FLASHSERVE_CUDA_PACKED_FUSED=0 (the op's
-// sequence), and each of 3 tokens against itself alone. Qwen 3.8's width (2,560: Q4_K's rows share
-// their last round) with fewer heads, every format; the released head counts in Q4_K.
+// and QSA's projections of 1-4 tokens and the shared expert of 1 and 3 against
+// FLASHSERVE_CUDA_PACKED_FUSED=0 (the op's sequence), and each of 3 tokens against itself alone.
+// Qwen 3.8's width (2,560: Q4_K's rows share their last round) with fewer heads, every format; the
+// released head counts in Q4_K.
 TEST_P(QuantOps, PackedFusedProjectionsEqualTheSequenceBitForBit) {
   if (GetParam() != "cuda") GTEST_SKIP() << "a property of the CUDA kernels";
   for (const char* v : {"FLASHSERVE_CUDA_PACKED_FUSED", "FLASHSERVE_CUDA_GDN_UNFUSED",
@@ -729,6 +730,26 @@ TEST_P(QuantOps, PackedFusedProjectionsEqualTheSequenceBitForBit) {
     for (const std::int64_t S : {1, 4}) {
       const Tensor xs = random_x({S, in}, g);
       same(qsa(xs, true), qsa(xs, false), ("QSA S " + std::to_string(S)).c_str());
+    }
+    // The shared expert (gate and up of the format, the down of 640 in Q8_0 where its rows are
+    // not whole blocks of it; an f32 expert gate), accumulated into y, at 1 and 3 tokens.
+    const std::int64_t I = 640;
+    const bool whole = c.t == QuantType::kQ8_0 || c.t == QuantType::kF4E2M1x2;
+    std::vector<float> eg_v;
+    const Weight sg = up(random_quant(c.t, {I, in}, g)), su = up(random_quant(c.t, {I, in}, g)),
+                 sd = up(random_quant(whole ? c.t : QuantType::kQ8_0, {in, I}, g)),
+                 eg = f32_weight(eg_v, {1, in}, 0.05f);
+    const auto shared = [&](const Tensor& xs, const Tensor& y0, bool fused) {
+      if (!fused) setenv("FLASHSERVE_CUDA_PACKED_FUSED", "0", 1);
+      Tensor y = dev(y0);
+      be_->shared_expert(dev(xs), sg, su, sd, eg, y);
+      unsetenv("FLASHSERVE_CUDA_PACKED_FUSED");
+      return std::vector<Tensor>{y};
+    };
+    for (const std::int64_t S : {1, 3}) {
+      const Tensor xs = random_x({S, in}, g), y0 = random_x({S, in}, g);
+      same(shared(xs, y0, true), shared(xs, y0, false),
+           ("shared expert S " + std::to_string(S)).c_str());
     }
   }
 }

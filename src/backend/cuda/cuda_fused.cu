@@ -38,6 +38,7 @@
 #include "backend/cuda/cuda_epilogue.cuh"
 #include "backend/cuda/cuda_fused_segments.cuh"
 #include "backend/cuda/cuda_gemv.cuh"
+#include "backend/cuda/cuda_packed.cuh"
 #include "backend/cuda/cuda_shared_expert.cuh"
 #include "backend/cuda/cuda_switches.h"
 #include "backend/cuda/cuda_weight_checks.cuh"
@@ -935,8 +936,52 @@ void CudaBackend::shared_expert(const Tensor& x, const Weight& gate, const Weigh
       up.rows() == I && up.cols() == H && expert_gate.rows() == 1 && expert_gate.cols() == H &&
       down.rows() == y.cols() && down.cols() == I && y.rows() == S && &y != &x &&
       (fp8 || chunked(dtype, x.data(), {&gate, &up, &expert_gate}, H)) && down.dtype == dtype;
+  // Packed gate, up and down (the GGUF mixes: gate and up of one format, the down of its own)
+  // beside a float expert gate: four kernels instead of the sequence's eight. Gate and up as one
+  // packed multi-GEMV, the expert gate's product, swiglu, then the down as a packed GEMV whose
+  // epilogue is the sigmoid gate and the accumulation into y (mul_rows then add). Each row's sum
+  // is packed linear's (cuda_fused_packed.cu), so the sequence's bits
+  // (QuantOps.PackedFusedProjectionsEqualTheSequenceBitForBit).
   if (!fused) {
-    Backend::shared_expert(x, gate, up, down, expert_gate, y);
+    const bool packed =
+        S >= 1 && S <= kFusedRows && env_flag_default_on("FLASHSERVE_CUDA_PACKED_FUSED") &&
+        packed_segments_take(x, {&gate, &up}) && up.rows() == I && down.is_packed() &&
+        packed::decodable(down) && down.rows() == y.cols() && down.cols() == I &&
+        down.shape.size() == 2 && !expert_gate.is_packed() && expert_gate.rows() == 1 &&
+        expert_gate.cols() == H && y.rows() == S && &y != &x;
+    if (!packed) {
+      Backend::shared_expert(x, gate, up, down, expert_gate, y);
+      return;
+    }
+    for (const Weight* w : {&gate, &up, &down})
+      if (!on_device(kOp, *w, /*packed_ok=*/true)) return;
+    if (!on_device(kOp, expert_gate)) return;
+    Tensor g, u, act, logit;
+    if (!ensure(g, {S, I}) || !ensure(u, {S, I})) return;
+    const auto codebook = [&](const Weight& w, const std::uint8_t*& grid) {
+      return w.storage() != quant::QuantType::kIQ2_XXS || (grid = iq2_grid()) != nullptr;
+    };
+    const std::uint8_t *gate_grid = nullptr, *down_grid = nullptr;
+    if (!codebook(gate, gate_grid) || !codebook(down, down_grid)) return;
+    Segments gate_up;
+    add_segment(gate_up, gate.data, g.data(), I, Epilogue{});
+    add_segment(gate_up, up.data, u.data(), I, Epilogue{});
+    if (!walking()) {
+      run_packed_multi_gemv(x, {&gate, &up}, gate_up, gate_grid, stream());
+      if (!launched(kOp)) return;
+    }
+    linear(x, expert_gate, logit);
+    swiglu(g, u, act);
+    if (failed()) return;
+    if (!check(packed_segments_take(act, {&down}), kOp, "act must be 16-byte aligned")) return;
+    Epilogue down_ep;
+    down_ep.token_gate = logit.data();
+    down_ep.accumulate = true;
+    Segments segs;
+    add_segment(segs, down.data, y.data(), down.rows(), down_ep);
+    if (walking()) return;  // a replay: outputs ensured, nothing queued
+    run_packed_multi_gemv(act, {&down}, segs, down_grid, stream());
+    launched(kOp);
     return;
   }
   for (const Weight* w : {&gate, &up, &down, &expert_gate})
