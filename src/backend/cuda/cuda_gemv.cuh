@@ -415,8 +415,22 @@ struct PackedStagedX {
   }
 };
 
-// The kS rows x + s * x_stride into staged_x in PackedStagedX's order, the whole block, then a
-// barrier: every thread of the block must call it.
+// The formats whose groups subtract a minimum (F::kHasMin: a group of 16 is a * sum v x - b * sum
+// x) also stage each group's sum of x, after the kS tokens' x: a float a group, token s's
+// `staged_tw / 4` floats on (a chunk's kChunk / 16 groups at c * kChunk / 16, the lanes of a warp
+// reading consecutive chunks'). A row's every chunk needs the same sums, which the loop computed
+// again for each row: one add a weight, a fifth of the Q4_K decoding's instructions (session 34).
+// Summed as the loop summed them (16 adds in column order from 0, no contraction), so the bits
+// are the same.
+template <typename F>
+inline constexpr int kGroupsPerChunk = F::kChunk / 16;
+template <typename F, int kS>
+__device__ __forceinline__ float* staged_group_sums(std::int64_t staged_tw) {
+  return reinterpret_cast<float*>(staged_x + kS * staged_tw);
+}
+
+// The kS rows x + s * x_stride into staged_x in PackedStagedX's order (and their group sums where
+// F subtracts minimums), the whole block, then a barrier: every thread of the block must call it.
 template <typename F, int kG, int kS>
 __device__ __forceinline__ void stage_packed_x(const float* x, std::int64_t x_stride,
                                                std::int64_t chunks) {
@@ -431,6 +445,28 @@ __device__ __forceinline__ void stage_packed_x(const float* x, std::int64_t x_st
           *reinterpret_cast<const float4*>(x + s * x_stride + F::column(c, j / 8) + 4 * (j % 8));
     }
   }
+  if constexpr (F::kHasMin) {
+    constexpr int kGroups = kGroupsPerChunk<F>;
+    float* sums = staged_group_sums<F, kS>(tw);
+#pragma unroll
+    for (int s = 0; s < kS; ++s) {
+      for (std::int64_t i = threadIdx.x; i < chunks * kGroups; i += blockDim.x) {
+        const std::int64_t c = i / kGroups;
+        const int k = static_cast<int>(i % kGroups);
+        const float* col = x + s * x_stride + F::column(c, k / 2) + 16 * (k % 2);
+        float sum = 0.0f;
+#pragma unroll
+        for (int q4 = 0; q4 < 4; ++q4) {
+          const float4 f = *reinterpret_cast<const float4*>(col + 4 * q4);
+          sum = __fadd_rn(sum, f.x);
+          sum = __fadd_rn(sum, f.y);
+          sum = __fadd_rn(sum, f.z);
+          sum = __fadd_rn(sum, f.w);
+        }
+        sums[s * (tw / 4) + i] = sum;
+      }
+    }
+  }
   __syncthreads();
 }
 
@@ -439,9 +475,10 @@ __device__ __forceinline__ void stage_packed_x(const float* x, std::int64_t x_st
 template <typename F, int kG, int kS>
 std::size_t packed_staged_x_bytes(std::int64_t chunks, std::size_t cap = kMaxStagedXBytes) {
   if (!staged_x_enabled()) return 0;
-  const auto bytes = static_cast<std::size_t>(kS) *
-                     static_cast<std::size_t>(PackedStagedX<F, kG>::token_words(chunks)) *
-                     sizeof(float4);
+  // x, and for F::kHasMin each group's sum of it (a float for 16 weights: a sixteenth of x's
+  // bytes).
+  const auto tw = static_cast<std::size_t>(PackedStagedX<F, kG>::token_words(chunks));
+  const auto bytes = static_cast<std::size_t>(kS) * tw * (sizeof(float4) + (F::kHasMin ? 1 : 0));
   return bytes <= cap ? bytes : 0;
 }
 
@@ -454,6 +491,8 @@ __device__ __forceinline__ void packed_chunk_dot(const typename F::Raw& raw, std
                                                  const float* x, std::int64_t x_stride,
                                                  std::int64_t staged_tw, float (&acc)[kS]) {
   using L = PackedStagedX<F, kG>;
+  // Staged x comes with its group sums where F subtracts minimums (stage_packed_x).
+  constexpr bool kStagedSums = kStagedX && F::kHasMin;
   float v[F::kChunk], a[F::kChunk / 16], b[F::kChunk / 16];
   F::factors(raw, v, a, b);
 #pragma unroll
@@ -461,6 +500,11 @@ __device__ __forceinline__ void packed_chunk_dot(const typename F::Raw& raw, std
     const std::int64_t col = F::column(c, run);
 #pragma unroll
     for (int s = 0; s < kS; ++s) {
+      [[maybe_unused]] float2 sums{};
+      if constexpr (kStagedSums)
+        sums = *reinterpret_cast<const float2*>(staged_group_sums<F, kS>(staged_tw) +
+                                                s * (staged_tw / 4) + c * kGroupsPerChunk<F> +
+                                                2 * run);
       float xv[32];
       if constexpr (kStagedX) {
 #pragma unroll
@@ -480,8 +524,9 @@ __device__ __forceinline__ void packed_chunk_dot(const typename F::Raw& raw, std
 #pragma unroll
         for (int q = 16 * g; q < 16 * g + 16; ++q) {
           dot = fmaf(v[32 * run + q], xv[q], dot);
-          if constexpr (F::kHasMin) sum = __fadd_rn(sum, xv[q]);
+          if constexpr (F::kHasMin && !kStagedSums) sum = __fadd_rn(sum, xv[q]);
         }
+        if constexpr (kStagedSums) sum = g == 0 ? sums.x : sums.y;
         acc[s] = fmaf(a[2 * run + g], dot, acc[s]);
         if constexpr (F::kHasMin) acc[s] = fmaf(-b[2 * run + g], sum, acc[s]);
       }
