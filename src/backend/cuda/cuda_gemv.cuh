@@ -416,12 +416,16 @@ struct PackedStagedX {
 };
 
 // The formats whose groups subtract a minimum (F::kHasMin: a group of 16 is a * sum v x - b * sum
-// x) also stage each group's sum of x, after the kS tokens' x: a float a group, token s's
+// x) also stage each group's sum of x at one token, after x: a float a group, token s's
 // `staged_tw / 4` floats on (a chunk's kChunk / 16 groups at c * kChunk / 16, the lanes of a warp
 // reading consecutive chunks'). A row's every chunk needs the same sums, which the loop computed
 // again for each row: one add a weight, a fifth of the Q4_K decoding's instructions (session 34).
 // Summed as the loop summed them (16 adds in column order from 0, no contraction), so the bits
-// are the same.
+// are the same. One token only: the 2-4-token kernels (a verify's) give every block a few rows,
+// so each block's sums cost about what its rows saved, and their larger x would no longer fit
+// the opt-in cap at 6,144 columns (session 34: the Q4_K mix's depth-3 verify 10.2 -> 11.8 ms).
+template <typename F, int kS>
+inline constexpr bool kStagesGroupSums = kS == 1 && F::kHasMin;
 template <typename F>
 inline constexpr int kGroupsPerChunk = F::kChunk / 16;
 template <typename F, int kS>
@@ -445,7 +449,7 @@ __device__ __forceinline__ void stage_packed_x(const float* x, std::int64_t x_st
           *reinterpret_cast<const float4*>(x + s * x_stride + F::column(c, j / 8) + 4 * (j % 8));
     }
   }
-  if constexpr (F::kHasMin) {
+  if constexpr (kStagesGroupSums<F, kS>) {
     constexpr int kGroups = kGroupsPerChunk<F>;
     float* sums = staged_group_sums<F, kS>(tw);
 #pragma unroll
@@ -475,10 +479,11 @@ __device__ __forceinline__ void stage_packed_x(const float* x, std::int64_t x_st
 template <typename F, int kG, int kS>
 std::size_t packed_staged_x_bytes(std::int64_t chunks, std::size_t cap = kMaxStagedXBytes) {
   if (!staged_x_enabled()) return 0;
-  // x, and for F::kHasMin each group's sum of it (a float for 16 weights: a sixteenth of x's
-  // bytes).
+  // x, and where kStagesGroupSums each group's sum of it (a float for 16 weights: a sixteenth
+  // of x's bytes).
   const auto tw = static_cast<std::size_t>(PackedStagedX<F, kG>::token_words(chunks));
-  const auto bytes = static_cast<std::size_t>(kS) * tw * (sizeof(float4) + (F::kHasMin ? 1 : 0));
+  const auto bytes =
+      static_cast<std::size_t>(kS) * tw * (sizeof(float4) + (kStagesGroupSums<F, kS> ? 1 : 0));
   return bytes <= cap ? bytes : 0;
 }
 
@@ -492,7 +497,7 @@ __device__ __forceinline__ void packed_chunk_dot(const typename F::Raw& raw, std
                                                  std::int64_t staged_tw, float (&acc)[kS]) {
   using L = PackedStagedX<F, kG>;
   // Staged x comes with its group sums where F subtracts minimums (stage_packed_x).
-  constexpr bool kStagedSums = kStagedX && F::kHasMin;
+  constexpr bool kStagedSums = kStagedX && kStagesGroupSums<F, kS>;
   float v[F::kChunk], a[F::kChunk / 16], b[F::kChunk / 16];
   F::factors(raw, v, a, b);
 #pragma unroll
