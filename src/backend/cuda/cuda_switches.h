@@ -24,8 +24,10 @@
 //   FLASHSERVE_CUDA_PACKED_STREAM=0 and FLASHSERVE_CUDA_FP8_EXPERT_STREAM=0 give one token's packed
 //   GEMVs and packed / FP8 routed gate/up one row a warp again (before session 32's rows streamed
 //   through resident warps); FLASHSERVE_CUDA_PACKED_TAIL=0 takes a one-token GEMV's rows a warp
-//   one at a time where session 33's kernel shares their last round among 3 rows. All the
-//   same bits.
+//   one at a time where session 33's kernel shares their last round among 3 rows;
+//   FLASHSERVE_CUDA_PACKED_FUSED=0 runs the GatedDeltaNet in-projections, QSA's projections and
+//   the shared expert on packed (GGUF, FP4) weights as their sequences (before session 34's
+//   cuda_fused_packed.cu). All the same bits.
 // Prefill (more than 4 tokens; not the same bits, each within the op tests' bounds of the CPU):
 //   FLASHSERVE_CUDA_MOE_PAIRS=1 also keeps prefill's routed experts off the grouped tensor-core
 //   products (cuda_grouped_gemm.h) of session 21; FLASHSERVE_CUDA_PREFILL_SGEMM=1 keeps dense
