@@ -754,6 +754,80 @@ TEST_P(QuantOps, PackedFusedProjectionsEqualTheSequenceBitForBit) {
   }
 }
 
+// One token of Qwen's MoE block on packed weights takes four kernels (cuda_moe_block_packed.cu,
+// session 35): the routing beside the shared expert's gate/up and the expert gate's logit, the
+// routed gate/up, then the routed and shared downs with the combine and the write. It must give
+// the ten-kernel sequence's bits (FLASHSERVE_CUDA_PACKED_MOE_BLOCK=0): the picks, their weights,
+// y, and the streams it writes into. The mixes the bench runs (Q4_K and IQ2_XXS experts, Q8_0
+// downs), every routed format with its Q8_0 down, a bf16 expert gate and an f32 one, top-k 10 and
+// 6 (blocks of 11 and 18 columns: a short last block), and Qwen's 2,560 x 640 experts.
+TEST_P(QuantOps, PackedMoeBlockEqualsItsSequenceBitForBit) {
+  if (GetParam() != "cuda") GTEST_SKIP() << "a property of the CUDA kernels";
+  for (const char* v : {"FLASHSERVE_CUDA_PACKED_MOE_BLOCK", "FLASHSERVE_CUDA_MOE_BLOCK"})
+    if (std::getenv(v) != nullptr) GTEST_SKIP() << "a fusion switch is set: " << v;
+  std::mt19937 g(41);
+  const auto dev = [&](const Tensor& t) { return t.to(be_->memory()); };
+  const auto float_weight = [&](std::vector<float>& keep, Shape shape, float scale, DType dtype) {
+    std::uniform_real_distribution<float> d(-scale, scale);
+    keep.resize(static_cast<std::size_t>(shape_numel(shape)));
+    for (auto& v : keep) v = d(g);
+    auto w = be_->upload(f32_view(keep, std::move(shape)), dtype);
+    EXPECT_TRUE(w.ok()) << w.status().to_string();
+    return w.ok() ? *w : Weight{};
+  };
+  struct Mix {
+    QuantType experts, shared;
+    std::int64_t E, k;
+    DType gate;
+  };
+  std::vector<Mix> mixes = {{QuantType::kQ4_K, QuantType::kQ4_K, 64, 10, DType::kBF16},
+                            {QuantType::kIQ2_XXS, QuantType::kQ8_0, 64, 10, DType::kBF16},
+                            {QuantType::kQ4_K, QuantType::kQ4_K, 32, 6, DType::kF32}};
+  for (const auto t : kDeviceTypes)
+    if (t != QuantType::kF8E4M3) mixes.push_back({t, t, 32, 10, DType::kBF16});
+  const std::int64_t H = 2560, I = 640;
+  for (const auto& m : mixes) {
+    SCOPED_TRACE(std::string(quant::quant_name(m.experts)) + " experts, " +
+                 std::string(quant::quant_name(m.shared)) + " shared, E " + std::to_string(m.E) +
+                 " k " + std::to_string(m.k));
+    // The downs in Q8_0 where 640 is not whole blocks of the format (a K-quant's 256).
+    const auto down_type = [](QuantType t) {
+      return t == QuantType::kQ8_0 || t == QuantType::kF4E2M1x2 ? t : QuantType::kQ8_0;
+    };
+    const Weight gu = up(random_quant(m.experts, {m.E, 2 * I, H}, g)),
+                 dn = up(random_quant(down_type(m.experts), {m.E, H, I}, g)),
+                 sg = up(random_quant(m.shared, {I, H}, g)),
+                 su = up(random_quant(m.shared, {I, H}, g)),
+                 sd = up(random_quant(down_type(m.experts), {H, I}, g));
+    std::vector<float> router_v, gate_v;
+    const Weight router = float_weight(router_v, {m.E, H}, 0.06f, DType::kBF16),
+                 eg = float_weight(gate_v, {1, H}, 0.05f, m.gate);
+    const Tensor x = random_x({1, H}, g), h0 = random_x({1, 4 * H}, g), gates = random_x({1, 4}, g);
+    const auto run = [&](bool fused) {
+      if (!fused) setenv("FLASHSERVE_CUDA_PACKED_MOE_BLOCK", "0", 1);
+      Tensor experts, weights, y, e2, w2, h = dev(h0);
+      be_->moe_block(dev(x), router, m.k, true, gu, dn, sg, su, sd, eg, experts, weights, y);
+      be_->moe_block_into_streams(dev(x), router, m.k, true, gu, dn, sg, su, sd, eg, e2, w2,
+                                  {h, dev(gates)});
+      unsetenv("FLASHSERVE_CUDA_PACKED_MOE_BLOCK");
+      be_->synchronize();
+      EXPECT_TRUE(be_->status().ok()) << be_->status().to_string();
+      return std::vector<Tensor>{experts.to(host_memory()), weights.to(host_memory()),
+                                 y.to(host_memory()), h.to(host_memory())};
+    };
+    const auto fused = run(true), sequence = run(false);
+    ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
+    const auto equal = [](const Tensor& a, const Tensor& b) {
+      return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+             std::memcmp(a.raw(), b.raw(), a.bytes()) == 0;
+    };
+    for (std::size_t o = 0; o < fused.size(); ++o)
+      EXPECT_TRUE(equal(fused[o], sequence[o])) << "output " << o;
+    // The streams moved: the block wrote into them.
+    EXPECT_FALSE(equal(fused[3], h0));
+  }
+}
+
 // A prefill's products (more than 4 rows): on CUDA the tensor-core tiles that decode the blocks
 // into shared memory (cuda_grouped_packed.cu). Row tiles of 64 with a short last one, output
 // widths off the 128-column tile, K split into ranges of 128 for a narrow output (20 x 4096 ->

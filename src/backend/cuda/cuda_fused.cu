@@ -283,7 +283,11 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks)
     for (int u = 0; u < kU; ++u) {
       const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kGemvThreads;
       if (c >= chunks) break;
-      const int g = static_cast<int>(c / per_group);
+      // 32-bit: a 64-bit division by a runtime value is a software routine of dozens of
+      // instructions, five a thread here, in a kernel bound by its instructions' latency (ncu,
+      // session 35).
+      const int g =
+          static_cast<int>(static_cast<std::uint32_t>(c) / static_cast<std::uint32_t>(per_group));
       float scale[kN];
       load_x<kN>(nw + c * kN, scale);
 #pragma unroll
@@ -331,21 +335,36 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks)
       if (lane == 0) part_ss[warp][k * kS + s] = b;
     }
   __syncthreads();
-  if (threadIdx.x >= kS * kR) return;
-  // Thread s + kS * r finishes token s of row r, warps in order.
-  const int s = static_cast<int>(threadIdx.x) % kS, r = static_cast<int>(threadIdx.x) / kS;
+  // The sums over the warps, in warp order, a thread each: stream k's inv for token s (threads
+  // k + kMixStreams * s of warp 0) and row r's a_k for token s (warps 1-2); then thread s + kS * r
+  // adds its row's terms in stream order. The same operations in the same order as one thread a
+  // row doing all of them (before session 35), so the same bits, with the four streams' double
+  // division and square root side by side instead of in one thread's chain.
+  constexpr int kInvs = kMixStreams * kS, kAs = kR * kMixStreams * kS;
+  static_assert(kInvs <= kWarp && kWarp + kAs <= kGemvThreads);
+  __shared__ float inv_k[kInvs];
+  __shared__ float a_k[kAs];
+  const int t = static_cast<int>(threadIdx.x);
+  if (t < kInvs) {
+    const int k = t % kMixStreams, s = t / kMixStreams;
+    double b = 0;
+    for (int wi = 0; wi < kWarps; ++wi) b += part_ss[wi][k * kS + s];
+    inv_k[k * kS + s] = static_cast<float>(1.0 / sqrt(b / static_cast<double>(W) + eps));
+  } else if (t >= kWarp && t < kWarp + kAs) {
+    const int i = t - kWarp;  // (r * kMixStreams + k) * kS + s
+    float a = 0;
+    for (int wi = 0; wi < kWarps; ++wi) a += part_a[wi][i];
+    a_k[i] = a;
+  }
+  __syncthreads();
+  if (t >= kS * kR) return;
+  const int s = t % kS, r = t / kS;
   if (w[r] == nullptr) return;
   float v = 0;
   for (int k = 0; k < kMixStreams; ++k) {
-    float a = 0;
-    double b = 0;
-    for (int wi = 0; wi < kWarps; ++wi) {
-      a += part_a[wi][(r * kMixStreams + k) * kS + s];
-      b += part_ss[wi][k * kS + s];
-    }
-    const float inv = static_cast<float>(1.0 / sqrt(b / static_cast<double>(W) + eps));
+    const float inv = inv_k[k * kS + s];
     if (first + r == 0) inv_out[s * kMixStreams + k] = inv;
-    v = __fadd_rn(v, __fmul_rn(inv, a));
+    v = __fadd_rn(v, __fmul_rn(inv, a_k[(r * kMixStreams + k) * kS + s]));
   }
   const Segment& sg = segs.s[seg[r]];
   float* y = sg.y + s * sg.rows + local[r];

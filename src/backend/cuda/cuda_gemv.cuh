@@ -490,11 +490,14 @@ std::size_t packed_staged_x_bytes(std::int64_t chunks, std::size_t cap = kMaxSta
 // One decoded chunk c of a packed row times x, added into acc (kS tokens): the arithmetic every
 // packed GEMV shares, so a row's sum has the same bits in each of them. The factored form
 // (cuda_packed_formats.cuh): a group of 16 weights is a * v (- b). x is staged_x (token stride
-// staged_tw) when kStagedX, else x + s * x_stride.
+// staged_tw) when kStagedX, else x + s * x_stride. staged_base: where in staged_x this x starts
+// (a kernel that stages several vectors, each row reading one of them; none of those formats
+// subtracts a minimum, whose staged sums sit after one token's x).
 template <typename F, int kS, int kG, bool kStagedX>
 __device__ __forceinline__ void packed_chunk_dot(const typename F::Raw& raw, std::int64_t c,
                                                  const float* x, std::int64_t x_stride,
-                                                 std::int64_t staged_tw, float (&acc)[kS]) {
+                                                 std::int64_t staged_tw, float (&acc)[kS],
+                                                 std::int64_t staged_base = 0) {
   using L = PackedStagedX<F, kG>;
   // Staged x comes with its group sums where F subtracts minimums (stage_packed_x).
   constexpr bool kStagedSums = kStagedX && kStagesGroupSums<F, kS>;
@@ -514,7 +517,7 @@ __device__ __forceinline__ void packed_chunk_dot(const typename F::Raw& raw, std
       if constexpr (kStagedX) {
 #pragma unroll
         for (int q = 0; q < 8; ++q) {
-          const float4 f = staged_x[s * staged_tw + L::at(c, 8 * run + q)];
+          const float4 f = staged_x[staged_base + s * staged_tw + L::at(c, 8 * run + q)];
           xv[4 * q] = f.x;
           xv[4 * q + 1] = f.y;
           xv[4 * q + 2] = f.z;

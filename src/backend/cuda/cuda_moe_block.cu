@@ -43,6 +43,7 @@
 #include "backend/cuda/cuda_epilogue.cuh"
 #include "backend/cuda/cuda_gemv.cuh"
 #include "backend/cuda/cuda_moe_common.cuh"
+#include "backend/cuda/cuda_moe_packed.h"
 #include "backend/cuda/cuda_route_warp.cuh"
 #include "backend/cuda/cuda_shared_expert.cuh"
 #include "backend/cuda/cuda_switches.h"
@@ -56,17 +57,6 @@ constexpr std::int64_t kMaxRouteK = 64;
 // Tokens the block takes: a decode step and an MTP verify of depth 1-3 (the router's block has a
 // warp per token; moe_token_parts takes 1-4 tokens' pairs).
 constexpr std::int64_t kBlockTokens = 4;
-
-// The routing's part of the first grid: its first `blocks` blocks run route_warp_rows.
-struct RouteArgs {
-  const float* logits;  // [S, E]
-  std::int64_t S, E, k;
-  bool normalize;
-  std::int32_t* idx;  // [S, k]
-  float* val;         // [S, k]
-  unsigned blocks;
-  bool fast;  // route_warp_rows' picks (cuda_route_warp.cuh)
-};
 
 // The routing and the shared expert's gate/up (f32 or bf16) in one grid of kGemvThreads-thread
 // blocks. The shared units wait for x inside rows_dot, after their first weight loads.
@@ -282,7 +272,10 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
   const std::int64_t tw = Staged::token_words(chunks);
   const std::int64_t words = chunks * Staged::kWords;
   for (std::int64_t w = threadIdx.x; w < (a.k + 1) * words; w += blockDim.x) {
-    const std::int64_t j = w / words, at = w % words;
+    // 32-bit: a 64-bit division by a runtime value is a software routine of dozens of
+    // instructions, in a kernel bound by its instructions' latency (ncu, session 35).
+    const auto j = static_cast<std::uint32_t>(w) / static_cast<std::uint32_t>(words);
+    const std::int64_t at = w - static_cast<std::int64_t>(j) * words;
     const auto* src = reinterpret_cast<const float4*>(j < a.k ? a.act + j * a.I : a.shared_act);
     staged_x[j * tw + Staged::at(at / Staged::kWords, static_cast<int>(at % Staged::kWords))] =
         src[at];
@@ -441,6 +434,59 @@ void CudaBackend::moe_block_to(const Tensor& x, const Weight& router, std::int64
   // long rows (under 1,024 rows of at least 4 * kGemvThreads chunks) a block each instead.
   const auto down_chunks = Is / chunk_elements(dtype);
   const bool block_rows = H < 1024 && down_chunks >= 4 * kGemvThreads;
+  // One token of packed weights (the GGUF mixes): four kernels (cuda_moe_block_packed.cu).
+  // FLASHSERVE_CUDA_PACKED_MOE_BLOCK=0: the sequence, as before session 35.
+  if (route_ok && S == 1 && env_flag_default_on("FLASHSERVE_CUDA_PACKED_MOE_BLOCK") &&
+      reinterpret_cast<std::uintptr_t>(x.data()) % 16 == 0 &&
+      packed_moe_block_takes(gate_up, down, shared_gate, shared_up, shared_down, shared_expert_gate,
+                             H, top_k)) {
+    const std::uint8_t* codebook = nullptr;
+    for (const Weight* w : {&gate_up, &down, &shared_gate})
+      if (w->storage() == quant::QuantType::kIQ2_XXS && (codebook = iq2_grid()) == nullptr) return;
+    const auto E = gate_up.shape[0], I = gate_up.shape[1] / 2;
+    Tensor shared_act, logit, logits;
+    if (!ensure(shared_act, {1, I}) || !ensure(logit, {1, 1})) return;
+    linear(x, router, logits);  // the router's GEMV, as route_experts
+    if (failed() || !ensure(experts, {1, top_k}, DType::kI32) || !ensure(weights, {1, top_k}) ||
+        (y_out != nullptr && !ensure(y, {1, H})))
+      return;
+    Tensor& act = scratch(moe_act_);
+    if (!ensure(act, {top_k, I})) return;
+    if (walking()) return;  // a replay: outputs ensured, nothing queued
+    const RouteArgs route{.logits = logits.data(),
+                          .S = 1,
+                          .E = Er,
+                          .k = top_k,
+                          .normalize = normalize,
+                          .idx = experts.data_as<std::int32_t>(),
+                          .val = weights.data(),
+                          .blocks = 1,
+                          .fast = route_fast_picks()};
+    launch_route_shared_gate_up_packed(route, slots, x.data(), shared_gate, shared_up,
+                                       shared_expert_gate, codebook, H, I, shared_act.data(),
+                                       logit.data(), stream());
+    if (!launched(kOp)) return;
+    launch_packed_gate_up(x.data(), gate_up, codebook, experts.data_as<std::int32_t>(), 1, top_k, E,
+                          H, I, 0.0f, act.data(), stream());
+    if (!launched(kOp)) return;
+    PackedDownCombine args{.act = act.data(),
+                           .shared_act = shared_act.data(),
+                           .ids = experts.data_as<std::int32_t>(),
+                           .weights = weights.data(),
+                           .logit = logit.data(),
+                           .k = static_cast<int>(top_k),
+                           .E = E,
+                           .H = H,
+                           .I = I,
+                           .y = y_out != nullptr ? y.data() : nullptr,
+                           .streams = {}};
+    if (into != nullptr)
+      args.streams = StreamsOut{
+          .h = into->h.data(), .inject = into->inject.data(), .streams = into->inject.cols()};
+    launch_packed_down_combine(args, down, shared_down, codebook, stream());
+    launched(kOp);
+    return;
+  }
   if (!route_ok || !routed_ok || !shared_ok || block_rows) return sequence();
 
   Tensor shared_act, logit;

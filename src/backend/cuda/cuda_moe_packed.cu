@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_moe_common.cuh"
+#include "backend/cuda/cuda_moe_packed.h"
 #include "backend/cuda/cuda_packed.cuh"
 
 namespace fs::cuda {
@@ -74,9 +75,10 @@ __global__ void __launch_bounds__(kPackedMoeThreads, stream_min_blocks<F, kU>())
                    static_cast<std::int64_t>(threadIdx.x / kWarp);
   typename F::Raw raw[2][kU];  // [gate, up][round]
   // Row h (0 gate, 1 up) of item `item`: nothing loaded past the last item or for a pair routed
-  // nowhere.
+  // nowhere. The quotient in 32 bits (as the FP8 kernel's, cuda_moe.cu).
   const auto load_row = [&](std::int64_t item, int h, typename F::Raw(&dst)[kU]) {
-    const std::int64_t e = item < items ? experts[item / I] : -1, r = item % I + h * I;
+    const std::int64_t q = static_cast<std::uint32_t>(item) / static_cast<std::uint32_t>(I);
+    const std::int64_t e = item < items ? experts[q] : -1, r = item - q * I + h * I;
     const bool live = e >= 0 && e < E;
     const std::uint8_t* row = live ? gu.row(e, r) : nullptr;
     const std::uint8_t* side = live ? gu.side_row(e, r) : nullptr;
@@ -103,7 +105,7 @@ __global__ void __launch_bounds__(kPackedMoeThreads, stream_min_blocks<F, kU>())
     const float g = dot(raw[0], staged_tw);
     load_row(i + warps, 0, raw[0]);
     const float u = dot(raw[1], staged_tw);
-    const std::int64_t e = experts[i / I];
+    const std::int64_t e = experts[static_cast<std::uint32_t>(i) / static_cast<std::uint32_t>(I)];
     if (lane == 0) act[i] = e >= 0 && e < E ? clamped_swiglu(g, u, limit) : 0.0f;
   }
 }
@@ -129,8 +131,9 @@ __global__ void __launch_bounds__(kPackedMoeThreads, packed::kStreamMinBlocks)
   typename F::Raw raw[T::kRounds];
   // Round q of item `item`: nothing loaded past the last item or for a pair routed nowhere.
   const auto load = [&](std::int64_t item, int q) {
-    const std::int64_t e = item < items ? experts[item / I] : -1;
-    const std::int64_t r = item % I + T::row(q, lane) * I;
+    const std::int64_t p = static_cast<std::uint32_t>(item) / static_cast<std::uint32_t>(I);
+    const std::int64_t e = item < items ? experts[p] : -1;
+    const std::int64_t r = item - p * I + T::row(q, lane) * I;
     raw[q] = e >= 0 && e < E && T::live(q, lane)
                  ? F::load(gu.row(e, r), gu.side_row(e, r), T::chunk(q, lane))
                  : typename F::Raw{};
@@ -143,7 +146,7 @@ __global__ void __launch_bounds__(kPackedMoeThreads, packed::kStreamMinBlocks)
     float gu_sums[2];
     packed::shared_tail_sums<F, kFull, kTail, 2>(
         raw, lane, x, staged_tw, [&](int q) { load(i + warps, q); }, gu_sums);
-    const std::int64_t e = experts[i / I];
+    const std::int64_t e = experts[static_cast<std::uint32_t>(i) / static_cast<std::uint32_t>(I)];
     if (lane == 0) act[i] = e >= 0 && e < E ? clamped_swiglu(gu_sums[0], gu_sums[1], limit) : 0.0f;
   }
 }
@@ -180,6 +183,58 @@ void by_lanes(std::int64_t in, Launch&& launch) {
 }
 
 }  // namespace
+
+// The routed gate/up of moe_experts_packed (act = swiglu of each pair's gate and up rows · x):
+// for one token the (pair, row) items streamed through resident warps where the rows allow,
+// else one row a group (cuda_moe_packed.h).
+void launch_packed_gate_up(const float* x, const Weight& gate_up, const std::uint8_t* codebook,
+                           const std::int32_t* ids, std::int64_t S, std::int64_t k, std::int64_t E,
+                           std::int64_t H, std::int64_t I, float swiglu_limit, float* act,
+                           cudaStream_t stream) {
+  const auto P = S * k;
+  packed::with_format(gate_up, [&](auto f) {
+    using F = decltype(f);
+    const auto chunks = F::chunks(H);
+    const auto staged = packed_staged_x_bytes<F, kWarp, 1>(chunks);
+    const int rounds = static_cast<int>((chunks + kWarp - 1) / kWarp);
+    // Four rounds only for IQ2_XXS (DeepSeek V4's ds4 mix: 106.5 -> 90.8 us on an H100, session
+    // 33). FP4's four rounds streamed were no faster (143.2 against 143.3 us) and Q2_K's are not
+    // measured: both keep one row a warp.
+    const bool four = rounds == 4 && std::is_same_v<F, packed::IQ2_XXS>;
+    if (S == 1 && !packed::short_rows(chunks) && staged != 0 && (rounds <= 3 || four) &&
+        packed::stream_rows_enabled()) {
+      // One token: the (pair, row) items streamed through resident warps.
+      const auto stream_launch = [&](auto kernel) {
+        const auto grid = streamed_grid(reinterpret_cast<const void*>(kernel), kPackedMoeThreads,
+                                        staged, P * I, packed::kStreamMinBlocks);
+        if (grid == 0) return false;
+        launch_overlapped(kernel, grid, kPackedMoeThreads, staged, stream, x,
+                          packed::rows_of(gate_up, codebook), ids, P, E, H, I, swiglu_limit, act);
+        return true;
+      };
+      // Rows of one round and a quarter (Q4_K at 2,560): gate and up share their last round.
+      if constexpr (packed::kSharedTailFits<F>) {
+        if (packed::shared_tail_takes(chunks) &&
+            stream_launch(moe_gate_up_packed_tail_kernel<F, 1, kWarp / 4>))
+          return;
+      }
+      if (rounds == 1   ? stream_launch(moe_gate_up_packed_stream_kernel<F, 1>)
+          : rounds == 2 ? stream_launch(moe_gate_up_packed_stream_kernel<F, 2>)
+          : rounds == 3 ? stream_launch(moe_gate_up_packed_stream_kernel<F, 3>)
+                        : stream_launch(moe_gate_up_packed_stream_kernel<F, 4>))
+        return;
+    }
+    by_lanes<F>(H, [&](auto lanes) {
+      constexpr int kG = decltype(lanes)::value;
+      const dim3 grid(static_cast<unsigned>(P), grid_for(I * kG, kPackedMoeThreads));
+      const auto smem = packed_staged_x_bytes<F, kG, 1>(F::chunks(H));
+      launch_overlapped(smem != 0 ? moe_gate_up_packed_kernel<F, kG, true>
+                                  : moe_gate_up_packed_kernel<F, kG, false>,
+                        grid, kPackedMoeThreads, smem, stream, x,
+                        packed::rows_of(gate_up, codebook), ids, k, E, H, I, swiglu_limit, act);
+    });
+  });
+}
 
 void CudaBackend::moe_experts_packed(const Tensor& x, const Weight& gate_up, const Weight& down,
                                      const Tensor& experts, const Tensor& weights,
@@ -238,50 +293,8 @@ void CudaBackend::moe_experts_packed(const Tensor& x, const Weight& gate_up, con
     return;
   }
   if (walking()) return;
-  packed::with_format(gate_up, [&](auto f) {
-    using F = decltype(f);
-    const auto chunks = F::chunks(H);
-    const auto staged = packed_staged_x_bytes<F, kWarp, 1>(chunks);
-    const int rounds = static_cast<int>((chunks + kWarp - 1) / kWarp);
-    // Four rounds only for IQ2_XXS (DeepSeek V4's ds4 mix: 106.5 -> 90.8 us on an H100, session
-    // 33). FP4's four rounds streamed were no faster (143.2 against 143.3 us) and Q2_K's are not
-    // measured: both keep one row a warp.
-    const bool four = rounds == 4 && std::is_same_v<F, packed::IQ2_XXS>;
-    if (S == 1 && !packed::short_rows(chunks) && staged != 0 && (rounds <= 3 || four) &&
-        packed::stream_rows_enabled()) {
-      // One token: the (pair, row) items streamed through resident warps.
-      const auto stream_launch = [&](auto kernel) {
-        const auto grid = streamed_grid(reinterpret_cast<const void*>(kernel), kPackedMoeThreads,
-                                        staged, P * I, packed::kStreamMinBlocks);
-        if (grid == 0) return false;
-        launch_overlapped(kernel, grid, kPackedMoeThreads, staged, stream(), x.data(),
-                          packed::rows_of(gate_up, codebook), ids, P, E, H, I, swiglu_limit,
-                          act.data());
-        return true;
-      };
-      // Rows of one round and a quarter (Q4_K at 2,560): gate and up share their last round.
-      if constexpr (packed::kSharedTailFits<F>) {
-        if (packed::shared_tail_takes(chunks) &&
-            stream_launch(moe_gate_up_packed_tail_kernel<F, 1, kWarp / 4>))
-          return;
-      }
-      if (rounds == 1   ? stream_launch(moe_gate_up_packed_stream_kernel<F, 1>)
-          : rounds == 2 ? stream_launch(moe_gate_up_packed_stream_kernel<F, 2>)
-          : rounds == 3 ? stream_launch(moe_gate_up_packed_stream_kernel<F, 3>)
-                        : stream_launch(moe_gate_up_packed_stream_kernel<F, 4>))
-        return;
-    }
-    by_lanes<F>(H, [&](auto lanes) {
-      constexpr int kG = decltype(lanes)::value;
-      const dim3 grid(static_cast<unsigned>(P), grid_for(I * kG, kPackedMoeThreads));
-      const auto smem = packed_staged_x_bytes<F, kG, 1>(F::chunks(H));
-      launch_overlapped(smem != 0 ? moe_gate_up_packed_kernel<F, kG, true>
-                                  : moe_gate_up_packed_kernel<F, kG, false>,
-                        grid, kPackedMoeThreads, smem, stream(), x.data(),
-                        packed::rows_of(gate_up, codebook), ids, k, E, H, I, swiglu_limit,
-                        act.data());
-    });
-  });
+  launch_packed_gate_up(x.data(), gate_up, codebook, ids, S, k, E, H, I, swiglu_limit, act.data(),
+                        stream());
   if (!launched(kOp)) return;
   packed::with_format(down, [&](auto f) {
     using F = decltype(f);

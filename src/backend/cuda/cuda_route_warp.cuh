@@ -97,6 +97,18 @@ __device__ __forceinline__ void route_warp_rows(const float* logits, std::int64_
     for (std::int64_t r = 0; r < k; ++r) rv[r] /= total;
 }
 
+// The routing's part of a MoE block's first grid (cuda_moe_block.cu, cuda_moe_block_packed.cu):
+// its first `blocks` blocks run route_warp_rows.
+struct RouteArgs {
+  const float* logits;  // [S, E]
+  std::int64_t S, E, k;
+  bool normalize;
+  std::int32_t* idx;  // [S, k]
+  float* val;         // [S, k]
+  unsigned blocks;
+  bool fast;  // route_warp_rows' picks
+};
+
 // route_warp_rows' `fast` (redux.sync picks) unless FLASHSERVE_CUDA_OLD_ROUTE_PICKS is set.
 inline bool route_fast_picks() {
   return !env_flag("FLASHSERVE_CUDA_OLD_ROUTE_PICKS");

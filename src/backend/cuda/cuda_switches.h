@@ -27,7 +27,9 @@
 //   one at a time where session 33's kernel shares their last round among 3 rows;
 //   FLASHSERVE_CUDA_PACKED_FUSED=0 runs the GatedDeltaNet in-projections, QSA's projections and
 //   the shared expert on packed (GGUF, FP4) weights as their sequences (before session 34's
-//   cuda_fused_packed.cu). All the same bits.
+//   cuda_fused_packed.cu); FLASHSERVE_CUDA_PACKED_MOE_BLOCK=0 runs one token's MoE block on
+//   packed weights as its ten-kernel sequence (before session 35's cuda_moe_block_packed.cu).
+//   All the same bits.
 // Prefill (more than 4 tokens; not the same bits, each within the op tests' bounds of the CPU):
 //   FLASHSERVE_CUDA_MOE_PAIRS=1 also keeps prefill's routed experts off the grouped tensor-core
 //   products (cuda_grouped_gemm.h) of session 21; FLASHSERVE_CUDA_PREFILL_SGEMM=1 keeps dense
