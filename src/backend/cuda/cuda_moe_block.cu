@@ -68,8 +68,7 @@ __global__ void __launch_bounds__(kGemvThreads)
   if (blockIdx.x < route.blocks) {
     wait_for_inputs();  // the router's logits
     release_dependents();
-    route_warp_rows<kPer>(route.logits, route.S, route.E, route.k, route.normalize, route.idx,
-                          route.val, blockIdx.x, route.fast);
+    route_warp_rows<kPer>(route, blockIdx.x);
     return;
   }
   shared_gate_up_units<T, kS, kG>(x, gate, up, expert_gate, H, I, act, logit,
@@ -87,8 +86,7 @@ __global__ void __launch_bounds__(kGemvThreads)
   wait_for_inputs();  // the router's logits and x
   release_dependents();
   if (blockIdx.x < route.blocks) {
-    route_warp_rows<kPer>(route.logits, route.S, route.E, route.k, route.normalize, route.idx,
-                          route.val, blockIdx.x, route.fast);
+    route_warp_rows<kPer>(route, blockIdx.x);
     return;
   }
   shared_gate_up_fp8_units<TG, kS, kG>(x, gate, gate_scales, up, up_scales, grid_cols, expert_gate,
@@ -434,6 +432,24 @@ void CudaBackend::moe_block_to(const Tensor& x, const Weight& router, std::int64
   // long rows (under 1,024 rows of at least 4 * kGemvThreads chunks) a block each instead.
   const auto down_chunks = Is / chunk_elements(dtype);
   const bool block_rows = H < 1024 && down_chunks >= 4 * kGemvThreads;
+  // The hyper-connection streams the last kernel writes into, or none (y).
+  const StreamsOut streams = into != nullptr ? StreamsOut{.h = into->h.data(),
+                                                          .inject = into->inject.data(),
+                                                          .streams = into->inject.cols()}
+                                             : StreamsOut{};
+  // The routing's part of the first grid: block 0 routes the S tokens' logits into experts and
+  // weights.
+  const auto route_args = [&](const Tensor& logits, std::int64_t tokens) {
+    return RouteArgs{.logits = logits.data(),
+                     .S = tokens,
+                     .E = Er,
+                     .k = top_k,
+                     .normalize = normalize,
+                     .idx = experts.data_as<std::int32_t>(),
+                     .val = weights.data(),
+                     .blocks = 1,
+                     .fast = route_fast_picks()};
+  };
   // One token of packed weights (the GGUF mixes): four kernels (cuda_moe_block_packed.cu).
   // FLASHSERVE_CUDA_PACKED_MOE_BLOCK=0: the sequence, as before session 35.
   if (route_ok && S == 1 && env_flag_default_on("FLASHSERVE_CUDA_PACKED_MOE_BLOCK") &&
@@ -453,15 +469,7 @@ void CudaBackend::moe_block_to(const Tensor& x, const Weight& router, std::int64
     Tensor& act = scratch(moe_act_);
     if (!ensure(act, {top_k, I})) return;
     if (walking()) return;  // a replay: outputs ensured, nothing queued
-    const RouteArgs route{.logits = logits.data(),
-                          .S = 1,
-                          .E = Er,
-                          .k = top_k,
-                          .normalize = normalize,
-                          .idx = experts.data_as<std::int32_t>(),
-                          .val = weights.data(),
-                          .blocks = 1,
-                          .fast = route_fast_picks()};
+    const RouteArgs route = route_args(logits, 1);
     launch_route_shared_gate_up_packed(route, slots, x.data(), shared_gate, shared_up,
                                        shared_expert_gate, codebook, H, I, shared_act.data(),
                                        logit.data(), stream());
@@ -469,20 +477,17 @@ void CudaBackend::moe_block_to(const Tensor& x, const Weight& router, std::int64
     launch_packed_gate_up(x.data(), gate_up, codebook, experts.data_as<std::int32_t>(), 1, top_k, E,
                           H, I, 0.0f, act.data(), stream());
     if (!launched(kOp)) return;
-    PackedDownCombine args{.act = act.data(),
-                           .shared_act = shared_act.data(),
-                           .ids = experts.data_as<std::int32_t>(),
-                           .weights = weights.data(),
-                           .logit = logit.data(),
-                           .k = static_cast<int>(top_k),
-                           .E = E,
-                           .H = H,
-                           .I = I,
-                           .y = y_out != nullptr ? y.data() : nullptr,
-                           .streams = {}};
-    if (into != nullptr)
-      args.streams = StreamsOut{
-          .h = into->h.data(), .inject = into->inject.data(), .streams = into->inject.cols()};
+    const PackedDownCombine args{.act = act.data(),
+                                 .shared_act = shared_act.data(),
+                                 .ids = experts.data_as<std::int32_t>(),
+                                 .weights = weights.data(),
+                                 .logit = logit.data(),
+                                 .k = static_cast<int>(top_k),
+                                 .E = E,
+                                 .H = H,
+                                 .I = I,
+                                 .y = y_out != nullptr ? y.data() : nullptr,
+                                 .streams = streams};
     launch_packed_down_combine(args, down, shared_down, codebook, stream());
     launched(kOp);
     return;
@@ -505,15 +510,7 @@ void CudaBackend::moe_block_to(const Tensor& x, const Weight& router, std::int64
   if (walking()) return;  // a replay: outputs ensured, nothing queued
 
   // 2. The routing (block 0) and the shared expert's gate/up (the later blocks).
-  const RouteArgs route{.logits = logits.data(),
-                        .S = S,
-                        .E = Er,
-                        .k = top_k,
-                        .normalize = normalize,
-                        .idx = experts.data_as<std::int32_t>(),
-                        .val = weights.data(),
-                        .blocks = 1,
-                        .fast = route_fast_picks()};
+  const RouteArgs route = route_args(logits, S);
   const auto units = Is + 1;
   with_count<kBlockTokens>(S, [&](auto tokens) {
     constexpr int kS = decltype(tokens)::value;
@@ -570,10 +567,6 @@ void CudaBackend::moe_block_to(const Tensor& x, const Weight& router, std::int64
   });
   if (!launched(kOp)) return;
 
-  const StreamsOut streams = into != nullptr ? StreamsOut{.h = into->h.data(),
-                                                          .inject = into->inject.data(),
-                                                          .streams = into->inject.cols()}
-                                             : StreamsOut{};
   // One token of FP8 experts and an FP8 shared expert as wide as they: the routed gate/up, then
   // the routed down, the shared down and the combine in one kernel.
   const int down_combine_cols =

@@ -53,8 +53,7 @@ __global__ void __launch_bounds__(kGemvThreads)
   if (blockIdx.x < route.blocks) {
     wait_for_inputs();  // the router's logits
     release_dependents();
-    route_warp_rows<kPer>(route.logits, route.S, route.E, route.k, route.normalize, route.idx,
-                          route.val, blockIdx.x, route.fast);
+    route_warp_rows<kPer>(route, blockIdx.x);
     return;
   }
   const int lane = static_cast<int>(threadIdx.x % kUnitLanes);

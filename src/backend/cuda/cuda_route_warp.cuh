@@ -109,6 +109,13 @@ struct RouteArgs {
   bool fast;  // route_warp_rows' picks
 };
 
+// route_warp_rows over a MoE block grid's routing arguments, as block `block` of them.
+template <int kPer>
+__device__ __forceinline__ void route_warp_rows(const RouteArgs& route, std::int64_t block) {
+  route_warp_rows<kPer>(route.logits, route.S, route.E, route.k, route.normalize, route.idx,
+                        route.val, block, route.fast);
+}
+
 // route_warp_rows' `fast` (redux.sync picks) unless FLASHSERVE_CUDA_OLD_ROUTE_PICKS is set.
 inline bool route_fast_picks() {
   return !env_flag("FLASHSERVE_CUDA_OLD_ROUTE_PICKS");
