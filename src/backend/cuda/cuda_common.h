@@ -249,6 +249,13 @@ __device__ __forceinline__ float apply_act(float v, Activation act) {
   return v;
 }
 
+// a / b for non-negative indices below 2^32, in 32 bits: a 64-bit division by a runtime value is
+// a software routine of dozens of instructions, and the decode step's small kernels are bound by
+// their instructions' latency (ncu, session 35; docs/GPU.md step 24).
+__device__ __forceinline__ std::int64_t index_quotient(std::int64_t a, std::int64_t b) {
+  return static_cast<std::uint32_t>(a) / static_cast<std::uint32_t>(b);
+}
+
 // a * b + c rounded twice (no fused multiply-add), as the CPU computes it.
 __device__ __forceinline__ float mul_add(float a, float b, float c) {
   return __fadd_rn(__fmul_rn(a, b), c);

@@ -283,11 +283,7 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks)
     for (int u = 0; u < kU; ++u) {
       const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kGemvThreads;
       if (c >= chunks) break;
-      // 32-bit: a 64-bit division by a runtime value is a software routine of dozens of
-      // instructions, five a thread here, in a kernel bound by its instructions' latency (ncu,
-      // session 35).
-      const int g =
-          static_cast<int>(static_cast<std::uint32_t>(c) / static_cast<std::uint32_t>(per_group));
+      const int g = static_cast<int>(index_quotient(c, per_group));
       float scale[kN];
       load_x<kN>(nw + c * kN, scale);
 #pragma unroll

@@ -162,11 +162,9 @@ __global__ void __launch_bounds__(kGateUpThreads)
   C::Raw raw[2][kU];
   float scale[2][kU];
   // Row h (0 gate, 1 up) of item `item` into buffer b: nothing past the last item or for a pair
-  // routed nowhere. The quotients in 32 bits: a 64-bit division by a runtime value is a software
-  // routine of dozens of instructions, and the decode step's small kernels are bound by their
-  // instructions' latency (ncu, session 35); every index here is far below 2^32.
+  // routed nowhere.
   const auto load_row = [&](std::int64_t item, int h, int b) {
-    const std::int64_t q = static_cast<std::uint32_t>(item) / static_cast<std::uint32_t>(I);
+    const std::int64_t q = index_quotient(item, I);
     const std::int64_t e = item < items ? ids[q] : -1, r = item - q * I + h * I;
     const bool live = e >= 0 && e < E;
     const e4m3_bits* row = live ? gate_up + (e * 2 * I + r) * H : gate_up;
@@ -206,7 +204,7 @@ __global__ void __launch_bounds__(kGateUpThreads)
     const float g = dot(0);
     load_row(i + warps, 0, 0);
     const float u = dot(1);
-    const std::int64_t e = ids[static_cast<std::uint32_t>(i) / static_cast<std::uint32_t>(I)];
+    const std::int64_t e = ids[index_quotient(i, I)];
     if (lane == 0 && e >= 0 && e < E) act[i] = clamped_swiglu(g, u, limit);
   }
 }

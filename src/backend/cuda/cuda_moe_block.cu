@@ -270,10 +270,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
   const std::int64_t tw = Staged::token_words(chunks);
   const std::int64_t words = chunks * Staged::kWords;
   for (std::int64_t w = threadIdx.x; w < (a.k + 1) * words; w += blockDim.x) {
-    // 32-bit: a 64-bit division by a runtime value is a software routine of dozens of
-    // instructions, in a kernel bound by its instructions' latency (ncu, session 35).
-    const auto j = static_cast<std::uint32_t>(w) / static_cast<std::uint32_t>(words);
-    const std::int64_t at = w - static_cast<std::int64_t>(j) * words;
+    const std::int64_t j = index_quotient(w, words), at = w - j * words;
     const auto* src = reinterpret_cast<const float4*>(j < a.k ? a.act + j * a.I : a.shared_act);
     staged_x[j * tw + Staged::at(at / Staged::kWords, static_cast<int>(at % Staged::kWords))] =
         src[at];

@@ -1,23 +1,24 @@
 // Qwen's MoE block for one token of packed weights (the GGUF mixes: Q4_K or IQ2_XXS routed
 // gate/up, Q8_0 downs, the shared expert in the projections' format), in four kernels where the
-// sequence ran ten (session 35; docs/GPU.md step 24):
+// sequence (Backend::moe_block_into_streams over the packed ops) ran ten (session 35;
+// docs/GPU.md step 24):
 //
-//   sequence (Backend::moe_block_into_streams over the packed ops)   the block
-//   1. the router GEMV (linear)                                       1. the same
-//   2. the routing (route_warp_kernel)                                2. one grid: the routing,
-//   3-4. the shared gate/up (a packed multi-GEMV), swiglu                the expert gate's logit,
-//   5. the expert gate's logit (linear)                                  the shared gate/up units
-//   6. the routed gate/up (moe_experts_packed)                        3. the same kernel
-//   7-8. the routed down, the combine                                 4. one kernel: the routed
-//   9. the shared down, gated and accumulated into y                     down, the shared down,
-//   10. add_scaled_streams                                               the combine, the write
+//   the sequence                                         the block
+//   1. the router GEMV (linear)                          1. the same
+//   2. the routing (route_warp_kernel)                   2. one grid: the routing, the expert
+//   3-5. the routed gate/up, down and combine               gate's logit, the shared gate/up
+//        (moe_experts_packed)                               units (swiglu in their store)
+//   6-8. the shared gate/up (a packed multi-GEMV),       3. the routed gate/up (the sequence's
+//        the expert gate's logit (linear), swiglu           kernel, launch_packed_gate_up)
+//   9. the shared down, gated, accumulated into y        4. the routed and shared downs, the
+//   10. add_scaled_streams                                  combine, the gate, the streams write
 //
-// The bits are the sequence's (CudaMoeBlock.PackedBlockEqualsItsSequenceBitForBit): every row's
-// sum goes through packed_rows_dot with the lanes the sequence's kernel gave that row (a row's sum
-// depends on its lanes only: rows_dot's contract, kept by every packed form), the expert gate's
-// row through rows_dot with linear's lanes, swiglu as SwigluOp, the combine as
-// moe_combine_kernel (expert ids ascending, no fused multiply-adds), the shared down's epilogue
-// and the streams write as the multi-GEMV's and add_scaled_streams'.
+// The bits are the sequence's (QuantOps.PackedMoeBlockEqualsItsSequenceBitForBit): every row's
+// sum goes through packed_rows_dot / packed_chunk_dot with the lanes the sequence's kernel gave
+// that row (a row's sum depends on its lanes only: rows_dot's contract, kept by every packed
+// form), the expert gate's row through rows_dot with linear's lanes, swiglu as SwigluOp, the
+// combine as moe_combine_kernel (expert ids ascending, no fused multiply-adds), the shared down's
+// epilogue and the streams write as the multi-GEMV's and add_scaled_streams'.
 #include <cstdint>
 #include <type_traits>
 
@@ -90,9 +91,9 @@ __global__ void __launch_bounds__(kGemvThreads)
 // kDownItems. The slots' ids come from the routing two kernels back, so the rows are known and
 // every item's first round of loads goes out before the wait (ids read through L2: no L1 line of
 // an earlier layer's). After it the k + 1 x vectors are staged in shared memory in
-// PackedStagedX's order (x read from global memory a chunk at a time ran the block 2% slower than
-// the sequence, session 35), and each row's chunks go through packed_chunk_dot in packed_rows_dot's
-// order: lane, lane + kDownLanes, ... .
+// PackedStagedX's order (x read from global memory a chunk at a time ran the block 1.5-1.9% slower
+// than the sequence, session 35), and each row's chunks go through packed_chunk_dot in
+// packed_rows_dot's order: lane, lane + kDownLanes, ... .
 struct DownCombineRows {
   packed::Rows down, shared_down;
 };
@@ -153,9 +154,7 @@ __global__ void __launch_bounds__(kGemvThreads)
   release_dependents();
   const std::int64_t words = chunks * L::kK4;
   for (std::int64_t i = threadIdx.x; i < (a.k + 1) * words; i += blockDim.x) {
-    // 32-bit: a 64-bit division by a runtime value is a software routine of dozens of
-    // instructions, in a kernel bound by its instructions' latency (ncu, session 35).
-    const std::int64_t j = static_cast<std::uint32_t>(i) / static_cast<std::uint32_t>(words);
+    const std::int64_t j = index_quotient(i, words);
     const std::int64_t at = i - j * words, c = at / L::kK4;
     const int q = static_cast<int>(at % L::kK4);
     const float* src = j < a.k ? a.act + j * a.I : a.shared_act;

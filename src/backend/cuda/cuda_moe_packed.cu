@@ -75,9 +75,9 @@ __global__ void __launch_bounds__(kPackedMoeThreads, stream_min_blocks<F, kU>())
                    static_cast<std::int64_t>(threadIdx.x / kWarp);
   typename F::Raw raw[2][kU];  // [gate, up][round]
   // Row h (0 gate, 1 up) of item `item`: nothing loaded past the last item or for a pair routed
-  // nowhere. The quotient in 32 bits (as the FP8 kernel's, cuda_moe.cu).
+  // nowhere.
   const auto load_row = [&](std::int64_t item, int h, typename F::Raw(&dst)[kU]) {
-    const std::int64_t q = static_cast<std::uint32_t>(item) / static_cast<std::uint32_t>(I);
+    const std::int64_t q = index_quotient(item, I);
     const std::int64_t e = item < items ? experts[q] : -1, r = item - q * I + h * I;
     const bool live = e >= 0 && e < E;
     const std::uint8_t* row = live ? gu.row(e, r) : nullptr;
@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(kPackedMoeThreads, stream_min_blocks<F, kU>())
     const float g = dot(raw[0], staged_tw);
     load_row(i + warps, 0, raw[0]);
     const float u = dot(raw[1], staged_tw);
-    const std::int64_t e = experts[static_cast<std::uint32_t>(i) / static_cast<std::uint32_t>(I)];
+    const std::int64_t e = experts[index_quotient(i, I)];
     if (lane == 0) act[i] = e >= 0 && e < E ? clamped_swiglu(g, u, limit) : 0.0f;
   }
 }
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kPackedMoeThreads, packed::kStreamMinBlocks)
   typename F::Raw raw[T::kRounds];
   // Round q of item `item`: nothing loaded past the last item or for a pair routed nowhere.
   const auto load = [&](std::int64_t item, int q) {
-    const std::int64_t p = static_cast<std::uint32_t>(item) / static_cast<std::uint32_t>(I);
+    const std::int64_t p = index_quotient(item, I);
     const std::int64_t e = item < items ? experts[p] : -1;
     const std::int64_t r = item - p * I + T::row(q, lane) * I;
     raw[q] = e >= 0 && e < E && T::live(q, lane)
@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kPackedMoeThreads, packed::kStreamMinBlocks)
     float gu_sums[2];
     packed::shared_tail_sums<F, kFull, kTail, 2>(
         raw, lane, x, staged_tw, [&](int q) { load(i + warps, q); }, gu_sums);
-    const std::int64_t e = experts[static_cast<std::uint32_t>(i) / static_cast<std::uint32_t>(I)];
+    const std::int64_t e = experts[index_quotient(i, I)];
     if (lane == 0) act[i] = e >= 0 && e < E ? clamped_swiglu(gu_sums[0], gu_sums[1], limit) : 0.0f;
   }
 }
