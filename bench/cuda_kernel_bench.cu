@@ -1395,16 +1395,21 @@ void bench_hc(fs::Backend& be, cudaStream_t s, std::vector<Row>& rows) {
   const fs::Weight nw = norm.view(0, fs::DType::kF32, {in});
   const int n = std::max(down.copies, 16);
   const double wbytes = static_cast<double>(2 * rank * in + kStreams * in) * 2;
-  // The forms of the first kernel: kR rows a block (FLASHSERVE_CUDA_HC_DOWN_ROWS, session 20),
-  // session 19's one row a block, and the form before it (FLASHSERVE_CUDA_OLD_HC_DOWN=1).
+  // The forms of the first kernel: split by stream with kR rows a block (session 36, the
+  // default), whole rows (FLASHSERVE_CUDA_HC_SPLIT=0) with kR rows a block
+  // (FLASHSERVE_CUDA_HC_DOWN_ROWS, session 20), session 19's one row a block, and the form before
+  // it (FLASHSERVE_CUDA_OLD_HC_DOWN=1).
   struct Form {
     const char* name;
     const char* rows;
     bool old;
+    bool split;
   };
-  for (const Form& form :
-       {Form{"rows3", "3", false}, Form{"rows1", "1", false}, Form{"old", "1", true},
-        Form{"rows2", "2", false}, Form{"rows4", "4", false}}) {
+  for (const Form& form : {Form{"split3", "3", false, true}, Form{"rows3", "3", false, false},
+                           Form{"split1", "1", false, true}, Form{"split2", "2", false, true},
+                           Form{"split4", "4", false, true}, Form{"rows1", "1", false, false},
+                           Form{"old", "1", true, false}}) {
+    setenv("FLASHSERVE_CUDA_HC_SPLIT", form.split ? "1" : "0", 1);
     setenv("FLASHSERVE_CUDA_HC_DOWN_ROWS", form.rows, 1);
     if (form.old)
       setenv("FLASHSERVE_CUDA_OLD_HC_DOWN", "1", 1);
@@ -1425,6 +1430,7 @@ void bench_hc(fs::Backend& be, cudaStream_t s, std::vector<Row>& rows) {
   }
   unsetenv("FLASHSERVE_CUDA_OLD_HC_DOWN");
   unsetenv("FLASHSERVE_CUDA_HC_DOWN_ROWS");
+  unsetenv("FLASHSERVE_CUDA_HC_SPLIT");
   if (!be.status().ok()) std::fprintf(stderr, "backend: %s\n", be.status().to_string().c_str());
 }
 

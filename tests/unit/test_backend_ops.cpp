@@ -2731,24 +2731,28 @@ TEST(CudaHyperConnection, ReadsBeforeTheWaitsGiveTheBitsOfTheKernelsBefore) {
 
 // An MTP verify reads 2-4 tokens' streams in one call; each token's mixed input and injection
 // must be the bits its one-token read gives (the decode step's), or a verify could accept what
-// decoding would not. Every form of the first kernel is checked: rows a block (the default, session
-// 20), one row a block with session 19's launch (FLASHSERVE_CUDA_HC_DOWN_ROWS=1), and the form
-// before that (with FLASHSERVE_CUDA_OLD_HC_DOWN=1).
+// decoding would not. Every form of the first kernel is checked: split by stream (the default at
+// one token since session 36, so the one-token reads take it and the 2-4-token reads do not) with
+// 3 rows a block and with one, and unsplit (FLASHSERVE_CUDA_HC_SPLIT=0) with rows a block
+// (session 20), one row a block with session 19's launch (FLASHSERVE_CUDA_HC_DOWN_ROWS=1), and
+// the form before that (with FLASHSERVE_CUDA_OLD_HC_DOWN=1).
 TEST(CudaHyperConnection, EachTokenOfSeveralReadsItsOneTokenBits) {
   std::string why;
   auto be = backend_under_test("cuda", &why);
   if (!be) GTEST_SKIP() << why;
   const UnsetOnExit restore{"FLASHSERVE_CUDA_OLD_HC_DOWN"},
-      restore_rows{"FLASHSERVE_CUDA_HC_DOWN_ROWS"};
+      restore_rows{"FLASHSERVE_CUDA_HC_DOWN_ROWS"}, restore_split{"FLASHSERVE_CUDA_HC_SPLIT"};
   Rng rng(0x4c7e1u);
   const Feed f{*be};
   constexpr std::int64_t streams = HcReadWeights::kStreams, W = 2560, in = streams * W;
   const HcReadWeights hc(f, W, 320, DType::kBF16, rng);
-  for (const int form : {0, 1, 2}) {
+  for (const int form : {0, 1, 2, 3, 4}) {
     unsetenv("FLASHSERVE_CUDA_HC_DOWN_ROWS");
     unsetenv("FLASHSERVE_CUDA_OLD_HC_DOWN");
-    if (form > 0) setenv("FLASHSERVE_CUDA_HC_DOWN_ROWS", "1", 1);
-    if (form == 2) setenv("FLASHSERVE_CUDA_OLD_HC_DOWN", "1", 1);
+    unsetenv("FLASHSERVE_CUDA_HC_SPLIT");
+    if (form >= 2) setenv("FLASHSERVE_CUDA_HC_SPLIT", "0", 1);
+    if (form == 1 || form >= 3) setenv("FLASHSERVE_CUDA_HC_DOWN_ROWS", "1", 1);
+    if (form == 4) setenv("FLASHSERVE_CUDA_OLD_HC_DOWN", "1", 1);
     for (const std::int64_t S : {2, 3, 4}) {
       SCOPED_TRACE("S " + std::to_string(S) + " form " + std::to_string(form));
       const auto all = random_tensor({S, in}, rng, 2.0f);
@@ -2774,14 +2778,18 @@ TEST(CudaHyperConnection, EachTokenOfSeveralReadsItsOneTokenBits) {
 }
 
 // The first kernel takes 1-4 rows of (mix_down, inject) a block (FLASHSERVE_CUDA_HC_DOWN_ROWS,
-// session 20: fewer blocks each reading h and the norm weight through L2). A row's sums are the
-// same chunks in the same order whatever the rows a block, so every form must give the one-row
-// form's bits, on shapes whose blocks straddle mix_down and inject and whose last block is short.
+// session 20: fewer blocks each reading h and the norm weight through L2), whole rows or, split
+// by stream (session 36, FLASHSERVE_CUDA_HC_SPLIT), a quarter of each with the rest of the sum in
+// the stream mix. A row's sums are the same chunks in the same order in every form, so every form
+// must give the unsplit one-row form's bits, on shapes whose blocks straddle mix_down and inject
+// and whose last block is short. The split is taken at one token with rank 32-320; at 2-4 tokens
+// and at rank 12-16 (fewer chunks than the stream mix's 8 lanes) the read stays unsplit.
 TEST(CudaHyperConnection, EveryFormOfTheFirstKernelGivesTheSameBits) {
   std::string why;
   auto be = backend_under_test("cuda", &why);
   if (!be) GTEST_SKIP() << why;
-  const UnsetOnExit restore{"FLASHSERVE_CUDA_HC_DOWN_ROWS"};
+  const UnsetOnExit restore{"FLASHSERVE_CUDA_HC_DOWN_ROWS"},
+      restore_split{"FLASHSERVE_CUDA_HC_SPLIT"};
   Rng rng(0x4c7e2u);
   const Feed f{*be};
   for (const auto& c : std::vector<HcCase>{{1, 2560, 320, true, DType::kBF16},
@@ -2790,13 +2798,19 @@ TEST(CudaHyperConnection, EveryFormOfTheFirstKernelGivesTheSameBits) {
                                            {4, 2560, 320, true, DType::kBF16},
                                            {1, 64, 16, true, DType::kBF16},
                                            {4, 64, 16, false, DType::kBF16},
-                                           {3, 40, 12, true, DType::kF32}}) {
+                                           {1, 64, 64, true, DType::kBF16},
+                                           {3, 40, 12, true, DType::kF32},
+                                           {1, 40, 32, true, DType::kF32},
+                                           {1, 40, 32, false, DType::kF32}}) {
     const Tensor h = f.in(random_tensor({c.S, HcReadWeights::kStreams * c.W}, rng, 2.0f));
     const HcReadWeights hc(f, c.W, c.rank, c.dtype, rng);
     std::vector<float> want_mixed, want_inject;
-    for (const char* rows : {"1", "2", "3", "4"}) {
-      SCOPED_TRACE("S " + std::to_string(c.S) + " W " + std::to_string(c.W) + " rows " + rows);
-      setenv("FLASHSERVE_CUDA_HC_DOWN_ROWS", rows, 1);
+    for (const char* form : {"0/1", "0/2", "0/3", "0/4", "1/1", "1/2", "1/3", "1/4"}) {
+      const std::string split(form, 1), rows(form + 2);
+      SCOPED_TRACE("S " + std::to_string(c.S) + " W " + std::to_string(c.W) + " rank " +
+                   std::to_string(c.rank) + " split/rows " + form);
+      setenv("FLASHSERVE_CUDA_HC_SPLIT", split.c_str(), 1);
+      setenv("FLASHSERVE_CUDA_HC_DOWN_ROWS", rows.c_str(), 1);
       Tensor mixed, inject;
       hc.read(*be, h, mixed, c.inject ? &inject : nullptr);
       ASSERT_TRUE(be->status().ok()) << be->status().to_string();

@@ -218,6 +218,11 @@ __global__ void __launch_bounds__(kSplitMaxThreads)
 // weights with their loads in flight together: the form that walked the splits in one thread
 // took 14 us a layer at 65 splits (bench/NOTES.md, 2026-12-02). The sums are in split order, as
 // before.
+// A column's partials are read kMergeBatch at a time into registers, then summed in order (session
+// 36; the loop unrolled by 8 kept 8 loads in flight, so 33 splits at 1k context were 5 L2 round
+// trips after the weights), and a thread's first batch is asked for before the (m, l) reads and
+// the block's reductions, which it does not depend on. The same products in the same order.
+constexpr int kMergeBatch = 32;
 __global__ void attention_merge_kernel(const float* part_acc, const float* part_ml,
                                        std::int64_t splits, std::int64_t D, float* out) {
   wait_for_inputs();  // when launched overlapped (cuda_common.h)
@@ -226,6 +231,14 @@ __global__ void attention_merge_kernel(const float* part_acc, const float* part_
   __shared__ float ls[kMaxSplits];
   __shared__ float red[32];
   const std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * splits;
+  float a[kMergeBatch];
+  const auto fetch = [&](std::int64_t d, std::int64_t j0) {
+#pragma unroll
+    for (int u = 0; u < kMergeBatch; ++u)
+      a[u] = d < D && j0 + u < splits ? part_acc[(base + j0 + u) * D + d] : 0.0f;
+  };
+  const std::int64_t d0 = threadIdx.x;
+  fetch(d0, 0);
   float m = -INFINITY;
   for (std::int64_t j = threadIdx.x; j < splits; j += blockDim.x)
     m = fmaxf(m, part_ml[(base + j) * 2]);
@@ -239,10 +252,14 @@ __global__ void attention_merge_kernel(const float* part_acc, const float* part_
   float L = 0;
   for (std::int64_t j = 0; j < splits; ++j) L = fmaf(ls[j], weight[j], L);
   float* os = out + static_cast<std::int64_t>(blockIdx.x) * D;
-  for (std::int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+  for (std::int64_t d = d0; d < D; d += blockDim.x) {
     float o = 0;
-#pragma unroll 8
-    for (std::int64_t j = 0; j < splits; ++j) o += part_acc[(base + j) * D + d] * weight[j];
+    for (std::int64_t j0 = 0; j0 < splits; j0 += kMergeBatch) {
+      if (d != d0 || j0 > 0) fetch(d, j0);
+#pragma unroll
+      for (int u = 0; u < kMergeBatch; ++u)
+        if (j0 + u < splits) o += a[u] * weight[j0 + u];
+    }
     os[d] = L > 0 ? o / L : 0.0f;
   }
 }

@@ -239,6 +239,49 @@ constexpr int kMixStreams = 4;
 // The one-row forms stay for the A/B: session 19's (3 blocks a multiprocessor, 3 chunks a round at
 // 2 tokens, 2 at 3-4: one wave) and the one before it (FLASHSERVE_CUDA_OLD_HC_DOWN=1 with
 // FLASHSERVE_CUDA_HC_DOWN_ROWS=1: 2 blocks a multiprocessor at 2-4 tokens, two waves).
+// Row `row` of the read's joint (mix_down, inject) index space: its weights (null past the end),
+// segment and index in it.
+template <typename T>
+__device__ __forceinline__ const T* joint_row(const Segments& segs, std::int64_t row,
+                                              std::int64_t in, int& seg, std::int64_t& local) {
+  int i = 0;
+  std::int64_t base = 0;
+  while (i + 1 < segs.count && row >= base + segs.s[i].rows) base += segs.s[i++].rows;
+  seg = i;
+  local = row - base;
+  return row < segs.total ? static_cast<const T*>(segs.s[i].w) + local * in : nullptr;
+}
+
+// Chunk c of the first kernel's rows: d[r][s] = row r's chunk · (h[s]'s chunk * (1 + nw's)), the
+// products in column order, and q2[s] = the sum of h[s]'s chunk squared in double.
+template <typename T, int kS, int kR>
+__device__ __forceinline__ void hc_chunk(const typename WeightChunk<T, true>::Raw (&raw)[kR],
+                                         const float* h, const float* nw, std::int64_t in,
+                                         std::int64_t c, float (&d)[kR][kS], double (&q2)[kS]) {
+  using C = WeightChunk<T, true>;
+  constexpr int kN = C::kN;
+  float scale[kN];
+  load_x<kN>(nw + c * kN, scale);
+#pragma unroll
+  for (int q = 0; q < kN; ++q) scale[q] = 1.0f + scale[q];
+#pragma unroll
+  for (int s = 0; s < kS; ++s) {
+    float xv[kN];
+    load_x<kN>(h + s * in + c * kN, xv);
+    q2[s] = 0;
+#pragma unroll
+    for (int q = 0; q < kN; ++q) q2[s] += static_cast<double>(xv[q]) * xv[q];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      float wv[kN];
+      C::widen(raw[r], wv);
+      d[r][s] = 0;
+#pragma unroll
+      for (int q = 0; q < kN; ++q) d[r][s] = fmaf(wv[q], xv[q] * scale[q], d[r][s]);
+    }
+  }
+}
+
 template <typename T, int kS, int kR, int kU, int kMinBlocks>
 __global__ void __launch_bounds__(kGemvThreads, kMinBlocks)
     hc_down_kernel(const float* h, const float* nw, const Segments segs, std::int64_t in,
@@ -251,15 +294,7 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks)
   int seg[kR];
   std::int64_t local[kR];
 #pragma unroll
-  for (int r = 0; r < kR; ++r) {
-    const std::int64_t row = first + r;
-    int i = 0;
-    std::int64_t base = 0;
-    while (i + 1 < segs.count && row >= base + segs.s[i].rows) base += segs.s[i++].rows;
-    seg[r] = i;
-    local[r] = row - base;
-    w[r] = row < segs.total ? static_cast<const T*>(segs.s[i].w) + local[r] * in : nullptr;
-  }
+  for (int r = 0; r < kR; ++r) w[r] = joint_row<T>(segs, first + r, in, seg[r], local[r]);
   // The first round of weight loads goes out before the wait (no kernel writes W), as in
   // rows_dot; h, nw and y are touched after it.
   const std::int64_t chunks = in / kN, per_group = W / kN;
@@ -284,31 +319,19 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks)
       const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kGemvThreads;
       if (c >= chunks) break;
       const int g = static_cast<int>(index_quotient(c, per_group));
-      float scale[kN];
-      load_x<kN>(nw + c * kN, scale);
-#pragma unroll
-      for (int q = 0; q < kN; ++q) scale[q] = 1.0f + scale[q];
+      float d[kR][kS];
+      double q2[kS];
+      hc_chunk<T, kS, kR>(raw[u], h, nw, in, c, d, q2);
 #pragma unroll
       for (int s = 0; s < kS; ++s) {
-        float xv[kN];
-        load_x<kN>(h + s * in + c * kN, xv);
-        double q2 = 0;
 #pragma unroll
-        for (int q = 0; q < kN; ++q) q2 += static_cast<double>(xv[q]) * xv[q];
-#pragma unroll
-        for (int r = 0; r < kR; ++r) {
-          float wv[kN];
-          C::widen(raw[u][r], wv);
-          float d = 0;
-#pragma unroll
-          for (int q = 0; q < kN; ++q) d = fmaf(wv[q], xv[q] * scale[q], d);
+        for (int r = 0; r < kR; ++r)
 #pragma unroll
           for (int k = 0; k < kMixStreams; ++k)
-            if (k == g) acc[r][k][s] += d;
-        }
+            if (k == g) acc[r][k][s] += d[r][s];
 #pragma unroll
         for (int k = 0; k < kMixStreams; ++k)
-          if (k == g) ss[k][s] += q2;
+          if (k == g) ss[k][s] += q2[s];
       }
     }
   }
@@ -367,12 +390,137 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks)
   *y = finish(sg.ep, v, local[r], s, sg.ep.accumulate ? *y : 0.0f);
 }
 
+// The first kernel split by stream (session 36, the default at one token, hc_split_bytes;
+// FLASHSERVE_CUDA_HC_SPLIT=0 gives back hc_down_kernel): block (b, k) takes kR rows and
+// stream k's W columns only, so the grid has four times the blocks and each thread a quarter of
+// the chain (ncu in session 35: hc_down_kernel's 108 blocks, one a multiprocessor, issued on 24%
+// of a scheduler's cycles). Thread t sums the chunks t + 256 j that fall in stream k, j ascending:
+// exactly the chunks, in the order, that hc_down_kernel's thread t adds into its stream-k
+// accumulators, and the warps are summed in the same order, so a_k and inv_k are its bits. The
+// block writes a_k to parts [S, rows, 4] and (blocks of row group 0) inv_k; the sum over k and the
+// epilogue, hc_down_kernel's last step, move into the stream mix (stream_mix_split_kernel), which
+// needs all of u anyway.
+// Four blocks a multiprocessor (at most 64 registers): the 432 blocks of the Qwen shapes in one
+// wave.
+template <typename T, int kS, int kR, int kU>
+__global__ void __launch_bounds__(kGemvThreads, 4)
+    hc_parts_kernel(const float* h, const float* nw, const Segments segs, std::int64_t in,
+                    std::int64_t W, float eps, float* parts, float* inv_out) {
+  using C = WeightChunk<T, true>;
+  constexpr int kN = C::kN;
+  constexpr int kWarps = kGemvThreads / kWarp;
+  const int k = static_cast<int>(blockIdx.y);
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * kR;
+  const T* w[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    int seg;
+    std::int64_t local;
+    w[r] = joint_row<T>(segs, first + r, in, seg, local);
+  }
+  const std::int64_t per_group = W / kN, begin = k * per_group, end = begin + per_group;
+  const std::int64_t t = threadIdx.x;
+  const std::int64_t c_first =
+      t >= begin ? t : t + (begin - t + kGemvThreads - 1) / kGemvThreads * kGemvThreads;
+  float acc[kR][kS] = {};
+  double ss[kS] = {};
+  for (std::int64_t c0 = c_first; c0 < end; c0 += static_cast<std::int64_t>(kGemvThreads) * kU) {
+    typename C::Raw raw[kU][kR];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kGemvThreads;
+#pragma unroll
+      for (int r = 0; r < kR; ++r)
+        raw[u][r] = c < end && w[r] != nullptr ? C::load(w[r] + c * kN) : typename C::Raw{};
+    }
+    if (c0 == c_first) {  // the first round of weight loads before the wait, as hc_down_kernel
+      wait_for_inputs();
+      release_dependents();
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kGemvThreads;
+      if (c >= end) break;
+      float d[kR][kS];
+      double q2[kS];
+      hc_chunk<T, kS, kR>(raw[u], h, nw, in, c, d, q2);
+#pragma unroll
+      for (int s = 0; s < kS; ++s) {
+#pragma unroll
+        for (int r = 0; r < kR; ++r) acc[r][s] += d[r][s];
+        ss[s] += q2[s];
+      }
+    }
+  }
+  wait_for_inputs();  // a thread with no chunk of this stream (a repeated wait returns at once)
+  release_dependents();
+  __shared__ float part_a[kWarps][kR * kS];
+  __shared__ double part_ss[kWarps][kS];
+  const int lane = static_cast<int>(threadIdx.x % kWarp),
+            warp = static_cast<int>(threadIdx.x / kWarp);
+#pragma unroll
+  for (int s = 0; s < kS; ++s) {
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const float a = warp_sum(acc[r][s]);
+      if (lane == 0) part_a[warp][r * kS + s] = a;
+    }
+    const double b = warp_sum(ss[s]);
+    if (lane == 0) part_ss[warp][s] = b;
+  }
+  __syncthreads();
+  // hc_down_kernel's sums over the warps, in warp order: token s's inv_k (threads s of warp 0,
+  // written by the blocks of row group 0) and row r's a_k (warp 1).
+  static_assert(kS <= kWarp && kR * kS <= kWarp);
+  if (warp == 0 && lane < kS) {
+    double b = 0;
+    for (int wi = 0; wi < kWarps; ++wi) b += part_ss[wi][lane];
+    if (blockIdx.x == 0)
+      inv_out[lane * kMixStreams + k] =
+          static_cast<float>(1.0 / sqrt(b / static_cast<double>(W) + eps));
+  } else if (warp == 1 && lane < kR * kS) {
+    const int r = lane / kS, s = lane % kS;
+    float a = 0;
+    for (int wi = 0; wi < kWarps; ++wi) a += part_a[wi][lane];
+    if (first + r < segs.total) parts[(s * segs.total + first + r) * kMixStreams + k] = a;
+  }
+}
+
 // Rows a block of hc_down_kernel (FLASHSERVE_CUDA_HC_DOWN_ROWS=1..4; kHcDownRows unless set).
 inline constexpr int kHcDownRows = 3;
 inline int hc_down_rows() {
   const char* v = std::getenv("FLASHSERVE_CUDA_HC_DOWN_ROWS");
   const int r = v != nullptr ? std::atoi(v) : 0;
   return r >= 1 && r <= 4 ? r : kHcDownRows;
+}
+
+// Column c's h (kS tokens) and norm weight in each stream. Before a kernel's wait only where h is
+// complete when the kernel starts (stream_mix_kernel's kEarly), so through L2 (__ldcg).
+template <int kS>
+__device__ __forceinline__ void read_column(const float* h, const float* nw, std::int64_t W,
+                                            std::int64_t c, float (&hv)[kS][kMixStreams],
+                                            float (&nv)[kMixStreams]) {
+#pragma unroll
+  for (int k = 0; k < kMixStreams; ++k) {
+    nv[k] = __ldg(nw + k * W + c);
+#pragma unroll
+    for (int s = 0; s < kS; ++s) hv[s][k] = __ldcg(h + s * kMixStreams * W + k * W + c);
+  }
+}
+
+// The mixed value of one column and token: the mean over streams of sigmoid(m_k) * xn_k, xn_k =
+// h_k * inv_k * (1 + nw_k) as rms_norm computes it, the sum in stream order (mul then
+// stream_mean).
+__device__ __forceinline__ float mixed_column(const float (&m)[kMixStreams],
+                                              const float (&hk)[kMixStreams],
+                                              const float (&nk)[kMixStreams], const float* inv) {
+  float sum = 0;
+#pragma unroll
+  for (int k = 0; k < kMixStreams; ++k) {
+    const float xn = __fmul_rn(__fmul_rn(hk[k], inv[k]), 1.0f + nk[k]);
+    sum = __fadd_rn(sum, __fmul_rn(apply_act(m[k], Activation::kSigmoid), xn));
+  }
+  return sum / static_cast<float>(kMixStreams);
 }
 
 // The stream mix over mix_up [streams * W, rank] (streams = 4): the group of column c takes rows
@@ -402,14 +550,7 @@ __global__ void __launch_bounds__(kGemvThreads)
   // against 169.6 tok/s over three rounds (bench/NOTES.md, session 17). Staging hc_down's norm
   // weight the same way (cp.async before its wait) was measured too: 1% slower, not kept.
   float hv[kS][kMixStreams] = {}, nv[kMixStreams] = {};
-  if (kEarly && lane == 0 && c < W) {
-#pragma unroll
-    for (int k = 0; k < kMixStreams; ++k) {
-      nv[k] = __ldg(nw + k * W + c);
-#pragma unroll
-      for (int s = 0; s < kS; ++s) hv[s][k] = __ldcg(h + s * kMixStreams * W + k * W + c);
-    }
-  }
+  if (kEarly && lane == 0 && c < W) read_column<kS>(h, nw, W, c, hv, nv);
   // The group count is a quarter of a plain GEMV's over these rows, so each thread keeps more of
   // its rows in flight: rank 320 in bf16 is 5 chunks a lane, all 4 rows' issued at once (before
   // the wait for u, h and inv, inside rows_dot).
@@ -422,26 +563,132 @@ __global__ void __launch_bounds__(kGemvThreads)
 #pragma unroll
     for (int k = 0; k < kMixStreams; ++k) m[k] = group_sum<kG>(acc[k][s]);
     if (lane == 0 && c < W) {
-      const float* row = h + s * kMixStreams * W;
-      float sum = 0;
+      if (!kEarly) read_column<kS>(h, nw, W, c, hv, nv);
+      out[s * W + c] = mixed_column(m, hv[s], nv, inv + s * kMixStreams);
+    }
+  }
+}
+
+// The stream mix after hc_parts_kernel (session 36): a warp a column c, its lanes 8k..8k+7 taking
+// row kW + c as stream_mix_kernel's 8 lanes take it (chunks lane, lane + 8, ...), so four times the
+// warps with a quarter of the loads and sums each, and m_k the same bits (group_sum<8>, then
+// shuffled to lane 0). u is not in memory: every block computes all of it first, hc_down_kernel's
+// last step (row j's sum over k of inv_k * a_k in stream order, then its segment's epilogue), into
+// shared memory in rows_dot's staged layout, after the first weight loads and the wait (one L2
+// round trip after the wait, as reading u was); block 0 also writes the inject rows. parts and
+// segs are hc_parts_kernel's (mix_down's rank rows, then inject's); rank / 8 >= 8 chunks.
+template <typename T, int kS, bool kEarly>
+__global__ void __launch_bounds__(kGemvThreads)
+    stream_mix_split_kernel(const float* h, const float* inv, const float* nw, const float* parts,
+                            const Segments segs, const T* up, std::int64_t rank, std::int64_t W,
+                            float* out) {
+  constexpr int kG = 8, kN = WeightChunk<T, true>::kN;
+  const std::int64_t c = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kWarp;
+  const int wl = static_cast<int>(threadIdx.x % kWarp), k = wl / kG, lane = wl % kG;
+  const T* rows[1] = {c < W ? up + (k * W + c) * rank : nullptr};
+  const float* xs[1] = {parts};  // unread: rows_dot reads the staged u
+  float hv[kS][kMixStreams] = {}, nv[kMixStreams] = {};
+  if (kEarly && wl == 0 && c < W) read_column<kS>(h, nw, W, c, hv, nv);
+  const auto combine = [&] {
+    using L = StagedX<kN, kG>;
+    const std::int64_t tw = L::token_words(rank / kN);
+    auto* staged = reinterpret_cast<float*>(staged_x);
+    for (std::int64_t j = threadIdx.x; j < segs.total; j += blockDim.x) {
+      const bool is_u = j < rank;
+      if (!is_u && blockIdx.x != 0) break;
+      const Segment& sg = segs.s[is_u ? 0 : 1];
+      const std::int64_t local = is_u ? j : j - rank;
 #pragma unroll
-      for (int k = 0; k < kMixStreams; ++k) {
-        const float hk = kEarly ? hv[s][k] : row[k * W + c];
-        const float nk = kEarly ? nv[k] : nw[k * W + c];
-        const float xn = __fmul_rn(__fmul_rn(hk, inv[s * kMixStreams + k]), 1.0f + nk);
-        sum = __fadd_rn(sum, __fmul_rn(apply_act(m[k], Activation::kSigmoid), xn));
+      for (int s = 0; s < kS; ++s) {
+        const float4 a = __ldcg(reinterpret_cast<const float4*>(parts) + s * segs.total + j);
+        const float ak[kMixStreams] = {a.x, a.y, a.z, a.w};
+        float v = 0;
+#pragma unroll
+        for (int q = 0; q < kMixStreams; ++q)
+          v = __fadd_rn(v, __fmul_rn(inv[s * kMixStreams + q], ak[q]));
+        if (is_u) {
+          staged[4 * (s * tw + L::at(j / kN, static_cast<int>(j % kN) / 4)) + j % 4] =
+              finish(sg.ep, v, local, s, 0.0f);
+        } else {
+          float* y = sg.y + s * sg.rows + local;
+          *y = finish(sg.ep, v, local, s, sg.ep.accumulate ? *y : 0.0f);
+        }
       }
-      out[s * W + c] = sum / static_cast<float>(kMixStreams);
+    }
+    __syncthreads();
+  };
+  float acc[1][kS] = {};
+  rows_dot<T, true, kS, 1, kG, 5, true, true, true>(rows, xs, rank, rank / kN, lane, acc, combine);
+#pragma unroll
+  for (int s = 0; s < kS; ++s) {
+    const float mine = group_sum<kG>(acc[0][s]);
+    float m[kMixStreams];
+#pragma unroll
+    for (int q = 0; q < kMixStreams; ++q) m[q] = __shfl_sync(0xffffffffu, mine, q * kG);
+    if (wl == 0 && c < W) {
+      if (!kEarly) read_column<kS>(h, nw, W, c, hv, nv);
+      out[s * W + c] = mixed_column(m, hv[s], nv, inv + s * kMixStreams);
     }
   }
 }
 
 // The read's two kernels: hc_down_kernel over segs (mix_down, then inject), then the stream mix.
+// The stream mix's staged u where the read splits its first kernel by stream
+// (FLASHSERVE_CUDA_HC_SPLIT, on unless "0"), or 0 where it does not: one token (the decode step;
+// at an MTP verify's 2-4 the split read took 11-23 us against 10-14 unsplit, cuda_kernel_bench
+// --hc on an H100, session 36: each 8-lane row group reads the staged u of every token, four
+// times the shared-memory reads of the unsplit mix, whose group reads it once for four rows),
+// rows of mix_up short enough for 8-lane groups (the stream mix's form at rank 320) and at least
+// 8 chunks (every lane reaches rows_dot's staging barrier), and u within the default dynamic
+// shared memory.
+template <typename T>
+std::size_t hc_split_bytes(std::int64_t S, std::int64_t rank) {
+  constexpr int kN = WeightChunk<T, true>::kN;
+  const auto chunks = rank / kN;
+  if (S != 1 || !env_flag_default_on("FLASHSERVE_CUDA_HC_SPLIT") || !gemv_short_rows(chunks) ||
+      chunks < 8)
+    return 0;
+  const auto bytes = static_cast<std::size_t>(S) *
+                     static_cast<std::size_t>(StagedX<kN, 8>::token_words(chunks)) * sizeof(float4);
+  return bytes <= kMaxStagedXBytes ? bytes : 0;
+}
+
+// parts non-null: hc_parts_kernel then the stream mix that finishes it (hc_split_bytes said yes).
 template <typename T, int kS>
 void launch_hc_read(const float* h, const float* nw, const Segments& segs, const float* u,
                     const T* up, std::int64_t rank, std::int64_t W, float eps, float* inv,
-                    float* out, cudaStream_t stream, bool early) {
+                    float* out, cudaStream_t stream, bool early, float* parts) {
   const auto in = kMixStreams * W;
+  if constexpr (kS == 1) {  // hc_split_bytes: one token only
+    if (parts != nullptr) {
+      const auto split = [&](auto kernel, int rows) {
+        const dim3 grid(static_cast<unsigned>((segs.total + rows - 1) / rows), kMixStreams);
+        launch_overlapped(kernel, grid, kGemvThreads, 0, stream, h, nw, segs, in, W, eps, parts,
+                          inv);
+      };
+      switch (hc_down_rows()) {
+        case 1:
+          split(hc_parts_kernel<T, kS, 1, 2>, 1);
+          break;
+        case 2:
+          split(hc_parts_kernel<T, kS, 2, 2>, 2);
+          break;
+        case 4:
+          split(hc_parts_kernel<T, kS, 4, 2>, 4);
+          break;
+        default:
+          split(hc_parts_kernel<T, kS, 3, 2>, 3);
+      }
+      const auto smem = hc_split_bytes<T>(kS, rank);
+      const auto mix = [&](auto kernel) {
+        launch_overlapped(kernel, grid_for(W * kWarp, kGemvThreads), kGemvThreads, smem, stream, h,
+                          inv, nw, parts, segs, up, rank, W, out);
+      };
+      early ? mix(stream_mix_split_kernel<T, kS, true>)
+            : mix(stream_mix_split_kernel<T, kS, false>);
+      return;
+    }
+  }
   const auto down = [&](auto kernel, int rows) {
     launch_overlapped(kernel, static_cast<unsigned>((segs.total + rows - 1) / rows), kGemvThreads,
                       0, stream, h, nw, segs, in, W, eps, inv);
@@ -696,6 +943,12 @@ void CudaBackend::hyper_connection_read(const Tensor& h, const Weight& norm, con
     inject_ep.post = 2.0f;
     add_segment(segs, inject.data, inject_out->data(), streams, inject_ep);
   }
+  // Split by stream (hc_parts_kernel), a_k of every row in parts; the default where it applies.
+  const bool split = (dtype == DType::kBF16 ? hc_split_bytes<bf16_bits>(S, rank)
+                                            : hc_split_bytes<float>(S, rank)) > 0;
+  Tensor parts;
+  if (split && !ensure(parts, {S, segs.total * streams})) return;
+  float* const parts_at = split ? parts.data() : nullptr;
   if (walking()) return;  // a replay: outputs ensured, nothing queued
   // FLASHSERVE_CUDA_HC_PREWAIT=0: the stream mix reads h and nw after its wait, as before session
   // 17 (an A/B in one binary; the same bits either way).
@@ -704,10 +957,11 @@ void CudaBackend::hyper_connection_read(const Tensor& h, const Weight& norm, con
     constexpr int kS = decltype(tokens)::value;
     if (dtype == DType::kBF16)
       launch_hc_read<bf16_bits, kS>(h.data(), norm.f32(), segs, u.data(), as<bf16_bits>(mix_up),
-                                    rank, width, eps, inv.data(), mixed.data(), stream(), early);
+                                    rank, width, eps, inv.data(), mixed.data(), stream(), early,
+                                    parts_at);
     else
       launch_hc_read<float, kS>(h.data(), norm.f32(), segs, u.data(), as<float>(mix_up), rank,
-                                width, eps, inv.data(), mixed.data(), stream(), early);
+                                width, eps, inv.data(), mixed.data(), stream(), early, parts_at);
   });
   launched(kOp);
 }

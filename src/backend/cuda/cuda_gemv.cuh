@@ -7,6 +7,8 @@
 
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_packed_formats.cuh"
 #include "tensor/fp8_e4m3.h"
@@ -249,6 +251,12 @@ std::size_t staged_x_launch_bytes(std::int64_t chunks, std::size_t cap = kMaxSta
   return bytes <= cap ? bytes : 0;
 }
 
+// How rows_dot's kStagedX fills staged_x: by default stage_x copies x (xs[0]); a kernel that
+// computes its x instead (the hyper-connection stream mix after hc_parts_kernel, cuda_fused.cu)
+// passes a callable that writes staged_x in StagedX's layout, run by every thread of the block
+// at the point stage_x would be and ending in a barrier.
+struct StageXFromMemory {};
+
 // acc[r][s] += this thread's share of rows[r] · x_{r,s}, over the chunks lane, lane + kG, ...
 // below `chunks`; x_{r,s} = xs[r] + s * x_stride (kSameX: xs[0] for every r, read once per chunk
 // for all rows). A null rows[r] loads nothing and adds zeros; its xs[r] must still be readable.
@@ -261,12 +269,14 @@ std::size_t staged_x_launch_bytes(std::int64_t chunks, std::size_t cap = kMaxSta
 // on every path out of here.
 // kStagedX: x (xs[0], kSameX) is copied into shared memory (stage_x, in the dynamic shared memory
 // staged_x_launch_bytes gave the launch) after the first round of weight loads, and read from
-// there. Every thread of the block must call this, with lane < kG <= chunks.
+// there (or `stage` writes it, StageXFromMemory). Every thread of the block must call this, with
+// lane < kG <= chunks.
 template <typename T, bool kVec, int kS, int kR, int kG, int kU, bool kSameX,
-          bool kWaitFirst = false, bool kStagedX = false>
+          bool kWaitFirst = false, bool kStagedX = false, typename Stage = StageXFromMemory>
 __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float* const (&xs)[kR],
                                          const float* const* scale_rows, std::int64_t x_stride,
-                                         std::int64_t chunks, int lane, float (&acc)[kR][kS]) {
+                                         std::int64_t chunks, int lane, float (&acc)[kR][kS],
+                                         const Stage& stage = {}) {
   using C = WeightChunk<T, kVec>;
   constexpr int kN = C::kN;
   static_assert(!kStagedX || (kSameX && kVec && kMayStageX<kS>),
@@ -308,7 +318,12 @@ __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float
           wait_for_inputs();
           release_dependents();
         }
-        if constexpr (kStagedX) stage_x<kN, kG, kS>(xs[0], x_stride, chunks);
+        if constexpr (kStagedX) {
+          if constexpr (std::is_same_v<Stage, StageXFromMemory>)
+            stage_x<kN, kG, kS>(xs[0], x_stride, chunks);
+          else
+            stage();
+        }
       }
     }
 #pragma unroll
@@ -389,13 +404,13 @@ __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float
 
 // The unscaled types' form (f32, bf16).
 template <typename T, bool kVec, int kS, int kR, int kG, int kU, bool kSameX,
-          bool kWaitFirst = false, bool kStagedX = false>
+          bool kWaitFirst = false, bool kStagedX = false, typename Stage = StageXFromMemory>
 __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float* const (&xs)[kR],
                                          std::int64_t x_stride, std::int64_t chunks, int lane,
-                                         float (&acc)[kR][kS]) {
+                                         float (&acc)[kR][kS], const Stage& stage = {}) {
   static_assert(!WeightChunk<T, kVec>::kScaled, "block-scaled weights need their scale rows");
   rows_dot<T, kVec, kS, kR, kG, kU, kSameX, kWaitFirst, kStagedX>(rows, xs, nullptr, x_stride,
-                                                                  chunks, lane, acc);
+                                                                  chunks, lane, acc, stage);
 }
 
 // x staged for packed_rows_dot: in the loop a lane's chunk c reads x's float4s at F::column(c,

@@ -189,6 +189,10 @@ __global__ void __launch_bounds__(kDeltaThreads* kCoreMaxTiles)
   const float wn = norm_w[j];
   wait_for_inputs();  // when launched overlapped (cuda_common.h)
   release_dependents();
+  // The head's v column, beta, g and z read at once, beside q and k (session 36): read where they
+  // are used, after the barriers below, each was one more L2 round trip on the kernel's chain.
+  const float vj = mixed[2 * key_dim + h * dv + j], beta_h = beta[h], g_h = g[h];
+  const float zj = z[h * dv + j];
   // q and k of key head kh: warps 0..W-1 take q's channels, W..2W-1 k's (W = dk / 32 rounded up).
   const int W = static_cast<int>((dk + kWarp - 1) / kWarp);
   const bool is_q = warp < W, is_k = warp >= W && warp < 2 * W;
@@ -214,10 +218,10 @@ __global__ void __launch_bounds__(kDeltaThreads* kCoreMaxTiles)
   }
   __syncthreads();
   // The recurrence for the one token (delta_rule_kernel at t = 0).
-  const float d = expf(g[h]);
+  const float d = expf(g_h);
   const float ot = delta_token<kRows>(
       st, lane, grp, dk, [&](std::int64_t) { return d; }, [&](std::int64_t i) { return ks[i]; },
-      [&](std::int64_t i) { return qs[i]; }, mixed[2 * key_dim + h * dv + j], beta[h], part[tile]);
+      [&](std::int64_t i) { return qs[i]; }, vj, beta_h, part[tile]);
 #pragma unroll
   for (int m = 0; m < kRows; ++m) {
     const std::int64_t i = grp + kDeltaGroups * m;
@@ -234,7 +238,7 @@ __global__ void __launch_bounds__(kDeltaThreads* kCoreMaxTiles)
   const double ss = warp_sum(lane < tiles ? red_out[lane] : 0.0);
   const float inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(dv) + eps));
   float v = ot * inv * wn;
-  v *= apply_act(z[h * dv + j], act);
+  v *= apply_act(zj, act);
   normed[h * dv + j] = v;
 }
 

@@ -13,6 +13,8 @@
 //   FLASHSERVE_CUDA_OLD_HC_DOWN=1 launches the hyper-connection read's first kernel at 2-4 tokens
 //   as before session 19 (two blocks a multiprocessor, two waves; the same bits) where
 //   FLASHSERVE_CUDA_HC_DOWN_ROWS=1 asks for one row a block (1-4; 3 by default since session 20);
+//   FLASHSERVE_CUDA_HC_SPLIT=0 runs that first kernel over whole rows again, with the stream mix a
+//   column per 8 lanes (before session 36's split by stream, hc_parts_kernel);
 //   FLASHSERVE_CUDA_MOE_BLOCK_ONE_TOKEN=1 runs an MTP verify's MoE block as its sequence, as
 //   before session 20; FLASHSERVE_CUDA_OLD_ROUTE_PICKS=1 takes the decode router's picks by
 //   shuffle rounds (before session 20); FLASHSERVE_CUDA_OLD_RADIX=1 runs the radix top-k reading
