@@ -282,6 +282,42 @@ __device__ __forceinline__ void hc_chunk(const typename WeightChunk<T, true>::Ra
   }
 }
 
+// A thread's chunks c_first, c_first + kGemvThreads, ... below `end` of the rows w (null: none),
+// kU a round, the first round's weight loads before the wait (no kernel writes W; h, nw and the
+// outputs are touched after it): each chunk's hc_chunk goes to add(c, d, q2) in chunk order. Every
+// thread returns having waited (a repeated wait returns at once).
+template <typename T, int kS, int kR, int kU, typename Add>
+__device__ __forceinline__ void hc_walk(const T* const (&w)[kR], const float* h, const float* nw,
+                                        std::int64_t in, std::int64_t c_first, std::int64_t end,
+                                        const Add& add) {
+  using C = WeightChunk<T, true>;
+  for (std::int64_t c0 = c_first; c0 < end; c0 += static_cast<std::int64_t>(kGemvThreads) * kU) {
+    typename C::Raw raw[kU][kR];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kGemvThreads;
+#pragma unroll
+      for (int r = 0; r < kR; ++r)
+        raw[u][r] = c < end && w[r] != nullptr ? C::load(w[r] + c * C::kN) : typename C::Raw{};
+    }
+    if (c0 == c_first) {
+      wait_for_inputs();
+      release_dependents();
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kGemvThreads;
+      if (c >= end) break;
+      float d[kR][kS];
+      double q2[kS];
+      hc_chunk<T, kS, kR>(raw[u], h, nw, in, c, d, q2);
+      add(c, d, q2);
+    }
+  }
+  wait_for_inputs();
+  release_dependents();
+}
+
 template <typename T, int kS, int kR, int kU, int kMinBlocks>
 __global__ void __launch_bounds__(kGemvThreads, kMinBlocks)
     hc_down_kernel(const float* h, const float* nw, const Segments segs, std::int64_t in,
@@ -295,48 +331,25 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks)
   std::int64_t local[kR];
 #pragma unroll
   for (int r = 0; r < kR; ++r) w[r] = joint_row<T>(segs, first + r, in, seg[r], local[r]);
-  // The first round of weight loads goes out before the wait (no kernel writes W), as in
-  // rows_dot; h, nw and y are touched after it.
   const std::int64_t chunks = in / kN, per_group = W / kN;
   float acc[kR][kMixStreams][kS] = {};
   double ss[kMixStreams][kS] = {};
-  for (std::int64_t c0 = threadIdx.x; c0 < chunks;
-       c0 += static_cast<std::int64_t>(kGemvThreads) * kU) {
-    typename C::Raw raw[kU][kR];
+  // Chunk c lies in stream group g: its sums go to that stream's accumulators.
+  const auto add = [&](std::int64_t c, const float(&d)[kR][kS], const double(&q2)[kS]) {
+    const int g = static_cast<int>(index_quotient(c, per_group));
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kGemvThreads;
+    for (int s = 0; s < kS; ++s) {
 #pragma unroll
       for (int r = 0; r < kR; ++r)
-        raw[u][r] = c < chunks && w[r] != nullptr ? C::load(w[r] + c * kN) : typename C::Raw{};
-    }
-    if (c0 == threadIdx.x) {
-      wait_for_inputs();
-      release_dependents();
-    }
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kGemvThreads;
-      if (c >= chunks) break;
-      const int g = static_cast<int>(index_quotient(c, per_group));
-      float d[kR][kS];
-      double q2[kS];
-      hc_chunk<T, kS, kR>(raw[u], h, nw, in, c, d, q2);
-#pragma unroll
-      for (int s = 0; s < kS; ++s) {
-#pragma unroll
-        for (int r = 0; r < kR; ++r)
-#pragma unroll
-          for (int k = 0; k < kMixStreams; ++k)
-            if (k == g) acc[r][k][s] += d[r][s];
 #pragma unroll
         for (int k = 0; k < kMixStreams; ++k)
-          if (k == g) ss[k][s] += q2[s];
-      }
+          if (k == g) acc[r][k][s] += d[r][s];
+#pragma unroll
+      for (int k = 0; k < kMixStreams; ++k)
+        if (k == g) ss[k][s] += q2[s];
     }
-  }
-  wait_for_inputs();  // a thread with no chunk (a repeated wait returns at once)
-  release_dependents();
+  };
+  hc_walk<T, kS, kR, kU>(w, h, nw, in, threadIdx.x, chunks, add);
   __shared__ float part_a[kWarps][kR * kMixStreams * kS];
   __shared__ double part_ss[kWarps][kMixStreams * kS];
   const int lane = static_cast<int>(threadIdx.x % kWarp),
@@ -424,36 +437,15 @@ __global__ void __launch_bounds__(kGemvThreads, 4)
       t >= begin ? t : t + (begin - t + kGemvThreads - 1) / kGemvThreads * kGemvThreads;
   float acc[kR][kS] = {};
   double ss[kS] = {};
-  for (std::int64_t c0 = c_first; c0 < end; c0 += static_cast<std::int64_t>(kGemvThreads) * kU) {
-    typename C::Raw raw[kU][kR];
+  const auto add = [&](std::int64_t, const float(&d)[kR][kS], const double(&q2)[kS]) {
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kGemvThreads;
+    for (int s = 0; s < kS; ++s) {
 #pragma unroll
-      for (int r = 0; r < kR; ++r)
-        raw[u][r] = c < end && w[r] != nullptr ? C::load(w[r] + c * kN) : typename C::Raw{};
+      for (int r = 0; r < kR; ++r) acc[r][s] += d[r][s];
+      ss[s] += q2[s];
     }
-    if (c0 == c_first) {  // the first round of weight loads before the wait, as hc_down_kernel
-      wait_for_inputs();
-      release_dependents();
-    }
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const std::int64_t c = c0 + static_cast<std::int64_t>(u) * kGemvThreads;
-      if (c >= end) break;
-      float d[kR][kS];
-      double q2[kS];
-      hc_chunk<T, kS, kR>(raw[u], h, nw, in, c, d, q2);
-#pragma unroll
-      for (int s = 0; s < kS; ++s) {
-#pragma unroll
-        for (int r = 0; r < kR; ++r) acc[r][s] += d[r][s];
-        ss[s] += q2[s];
-      }
-    }
-  }
-  wait_for_inputs();  // a thread with no chunk of this stream (a repeated wait returns at once)
-  release_dependents();
+  };
+  hc_walk<T, kS, kR, kU>(w, h, nw, in, c_first, end, add);
   __shared__ float part_a[kWarps][kR * kS];
   __shared__ double part_ss[kWarps][kS];
   const int lane = static_cast<int>(threadIdx.x % kWarp),
