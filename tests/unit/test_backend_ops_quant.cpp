@@ -514,7 +514,8 @@ TEST_P(QuantOps, PackedDecodeTokensGetTheirOneTokenBits) {
 TEST_P(QuantOps, StreamedPackedRowsGiveTheOneRowAWarpBits) {
   if (GetParam() != "cuda") GTEST_SKIP() << "a property of the CUDA kernels";
   for (const char* v : {"FLASHSERVE_CUDA_PACKED_STREAM", "FLASHSERVE_CUDA_FP8_EXPERT_STREAM",
-                        "FLASHSERVE_CUDA_PACKED_TAIL", "FLASHSERVE_CUDA_PACKED_TAIL_ROWS"})
+                        "FLASHSERVE_CUDA_PACKED_TAIL", "FLASHSERVE_CUDA_PACKED_TAIL_ROWS",
+                        "FLASHSERVE_CUDA_PACKED_STREAM_TOKENS"})
     if (std::getenv(v) != nullptr) GTEST_SKIP() << "a streaming switch is set: " << v;
   std::mt19937 g(39);
   // The streamed forms against one row a warp: rows streamed one at a time (PACKED_TAIL=0), and
@@ -555,26 +556,29 @@ TEST_P(QuantOps, StreamedPackedRowsGiveTheOneRowAWarpBits) {
       }
     }
   }
-  // The routed experts' gate/up of one token (the streamed (pair, row) items): Qwen 3.8's shape
-  // (10 of 32 experts here, H 2560, I 640) and a DeepSeek V4-like one (H 4096), with a pair
-  // routed nowhere (-1); FP8 E4M3 experts too (their own kernel).
+  // The routed experts' gate/up (the streamed (pair, row) items): Qwen 3.8's shape (10 of 32
+  // experts here, H 2560, I 640) and a DeepSeek V4-like one (H 4096), with a pair routed nowhere
+  // (-1); FP8 E4M3 experts too (their own kernel). One token, and an MTP verify's 3 (session 37:
+  // each token's x staged as its one-token x, past 48 KB for Q4_K at 2,560).
   for (const auto t : {QuantType::kQ4_K, QuantType::kQ6_K, QuantType::kQ2_K, QuantType::kIQ2_XXS,
                        QuantType::kQ8_0, QuantType::kF4E2M1x2, QuantType::kF8E4M3}) {
-    for (const auto& [E, k, H, I] :
-         std::vector<std::array<std::int64_t, 4>>{{32, 10, 2560, 640}, {16, 6, 4096, 384}}) {
-      SCOPED_TRACE(std::string(quant::quant_name(t)) + " experts H " + std::to_string(H));
+    for (const auto& [E, k, H, I, S] : std::vector<std::array<std::int64_t, 5>>{
+             {32, 10, 2560, 640, 1}, {16, 6, 4096, 384, 1}, {32, 10, 2560, 640, 3}}) {
       const bool fp8 = t == QuantType::kF8E4M3;
+      if (fp8 && S > 1) continue;  // the FP8 experts stream one token only
+      SCOPED_TRACE(std::string(quant::quant_name(t)) + " experts H " + std::to_string(H) + " S " +
+                   std::to_string(S));
       // The down in Q8_0 where its rows are not whole blocks of t (640 of a K-quant's 256).
       const bool whole = fp8 || t == QuantType::kF4E2M1x2 || t == QuantType::kQ8_0 || I % 256 == 0;
       const Weight gu = up(random_quant(t, {E, 2 * I, H}, g));
       const Weight dn = up(random_quant(whole ? t : QuantType::kQ8_0, {E, H, I}, g));
-      auto [experts, weights] = routing(1, E, k, g);
+      auto [experts, weights] = routing(S, E, k, g);
       // FP8 E4M3 experts take the FP8 kernels (FLASHSERVE_CUDA_FP8_EXPERT_STREAM), which skip a
       // pair routed nowhere as a whole block; the packed ones zero it.
-      if (!fp8) experts.data_as<std::int32_t>()[k - 1] = -1;
+      if (!fp8) experts.data_as<std::int32_t>()[S * k - 1] = -1;
       const char* flag =
           fp8 ? "FLASHSERVE_CUDA_FP8_EXPERT_STREAM" : "FLASHSERVE_CUDA_PACKED_STREAM";
-      const Tensor x = random_x({1, H}, g).to(be_->memory());
+      const Tensor x = random_x({S, H}, g).to(be_->memory());
       const Tensor ids = experts.to(be_->memory()), wts = weights.to(be_->memory());
       Tensor one_row_a_warp;
       setenv(flag, "0", 1);
@@ -593,7 +597,7 @@ TEST_P(QuantOps, StreamedPackedRowsGiveTheOneRowAWarpBits) {
         unsetenv("FLASHSERVE_CUDA_PACKED_TAIL");
         ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
         const auto a = streamed.to_host_vector();
-        ASSERT_EQ(a.size(), static_cast<std::size_t>(H));
+        ASSERT_EQ(a.size(), static_cast<std::size_t>(S * H));
         ASSERT_EQ(b.size(), a.size());
         EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
       }
@@ -754,16 +758,19 @@ TEST_P(QuantOps, PackedFusedProjectionsEqualTheSequenceBitForBit) {
   }
 }
 
-// One token of Qwen's MoE block on packed weights takes four kernels (cuda_moe_block_packed.cu,
-// session 35): the routing beside the shared expert's gate/up and the expert gate's logit, the
-// routed gate/up, then the routed and shared downs with the combine and the write. It must give
-// the ten-kernel sequence's bits (FLASHSERVE_CUDA_PACKED_MOE_BLOCK=0): the picks, their weights,
-// y, and the streams it writes into. The mixes the bench runs (Q4_K and IQ2_XXS experts, Q8_0
-// downs), every routed format with its Q8_0 down, a bf16 expert gate and an f32 one, top-k 10 and
-// 6 (blocks of 11 and 18 columns: a short last block), and Qwen's 2,560 x 640 experts.
+// Qwen's MoE block on packed weights takes four kernels at 1-4 tokens (cuda_moe_block_packed.cu,
+// sessions 35 and 37): the routing beside the shared expert's gate/up and the expert gate's
+// logit, the routed gate/up, then the routed and shared downs with the combine and the write. It
+// must give the ten-kernel sequence's bits (FLASHSERVE_CUDA_PACKED_MOE_BLOCK=0): the picks, their
+// weights, y, and the streams it writes into; and at an MTP verify's 2-4 tokens each token must
+// get its one-token block's bits (what greedy MTP on these weights needs). The mixes the bench
+// runs (Q4_K and IQ2_XXS experts, Q8_0 downs), every routed format with its Q8_0 down, a bf16
+// expert gate and an f32 one, top-k 10 and 6 (blocks of 11 and 18 columns: a short last block),
+// and Qwen's 2,560 x 640 experts.
 TEST_P(QuantOps, PackedMoeBlockEqualsItsSequenceBitForBit) {
   if (GetParam() != "cuda") GTEST_SKIP() << "a property of the CUDA kernels";
-  for (const char* v : {"FLASHSERVE_CUDA_PACKED_MOE_BLOCK", "FLASHSERVE_CUDA_MOE_BLOCK"})
+  for (const char* v : {"FLASHSERVE_CUDA_PACKED_MOE_BLOCK", "FLASHSERVE_CUDA_MOE_BLOCK",
+                        "FLASHSERVE_CUDA_PACKED_MOE_BLOCK_TOKENS"})
     if (std::getenv(v) != nullptr) GTEST_SKIP() << "a fusion switch is set: " << v;
   std::mt19937 g(41);
   const auto dev = [&](const Tensor& t) { return t.to(be_->memory()); };
@@ -802,29 +809,56 @@ TEST_P(QuantOps, PackedMoeBlockEqualsItsSequenceBitForBit) {
     std::vector<float> router_v, gate_v;
     const Weight router = float_weight(router_v, {m.E, H}, 0.06f, DType::kBF16),
                  eg = float_weight(gate_v, {1, H}, 0.05f, m.gate);
-    const Tensor x = random_x({1, H}, g), h0 = random_x({1, 4 * H}, g), gates = random_x({1, 4}, g);
-    const auto run = [&](bool fused) {
+    constexpr std::int64_t kTokens = 4;
+    const Tensor xs = random_x({kTokens, H}, g), hs = random_x({kTokens, 4 * H}, g),
+                 gs = random_x({kTokens, 4}, g);
+    // Rows s0 .. s0 + S - 1 of t.
+    const auto rows = [](const Tensor& t, std::int64_t s0, std::int64_t S) {
+      Tensor r({S, t.cols()});
+      std::memcpy(r.data(), t.data() + s0 * t.cols(),
+                  static_cast<std::size_t>(S * t.cols()) * sizeof(float));
+      return r;
+    };
+    // The block's outputs for tokens s0 .. s0 + S - 1: the picks, their weights, y, the streams.
+    const auto run = [&](bool fused, std::int64_t s0, std::int64_t S) {
       if (!fused) setenv("FLASHSERVE_CUDA_PACKED_MOE_BLOCK", "0", 1);
-      Tensor experts, weights, y, e2, w2, h = dev(h0);
-      be_->moe_block(dev(x), router, m.k, true, gu, dn, sg, su, sd, eg, experts, weights, y);
-      be_->moe_block_into_streams(dev(x), router, m.k, true, gu, dn, sg, su, sd, eg, e2, w2,
-                                  {h, dev(gates)});
+      const Tensor x = dev(rows(xs, s0, S));
+      Tensor experts, weights, y, e2, w2, h = dev(rows(hs, s0, S));
+      be_->moe_block(x, router, m.k, true, gu, dn, sg, su, sd, eg, experts, weights, y);
+      be_->moe_block_into_streams(x, router, m.k, true, gu, dn, sg, su, sd, eg, e2, w2,
+                                  {h, dev(rows(gs, s0, S))});
       unsetenv("FLASHSERVE_CUDA_PACKED_MOE_BLOCK");
       be_->synchronize();
       EXPECT_TRUE(be_->status().ok()) << be_->status().to_string();
       return std::vector<Tensor>{experts.to(host_memory()), weights.to(host_memory()),
                                  y.to(host_memory()), h.to(host_memory())};
     };
-    const auto fused = run(true), sequence = run(false);
-    ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
     const auto equal = [](const Tensor& a, const Tensor& b) {
       return a.dtype() == b.dtype() && a.shape() == b.shape() &&
              std::memcmp(a.raw(), b.raw(), a.bytes()) == 0;
     };
-    for (std::size_t o = 0; o < fused.size(); ++o)
-      EXPECT_TRUE(equal(fused[o], sequence[o])) << "output " << o;
-    // The streams moved: the block wrote into them.
-    EXPECT_FALSE(equal(fused[3], h0));
+    // Row s of a host tensor's bytes.
+    const auto row_bytes = [](const Tensor& t, std::int64_t s) {
+      const auto n = t.bytes() / static_cast<std::size_t>(t.rows());
+      const auto* p = static_cast<const std::uint8_t*>(t.raw());
+      return std::vector<std::uint8_t>(p + s * n, p + (s + 1) * n);
+    };
+    std::vector<std::vector<Tensor>> one;
+    for (std::int64_t s = 0; s < kTokens; ++s) one.push_back(run(true, s, 1));
+    for (const std::int64_t S : {1, 2, 3, 4}) {
+      SCOPED_TRACE("S " + std::to_string(S));
+      const auto fused = run(true, 0, S), sequence = run(false, 0, S);
+      ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
+      for (std::size_t o = 0; o < fused.size(); ++o)
+        EXPECT_TRUE(equal(fused[o], sequence[o])) << "output " << o;
+      // The streams moved: the block wrote into them.
+      EXPECT_FALSE(equal(fused[3], rows(hs, 0, S)));
+      for (std::int64_t s = 0; S > 1 && s < S; ++s)
+        for (std::size_t o = 0; o < fused.size(); ++o)
+          EXPECT_EQ(row_bytes(fused[o], s), row_bytes(one[static_cast<std::size_t>(s)][o], 0))
+              << "output " << o << ": token " << s << " of " << S
+              << " differs from its one-token block";
+    }
   }
 }
 

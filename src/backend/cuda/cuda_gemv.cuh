@@ -443,16 +443,26 @@ template <typename F, int kS>
 inline constexpr bool kStagesGroupSums = kS == 1 && F::kHasMin;
 template <typename F>
 inline constexpr int kGroupsPerChunk = F::kChunk / 16;
+// base: where in staged_x the staged x starts (a kernel that stages one token's x, with its sums,
+// for each of several tokens: packed_token_slab_words apart).
 template <typename F, int kS>
-__device__ __forceinline__ float* staged_group_sums(std::int64_t staged_tw) {
-  return reinterpret_cast<float*>(staged_x + kS * staged_tw);
+__device__ __forceinline__ float* staged_group_sums(std::int64_t staged_tw, std::int64_t base = 0) {
+  return reinterpret_cast<float*>(staged_x + base + kS * staged_tw);
+}
+// The float4s one token's staged x and (where F subtracts minimums) its group sums take: the
+// stride between tokens of a kernel that stages each token's x as its own one-token x.
+template <typename F, int kG>
+__host__ __device__ constexpr std::int64_t packed_token_slab_words(std::int64_t chunks) {
+  const std::int64_t tw = PackedStagedX<F, kG>::token_words(chunks);
+  return tw + (kStagesGroupSums<F, 1> ? (tw / 4 + 3) / 4 : 0);
 }
 
-// The kS rows x + s * x_stride into staged_x in PackedStagedX's order (and their group sums where
-// F subtracts minimums), the whole block, then a barrier: every thread of the block must call it.
+// The kS rows x + s * x_stride into staged_x from `base` on in PackedStagedX's order (and their
+// group sums where F subtracts minimums), the whole block, then a barrier: every thread of the
+// block must call it.
 template <typename F, int kG, int kS>
 __device__ __forceinline__ void stage_packed_x(const float* x, std::int64_t x_stride,
-                                               std::int64_t chunks) {
+                                               std::int64_t chunks, std::int64_t base = 0) {
   using L = PackedStagedX<F, kG>;
   const std::int64_t words = chunks * L::kK4, tw = L::token_words(chunks);
 #pragma unroll
@@ -460,13 +470,13 @@ __device__ __forceinline__ void stage_packed_x(const float* x, std::int64_t x_st
     for (std::int64_t i = threadIdx.x; i < words; i += blockDim.x) {
       const std::int64_t c = i / L::kK4;
       const int j = static_cast<int>(i % L::kK4);
-      staged_x[s * tw + L::at(c, j)] =
+      staged_x[base + s * tw + L::at(c, j)] =
           *reinterpret_cast<const float4*>(x + s * x_stride + F::column(c, j / 8) + 4 * (j % 8));
     }
   }
   if constexpr (kStagesGroupSums<F, kS>) {
     constexpr int kGroups = kGroupsPerChunk<F>;
-    float* sums = staged_group_sums<F, kS>(tw);
+    float* sums = staged_group_sums<F, kS>(tw, base);
 #pragma unroll
     for (int s = 0; s < kS; ++s) {
       for (std::int64_t i = threadIdx.x; i < chunks * kGroups; i += blockDim.x) {
@@ -506,8 +516,8 @@ std::size_t packed_staged_x_bytes(std::int64_t chunks, std::size_t cap = kMaxSta
 // packed GEMV shares, so a row's sum has the same bits in each of them. The factored form
 // (cuda_packed_formats.cuh): a group of 16 weights is a * v (- b). x is staged_x (token stride
 // staged_tw) when kStagedX, else x + s * x_stride. staged_base: where in staged_x this x starts
-// (a kernel that stages several vectors, each row reading one of them; none of those formats
-// subtracts a minimum, whose staged sums sit after one token's x).
+// (a kernel that stages several vectors, each row reading one of them; at one token the group sums
+// of a format that subtracts minimums follow that x, packed_token_slab_words).
 template <typename F, int kS, int kG, bool kStagedX>
 __device__ __forceinline__ void packed_chunk_dot(const typename F::Raw& raw, std::int64_t c,
                                                  const float* x, std::int64_t x_stride,
@@ -525,7 +535,7 @@ __device__ __forceinline__ void packed_chunk_dot(const typename F::Raw& raw, std
     for (int s = 0; s < kS; ++s) {
       [[maybe_unused]] float2 sums{};
       if constexpr (kStagedSums)
-        sums = *reinterpret_cast<const float2*>(staged_group_sums<F, kS>(staged_tw) +
+        sums = *reinterpret_cast<const float2*>(staged_group_sums<F, kS>(staged_tw, staged_base) +
                                                 s * (staged_tw / 4) + c * kGroupsPerChunk<F> +
                                                 2 * run);
       float xv[32];

@@ -59,12 +59,13 @@ constexpr int stream_min_blocks() {
 // row both in flight took 236 registers in Q4_K). x is staged once a block. The same lanes,
 // chunks and packed_chunk_dot as kG = 32 there, so the same bits
 // (QuantOps.StreamedPackedRowsGiveTheOneRowAWarpBits). Rows of at most kU rounds of a warp's
-// chunks.
+// chunks. An MTP verify's S = P / k tokens (session 37): each token's x staged as its one-token x
+// (with its group sums), `slab` float4s apart, a pair's rows reading its token's: the same sums.
 template <typename F, int kU>
 __global__ void __launch_bounds__(kPackedMoeThreads, stream_min_blocks<F, kU>())
     moe_gate_up_packed_stream_kernel(const float* x, packed::Rows gu, const std::int32_t* experts,
-                                     std::int64_t P, std::int64_t E, std::int64_t H, std::int64_t I,
-                                     float limit, float* act) {
+                                     std::int64_t P, std::int64_t k, std::int64_t E, std::int64_t H,
+                                     std::int64_t I, float limit, float* act) {
   wait_for_inputs();  // the ids and x are the kernels' before (launched overlapped)
   release_dependents();
   using L = PackedStagedX<F, kWarp>;
@@ -88,23 +89,26 @@ __global__ void __launch_bounds__(kPackedMoeThreads, stream_min_blocks<F, kU>())
       dst[u] = row != nullptr && c < chunks ? F::load(row, side, c) : typename F::Raw{};
     }
   };
-  const auto dot = [&](const typename F::Raw(&src)[kU], std::int64_t staged_tw) {
+  const auto dot = [&](const typename F::Raw(&src)[kU], std::int64_t staged_tw, std::int64_t base) {
     float acc[1] = {0.0f};
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const std::int64_t c = lane + static_cast<std::int64_t>(u) * kWarp;
-      if (c < chunks) packed_chunk_dot<F, 1, kWarp, true>(src[u], c, x, 0, staged_tw, acc);
+      if (c < chunks) packed_chunk_dot<F, 1, kWarp, true>(src[u], c, x, 0, staged_tw, acc, base);
     }
     return group_sum<kWarp>(acc[0]);
   };
   load_row(i, 0, raw[0]);
-  stage_packed_x<F, kWarp, 1>(x, 0, chunks);
+  const std::int64_t slab = packed_token_slab_words<F, kWarp>(chunks);
+  for (std::int64_t s = 0; s < P / k; ++s)
+    stage_packed_x<F, kWarp, 1>(x + s * H, 0, chunks, s * slab);
   const std::int64_t staged_tw = L::token_words(chunks);
   for (; i < items; i += warps) {
+    const std::int64_t base = index_quotient(index_quotient(i, I), k) * slab;
     load_row(i, 1, raw[1]);
-    const float g = dot(raw[0], staged_tw);
+    const float g = dot(raw[0], staged_tw, base);
     load_row(i + warps, 0, raw[0]);
-    const float u = dot(raw[1], staged_tw);
+    const float u = dot(raw[1], staged_tw, base);
     const std::int64_t e = experts[index_quotient(i, I)];
     if (lane == 0) act[i] = e >= 0 && e < E ? clamped_swiglu(g, u, limit) : 0.0f;
   }
@@ -114,12 +118,13 @@ __global__ void __launch_bounds__(kPackedMoeThreads, stream_min_blocks<F, kU>())
 // columns: 40 chunks): an item's gate and up rows share their last round (packed::SharedTail
 // with kP 2, row 0 the gate, row 1 the up), 3 rounds an item instead of 4, and each round's
 // buffer is refilled with the next item's as soon as it is decoded. The bits are one row a
-// warp's (packed::shared_tail_sums; QuantOps.StreamedPackedRowsGiveTheOneRowAWarpBits).
+// warp's (packed::shared_tail_sums; QuantOps.StreamedPackedRowsGiveTheOneRowAWarpBits). S = P / k
+// tokens as moe_gate_up_packed_stream_kernel takes them.
 template <typename F, int kFull, int kTail>
 __global__ void __launch_bounds__(kPackedMoeThreads, packed::kStreamMinBlocks)
     moe_gate_up_packed_tail_kernel(const float* x, packed::Rows gu, const std::int32_t* experts,
-                                   std::int64_t P, std::int64_t E, std::int64_t H, std::int64_t I,
-                                   float limit, float* act) {
+                                   std::int64_t P, std::int64_t k, std::int64_t E, std::int64_t H,
+                                   std::int64_t I, float limit, float* act) {
   using T = packed::SharedTail<kFull, kTail, 2>;
   wait_for_inputs();  // the ids and x are the kernels' before (launched overlapped)
   release_dependents();
@@ -140,12 +145,15 @@ __global__ void __launch_bounds__(kPackedMoeThreads, packed::kStreamMinBlocks)
   };
 #pragma unroll
   for (int q = 0; q < T::kRounds; ++q) load(i, q);
-  stage_packed_x<F, kWarp, 1>(x, 0, chunks);
+  const std::int64_t slab = packed_token_slab_words<F, kWarp>(chunks);
+  for (std::int64_t s = 0; s < P / k; ++s)
+    stage_packed_x<F, kWarp, 1>(x + s * H, 0, chunks, s * slab);
   const std::int64_t staged_tw = PackedStagedX<F, kWarp>::token_words(chunks);
   for (; i < items; i += warps) {
+    const std::int64_t base = index_quotient(index_quotient(i, I), k) * slab;
     float gu_sums[2];
     packed::shared_tail_sums<F, kFull, kTail, 2>(
-        raw, lane, x, staged_tw, [&](int q) { load(i + warps, q); }, gu_sums);
+        raw, lane, x, staged_tw, [&](int q) { load(i + warps, q); }, gu_sums, base);
     const std::int64_t e = experts[index_quotient(i, I)];
     if (lane == 0) act[i] = e >= 0 && e < E ? clamped_swiglu(gu_sums[0], gu_sums[1], limit) : 0.0f;
   }
@@ -173,6 +181,12 @@ __global__ void __launch_bounds__(kPackedMoeThreads)
   if (lane == 0 && c < H) out[p * H + c] = live ? v : 0.0f;
 }
 
+// A kernel as a type, for a lambda that needs it as a constant (allow_dynamic_shared).
+template <auto kKernelFn>
+struct KernelTag {
+  static constexpr auto kKernel = kKernelFn;
+};
+
 // Launches kernel<F, kG> for `rows` output rows of `in` inputs per pair, kG by the row length.
 template <typename F, typename Launch>
 void by_lanes(std::int64_t in, Launch&& launch) {
@@ -195,33 +209,44 @@ void launch_packed_gate_up(const float* x, const Weight& gate_up, const std::uin
   packed::with_format(gate_up, [&](auto f) {
     using F = decltype(f);
     const auto chunks = F::chunks(H);
-    const auto staged = packed_staged_x_bytes<F, kWarp, 1>(chunks);
+    // The streamed kernels stage each token's x as its one-token x: S slabs (past 48 KB for
+    // four tokens of Q4_K at 2,560: 17 KB a token, opted into below).
+    const auto one = packed_staged_x_bytes<F, kWarp, 1>(chunks);
+    const auto staged =
+        one == 0 ? std::size_t{0}
+                 : static_cast<std::size_t>(S * packed_token_slab_words<F, kWarp>(chunks)) *
+                       sizeof(float4);
     const int rounds = static_cast<int>((chunks + kWarp - 1) / kWarp);
     // Four rounds only for IQ2_XXS (DeepSeek V4's ds4 mix: 106.5 -> 90.8 us on an H100, session
     // 33). FP4's four rounds streamed were no faster (143.2 against 143.3 us) and Q2_K's are not
     // measured: both keep one row a warp.
     const bool four = rounds == 4 && std::is_same_v<F, packed::IQ2_XXS>;
-    if (S == 1 && !packed::short_rows(chunks) && staged != 0 && (rounds <= 3 || four) &&
-        packed::stream_rows_enabled()) {
-      // One token: the (pair, row) items streamed through resident warps.
-      const auto stream_launch = [&](auto kernel) {
+    if (S >= 1 && S <= kMaxPairTokens && !packed::short_rows(chunks) && staged != 0 &&
+        staged <= kMaxStagedXOptInBytes && (rounds <= 3 || four) && packed::stream_rows_enabled() &&
+        (S == 1 || packed::stream_tokens_enabled())) {
+      // The (pair, row) items streamed through resident warps.
+      const auto stream_launch = [&](auto tag) {
+        constexpr auto kernel = decltype(tag)::kKernel;
+        if (staged > kMaxStagedXBytes && !allow_dynamic_shared<kernel, kMaxStagedXOptInBytes>())
+          return false;
         const auto grid = streamed_grid(reinterpret_cast<const void*>(kernel), kPackedMoeThreads,
                                         staged, P * I, packed::kStreamMinBlocks);
         if (grid == 0) return false;
         launch_overlapped(kernel, grid, kPackedMoeThreads, staged, stream, x,
-                          packed::rows_of(gate_up, codebook), ids, P, E, H, I, swiglu_limit, act);
+                          packed::rows_of(gate_up, codebook), ids, P, k, E, H, I, swiglu_limit,
+                          act);
         return true;
       };
       // Rows of one round and a quarter (Q4_K at 2,560): gate and up share their last round.
       if constexpr (packed::kSharedTailFits<F>) {
         if (packed::shared_tail_takes(chunks) &&
-            stream_launch(moe_gate_up_packed_tail_kernel<F, 1, kWarp / 4>))
+            stream_launch(KernelTag<moe_gate_up_packed_tail_kernel<F, 1, kWarp / 4>>{}))
           return;
       }
-      if (rounds == 1   ? stream_launch(moe_gate_up_packed_stream_kernel<F, 1>)
-          : rounds == 2 ? stream_launch(moe_gate_up_packed_stream_kernel<F, 2>)
-          : rounds == 3 ? stream_launch(moe_gate_up_packed_stream_kernel<F, 3>)
-                        : stream_launch(moe_gate_up_packed_stream_kernel<F, 4>))
+      if (rounds == 1   ? stream_launch(KernelTag<moe_gate_up_packed_stream_kernel<F, 1>>{})
+          : rounds == 2 ? stream_launch(KernelTag<moe_gate_up_packed_stream_kernel<F, 2>>{})
+          : rounds == 3 ? stream_launch(KernelTag<moe_gate_up_packed_stream_kernel<F, 3>>{})
+                        : stream_launch(KernelTag<moe_gate_up_packed_stream_kernel<F, 4>>{}))
         return;
     }
     by_lanes<F>(H, [&](auto lanes) {

@@ -102,6 +102,11 @@ inline bool short_rows(std::int64_t chunks) {
 inline bool stream_rows_enabled() {
   return env_flag_default_on("FLASHSERVE_CUDA_PACKED_STREAM");
 }
+// The routed gate/up's streamed items for an MTP verify's 2-4 tokens too (session 37);
+// FLASHSERVE_CUDA_PACKED_STREAM_TOKENS=0: one row a warp there, as before.
+inline bool stream_tokens_enabled() {
+  return env_flag_default_on("FLASHSERVE_CUDA_PACKED_STREAM_TOKENS");
+}
 // One token's rows of 40 chunks (Q4_K at 2,560 columns, the 32-weight formats at 1,280; not Q5_K
 // and Q6_K, whose decoding would spill), whose last round fills a quarter of a warp's lanes,
 // share that round: 2 or 3 rows of a GEMV (packed_gemv_tail_kernel), an item's gate and up row
@@ -146,21 +151,22 @@ struct SharedTail {
 };
 
 // The kP row sums of one group whose rounds are in raw (SharedTail's order), with x staged
-// (stage_packed_x, kG 32), each round's buffer handed to refill(q) as soon as it is decoded. The
-// bits are one row a warp's (packed_rows_dot, kG 32): lane l's sum of a row is a chain of fused
-// multiply-adds over chunks l, l + 32, ... (packed_chunk_dot), so the chain is carried to the
-// lane that decodes the row's last chunk (a shuffle) and back, and the warp then adds the same 32
-// values in the same tree. The whole warp must call it.
+// (stage_packed_x, kG 32; from staged_base on), each round's buffer handed to refill(q) as soon as
+// it is decoded. The bits are one row a warp's (packed_rows_dot, kG 32): lane l's sum of a row is
+// a chain of fused multiply-adds over chunks l, l + 32, ... (packed_chunk_dot), so the chain is
+// carried to the lane that decodes the row's last chunk (a shuffle) and back, and the warp then
+// adds the same 32 values in the same tree. The whole warp must call it.
 template <typename F, int kFull, int kTail, int kP, typename Refill>
 __device__ __forceinline__ void shared_tail_sums(
     const typename F::Raw (&raw)[SharedTail<kFull, kTail, kP>::kRounds], int lane, const float* x,
-    std::int64_t staged_tw, Refill&& refill, float (&sums)[kP]) {
+    std::int64_t staged_tw, Refill&& refill, float (&sums)[kP], std::int64_t staged_base = 0) {
   using T = SharedTail<kFull, kTail, kP>;
   constexpr int kLast = T::kRounds - 1;
   float acc[kP][1] = {};
 #pragma unroll
   for (int q = 0; q < kLast; ++q) {
-    packed_chunk_dot<F, 1, kWarp, true>(raw[q], T::chunk(q, lane), x, 0, staged_tw, acc[q / kFull]);
+    packed_chunk_dot<F, 1, kWarp, true>(raw[q], T::chunk(q, lane), x, 0, staged_tw, acc[q / kFull],
+                                        staged_base);
     refill(q);
   }
   float tail[1] = {0.0f};
@@ -170,7 +176,8 @@ __device__ __forceinline__ void shared_tail_sums(
     if (lane / kTail == j) tail[0] = v;
   }
   if (T::live(kLast, lane))
-    packed_chunk_dot<F, 1, kWarp, true>(raw[kLast], T::chunk(kLast, lane), x, 0, staged_tw, tail);
+    packed_chunk_dot<F, 1, kWarp, true>(raw[kLast], T::chunk(kLast, lane), x, 0, staged_tw, tail,
+                                        staged_base);
   refill(kLast);
 #pragma unroll
   for (int j = 0; j < kP; ++j) {
