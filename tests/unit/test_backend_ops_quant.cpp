@@ -758,19 +758,19 @@ TEST_P(QuantOps, PackedFusedProjectionsEqualTheSequenceBitForBit) {
   }
 }
 
-// Qwen's MoE block on packed weights takes four kernels at 1-4 tokens (cuda_moe_block_packed.cu,
-// sessions 35 and 37): the routing beside the shared expert's gate/up and the expert gate's
-// logit, the routed gate/up, then the routed and shared downs with the combine and the write. It
-// must give the ten-kernel sequence's bits (FLASHSERVE_CUDA_PACKED_MOE_BLOCK=0): the picks, their
-// weights, y, and the streams it writes into; and at an MTP verify's 2-4 tokens each token must
-// get its one-token block's bits (what greedy MTP on these weights needs). The mixes the bench
-// runs (Q4_K and IQ2_XXS experts, Q8_0 downs), every routed format with its Q8_0 down, a bf16
-// expert gate and an f32 one, top-k 10 and 6 (blocks of 11 and 18 columns: a short last block),
-// and Qwen's 2,560 x 640 experts.
+// One token of Qwen's MoE block on packed weights takes four kernels (cuda_moe_block_packed.cu,
+// session 35): the routing beside the shared expert's gate/up and the expert gate's logit, the
+// routed gate/up, then the routed and shared downs with the combine and the write. It must give
+// the ten-kernel sequence's bits (FLASHSERVE_CUDA_PACKED_MOE_BLOCK=0): the picks, their weights,
+// y, and the streams it writes into. An MTP verify's 2-4 tokens run the sequence (its routed
+// gate/up streamed since session 37), and each of its tokens must get the one-token block's bits
+// (what greedy MTP on these weights needs). The mixes the bench runs (Q4_K and IQ2_XXS experts,
+// Q8_0 downs), every routed format with its Q8_0 down, a bf16 expert gate and an f32 one, top-k
+// 10 and 6 (blocks of 11 and 18 columns: a short last block), and Qwen's 2,560 x 640 experts.
 TEST_P(QuantOps, PackedMoeBlockEqualsItsSequenceBitForBit) {
   if (GetParam() != "cuda") GTEST_SKIP() << "a property of the CUDA kernels";
   for (const char* v : {"FLASHSERVE_CUDA_PACKED_MOE_BLOCK", "FLASHSERVE_CUDA_MOE_BLOCK",
-                        "FLASHSERVE_CUDA_PACKED_MOE_BLOCK_TOKENS"})
+                        "FLASHSERVE_CUDA_PACKED_STREAM", "FLASHSERVE_CUDA_PACKED_STREAM_TOKENS"})
     if (std::getenv(v) != nullptr) GTEST_SKIP() << "a fusion switch is set: " << v;
   std::mt19937 g(41);
   const auto dev = [&](const Tensor& t) { return t.to(be_->memory()); };
@@ -857,7 +857,7 @@ TEST_P(QuantOps, PackedMoeBlockEqualsItsSequenceBitForBit) {
         for (std::size_t o = 0; o < fused.size(); ++o)
           EXPECT_EQ(row_bytes(fused[o], s), row_bytes(one[static_cast<std::size_t>(s)][o], 0))
               << "output " << o << ": token " << s << " of " << S
-              << " differs from its one-token block";
+              << " differs from the one-token block";
     }
   }
 }

@@ -447,12 +447,13 @@ void CudaBackend::moe_block_to(const Tensor& x, const Weight& router, std::int64
                      .blocks = 1,
                      .fast = route_fast_picks()};
   };
-  // 1-4 tokens of packed weights (the GGUF mixes): four kernels (cuda_moe_block_packed.cu; an
-  // MTP verify's 2-4 tokens since session 37, each token its one-token block's bits).
-  // FLASHSERVE_CUDA_PACKED_MOE_BLOCK=0: the sequence, as before session 35;
-  // FLASHSERVE_CUDA_PACKED_MOE_BLOCK_TOKENS=0: the sequence at 2-4 tokens, as before session 37.
-  if (route_ok && (S == 1 || env_flag_default_on("FLASHSERVE_CUDA_PACKED_MOE_BLOCK_TOKENS")) &&
-      env_flag_default_on("FLASHSERVE_CUDA_PACKED_MOE_BLOCK") &&
+  // One token of packed weights (the GGUF mixes): four kernels (cuda_moe_block_packed.cu).
+  // FLASHSERVE_CUDA_PACKED_MOE_BLOCK=0: the sequence, as before session 35. An MTP verify's 2-4
+  // tokens keep the sequence: the block over them (its down + combine a grid row a token, each
+  // as its one-token block) measured slower than the sequence with its routed gate/up streamed
+  // (session 37, docs/GPU.md step 26: the down + combine's 207 registers a thread hold one block
+  // a multiprocessor, and four tokens' 932 blocks ran in seven waves).
+  if (route_ok && S == 1 && env_flag_default_on("FLASHSERVE_CUDA_PACKED_MOE_BLOCK") &&
       reinterpret_cast<std::uintptr_t>(x.data()) % 16 == 0 &&
       packed_moe_block_takes(gate_up, down, shared_gate, shared_up, shared_down, shared_expert_gate,
                              H, top_k)) {
@@ -461,20 +462,20 @@ void CudaBackend::moe_block_to(const Tensor& x, const Weight& router, std::int64
       if (w->storage() == quant::QuantType::kIQ2_XXS && (codebook = iq2_grid()) == nullptr) return;
     const auto E = gate_up.shape[0], I = gate_up.shape[1] / 2;
     Tensor shared_act, logit, logits;
-    if (!ensure(shared_act, {S, I}) || !ensure(logit, {S, 1})) return;
+    if (!ensure(shared_act, {1, I}) || !ensure(logit, {1, 1})) return;
     linear(x, router, logits);  // the router's GEMV, as route_experts
-    if (failed() || !ensure(experts, {S, top_k}, DType::kI32) || !ensure(weights, {S, top_k}) ||
-        (y_out != nullptr && !ensure(y, {S, H})))
+    if (failed() || !ensure(experts, {1, top_k}, DType::kI32) || !ensure(weights, {1, top_k}) ||
+        (y_out != nullptr && !ensure(y, {1, H})))
       return;
     Tensor& act = scratch(moe_act_);
-    if (!ensure(act, {S * top_k, I})) return;
+    if (!ensure(act, {top_k, I})) return;
     if (walking()) return;  // a replay: outputs ensured, nothing queued
-    const RouteArgs route = route_args(logits, S);
+    const RouteArgs route = route_args(logits, 1);
     launch_route_shared_gate_up_packed(route, slots, x.data(), shared_gate, shared_up,
                                        shared_expert_gate, codebook, H, I, shared_act.data(),
                                        logit.data(), stream());
     if (!launched(kOp)) return;
-    launch_packed_gate_up(x.data(), gate_up, codebook, experts.data_as<std::int32_t>(), S, top_k, E,
+    launch_packed_gate_up(x.data(), gate_up, codebook, experts.data_as<std::int32_t>(), 1, top_k, E,
                           H, I, 0.0f, act.data(), stream());
     if (!launched(kOp)) return;
     const PackedDownCombine args{.act = act.data(),
@@ -482,7 +483,6 @@ void CudaBackend::moe_block_to(const Tensor& x, const Weight& router, std::int64
                                  .ids = experts.data_as<std::int32_t>(),
                                  .weights = weights.data(),
                                  .logit = logit.data(),
-                                 .tokens = static_cast<int>(S),
                                  .k = static_cast<int>(top_k),
                                  .E = E,
                                  .H = H,

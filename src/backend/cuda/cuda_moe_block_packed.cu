@@ -1,7 +1,7 @@
-// Qwen's MoE block for 1-4 tokens of packed weights (the GGUF mixes: Q4_K or IQ2_XXS routed
+// Qwen's MoE block for one token of packed weights (the GGUF mixes: Q4_K or IQ2_XXS routed
 // gate/up, Q8_0 downs, the shared expert in the projections' format), in four kernels where the
-// sequence (Backend::moe_block_into_streams over the packed ops) ran ten (one token: session 35,
-// docs/GPU.md step 24; an MTP verify's 2-4 tokens: session 37, step 26):
+// sequence (Backend::moe_block_into_streams over the packed ops) ran ten (session 35;
+// docs/GPU.md step 24):
 //
 //   the sequence                                         the block
 //   1. the router GEMV (linear)                          1. the same
@@ -18,11 +18,7 @@
 // that row (a row's sum depends on its lanes only: rows_dot's contract, kept by every packed
 // form), the expert gate's row through rows_dot with linear's lanes, swiglu as SwigluOp, the
 // combine as moe_combine_kernel (expert ids ascending, no fused multiply-adds), the shared down's
-// epilogue and the streams write as the multi-GEMV's and add_scaled_streams'. At 2-4 tokens each
-// token's sums are its one-token block's (the units' rows read once for every token, the routed
-// gate/up's items streamed over every token's pairs, the downs a grid row a token), so a verify's
-// tokens get the bits of their decode steps (QuantOps.PackedMoeBlockEqualsItsSequenceBitForBit,
-// its tokens against their one-token blocks).
+// epilogue and the streams write as the multi-GEMV's and add_scaled_streams'.
 #include <cstdint>
 #include <type_traits>
 
@@ -49,12 +45,8 @@ constexpr int kDownGroups = kGemvThreads / kDownLanes;
 constexpr int kDownItems = 4;
 
 // Block 0..route.blocks-1: the routing. Block route.blocks: the expert gate's row (its first
-// warp). The later blocks: unit r = the shared gate and up rows r, act[s, r] = silu(g) * u. kS
-// tokens (an MTP verify's 2-4) token by token, each as one token: the rows' later passes read
-// them from L1 or L2, and the kS-token form of rows_dot over a unit's two rows took more
-// registers than a thread has (ptxas, session 37: Q4_K at four tokens kept ~10 KB a thread in
-// local memory, and the verify's block was slower than the sequence).
-template <int kPer, typename F, typename TG, int kS>
+// warp). The later blocks: unit r = the shared gate and up rows r, act[r] = silu(g) * u.
+template <int kPer, typename F, typename TG>
 __global__ void __launch_bounds__(kGemvThreads)
     route_shared_gate_up_packed_kernel(const RouteArgs route, const float* x, packed::Rows gate,
                                        packed::Rows up, const TG* expert_gate, std::int64_t H,
@@ -66,22 +58,15 @@ __global__ void __launch_bounds__(kGemvThreads)
     return;
   }
   const int lane = static_cast<int>(threadIdx.x % kUnitLanes);
-  // Token s's sums; the first token's first round of weight loads goes out before the wait (no
-  // kernel writes the weights), x after it.
   if (blockIdx.x == route.blocks) {
-    // linear's GEMV of the one row (a warp, rows_dot's sums).
+    // linear's GEMV of the one row (a warp, rows_dot's sums), x read after the wait.
     const TG* rows[1] = {threadIdx.x < kUnitLanes ? expert_gate : nullptr};
-    const auto token = [&](auto first, int s) {
-      const float* xs[1] = {x + s * H};
-      float acc[1][1] = {};
-      rows_dot<TG, true, 1, 1, kUnitLanes, 8, true, decltype(first)::value>(
-          rows, xs, H, H / WeightChunk<TG, true>::kN, lane, acc);
-      const float v = group_sum<kUnitLanes>(acc[0][0]);
-      if (threadIdx.x == 0) logit[s] = v;
-    };
-    token(std::true_type{}, 0);
-#pragma unroll 1
-    for (int s = 1; s < kS; ++s) token(std::false_type{}, s);
+    const float* xs[1] = {x};
+    float acc[1][1] = {};
+    rows_dot<TG, true, 1, 1, kUnitLanes, 8, true, true>(rows, xs, H, H / WeightChunk<TG, true>::kN,
+                                                        lane, acc);
+    const float v = group_sum<kUnitLanes>(acc[0][0]);
+    if (threadIdx.x == 0) *logit = v;
     return;
   }
   const std::int64_t r =
@@ -91,33 +76,13 @@ __global__ void __launch_bounds__(kGemvThreads)
   const std::uint8_t* rows[2] = {live ? gate.row(0, r) : nullptr, live ? up.row(0, r) : nullptr};
   const std::uint8_t* sides[2] = {live ? gate.side_row(0, r) : nullptr,
                                   live ? up.side_row(0, r) : nullptr};
-  const auto token = [&](auto first, int s) {
-    const float* xs[2] = {x + s * H, x + s * H};
-    float acc[2][1] = {};
-    packed_rows_dot<F, 1, 2, kUnitLanes, F::kUnroll, true, decltype(first)::value>(
-        rows, sides, xs, H, F::chunks(H), lane, acc);
-    const float g = group_sum<kUnitLanes>(acc[0][0]), u = group_sum<kUnitLanes>(acc[1][0]);
-    if (lane == 0 && live) act[s * I + r] = apply_act(g, Activation::kSilu) * u;
-  };
-  token(std::true_type{}, 0);
-#pragma unroll 1
-  for (int s = 1; s < kS; ++s) token(std::false_type{}, s);
-}
-
-// Token s's view of a down + combine over S tokens (act [S * k, I], shared_act [S, I], ids and
-// weights [S, k], logit [S], y [S, H], the streams' h [S, streams * H] and gates [S, streams]).
-__device__ __forceinline__ PackedDownCombine token_of(PackedDownCombine a, int s) {
-  a.act += static_cast<std::int64_t>(s) * a.k * a.I;
-  a.shared_act += s * a.I;
-  a.ids += s * a.k;
-  a.weights += s * a.k;
-  a.logit += s;
-  if (a.y != nullptr) a.y += s * a.H;
-  if (a.streams.h != nullptr) {
-    a.streams.h += s * a.streams.streams * a.H;
-    a.streams.inject += s * a.streams.streams;
-  }
-  return a;
+  const float* xs[2] = {x, x};
+  float acc[2][1] = {};
+  // The weights' first round before the wait (no kernel writes them), x after it.
+  packed_rows_dot<F, 1, 2, kUnitLanes, F::kUnroll, true, true>(rows, sides, xs, H, F::chunks(H),
+                                                               lane, acc);
+  const float g = group_sum<kUnitLanes>(acc[0][0]), u = group_sum<kUnitLanes>(acc[1][0]);
+  if (lane == 0 && live) act[r] = apply_act(g, Activation::kSilu) * u;
 }
 
 // Block b takes output columns b * cols ... (b + 1) * cols - 1. Item it = (j, c) = (it / cols,
@@ -128,17 +93,15 @@ __device__ __forceinline__ PackedDownCombine token_of(PackedDownCombine a, int s
 // an earlier layer's). After it the k + 1 x vectors are staged in shared memory in
 // PackedStagedX's order (x read from global memory a chunk at a time ran the block 1.5-1.9% slower
 // than the sequence, session 35), and each row's chunks go through packed_chunk_dot in
-// packed_rows_dot's order: lane, lane + kDownLanes, ... . Token s of an MTP verify's 2-4 takes
-// the blocks of blockIdx.y = s, each exactly its one-token block over that token's rows.
+// packed_rows_dot's order: lane, lane + kDownLanes, ... .
 struct DownCombineRows {
   packed::Rows down, shared_down;
 };
 
 template <typename F, bool kStreams>
 __global__ void __launch_bounds__(kGemvThreads)
-    packed_down_combine_kernel(const PackedDownCombine all, const DownCombineRows w, int cols) {
+    packed_down_combine_kernel(const PackedDownCombine a, const DownCombineRows w, int cols) {
   static_assert(!F::kHasMin, "the staged vectors leave no room for group sums");
-  const PackedDownCombine a = token_of(all, static_cast<int>(blockIdx.y));
   using L = PackedStagedX<F, kDownLanes>;
   constexpr int kU = F::kUnroll;  // chunks a lane has in flight a round
   __shared__ float sums[kDownItems * kDownGroups];
@@ -332,24 +295,21 @@ void launch_route_shared_gate_up_packed(const RouteArgs& route, int route_slots,
                                         std::int64_t H, std::int64_t I, float* act, float* logit,
                                         cudaStream_t stream) {
   const unsigned blocks = route.blocks + 1 + grid_for(I * kUnitLanes, kGemvThreads);
-  with_count<kMaxPairTokens>(route.S, [&](auto tokens) {
-    constexpr int kS = decltype(tokens)::value;
-    with_route_slots(route_slots, [&](auto per) {
-      constexpr int kPer = decltype(per)::value;
-      packed::with_format(gate, [&](auto f) {
-        using F = decltype(f);
-        const auto launch = [&](auto tg) {
-          using TG = decltype(tg);
-          launch_overlapped(route_shared_gate_up_packed_kernel<kPer, F, TG, kS>, blocks,
-                            kGemvThreads, 0, stream, route, x, packed::rows_of(gate, codebook),
-                            packed::rows_of(up, codebook),
-                            reinterpret_cast<const TG*>(expert_gate.data), H, I, act, logit);
-        };
-        if (expert_gate.dtype == DType::kBF16)
-          launch(bf16_bits{});
-        else
-          launch(float{});
-      });
+  with_route_slots(route_slots, [&](auto per) {
+    constexpr int kPer = decltype(per)::value;
+    packed::with_format(gate, [&](auto f) {
+      using F = decltype(f);
+      const auto launch = [&](auto tg) {
+        using TG = decltype(tg);
+        launch_overlapped(route_shared_gate_up_packed_kernel<kPer, F, TG>, blocks, kGemvThreads, 0,
+                          stream, route, x, packed::rows_of(gate, codebook),
+                          packed::rows_of(up, codebook),
+                          reinterpret_cast<const TG*>(expert_gate.data), H, I, act, logit);
+      };
+      if (expert_gate.dtype == DType::kBF16)
+        launch(bf16_bits{});
+      else
+        launch(float{});
     });
   });
 }
@@ -360,8 +320,7 @@ void launch_packed_down_combine(const PackedDownCombine& args, const Weight& dow
   const DownCombineRows rows{packed::rows_of(down, codebook),
                              packed::rows_of(shared_down, codebook)};
   const auto cols = down_combine_cols(args.k);
-  const dim3 blocks(static_cast<unsigned>((args.H + cols - 1) / cols),
-                    static_cast<unsigned>(args.tokens));
+  const auto blocks = static_cast<unsigned>((args.H + cols - 1) / cols);
   packed::with_format(down, [&](auto f) {
     using F = decltype(f);
     if constexpr (!F::kHasMin) {

@@ -45,11 +45,13 @@ __global__ void __launch_bounds__(kPackedMoeThreads)
 }
 
 // IQ2_XXS rows of four rounds (DeepSeek V4's routed gate/up, 4,096 columns) take 135 registers,
-// one block a multiprocessor: held to two (ptxas, session 33). The others keep the compiler's
-// choice (a bound on Q4_K's and Q8_0's four rounds would spill; they stay one row a warp).
+// one block a multiprocessor: held to two (ptxas, session 33); of three rounds (the Qwen IQ2_XXS
+// mix at 2,560 columns) 131-133, which left that mix's one-token gate/up on one row a warp: held
+// to two as well (session 37). The others keep the compiler's choice (a bound on Q4_K's and
+// Q8_0's four rounds would spill; they stay one row a warp).
 template <typename F, int kU>
 constexpr int stream_min_blocks() {
-  return kU == 4 && std::is_same_v<F, packed::IQ2_XXS> ? 2 : 1;
+  return (kU == 4 || kU == 3) && std::is_same_v<F, packed::IQ2_XXS> ? 2 : 1;
 }
 
 // One token's act as moe_gate_up_packed_kernel computes it, with its (pair, row) items streamed

@@ -21,7 +21,7 @@ void launch_packed_gate_up(const float* x, const Weight& gate_up, const std::uin
                            std::int64_t H, std::int64_t I, float swiglu_limit, float* act,
                            cudaStream_t stream);
 
-// Whether the packed MoE block's kernels (cuda_moe_block_packed.cu) take 1-4 tokens of these
+// Whether the packed MoE block's kernels (cuda_moe_block_packed.cu) take one token of these
 // weights: stacked packed experts gate_up [E, 2I, H] and down [E, H, I]; the shared expert's gate
 // and up of one packed format over H, its down [H, I] in the routed down's format; a float or
 // bf16 expert gate [1, H]; rows of the widths the kernels' lanes take (a warp for the gate/up
@@ -31,25 +31,22 @@ bool packed_moe_block_takes(const Weight& gate_up, const Weight& down, const Wei
                             const Weight& shared_up, const Weight& shared_down,
                             const Weight& expert_gate, std::int64_t H, std::int64_t top_k);
 
-// One grid: the routing (route.blocks blocks of route_warp_rows) of route.S tokens (1-4), the
-// expert gate's logit [S], and the shared expert's units act[s, r] = silu(gate row r · x[s]) *
-// (up row r · x[s]).
+// One grid: the routing (route.blocks blocks of route_warp_rows), the expert gate's logit, and
+// the shared expert's units act[r] = silu(gate row r · x) * (up row r · x).
 void launch_route_shared_gate_up_packed(const RouteArgs& route, int route_slots, const float* x,
                                         const Weight& gate, const Weight& up,
                                         const Weight& expert_gate, const std::uint8_t* codebook,
                                         std::int64_t H, std::int64_t I, float* act, float* logit,
                                         cudaStream_t stream);
 
-// The routed down of each token's k slots, the shared down, the routed combine and the shared
-// expert's gated accumulation, written to y or into the hyper-connection streams: 1-4 tokens,
-// each as its one-token block.
+// The routed down of one token's k slots, the shared down, the routed combine and the shared
+// expert's gated accumulation, written to y or into the hyper-connection streams.
 struct PackedDownCombine {
-  const float* act;         // [tokens * k, I]: the slots' swiglu
-  const float* shared_act;  // [tokens, I]
-  const std::int32_t* ids;  // [tokens, k], written two kernels back
-  const float* weights;     // [tokens, k]
-  const float* logit;       // [tokens]: the shared expert's gate logits
-  int tokens = 1;
+  const float* act;         // [k, I]: the slots' swiglu
+  const float* shared_act;  // [I]
+  const std::int32_t* ids;  // [k], written two kernels back
+  const float* weights;     // [k]
+  const float* logit;       // the shared expert's gate logit
   int k = 0;
   std::int64_t E = 0, H = 0, I = 0;
   float* y = nullptr;  // or the streams

@@ -30,8 +30,7 @@
 //   FLASHSERVE_CUDA_PACKED_FUSED=0 runs the GatedDeltaNet in-projections, QSA's projections and
 //   the shared expert on packed (GGUF, FP4) weights as their sequences (before session 34's
 //   cuda_fused_packed.cu); FLASHSERVE_CUDA_PACKED_MOE_BLOCK=0 runs one token's MoE block on
-//   packed weights as its ten-kernel sequence (before session 35's cuda_moe_block_packed.cu),
-//   FLASHSERVE_CUDA_PACKED_MOE_BLOCK_TOKENS=0 an MTP verify's 2-4 tokens (before session 37);
+//   packed weights as its ten-kernel sequence (before session 35's cuda_moe_block_packed.cu);
 //   FLASHSERVE_CUDA_PACKED_STREAM_TOKENS=0 gives an MTP verify's packed routed gate/up one row a
 //   warp again (before session 37 streamed its items as one token's).
 //   All the same bits.
