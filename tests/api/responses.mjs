@@ -167,19 +167,26 @@ await test('responses.stream: the documented event order, sequence numbers, the 
   assert.deepEqual(raw, types);
 });
 
+// DeepSeek V4's encoding drops an assistant turn's reasoning once a later turn follows, so with
+// thinking on, turn 3's render of turn 1's reply differs from turn 2's and only turn 1's prompt is
+// shared (the faithful template, not a lost state; session 37 saw 25 of 47 tokens reused, in
+// about one run of three): its turns here run with thinking off. The other families' renders keep
+// the replies as they were.
+const stableReplies = profile.family === 'deepseek_v4' ? { reasoning: { effort: 'none' } } : {};
 await test('previous_response_id: the follow-up renders the whole conversation and continues warm (RAM hit, cached_tokens)', async () => {
   const ram = 'flashserve_session_lookups_total{api="responses",tier="ram"}';
   const cold = 'flashserve_session_lookups_total{api="responses",tier="cold"}';
   const before = await metrics();
   const t1 = await client.responses.create({
     model: 'x', instructions: `session ${nonce()}`, input: 'def parse(line):', max_output_tokens: 10, temperature: 0,
+    ...stableReplies,
   });
   assert.equal(t1.usage.input_tokens_details.cached_tokens, 0);
   const mid = await metrics();
   assert.equal(mid.get(cold) - before.get(cold), 1, 'turn 1 is cold');
   const t2 = await client.responses.create({
     model: 'x', instructions: t1.instructions, previous_response_id: t1.id, input: 'and now test it',
-    max_output_tokens: 10, temperature: 0,
+    max_output_tokens: 10, temperature: 0, ...stableReplies,
   });
   const after = await metrics();
   assert.equal(t2.previous_response_id, t1.id);
@@ -193,9 +200,10 @@ await test('previous_response_id: the follow-up renders the whole conversation a
   // A third turn chains on the second: the first's exchange is still there.
   const t3 = await client.responses.create({
     model: 'x', instructions: t1.instructions, previous_response_id: t2.id, input: 'thanks', max_output_tokens: 4, temperature: 0,
+    ...stableReplies,
   });
   assert.ok(t3.usage.input_tokens > t2.usage.input_tokens);
-  // Seen failing twice in full CI rehearsals (session 37) and never alone: say what was reused.
+  // Say what was reused if this ever fails (stableReplies above).
   assert.ok(t3.usage.input_tokens_details.cached_tokens >= t2.usage.input_tokens,
     `turn 3 reused ${t3.usage.input_tokens_details.cached_tokens} of turn 2's ${t2.usage.input_tokens} ` +
     `prompt tokens (turn 1: ${t1.usage.input_tokens} + ${t1.usage.output_tokens}, turn 2 reused ${cached}; ` +
@@ -203,6 +211,7 @@ await test('previous_response_id: the follow-up renders the whole conversation a
   // The prompt the follow-up renders is what input_tokens counts.
   const counted = await client.responses.inputTokens.count({
     model: 'x', instructions: t1.instructions, previous_response_id: t1.id, input: 'and now test it',
+    ...stableReplies,
   });
   assert.equal(counted.object, 'response.input_tokens');
   assert.equal(counted.input_tokens, t2.usage.input_tokens);
