@@ -223,7 +223,7 @@ void launch_packed_gate_up(const float* x, const Weight& gate_up, const std::uin
     // 33). FP4's four rounds streamed were no faster (143.2 against 143.3 us) and Q2_K's are not
     // measured: both keep one row a warp.
     const bool four = rounds == 4 && std::is_same_v<F, packed::IQ2_XXS>;
-    if (S >= 1 && S <= kMaxPairTokens && !packed::short_rows(chunks) && staged != 0 &&
+    if (S <= kMaxPairTokens && !packed::short_rows(chunks) && staged != 0 &&
         staged <= kMaxStagedXOptInBytes && (rounds <= 3 || four) && packed::stream_rows_enabled() &&
         (S == 1 || packed::stream_tokens_enabled())) {
       // The (pair, row) items streamed through resident warps.
