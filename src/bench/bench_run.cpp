@@ -4,11 +4,13 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string_view>
 
 #include "bench/bench_config.h"
+#include "bench/chain_timeline.h"
 #include "bench/decode_bytes.h"
 #include "bench/device_probe.h"
 #include "bench/fill.h"
@@ -18,6 +20,9 @@
 #include "bench/timing_backend.h"
 #include "decode/generator.h"
 #include "model/qwen_next/forward.h"
+#if FLASHSERVE_HAVE_CUDA
+#include "backend/cuda/chain_trace.h"
+#endif
 
 namespace fs::bench {
 namespace {
@@ -292,6 +297,118 @@ Expected<json> marginal_verify_pass(Bench& b, const QwenNextConfig& c, const Ben
                "and the draft's together"}};
 }
 
+// The chain timeline (BenchOptions::timeline; chain_timeline.h): autoregressive decode at the
+// first context with the chain trace on, one trace a step (ended and begun again as each token
+// is emitted, when the step's kernels have run), the steps split into launches, named from the
+// launch log and averaged.
+Expected<json> timeline_pass(Bench& b, const QwenNextConfig& c, const BenchOptions& o) {
+#if FLASHSERVE_HAVE_CUDA
+  if (b.timing->memory()->device() != Device::kCuda) {
+    b.log << "bench: the timeline traces CUDA kernels: none on " << b.timing->name() << "\n";
+    return json();
+  }
+  DecodeState base = new_decode_state(*b.model);
+  if (auto s = fill_synthetic_context(*b.model, c, o.contexts.front(), o.seed, base); !s.ok())
+    return s;
+  // Warm: this state's step graph recorded (its launches logged) before the trace.
+  if (auto w = b.decode(base, 3, 0, nullptr); !w.ok()) return w.status();
+  const auto launches = cuda::chain_launches();
+  // Block waits a step: ~3,000 a layer and the lm_head's; room for 48 layers several times over.
+  constexpr std::size_t kCapacity = std::size_t{1} << 20;
+  std::vector<std::vector<TimelineLaunch>> steps;
+  std::uint64_t dropped = 0, resolution = 0;
+  Status trace_error;
+  const auto take = [&]() {
+    auto t = cuda::chain_trace_end();
+    if (!t.ok()) return t.status();
+    dropped += t->waits - t->records.size();
+    if (t->records.empty()) return Status::ok_status();
+    if (resolution == 0) {  // the smallest step of the timer seen in the first step's records
+      std::vector<std::uint64_t> times;
+      for (const auto& r : t->records) {
+        times.push_back(r.arrive);
+        times.push_back(r.release);
+      }
+      std::sort(times.begin(), times.end());
+      for (std::size_t i = 1; i < times.size(); ++i)
+        if (times[i] > times[i - 1] && (resolution == 0 || times[i] - times[i - 1] < resolution))
+          resolution = times[i] - times[i - 1];
+    }
+    auto step = split_launches(std::move(t->records));
+    name_launches(step, launches);
+    steps.push_back(std::move(step));
+    return Status::ok_status();
+  };
+  if (auto st = cuda::chain_trace_begin(kCapacity); !st.ok()) return st;
+  DecodeState s = base.clone();
+  GenerateOptions g;
+  g.max_tokens = o.timeline + 1;
+  g.seed = o.seed;
+  g.on_token = [&](TokenId) {
+    if (!trace_error.ok()) return;
+    trace_error = take();
+    if (trace_error.ok()) trace_error = cuda::chain_trace_begin(kCapacity);
+  };
+  const auto result = generate(*b.model, s, g);
+  if (auto last = cuda::chain_trace_end(); !last.ok() && trace_error.ok())
+    trace_error = last.status();
+  if (!result.error.ok()) return result.error;
+  if (!trace_error.ok()) return trace_error;
+  const auto avg = average_steps(steps);
+  json rows = json::array();
+  std::map<std::string, std::pair<double, int>> by_kernel;  // hold us a step, launches a step
+  double span = 0;
+  for (const auto& l : avg.launches) {
+    const auto name = l.kernel.empty() ? std::string("(unlogged)") : short_kernel_name(l.kernel);
+    rows.push_back({{"kernel", name},
+                    {"kernel_full", l.kernel},
+                    {"blocks", l.blocks},
+                    {"threads", l.threads},
+                    {"waits", l.waits},
+                    {"release_us", l.release},
+                    {"hold_us", l.hold},
+                    {"early", l.early},
+                    {"last_arrival_us", l.last_arrival},
+                    {"release_spread_us", l.release_spread}});
+    auto& k = by_kernel[name];
+    k.first += l.hold;
+    k.second += 1;
+    span = std::max(span, l.release);
+  }
+  json kernels = json::array();
+  std::vector<std::pair<double, std::string>> ranked;
+  for (const auto& [name, k] : by_kernel) ranked.emplace_back(k.first, name);
+  std::sort(ranked.rbegin(), ranked.rend());
+  for (const auto& [hold, name] : ranked)
+    kernels.push_back({{"kernel", name},
+                       {"launches_per_step", by_kernel[name].second},
+                       {"hold_us_per_step", hold},
+                       {"share", span > 0 ? hold / span : 0.0}});
+  b.log << "bench: timeline of " << avg.used << " of " << avg.steps << " traced steps, "
+        << avg.launches.size() << " launches a step over " << span << " us\n";
+  return json{{"context", o.contexts.front()},
+              {"steps_traced", avg.steps},
+              {"steps_averaged", avg.used},
+              {"launches_per_step", avg.launches.size()},
+              {"span_us", span},
+              {"waits_dropped", dropped},
+              {"timer_resolution_ns_seen", resolution},
+              {"kernels", kernels},
+              {"launches", rows},
+              {"note",
+               "span: the step's first release to its last launch's release (its last kernel's "
+               "own time is not seen); hold: the next launch's first release less this one's; "
+               "early: the fraction of a launch's blocks that reached their wait 250 ns or more "
+               "before its first release; last_arrival: its last block's arrival less its first "
+               "release (> 0: blocks started after its inputs were complete)"}};
+#else
+  (void)c;
+  (void)o;
+  b.log << "bench: built without CUDA: no timeline\n";
+  return json();
+#endif
+}
+
 json bytes_json(const DecodeBytes& b) {
   return {{"weights", b.weights}, {"state", b.state}, {"total", b.total()}};
 }
@@ -332,6 +449,11 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
 
   // Weights where the backend computes; the timing decorator wraps the backend for the model's
   // whole life (disabled outside the profiled pass).
+#if FLASHSERVE_HAVE_CUDA
+  // The timeline names its kernels from the launch log, which a step graph writes only when it is
+  // recorded: on from the start.
+  if (o.timeline > 0) cuda::set_chain_launch_log(true);
+#endif
   auto timing_owner = std::make_unique<TimingBackend>(std::move(*inner), c.vocab_size);
   TimingBackend* timing = timing_owner.get();
   SyntheticWeightStore store(timing->memory(), o.seed);
@@ -561,6 +683,11 @@ Expected<json> run_bench(const BenchOptions& o, std::ostream& log) {
     auto m = marginal_pass(b, c, o);
     if (!m.ok()) return m.status();
     if (!m->is_null()) out["marginal"] = std::move(*m);
+  }
+  if (o.timeline > 0 && !o.contexts.empty()) {
+    auto m = timeline_pass(b, c, o);
+    if (!m.ok()) return m.status();
+    if (!m->is_null()) out["timeline"] = std::move(*m);
   }
   if (o.marginal_verify > 0 && !o.contexts.empty()) {
     auto m = marginal_verify_pass(b, c, o);
@@ -817,6 +944,30 @@ std::string bench_table(const json& r) {
     std::snprintf(line, sizeof line, "  %-26s %8.3f ms\n", "sum of the shares",
                   m["sum_of_shares_ms"].get<double>());
     t << line;
+  }
+  if (r.contains("timeline")) {
+    const auto& m = r["timeline"];
+    t << "\nthe step's kernel chain as it ran at context " << m["context"].get<long long>() << " ("
+      << m["steps_averaged"].get<std::size_t>() << " steps averaged, "
+      << m["launches_per_step"].get<std::size_t>() << " launches over "
+      << m["span_us"].get<double>() << " us): each kernel's hold on the chain\n";
+    for (const auto& k : m["kernels"]) {
+      std::snprintf(line, sizeof line, "  %-40s x%-4d %9.1f us  %5.1f%%\n",
+                    k["kernel"].get<std::string>().c_str(), k["launches_per_step"].get<int>(),
+                    k["hold_us_per_step"].get<double>(), 100.0 * k["share"].get<double>());
+      t << line;
+    }
+    t << "  the first launches: release, hold, early blocks, last arrival (us)\n";
+    std::size_t shown = 0;
+    for (const auto& l : m["launches"]) {
+      if (++shown > 40) break;
+      std::snprintf(line, sizeof line, "  %-40s %5u x %-4u %8.1f %6.2f %5.0f%% %7.2f\n",
+                    l["kernel"].get<std::string>().c_str(), l["blocks"].get<unsigned>(),
+                    l["threads"].get<unsigned>(), l["release_us"].get<double>(),
+                    l["hold_us"].get<double>(), 100.0 * l["early"].get<double>(),
+                    l["last_arrival_us"].get<double>());
+      t << line;
+    }
   }
   if (r.contains("marginal_verify")) {
     const auto& m = r["marginal_verify"];

@@ -37,6 +37,10 @@ struct BenchOptions {
   // > 0: each op kind's share of an MTP round's verify and draft at this depth, at the first
   // context (each op by name dry in turn; two timed MTP decodes per op kind).
   int marginal_verify = 0;
+  // > 0: the step's kernel chain as it runs, traced over this many autoregressive steps at the
+  // first context (chain_timeline.h; CUDA only): each launch's release, hold on the chain and
+  // resident blocks, and each kernel's hold a step.
+  int timeline = 0;
   std::int64_t draft_vocab = 0;  // MTP drafts over ids [0, n) (0: the whole vocabulary)
   // Matrices: "bf16", or "fp8" (the projections FP8 E4M3 with 128x128 f32 block scales, the
   // rest bf16: what `convert --quantize fp8` and the FP8 releases hold).

@@ -97,6 +97,11 @@ void add_bench_command(CLI::App& app, Action& action) {
                   "Also each op kind's share of an MTP round's verify and draft at this depth "
                   "(each op by name dry in turn; a device backend only)")
       ->check(CLI::Range(0, 3));
+  cmd->add_option("--timeline", o->bench.timeline,
+                  "Also trace the step's kernel chain as it runs over this many autoregressive "
+                  "steps at the first context: each kernel's hold on the chain, the blocks "
+                  "resident before their inputs were (CUDA only)")
+      ->check(CLI::Range(0, 64));
   cmd->add_option("--json", o->json_path, "Also write the JSON result to this file");
   cmd->callback([o, &action] {
     action = [o]() -> int {

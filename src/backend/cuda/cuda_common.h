@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/chain_trace.h"
 
 namespace fs::cuda {
 
@@ -31,8 +32,59 @@ inline unsigned grid_for(std::int64_t n, int threads) {
 // everything the ordinary way. (Fetching the next kernel's weights into L2 before its wait was
 // measured too: slower, bench/NOTES.md 2026-12-02.) Before sm_90 there are no overlapped launches
 // (launch_overlapped launches the ordinary way there), so the two compile to nothing.
+// The chain trace's switch (chain_trace.h): records null while off. Whole-program compilation
+// gives each translation unit its own __constant__ copy; each registers a setter for its copy
+// (below) and chain_trace_begin sets them all.
+struct ChainTraceSink {
+  ChainTraceRecord* records = nullptr;
+  unsigned long long* count = nullptr;
+  unsigned long long capacity = 0;
+};
+static __constant__ ChainTraceSink chain_trace_sink;
+using ChainTraceSetter = cudaError_t (*)(const ChainTraceSink&);
+bool register_chain_trace_setter(ChainTraceSetter set);
+namespace {
+cudaError_t set_chain_trace_sink(const ChainTraceSink& sink) {
+  return cudaMemcpyToSymbol(chain_trace_sink, &sink, sizeof sink);
+}
+[[maybe_unused]] const bool chain_trace_registered =
+    register_chain_trace_setter(&set_chain_trace_sink);
+}  // namespace
+
+#if __CUDA_ARCH__ >= 900
+__device__ __forceinline__ std::uint64_t global_timer_ns() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+// wait_for_inputs of a block's thread 0 while the trace is on: a slot taken before the wait, so
+// its round trip overlaps the wait, and the record stored after it.
+__device__ __forceinline__ void traced_wait() {
+  const std::uint64_t arrive = global_timer_ns();
+  const unsigned long long slot = atomicAdd(chain_trace_sink.count, 1ull);
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  const std::uint64_t release = global_timer_ns();
+  if (slot >= chain_trace_sink.capacity) return;
+  unsigned sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  ChainTraceRecord r;
+  r.arrive = arrive;
+  r.release = release;
+  r.block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  r.blocks = gridDim.x * gridDim.y * gridDim.z;
+  r.threads = blockDim.x * blockDim.y * blockDim.z;
+  r.sm = sm;
+  chain_trace_sink.records[slot] = r;
+}
+#endif
+
 __device__ __forceinline__ void wait_for_inputs() {
 #if __CUDA_ARCH__ >= 900
+  if (chain_trace_sink.records != nullptr && threadIdx.x == 0 && threadIdx.y == 0 &&
+      threadIdx.z == 0) {
+    traced_wait();
+    return;
+  }
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
@@ -148,6 +200,9 @@ cudaError_t launch_overlapped(void (*kernel)(Params...), dim3 grid, dim3 block, 
   config.stream = stream;
   config.attrs = &attr;
   config.numAttrs = overlapped_launches() ? 1 : 0;
+  if (chain_launch_logging())
+    log_chain_launch(reinterpret_cast<const void*>(kernel), grid.x * grid.y * grid.z,
+                     block.x * block.y * block.z);
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
