@@ -957,10 +957,13 @@ std::string bench_table(const json& r) {
                     k["hold_us_per_step"].get<double>(), 100.0 * k["share"].get<double>());
       t << line;
     }
-    t << "  the first launches: release, hold, early blocks, last arrival (us)\n";
-    std::size_t shown = 0;
-    for (const auto& l : m["launches"]) {
-      if (++shown > 40) break;
+    // A window from the middle of the step (a layer or two of the steady chain).
+    const auto& launches = m["launches"];
+    const std::size_t from = launches.size() / 2, to = std::min(launches.size(), from + 40);
+    t << "  launches " << from << "-" << to
+      << ": grid, release, hold, early blocks, last arrival (us)\n";
+    for (std::size_t i = from; i < to; ++i) {
+      const auto& l = launches[i];
       std::snprintf(line, sizeof line, "  %-40s %5u x %-4u %8.1f %6.2f %5.0f%% %7.2f\n",
                     l["kernel"].get<std::string>().c_str(), l["blocks"].get<unsigned>(),
                     l["threads"].get<unsigned>(), l["release_us"].get<double>(),

@@ -34,7 +34,7 @@ constexpr std::size_t kAnchorLaunches = 16;
 
 std::vector<TimelineLaunch> split_launches(std::vector<ChainTraceRecord> records) {
   std::stable_sort(records.begin(), records.end(),
-                   [](const auto& a, const auto& b) { return a.arrive < b.arrive; });
+                   [](const auto& a, const auto& b) { return a.release < b.release; });
   std::vector<Building> built;
   for (const auto& r : records) {
     const bool new_launch =

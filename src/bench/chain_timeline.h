@@ -27,12 +27,14 @@ struct TimelineLaunch {
   double release_spread = 0;  // its last block's release less its first
 };
 
-// Splits one step's records into launches: records in arrival order, a new launch where the grid
-// (blocks, threads) changes or a grid whose blocks have all been seen sees a block again. Every
-// block of a launch has reached its wait before the launch after it can start (it starts once all
-// of them released it, right after their waits), so a launch's records are contiguous in arrival
-// order. Launches of one grid back to back whose earlier launch lost blocks (returned before
-// waiting) merge: the count of waits says so.
+// Splits one step's records into launches: records in release order, a new launch where the grid
+// (blocks, threads) changes or a grid whose blocks have all been seen sees a block again (a block
+// seen again before that is a second wait of one block, dropped). A launch's waits return only
+// once the launch before it has finished, after every wait of that one returned, so a launch's
+// records are contiguous in release order (not in arrival order: thread 0 of a block may reach
+// its wait after the block's other warps have released the next launch). Launches of one grid
+// back to back whose earlier launch lost blocks (returned before waiting) merge: the count of
+// waits says so.
 std::vector<TimelineLaunch> split_launches(std::vector<fs::cuda::ChainTraceRecord> records);
 
 // Names the launches from the log: the step's grids are looked for in the log as a run (a step

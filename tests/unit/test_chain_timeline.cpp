@@ -40,7 +40,7 @@ std::vector<ChainTraceRecord> three_launches() {
   return r;
 }
 
-TEST(ChainTimeline, SplitsAStepIntoItsLaunchesInArrivalOrder) {
+TEST(ChainTimeline, SplitsAStepIntoItsLaunchesInReleaseOrder) {
   const auto l = split_launches(three_launches());
   ASSERT_EQ(l.size(), 3u);
   EXPECT_EQ(l[0].blocks, 4u);
@@ -62,6 +62,19 @@ TEST(ChainTimeline, SplitsAStepIntoItsLaunchesInArrivalOrder) {
   EXPECT_LT(l[0].last_arrival, 0.0);
 }
 
+TEST(ChainTimeline, ALateThreadZeroDoesNotSplitItsLaunch) {
+  // Launch n's block 1 records its arrival (thread 0) after launch n + 1's first block arrived:
+  // the other warps of block 1 had released n + 1 already. Its release still precedes n + 1's.
+  std::vector<ChainTraceRecord> r;
+  add_launch(r, 256, {1000, 3100, 1200}, 3000);  // released 3010, 3110, 3010
+  add_launch(r, 128, {3050, 3060}, 5000);        // arrives before block 1 of the first
+  const auto l = split_launches(r);
+  ASSERT_EQ(l.size(), 2u);
+  EXPECT_EQ(l[0].waits, 3u);
+  EXPECT_EQ(l[1].waits, 2u);
+  EXPECT_DOUBLE_EQ(l[0].hold, 2.0);
+}
+
 TEST(ChainTimeline, ABlockArrivingAfterItsInputsIsNotEarly) {
   std::vector<ChainTraceRecord> r;
   add_launch(r, 256, {5000, 5000}, 5000);  // nothing waited: arrive == release - 10 ns
@@ -72,9 +85,10 @@ TEST(ChainTimeline, ABlockArrivingAfterItsInputsIsNotEarly) {
 
 TEST(ChainTimeline, ASecondWaitOfABlockIsNotANewLaunch) {
   std::vector<ChainTraceRecord> r;
-  add_launch(r, 256, {1000, 1100, 1200}, 2000);
-  auto again = r[1];  // block 1 waits a second time, before block 2 arrived
-  again.arrive = 1150;
+  add_launch(r, 256, {1000, 1100, 2100}, 2000);  // block 2 arrives late, released at 2110
+  auto again = r[1];  // block 1 waits a second time, before block 2's wait returned
+  again.arrive = 2015;
+  again.release = 2020;
   r.push_back(again);
   add_launch(r, 64, {2100}, 3000);
   const auto l = split_launches(r);

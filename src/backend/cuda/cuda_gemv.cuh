@@ -396,9 +396,13 @@ __device__ __forceinline__ void rows_dot(const T* const (&rows)[kR], const float
       }
     }
   }
-  if constexpr (kWaitFirst) {  // a lane with no chunk waits here (a repeated wait returns at once)
-    wait_for_inputs();
-    release_dependents();
+  // A lane with no chunk waits here; the others waited in their first round (a second wait would
+  // return at once, but the chain trace would count it as a block's wait).
+  if constexpr (kWaitFirst) {
+    if (lane >= chunks) {
+      wait_for_inputs();
+      release_dependents();
+    }
   }
 }
 
