@@ -307,12 +307,20 @@ Expected<json> timeline_pass(Bench& b, const QwenNextConfig& c, const BenchOptio
     b.log << "bench: the timeline traces CUDA kernels: none on " << b.timing->name() << "\n";
     return json();
   }
+  if (!cuda::chain_trace_built()) {
+    b.log << "bench: built without the chain trace (configure with -DFLASHSERVE_CHAIN_TRACE=ON): "
+             "no timeline\n";
+    return json();
+  }
   DecodeState base = new_decode_state(*b.model);
   if (auto s = fill_synthetic_context(*b.model, c, o.contexts.front(), o.seed, base); !s.ok())
     return s;
   // Warm: this state's step graph recorded (its launches logged) before the trace.
   if (auto w = b.decode(base, 3, 0, nullptr); !w.ok()) return w.status();
-  const auto launches = cuda::chain_launches();
+  // A step launched kernel by kernel is named from its own launches; a replayed step graph logs
+  // none, and is named from the whole log (its recording).
+  const auto recorded = cuda::chain_launches();
+  std::size_t logged = cuda::chain_launch_count();
   // Block waits a step: ~3,000 a layer and the lm_head's; room for 48 layers several times over.
   constexpr std::size_t kCapacity = std::size_t{1} << 20;
   std::vector<std::vector<TimelineLaunch>> steps;
@@ -335,7 +343,9 @@ Expected<json> timeline_pass(Bench& b, const QwenNextConfig& c, const BenchOptio
           resolution = times[i] - times[i - 1];
     }
     auto step = split_launches(std::move(t->records));
-    name_launches(step, launches);
+    const auto own = cuda::chain_launches(logged);
+    logged += own.size();
+    name_launches(step, own.empty() ? recorded : own);
     steps.push_back(std::move(step));
     return Status::ok_status();
   };

@@ -764,13 +764,15 @@ TEST_P(QuantOps, PackedFusedProjectionsEqualTheSequenceBitForBit) {
 // the ten-kernel sequence's bits (FLASHSERVE_CUDA_PACKED_MOE_BLOCK=0): the picks, their weights,
 // y, and the streams it writes into. An MTP verify's 2-4 tokens run the sequence (its routed
 // gate/up streamed since session 37), and each of its tokens must get the one-token block's bits
-// (what greedy MTP on these weights needs). The mixes the bench runs (Q4_K and IQ2_XXS experts,
-// Q8_0 downs), every routed format with its Q8_0 down, a bf16 expert gate and an f32 one, top-k
-// 10 and 6 (blocks of 11 and 18 columns: a short last block), and Qwen's 2,560 x 640 experts.
+// (what greedy MTP on these weights needs). The down + combine's two forms give the same bits.
+// The mixes the bench runs (Q4_K and IQ2_XXS experts, Q8_0 downs), every routed format with its
+// Q8_0 down, a bf16 expert gate and an f32 one, top-k 10 and 6 (blocks of 11 and 18 columns: a
+// short last block), and Qwen's 2,560 x 640 experts.
 TEST_P(QuantOps, PackedMoeBlockEqualsItsSequenceBitForBit) {
   if (GetParam() != "cuda") GTEST_SKIP() << "a property of the CUDA kernels";
   for (const char* v : {"FLASHSERVE_CUDA_PACKED_MOE_BLOCK", "FLASHSERVE_CUDA_MOE_BLOCK",
-                        "FLASHSERVE_CUDA_PACKED_STREAM", "FLASHSERVE_CUDA_PACKED_STREAM_TOKENS"})
+                        "FLASHSERVE_CUDA_PACKED_STREAM", "FLASHSERVE_CUDA_PACKED_STREAM_TOKENS",
+                        "FLASHSERVE_CUDA_PACKED_DOWN_TWO_BLOCKS"})
     if (std::getenv(v) != nullptr) GTEST_SKIP() << "a fusion switch is set: " << v;
   std::mt19937 g(41);
   const auto dev = [&](const Tensor& t) { return t.to(be_->memory()); };
@@ -852,6 +854,14 @@ TEST_P(QuantOps, PackedMoeBlockEqualsItsSequenceBitForBit) {
       EXPECT_TRUE(equal(fused[o], sequence[o])) << "output " << o;
     // The streams moved: the block wrote into them.
     EXPECT_FALSE(equal(fused[3], rows(hs, 0, 1)));
+    // The down + combine's two forms (two blocks a multiprocessor where they fit, session 38; one
+    // block with every item's first round before the wait): the same bits.
+    setenv("FLASHSERVE_CUDA_PACKED_DOWN_TWO_BLOCKS", "0", 1);
+    const auto one_block = run(true, 0, 1);
+    unsetenv("FLASHSERVE_CUDA_PACKED_DOWN_TWO_BLOCKS");
+    ASSERT_TRUE(be_->status().ok()) << be_->status().to_string();
+    for (std::size_t o = 0; o < fused.size(); ++o)
+      EXPECT_TRUE(equal(one_block[o], fused[o])) << "output " << o << ", the one-block form";
     // A verify's 2-4 tokens (the sequence, its routed gate/up streamed): each token the one-token
     // block's bits.
     for (const std::int64_t S : {2, 3, 4}) {

@@ -10,7 +10,9 @@
 // multiprocessors were still full). ncu times a kernel alone, `bench --marginal` an op's share
 // by its absence; this is the chain as it runs, graphs and overlap included.
 //
-// Off, the cost is one constant-memory read and a branch a thread at each wait. On, each block's
+// Built only with the CMake option FLASHSERVE_CHAIN_TRACE (off by default: without it the wait is
+// the bare instruction and chain_trace_begin says how to get it). Built in and off, the cost is
+// one constant-memory read and a branch a thread at each wait. On, each block's
 // thread 0 takes a slot with an atomic before its wait (where it waits anyway; a block that
 // arrives after its inputs are complete pays that round trip) and stores 32 bytes after it.
 #pragma once
@@ -43,6 +45,8 @@ struct ChainTrace {
 // translation unit's kernels read their own copy of the switch; all are set). Fails without a
 // GPU or when a trace is already on.
 Status chain_trace_begin(std::size_t capacity);
+// Whether the kernels were built with the trace (FLASHSERVE_CHAIN_TRACE).
+bool chain_trace_built();
 // Waits for the device, turns the trace off and returns what it recorded.
 Expected<ChainTrace> chain_trace_end();
 
@@ -58,7 +62,10 @@ struct ChainLaunch {
 void set_chain_launch_log(bool on);
 bool chain_launch_logging();
 void log_chain_launch(const void* kernel, std::uint32_t blocks, std::uint32_t threads);
-// The launches logged so far, in order (the log is kept).
-std::vector<ChainLaunch> chain_launches();
+// The launches logged from the `from`-th on, in order (the log is kept), and how many there are.
+// Decode steps launched one kernel at a time (step graphs off, the default) log every step, so
+// a step's own launches are those between two counts.
+std::vector<ChainLaunch> chain_launches(std::size_t from = 0);
+std::size_t chain_launch_count();
 
 }  // namespace fs::cuda

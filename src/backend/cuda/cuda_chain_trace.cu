@@ -72,9 +72,17 @@ bool register_chain_trace_setter(ChainTraceSetter set) {
   return true;
 }
 
+bool chain_trace_built() {
+  return kChainTrace;
+}
+
 Status chain_trace_begin(std::size_t capacity) {
   auto& s = state();
   const std::lock_guard<std::mutex> lock(s.mutex);
+  if (!kChainTrace)
+    return failed_precondition(
+        "chain trace: the CUDA kernels were built without it (configure with "
+        "-DFLASHSERVE_CHAIN_TRACE=ON)");
   if (s.records != nullptr) return failed_precondition("chain trace: a trace is already on");
   if (capacity == 0) return invalid_argument("chain trace: capacity 0");
   if (auto st =
@@ -137,13 +145,19 @@ void log_chain_launch(const void* kernel, std::uint32_t blocks, std::uint32_t th
   const std::lock_guard<std::mutex> lock(s.mutex);
   s.launches.push_back({kernel, blocks, threads});
 }
-std::vector<ChainLaunch> chain_launches() {
+std::size_t chain_launch_count() {
+  auto& s = state();
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  return s.launches.size();
+}
+std::vector<ChainLaunch> chain_launches(std::size_t from) {
   auto& s = state();
   const std::lock_guard<std::mutex> lock(s.mutex);
   std::map<const void*, std::string> names;
   std::vector<ChainLaunch> out;
-  out.reserve(s.launches.size());
-  for (const auto& l : s.launches) {
+  out.reserve(s.launches.size() - std::min(from, s.launches.size()));
+  for (std::size_t i = from; i < s.launches.size(); ++i) {
+    const auto& l = s.launches[i];
     auto it = names.find(l.kernel);
     if (it == names.end()) {
       const char* name = nullptr;

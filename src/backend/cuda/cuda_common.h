@@ -32,6 +32,13 @@ inline unsigned grid_for(std::int64_t n, int threads) {
 // everything the ordinary way. (Fetching the next kernel's weights into L2 before its wait was
 // measured too: slower, bench/NOTES.md 2026-12-02.) Before sm_90 there are no overlapped launches
 // (launch_overlapped launches the ordinary way there), so the two compile to nothing.
+// Whether the kernels were built with the chain trace (FLASHSERVE_CHAIN_TRACE, CMake option of the
+// same name, off by default): when not, wait_for_inputs is the bare wait.
+#ifndef FLASHSERVE_CHAIN_TRACE
+#define FLASHSERVE_CHAIN_TRACE 0
+#endif
+inline constexpr bool kChainTrace = FLASHSERVE_CHAIN_TRACE != 0;
+
 // The chain trace's switch (chain_trace.h): records null while off. Whole-program compilation
 // gives each translation unit its own __constant__ copy; each registers a setter for its copy
 // (below) and chain_trace_begin sets them all.
@@ -80,10 +87,12 @@ __device__ __forceinline__ void traced_wait() {
 
 __device__ __forceinline__ void wait_for_inputs() {
 #if __CUDA_ARCH__ >= 900
-  if (chain_trace_sink.records != nullptr && threadIdx.x == 0 && threadIdx.y == 0 &&
-      threadIdx.z == 0) {
-    traced_wait();
-    return;
+  if constexpr (kChainTrace) {
+    if (chain_trace_sink.records != nullptr && threadIdx.x == 0 && threadIdx.y == 0 &&
+        threadIdx.z == 0) {
+      traced_wait();
+      return;
+    }
   }
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif

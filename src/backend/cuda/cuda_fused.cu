@@ -285,7 +285,7 @@ __device__ __forceinline__ void hc_chunk(const typename WeightChunk<T, true>::Ra
 // A thread's chunks c_first, c_first + kGemvThreads, ... below `end` of the rows w (null: none),
 // kU a round, the first round's weight loads before the wait (no kernel writes W; h, nw and the
 // outputs are touched after it): each chunk's hc_chunk goes to add(c, d, q2) in chunk order. Every
-// thread returns having waited (a repeated wait returns at once).
+// thread returns having waited once (one with no chunk at the end).
 template <typename T, int kS, int kR, int kU, typename Add>
 __device__ __forceinline__ void hc_walk(const T* const (&w)[kR], const float* h, const float* nw,
                                         std::int64_t in, std::int64_t c_first, std::int64_t end,
@@ -314,8 +314,10 @@ __device__ __forceinline__ void hc_walk(const T* const (&w)[kR], const float* h,
       add(c, d, q2);
     }
   }
-  wait_for_inputs();
-  release_dependents();
+  if (c_first >= end) {
+    wait_for_inputs();
+    release_dependents();
+  }
 }
 
 template <typename T, int kS, int kR, int kU, int kMinBlocks>

@@ -30,6 +30,7 @@
 #include "backend/cuda/cuda_moe_packed.h"
 #include "backend/cuda/cuda_packed.cuh"
 #include "backend/cuda/cuda_route_warp.cuh"
+#include "backend/cuda/cuda_switches.h"
 
 namespace fs::cuda {
 namespace {
@@ -98,9 +99,17 @@ struct DownCombineRows {
   packed::Rows down, shared_down;
 };
 
-template <typename F, bool kStreams>
-__global__ void __launch_bounds__(kGemvThreads)
+// kTwoBlocks (session 38): two blocks a multiprocessor, so the Qwen shapes' 233 blocks run in one
+// wave. With every item's first round in flight before the wait, Q8_0's 17-halfword chunks held a
+// thread at ~207 registers, one block a multiprocessor: the chain trace (`bench --timeline`, an
+// H100) showed the block's blocks starting over ~19 us in two waves, 32.8 us of the Q4_K mix's
+// ~184 us a layer. So only the first kPre items load before the wait (the block's blocks are
+// mostly not resident before it anyway: 4% were), the rest right after it; each row's chunks
+// still go through packed_chunk_dot in the same order, so the sums are the same bits.
+template <typename F, bool kStreams, bool kTwoBlocks>
+__global__ void __launch_bounds__(kGemvThreads, kTwoBlocks ? 2 : 1)
     packed_down_combine_kernel(const PackedDownCombine a, const DownCombineRows w, int cols) {
+  constexpr int kPre = kTwoBlocks ? 1 : kDownItems;  // items whose first round loads early
   static_assert(!F::kHasMin, "the staged vectors leave no room for group sums");
   using L = PackedStagedX<F, kDownLanes>;
   constexpr int kU = F::kUnroll;  // chunks a lane has in flight a round
@@ -115,7 +124,7 @@ __global__ void __launch_bounds__(kGemvThreads)
   const std::uint8_t* rows[kDownItems];
   const std::uint8_t* sides[kDownItems];
   int slot[kDownItems];  // the staged x a row reads: j, or k for the shared down
-  typename F::Raw first[kDownItems][kU];
+  typename F::Raw first[kPre][kU];
 #pragma unroll
   for (int m = 0; m < kDownItems; ++m) {
     rows[m] = nullptr;
@@ -137,11 +146,13 @@ __global__ void __launch_bounds__(kGemvThreads)
         sides[m] = w.shared_down.side_row(0, c);
       }
     }
+    if (m < kPre) {
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const std::int64_t ch = lane + static_cast<std::int64_t>(u) * kDownLanes;
-      first[m][u] =
-          rows[m] != nullptr && ch < chunks ? F::load(rows[m], sides[m], ch) : typename F::Raw{};
+      for (int u = 0; u < kU; ++u) {
+        const std::int64_t ch = lane + static_cast<std::int64_t>(u) * kDownLanes;
+        first[m][u] =
+            rows[m] != nullptr && ch < chunks ? F::load(rows[m], sides[m], ch) : typename F::Raw{};
+      }
     }
   }
   const std::int64_t my_col = c0 + threadIdx.x;
@@ -166,13 +177,17 @@ __global__ void __launch_bounds__(kGemvThreads)
   for (int m = 0; m < kDownItems; ++m) {
     const std::int64_t base = slot[m] * tw;
     float acc[1] = {0.0f};
+    if (m < kPre) {
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const std::int64_t ch = lane + static_cast<std::int64_t>(u) * kDownLanes;
-      if (ch < chunks)
-        packed_chunk_dot<F, 1, kDownLanes, true>(first[m][u], ch, nullptr, 0, tw, acc, base);
+      for (int u = 0; u < kU; ++u) {
+        const std::int64_t ch = lane + static_cast<std::int64_t>(u) * kDownLanes;
+        if (ch < chunks)
+          packed_chunk_dot<F, 1, kDownLanes, true>(first[m < kPre ? m : 0][u], ch, nullptr, 0, tw,
+                                                   acc, base);
+      }
     }
-    for (std::int64_t r0 = lane + kU * kDownLanes; r0 < chunks; r0 += kU * kDownLanes) {
+    for (std::int64_t r0 = lane + (m < kPre ? kU * kDownLanes : 0); r0 < chunks;
+         r0 += kU * kDownLanes) {
       typename F::Raw raw[kU];
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
@@ -217,6 +232,22 @@ __global__ void __launch_bounds__(kGemvThreads)
     ahead.write(a.streams, a.H, my_col, value);
   else
     a.y[my_col] = value;
+}
+
+// A kernel as a type, for a lambda that needs it as a constant.
+template <auto kKernelFn>
+struct KernelTag {
+  static constexpr auto kKernel = kKernelFn;
+};
+// Whether `kernel` keeps anything in local memory (spilled registers, a stack), asked once.
+template <auto kKernel>
+bool uses_local_memory() {
+  static const bool local = [] {
+    cudaFuncAttributes attributes{};
+    return cudaFuncGetAttributes(&attributes, kKernel) != cudaSuccess ||
+           attributes.localSizeBytes != 0;
+  }();
+  return local;
 }
 
 // The shared memory packed_down_combine_kernel stages the k + 1 vectors of I in.
@@ -325,12 +356,31 @@ void launch_packed_down_combine(const PackedDownCombine& args, const Weight& dow
     using F = decltype(f);
     if constexpr (!F::kHasMin) {
       const auto smem = down_combine_staged_bytes<F>(args.k, args.I);
-      if (args.y == nullptr)
-        launch_overlapped(packed_down_combine_kernel<F, true>, blocks, kGemvThreads, smem, stream,
-                          args, rows, static_cast<int>(cols));
-      else
-        launch_overlapped(packed_down_combine_kernel<F, false>, blocks, kGemvThreads, smem, stream,
-                          args, rows, static_cast<int>(cols));
+      const auto launch = [&](auto kernel) {
+        launch_overlapped(kernel, blocks, kGemvThreads, smem, stream, args, rows,
+                          static_cast<int>(cols));
+      };
+      // Two blocks a multiprocessor where they fit and the registers hold them without local
+      // memory (ptxas: FP4's form spills 200-280 bytes a thread; Q8_0's takes 92 registers, IQ2_XXS
+      // and Q6_K's 118-126, none spilling). FLASHSERVE_CUDA_PACKED_DOWN_TWO_BLOCKS=0: every
+      // item's first round before the wait, one block.
+      const auto two = [&](auto tag) {
+        constexpr auto kernel = decltype(tag)::kKernel;
+        return env_flag_default_on("FLASHSERVE_CUDA_PACKED_DOWN_TWO_BLOCKS") &&
+               !uses_local_memory<kernel>() &&
+               resident_blocks(reinterpret_cast<const void*>(kernel), kGemvThreads, smem) >= 2;
+      };
+      if (args.y == nullptr) {
+        if (two(KernelTag<packed_down_combine_kernel<F, true, true>>{}))
+          launch(packed_down_combine_kernel<F, true, true>);
+        else
+          launch(packed_down_combine_kernel<F, true, false>);
+      } else {
+        if (two(KernelTag<packed_down_combine_kernel<F, false, true>>{}))
+          launch(packed_down_combine_kernel<F, false, true>);
+        else
+          launch(packed_down_combine_kernel<F, false, false>);
+      }
     }
   });
 }

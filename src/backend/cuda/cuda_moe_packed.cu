@@ -61,11 +61,9 @@ constexpr int stream_min_blocks() {
 // row both in flight took 236 registers in Q4_K). x is staged once a block. The same lanes,
 // chunks and packed_chunk_dot as kG = 32 there, so the same bits
 // (QuantOps.StreamedPackedRowsGiveTheOneRowAWarpBits). Rows of at most kU rounds of a warp's
-// chunks. An MTP verify's S = P / k tokens (session 37, kTokens): each token's x staged as its
-// one-token x (with its group sums), `slab` float4s apart, a pair's rows reading its token's: the
-// same sums. !kTokens is the decode step's one token, with no slab to find an item (two 32-bit
-// quotients an item less on the step's critical path).
-template <typename F, int kU, bool kTokens>
+// chunks. An MTP verify's S = P / k tokens (session 37): each token's x staged as its one-token x
+// (with its group sums), `slab` float4s apart, a pair's rows reading its token's: the same sums.
+template <typename F, int kU>
 __global__ void __launch_bounds__(kPackedMoeThreads, stream_min_blocks<F, kU>())
     moe_gate_up_packed_stream_kernel(const float* x, packed::Rows gu, const std::int32_t* experts,
                                      std::int64_t P, std::int64_t k, std::int64_t E, std::int64_t H,
@@ -104,11 +102,11 @@ __global__ void __launch_bounds__(kPackedMoeThreads, stream_min_blocks<F, kU>())
   };
   load_row(i, 0, raw[0]);
   const std::int64_t slab = packed_token_slab_words<F, kWarp>(chunks);
-  for (std::int64_t s = 0; s < (kTokens ? P / k : 1); ++s)
+  for (std::int64_t s = 0; s < P / k; ++s)
     stage_packed_x<F, kWarp, 1>(x + s * H, 0, chunks, s * slab);
   const std::int64_t staged_tw = L::token_words(chunks);
   for (; i < items; i += warps) {
-    const std::int64_t base = kTokens ? index_quotient(index_quotient(i, I), k) * slab : 0;
+    const std::int64_t base = index_quotient(index_quotient(i, I), k) * slab;
     load_row(i, 1, raw[1]);
     const float g = dot(raw[0], staged_tw, base);
     load_row(i + warps, 0, raw[0]);
@@ -123,8 +121,8 @@ __global__ void __launch_bounds__(kPackedMoeThreads, stream_min_blocks<F, kU>())
 // with kP 2, row 0 the gate, row 1 the up), 3 rounds an item instead of 4, and each round's
 // buffer is refilled with the next item's as soon as it is decoded. The bits are one row a
 // warp's (packed::shared_tail_sums; QuantOps.StreamedPackedRowsGiveTheOneRowAWarpBits). S = P / k
-// tokens (kTokens) as moe_gate_up_packed_stream_kernel takes them.
-template <typename F, int kFull, int kTail, bool kTokens>
+// tokens as moe_gate_up_packed_stream_kernel takes them.
+template <typename F, int kFull, int kTail>
 __global__ void __launch_bounds__(kPackedMoeThreads, packed::kStreamMinBlocks)
     moe_gate_up_packed_tail_kernel(const float* x, packed::Rows gu, const std::int32_t* experts,
                                    std::int64_t P, std::int64_t k, std::int64_t E, std::int64_t H,
@@ -150,11 +148,11 @@ __global__ void __launch_bounds__(kPackedMoeThreads, packed::kStreamMinBlocks)
 #pragma unroll
   for (int q = 0; q < T::kRounds; ++q) load(i, q);
   const std::int64_t slab = packed_token_slab_words<F, kWarp>(chunks);
-  for (std::int64_t s = 0; s < (kTokens ? P / k : 1); ++s)
+  for (std::int64_t s = 0; s < P / k; ++s)
     stage_packed_x<F, kWarp, 1>(x + s * H, 0, chunks, s * slab);
   const std::int64_t staged_tw = PackedStagedX<F, kWarp>::token_words(chunks);
   for (; i < items; i += warps) {
-    const std::int64_t base = kTokens ? index_quotient(index_quotient(i, I), k) * slab : 0;
+    const std::int64_t base = index_quotient(index_quotient(i, I), k) * slab;
     float gu_sums[2];
     packed::shared_tail_sums<F, kFull, kTail, 2>(
         raw, lane, x, staged_tw, [&](int q) { load(i + warps, q); }, gu_sums, base);
@@ -241,23 +239,17 @@ void launch_packed_gate_up(const float* x, const Weight& gate_up, const std::uin
                           act);
         return true;
       };
-      const auto by_tokens = [&](auto tag) {
-        constexpr bool kTokens = decltype(tag)::value;
-        // Rows of one round and a quarter (Q4_K at 2,560): gate and up share their last round.
-        if constexpr (packed::kSharedTailFits<F>) {
-          if (packed::shared_tail_takes(chunks) &&
-              stream_launch(KernelTag<moe_gate_up_packed_tail_kernel<F, 1, kWarp / 4, kTokens>>{}))
-            return true;
-        }
-        return rounds == 1
-                   ? stream_launch(KernelTag<moe_gate_up_packed_stream_kernel<F, 1, kTokens>>{})
-               : rounds == 2
-                   ? stream_launch(KernelTag<moe_gate_up_packed_stream_kernel<F, 2, kTokens>>{})
-               : rounds == 3
-                   ? stream_launch(KernelTag<moe_gate_up_packed_stream_kernel<F, 3, kTokens>>{})
-                   : stream_launch(KernelTag<moe_gate_up_packed_stream_kernel<F, 4, kTokens>>{});
-      };
-      if (S == 1 ? by_tokens(std::false_type{}) : by_tokens(std::true_type{})) return;
+      // Rows of one round and a quarter (Q4_K at 2,560): gate and up share their last round.
+      if constexpr (packed::kSharedTailFits<F>) {
+        if (packed::shared_tail_takes(chunks) &&
+            stream_launch(KernelTag<moe_gate_up_packed_tail_kernel<F, 1, kWarp / 4>>{}))
+          return;
+      }
+      if (rounds == 1   ? stream_launch(KernelTag<moe_gate_up_packed_stream_kernel<F, 1>>{})
+          : rounds == 2 ? stream_launch(KernelTag<moe_gate_up_packed_stream_kernel<F, 2>>{})
+          : rounds == 3 ? stream_launch(KernelTag<moe_gate_up_packed_stream_kernel<F, 3>>{})
+                        : stream_launch(KernelTag<moe_gate_up_packed_stream_kernel<F, 4>>{}))
+        return;
     }
     by_lanes<F>(H, [&](auto lanes) {
       constexpr int kG = decltype(lanes)::value;
