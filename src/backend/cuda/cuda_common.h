@@ -21,17 +21,6 @@ inline unsigned grid_for(std::int64_t n, int threads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
 }
 
-// Overlapped launches (programmatic dependent launch, sm_90; docs/GPU.md "Step 4"). A decode step
-// is hundreds of kernels, and each one used to start only once the one before had finished and
-// its launch had gone through. A kernel launched with `launch_overlapped` is scheduled while the
-// kernel before it still runs (as soon as that one calls `release_dependents`), does its setup,
-// and waits in `wait_for_inputs` until the kernel before it has finished and its writes are
-// visible; only then does it read or write memory. Kernels call `release_dependents` after their
-// own wait (or first thing, when launched the ordinary way), so at most one kernel runs ahead.
-// Both are no-ops for a kernel launched the ordinary way. FLASHSERVE_CUDA_OVERLAP=0 launches
-// everything the ordinary way. (Fetching the next kernel's weights into L2 before its wait was
-// measured too: slower, bench/NOTES.md 2026-12-02.) Before sm_90 there are no overlapped launches
-// (launch_overlapped launches the ordinary way there), so the two compile to nothing.
 // Whether the kernels were built with the chain trace (FLASHSERVE_CHAIN_TRACE, CMake option of the
 // same name, off by default): when not, wait_for_inputs is the bare wait.
 #ifndef FLASHSERVE_CHAIN_TRACE
@@ -85,6 +74,17 @@ __device__ __forceinline__ void traced_wait() {
 }
 #endif
 
+// Overlapped launches (programmatic dependent launch, sm_90; docs/GPU.md "Step 4"). A decode step
+// is hundreds of kernels, and each one used to start only once the one before had finished and
+// its launch had gone through. A kernel launched with `launch_overlapped` is scheduled while the
+// kernel before it still runs (as soon as that one calls `release_dependents`), does its setup,
+// and waits in `wait_for_inputs` until the kernel before it has finished and its writes are
+// visible; only then does it read or write memory. Kernels call `release_dependents` after their
+// own wait (or first thing, when launched the ordinary way), so at most one kernel runs ahead.
+// Both are no-ops for a kernel launched the ordinary way. FLASHSERVE_CUDA_OVERLAP=0 launches
+// everything the ordinary way. (Fetching the next kernel's weights into L2 before its wait was
+// measured too: slower, bench/NOTES.md 2026-12-02.) Before sm_90 there are no overlapped launches
+// (launch_overlapped launches the ordinary way there), so the two compile to nothing.
 __device__ __forceinline__ void wait_for_inputs() {
 #if __CUDA_ARCH__ >= 900
   if constexpr (kChainTrace) {

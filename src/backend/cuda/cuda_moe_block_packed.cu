@@ -234,11 +234,6 @@ __global__ void __launch_bounds__(kGemvThreads, kTwoBlocks ? 2 : 1)
     a.y[my_col] = value;
 }
 
-// A kernel as a type, for a lambda that needs it as a constant.
-template <auto kKernelFn>
-struct KernelTag {
-  static constexpr auto kKernel = kKernelFn;
-};
 // Whether `kernel` keeps anything in local memory (spilled registers, a stack), asked once.
 template <auto kKernel>
 bool uses_local_memory() {

@@ -183,12 +183,6 @@ __global__ void __launch_bounds__(kPackedMoeThreads)
   if (lane == 0 && c < H) out[p * H + c] = live ? v : 0.0f;
 }
 
-// A kernel as a type, for a lambda that needs it as a constant (allow_dynamic_shared).
-template <auto kKernelFn>
-struct KernelTag {
-  static constexpr auto kKernel = kKernelFn;
-};
-
 // Launches kernel<F, kG> for `rows` output rows of `in` inputs per pair, kG by the row length.
 template <typename F, typename Launch>
 void by_lanes(std::int64_t in, Launch&& launch) {

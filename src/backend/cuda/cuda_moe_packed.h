@@ -14,6 +14,13 @@
 
 namespace fs::cuda {
 
+// A kernel as a type, for a lambda that needs it as a constant (allow_dynamic_shared,
+// uses_local_memory).
+template <auto kKernelFn>
+struct KernelTag {
+  static constexpr auto kKernel = kKernelFn;
+};
+
 // act[p] = swiglu(gate_up[e_p] gate rows · x, up rows · x) for the S * k pairs (ids [S, k]):
 // moe_experts_packed's gate/up kernels (cuda_moe_packed.cu).
 void launch_packed_gate_up(const float* x, const Weight& gate_up, const std::uint8_t* codebook,
