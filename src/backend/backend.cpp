@@ -326,6 +326,14 @@ void Backend::block_sparse_attention(const Tensor&, const Tensor&, const Tensor&
                                      Tensor&) {
   unimplemented("block_sparse_attention");
 }
+void Backend::gated_block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           std::int64_t heads, std::int64_t kv_heads,
+                                           const Tensor& picked, std::int64_t block,
+                                           std::int64_t first, float scale, Tensor& gate,
+                                           Activation act, Tensor& out) {
+  block_sparse_attention(q, k, v, heads, kv_heads, picked, block, first, scale, out);
+  mul_activated(out, gate, act);
+}
 void Backend::layer_norm(const Tensor&, const Weight&, const Weight&, float, Tensor&) {
   unimplemented("layer_norm");
 }

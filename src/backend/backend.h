@@ -224,6 +224,15 @@ class Backend {
                                       std::int64_t heads, std::int64_t kv_heads,
                                       const Tensor& picked, std::int64_t block, std::int64_t first,
                                       float scale, Tensor& out);
+  // block_sparse_attention, then out *= act(gate) as mul_activated multiplies (QSA's output gate)
+  // in one op, bit for bit the two (the default body). gate [S, Hq*D] is scratch as in
+  // mul_activated. A GPU applies the gate where the attention writes its output: one kernel fewer
+  // in a QSA layer's chain.
+  virtual void gated_block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                            std::int64_t heads, std::int64_t kv_heads,
+                                            const Tensor& picked, std::int64_t block,
+                                            std::int64_t first, float scale, Tensor& gate,
+                                            Activation act, Tensor& out);
 
   // --- compressed attention (DeepSeek V4: arch-dsv4.md 2.4-2.10) -------------------------------
   // Interleaved (GPT-J) RoPE on the LAST 2 * inv_freq.numel() columns of every `head_dim`-wide

@@ -145,6 +145,16 @@ void TimingBackend::block_sparse_attention(const Tensor& q, const Tensor& k, con
     b.block_sparse_attention(q, k, v, heads, kv_heads, picked, block, first, scale, out);
   });
 }
+void TimingBackend::gated_block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                 std::int64_t heads, std::int64_t kv_heads,
+                                                 const Tensor& picked, std::int64_t block,
+                                                 std::int64_t first, float scale, Tensor& gate,
+                                                 Activation act, Tensor& out) {
+  run(OpGroup::kAttention, [&](Backend& b) {
+    b.gated_block_sparse_attention(q, k, v, heads, kv_heads, picked, block, first, scale, gate, act,
+                                   out);
+  });
+}
 void TimingBackend::block_mean(const Tensor& x, std::int64_t first_row, std::int64_t blocks,
                                std::int64_t group, Tensor& out) {
   run(OpGroup::kAttention, [&](Backend& be) { be.block_mean(x, first_row, blocks, group, out); });

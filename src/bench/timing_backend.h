@@ -111,6 +111,10 @@ class TimingBackend final : public Backend {
   void block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t heads,
                               std::int64_t kv_heads, const Tensor& picked, std::int64_t block,
                               std::int64_t first, float scale, Tensor& out) override;
+  void gated_block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    std::int64_t heads, std::int64_t kv_heads, const Tensor& picked,
+                                    std::int64_t block, std::int64_t first, float scale,
+                                    Tensor& gate, Activation act, Tensor& out) override;
   void block_mean(const Tensor& x, std::int64_t first_row, std::int64_t blocks, std::int64_t group,
                   Tensor& out) override;
   void kpool_compress(const Tensor& keys, const Tensor& gate, const Weight& ape, std::int64_t pool,

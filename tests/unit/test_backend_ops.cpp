@@ -1288,6 +1288,33 @@ std::vector<Case> make_cases() {
         });
   }
 
+  // The gated form (QSA's output gate in the attention's op) against the CPU's sequence: a decode
+  // step and a verify at 1k (the merge writes the gated output), a one-split shape (the tiled
+  // kernel writes it) and D % 4 != 0 (the earliest kernel, then mul_activated).
+  for (const auto& c : std::vector<AttentionShape>{{1, 1024, 24, 2, 256, 4, 512},
+                                                   {4, 16387, 24, 2, 256, 4, 512},
+                                                   {1, 9, 32, 1, 64, 4, 2},
+                                                   {200, 3000, 8, 2, 64, 4, 128},
+                                                   {2, 100, 4, 1, 30, 4, 8}}) {
+    add("gated_block_sparse_attention_S" + n(c.S) + "_T" + n(c.T) + "_Hq" + n(c.Hq) + "_D" +
+            n(c.D) + "_top" + n(c.top),
+        kProduct, [=](Rng& rng) -> OpRun {
+          const auto first = c.T - c.S;
+          auto q = random_tensor({c.S, c.Hq * c.D}, rng),
+               k = random_tensor({c.T, c.Hkv * c.D}, rng),
+               v = random_tensor({c.T, c.Hkv * c.D}, rng),
+               gate = random_tensor({c.S, c.Hq * c.D}, rng, 3.0f);
+          auto picked = random_picks(c.S, first, c.block, c.top, rng);
+          const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+          return [=](const Feed& f) {
+            Tensor o, g = f.in(gate);
+            f.be.gated_block_sparse_attention(f.in(q), f.in(k), f.in(v), c.Hq, c.Hkv, f.in(picked),
+                                              c.block, first, scale, g, Activation::kSigmoid, o);
+            return std::vector<Tensor>{o};
+          };
+        });
+  }
+
   // --- indexers and routing ---
   for (const auto& [rows, cols, first_row, blocks] :
        std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>>{
@@ -3052,6 +3079,55 @@ void expect_same_bits(Backend& be, const std::vector<Tensor>& fused,
     const Tensor a = fused[o].to(host_memory()), b = sequence[o].to(host_memory());
     ASSERT_EQ(a.shape(), b.shape()) << "output " << o;
     EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.bytes()), 0) << "output " << o;
+  }
+}
+
+// The gated attention (QSA's output gate applied where the attention writes its output: the
+// merge, or the tiled kernel of one split) gives the bits of block_sparse_attention then
+// mul_activated on the same backend, on every kernel the op may take: the tiled kernel with the
+// merge (1-4 rows at 1k and 16k) and without it (a chunk of one tile; a prefill's many rows), the
+// split kernel before it with its merge (FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION=1) and the earliest
+// kernel, which takes no gate (FLASHSERVE_CUDA_OLD_ATTENTION=1: the op runs mul_activated).
+TEST(CudaAttention, TheGatedOpEqualsAttentionThenMulActivatedBitForBit) {
+  std::string why;
+  auto be = backend_under_test("cuda", &why);
+  if (!be) GTEST_SKIP() << why;
+  for (const char* v : {"FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION", "FLASHSERVE_CUDA_OLD_ATTENTION",
+                        "FLASHSERVE_CUDA_OLD_CONTEXT"})
+    if (std::getenv(v) != nullptr) GTEST_SKIP() << "an old-kernel switch is set: " << v;
+  Rng rng(0x9a7e0u);
+  const Feed f{*be};
+  struct Case {
+    std::int64_t S, T, Hq, Hkv, D, top;
+    const char* old;  // the switch that picks an earlier kernel, or null
+  };
+  for (const auto& c :
+       std::vector<Case>{{1, 1024, 24, 2, 256, 512, nullptr},
+                         {4, 1027, 24, 2, 256, 512, nullptr},
+                         {2, 16384, 24, 2, 256, 512, nullptr},
+                         {1, 9, 32, 1, 64, 2, nullptr},
+                         {200, 3000, 8, 2, 64, 128, nullptr},
+                         {3, 1024, 24, 2, 256, 512, "FLASHSERVE_CUDA_OLD_SPLIT_ATTENTION"},
+                         {2, 700, 24, 2, 256, 512, "FLASHSERVE_CUDA_OLD_ATTENTION"}}) {
+    SCOPED_TRACE("S " + std::to_string(c.S) + " T " + std::to_string(c.T) + " top " +
+                 std::to_string(c.top) + (c.old != nullptr ? std::string(" ") + c.old : ""));
+    constexpr std::int64_t block = 4;
+    const auto first = c.T - c.S;
+    const auto q = random_tensor({c.S, c.Hq * c.D}, rng, 4.0f);
+    const auto k = random_tensor({c.T, c.Hkv * c.D}, rng),
+               v = random_tensor({c.T, c.Hkv * c.D}, rng);
+    const auto gate = random_tensor({c.S, c.Hq * c.D}, rng, 3.0f);
+    const auto picked = random_picks(c.S, first, block, c.top, rng);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+    if (c.old != nullptr) setenv(c.old, "1", 1);
+    Tensor fused, sequence, g1 = f.in(gate), g2 = f.in(gate);
+    const Tensor qd = f.in(q), kd = f.in(k), vd = f.in(v), pd = f.in(picked);
+    be->gated_block_sparse_attention(qd, kd, vd, c.Hq, c.Hkv, pd, block, first, scale, g1,
+                                     Activation::kSigmoid, fused);
+    be->block_sparse_attention(qd, kd, vd, c.Hq, c.Hkv, pd, block, first, scale, sequence);
+    be->mul_activated(sequence, g2, Activation::kSigmoid);
+    if (c.old != nullptr) unsetenv(c.old);
+    expect_same_bits(*be, {fused}, {sequence});
   }
 }
 

@@ -223,8 +223,11 @@ __global__ void __launch_bounds__(kSplitMaxThreads)
 // trips after the weights), and a thread's first batch is asked for before the (m, l) reads and
 // the block's reductions, which it does not depend on. The same products in the same order.
 constexpr int kMergeBatch = 32;
+// With a gate (the op's output gate), each output is multiplied by act(gate) as mul_activated's
+// MulActivatedOp does after the division: the same two roundings.
 __global__ void attention_merge_kernel(const float* part_acc, const float* part_ml,
-                                       std::int64_t splits, std::int64_t D, float* out) {
+                                       std::int64_t splits, std::int64_t D, const float* gate,
+                                       Activation act, float* out) {
   wait_for_inputs();  // when launched overlapped (cuda_common.h)
   release_dependents();
   __shared__ float weight[kMaxSplits];
@@ -260,15 +263,19 @@ __global__ void attention_merge_kernel(const float* part_acc, const float* part_
       for (int u = 0; u < kMergeBatch; ++u)
         if (j0 + u < splits) o += a[u] * weight[j0 + u];
     }
-    os[d] = L > 0 ? o / L : 0.0f;
+    const float v = L > 0 ? o / L : 0.0f;
+    os[d] = gate != nullptr
+                ? __fmul_rn(v, apply_act(gate[static_cast<std::int64_t>(blockIdx.x) * D + d], act))
+                : v;
   }
 }
 
 // The merge of `rows` = queries x heads, each over `splits` partials.
 void launch_merge(const float* acc, const float* ml, std::int64_t rows, std::int64_t splits,
-                  std::int64_t D, float* out, cudaStream_t stream) {
+                  std::int64_t D, const float* gate, Activation act, float* out,
+                  cudaStream_t stream) {
   launch_overlapped(attention_merge_kernel, static_cast<unsigned>(rows), 256, 0, stream, acc, ml,
-                    splits, D, out);
+                    splits, D, gate, act, out);
 }
 
 }  // namespace
@@ -277,26 +284,49 @@ void CudaBackend::block_sparse_attention(const Tensor& q, const Tensor& k, const
                                          std::int64_t heads, std::int64_t kv_heads,
                                          const Tensor& picked, std::int64_t block,
                                          std::int64_t first, float scale, Tensor& out) {
+  attention_with_gate(q, k, v, heads, kv_heads, picked, block, first, scale, nullptr,
+                      Activation::kIdentity, out);
+}
+
+void CudaBackend::gated_block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                               std::int64_t heads, std::int64_t kv_heads,
+                                               const Tensor& picked, std::int64_t block,
+                                               std::int64_t first, float scale, Tensor& gate,
+                                               Activation act, Tensor& out) {
+  if (failed() || !on_device("gated_block_sparse_attention", {&gate})) return;
+  if (!check(gate.shape() == q.shape() && gate.dtype() == DType::kF32 &&
+                 reinterpret_cast<std::uintptr_t>(gate.data()) % 16 == 0,
+             "gated_block_sparse_attention", "gate must be f32 shaped as q, 16-byte aligned"))
+    return;
+  if (!attention_with_gate(q, k, v, heads, kv_heads, picked, block, first, scale, &gate, act, out))
+    mul_activated(out, gate, act);
+}
+
+bool CudaBackend::attention_with_gate(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      std::int64_t heads, std::int64_t kv_heads,
+                                      const Tensor& picked, std::int64_t block, std::int64_t first,
+                                      float scale, const Tensor* gate, Activation act,
+                                      Tensor& out) {
   constexpr const char* kOp = "block_sparse_attention";
-  if (failed() || !on_device(kOp, {&q, &k, &v, &picked})) return;
+  if (failed() || !on_device(kOp, {&q, &k, &v, &picked})) return true;
   const auto S = q.rows();
   if (!check(
           heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && q.cols() % heads == 0 && block > 0,
           kOp, "heads must be a multiple of kv_heads and divide q's row; block positive"))
-    return;
+    return true;
   const auto D = q.cols() / heads;
   const auto top = picked.shape().empty() ? 0 : picked.cols();
   if (!check(k.cols() == kv_heads * D && v.cols() == kv_heads * D && D <= 256, kOp,
              "k, v must be [T, kv_heads * D] with D <= 256"))
-    return;
+    return true;
   if (!check(top == 0 || (picked.rows() == S && picked.dtype() == DType::kI32), kOp,
              "picked must be int32 [S, top]"))
-    return;
+    return true;
   if (!check(k.rows() > first + S - 1 || S == 0, kOp, "the cache is shorter than the queries"))
-    return;
-  if (!check(&out != &q, kOp, "out may not be q")) return;
-  if (!ensure(out, q.shape())) return;
-  if (S == 0 || D == 0) return;
+    return true;
+  if (!check(&out != &q, kOp, "out may not be q")) return true;
+  if (!ensure(out, q.shape())) return true;
+  if (S == 0 || D == 0) return true;
   const auto rep = heads / kv_heads;
   const auto* p = top == 0 ? nullptr : picked.data_as<std::int32_t>();
   const auto per = (D + kWarp - 1) / kWarp;
@@ -315,19 +345,19 @@ void CudaBackend::block_sparse_attention(const Tensor& q, const Tensor& k, const
     if (!check(split.splits <= kMaxSplits && S * split.splits < (std::int64_t{1} << 31) &&
                    kv_heads <= 65535,
                kOp, "split grid out of range"))
-      return;
+      return true;
     Tensor part_acc, part_ml;  // pooled scratch, released after the launch (stream order)
     TiledAttention a;
     if (split.splits > 1) {
       if (!ensure(part_acc, {S * heads * split.splits, D}) ||
           !ensure(part_ml, {S * heads * split.splits, 2}))
-        return;
+        return true;
       a.part_acc = part_acc.data();
       a.part_ml = part_ml.data();
     }
     // `first` is a per-step scalar inside a step graph; nothing else here depends on it.
     a.first = step_scalar(first);
-    if (walking()) return;
+    if (walking()) return true;
     a.q = q.data();
     a.k = k.data();
     a.v = v.data();
@@ -343,11 +373,14 @@ void CudaBackend::block_sparse_attention(const Tensor& q, const Tensor& k, const
     a.chunk = split.chunk;
     a.stages = split.stages;
     a.out = out.data();
+    a.gate = gate != nullptr ? gate->data() : nullptr;
+    a.gate_act = act;
     launch_tiled_attention(a, S, kv_heads, stream());
-    if (!launched(kOp) || split.splits == 1) return;
-    launch_merge(a.part_acc, a.part_ml, S * heads, split.splits, D, out.data(), stream());
+    if (!launched(kOp) || split.splits == 1) return true;
+    launch_merge(a.part_acc, a.part_ml, S * heads, split.splits, D, a.gate, act, out.data(),
+                 stream());
     launched(kOp);
-    return;
+    return true;
   }
   if (split_kernels) {
     // Every query visits at most top*block picked keys plus block-1 tail keys.
@@ -363,19 +396,19 @@ void CudaBackend::block_sparse_attention(const Tensor& q, const Tensor& k, const
     splits = std::max<std::int64_t>((most + chunk - 1) / chunk, 1);  // no chunk wholly past the end
     if (!check(splits <= kMaxSplits && S * splits < (std::int64_t{1} << 31) && kv_heads <= 65535,
                kOp, "split grid out of range"))
-      return;
+      return true;
     Tensor part_acc, part_ml;  // pooled scratch, released after the launch (stream order)
     float* acc = nullptr;
     float* ml = nullptr;
     if (splits > 1) {
       if (!ensure(part_acc, {S * heads * splits, D}) || !ensure(part_ml, {S * heads * splits, 2}))
-        return;
+        return true;
       acc = part_acc.data();
       ml = part_ml.data();
     }
     // `first` is a per-step scalar inside a step graph; nothing else here depends on it.
     const StepScalar at = step_scalar(first);
-    if (walking()) return;
+    if (walking()) return splits > 1;  // the merge applies the gate
     const dim3 grid(static_cast<unsigned>(S * splits), static_cast<unsigned>(kv_heads));
     const auto threads = static_cast<unsigned>(rep * kWarp);
     const auto smem = static_cast<std::size_t>(2 * kTileKeys * D) * sizeof(float);
@@ -394,13 +427,15 @@ void CudaBackend::block_sparse_attention(const Tensor& q, const Tensor& k, const
     } else {
       split(std::integral_constant<int, 8>{});
     }
-    if (!launched(kOp) || splits == 1) return;
-    launch_merge(acc, ml, S * heads, splits, D, out.data(), stream());
+    if (!launched(kOp)) return true;
+    if (splits == 1) return false;  // the split kernel wrote out: no gate
+    launch_merge(acc, ml, S * heads, splits, D, gate != nullptr ? gate->data() : nullptr, act,
+                 out.data(), stream());
     launched(kOp);
-    return;
+    return true;
   }
   const StepScalar at = step_scalar(first);
-  if (walking()) return;
+  if (walking()) return false;
   const auto blocks = static_cast<unsigned>(S * heads);
   const auto smem = static_cast<std::size_t>(kAttnWarps * (D + 2)) * sizeof(float);
 #define FS_ATTN_CASE(n)                                                                          \
@@ -418,6 +453,7 @@ void CudaBackend::block_sparse_attention(const Tensor& q, const Tensor& k, const
   }
 #undef FS_ATTN_CASE
   launched(kOp);
+  return false;  // the earliest kernel takes no gate
 }
 
 }  // namespace fs::cuda

@@ -224,6 +224,13 @@ __global__ void __launch_bounds__(kMaxThreads / kHeads) attention_tiles_kernel(T
         o.y = L > 0 ? acc[hh][m][1] / L : 0.0f;
         o.z = L > 0 ? acc[hh][m][2] / L : 0.0f;
         o.w = L > 0 ? acc[hh][m][3] / L : 0.0f;
+        if (a.gate != nullptr) {  // MulActivatedOp's product, after the division
+          const float4 gv = *reinterpret_cast<const float4*>(a.gate + (os - a.out) + c);
+          o.x = __fmul_rn(o.x, apply_act(gv.x, a.gate_act));
+          o.y = __fmul_rn(o.y, apply_act(gv.y, a.gate_act));
+          o.z = __fmul_rn(o.z, apply_act(gv.z, a.gate_act));
+          o.w = __fmul_rn(o.w, apply_act(gv.w, a.gate_act));
+        }
         *reinterpret_cast<float4*>(os + c) = o;
       }
       continue;

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/backend.h"  // Activation
 #include "backend/cuda/cuda_graph.h"
 
 namespace fs::cuda {
@@ -29,6 +30,10 @@ struct TiledAttention {
   float* part_acc = nullptr;           // splits > 1: [S * Hq * splits, D], [.., 2] (m, l)
   float* part_ml = nullptr;
   float* out = nullptr;  // splits == 1: [S, Hq * D]
+  // splits == 1 with a gate: out = (acc / l) * act(gate), gate laid out as out (the op's output
+  // gate, mul_activated's product).
+  const float* gate = nullptr;
+  Activation gate_act = Activation::kIdentity;
 };
 
 // Whether the tiled kernel takes these shapes (query heads per KV head, head width); the caller

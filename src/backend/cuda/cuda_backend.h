@@ -201,6 +201,10 @@ class CudaBackend final : public Backend {
   void block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t heads,
                               std::int64_t kv_heads, const Tensor& picked, std::int64_t block,
                               std::int64_t first, float scale, Tensor& out) override;
+  void gated_block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    std::int64_t heads, std::int64_t kv_heads, const Tensor& picked,
+                                    std::int64_t block, std::int64_t first, float scale,
+                                    Tensor& gate, Activation act, Tensor& out) override;
 
   // DeepSeek V4's compressed attention (cuda_compressed.cu).
   void rope_interleaved(Tensor& x, std::int64_t head_dim, const Weight& inv_freq,
@@ -314,6 +318,13 @@ class CudaBackend final : public Backend {
 
  private:
   explicit CudaBackend(std::shared_ptr<CudaMemory> memory) noexcept;
+  // block_sparse_attention's body; with a gate, its kernels that write out (the merge, a one-split
+  // tiled kernel) multiply by act(gate) as they write. False where the kernel taken does not (the
+  // earlier kernels): the caller then runs mul_activated.
+  bool attention_with_gate(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t heads,
+                           std::int64_t kv_heads, const Tensor& picked, std::int64_t block,
+                           std::int64_t first, float scale, const Tensor* gate, Activation act,
+                           Tensor& out);
   // A block-scaled or packed weight as stored (its bytes and its scales, two buffers; E8M0
   // scales of 128x128 FP8 blocks become f32, exact, so every FP8 kernel reads one scale type).
   Expected<Weight> upload_stored(const Weight& w);

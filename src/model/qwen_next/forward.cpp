@@ -252,9 +252,10 @@ void QwenNextModel::qsa_attention(const QsaWeights& w, QsaCache& cache, Position
                     config_.rope_theta);
   be.append_rows(cache.keys, k);
   be.append_rows(cache.values, v);
-  be.block_sparse_attention(q, cache.keys, cache.values, Hq, Hkv, picked, cache.block, first,
-                            1.0f / std::sqrt(static_cast<float>(D)), o);
-  be.mul_activated(o, gate, Activation::kSigmoid);  // the output gate: o * sigmoid(gate)
+  // The output gate, o * sigmoid(gate), in the attention's op.
+  be.gated_block_sparse_attention(q, cache.keys, cache.values, Hq, Hkv, picked, cache.block, first,
+                                  1.0f / std::sqrt(static_cast<float>(D)), gate,
+                                  Activation::kSigmoid, o);
   if (w.o_bias.empty()) return project_into_streams(be, o, w.o_proj, out);
   Tensor y;
   be.linear(o, w.o_proj, y);
