@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "backend/backend.h"  // Activation
+#include "backend/cuda/cuda_backend.h"  // first: its pragma for nvcc's warning 2810; Activation
 #include "backend/cuda/cuda_graph.h"
 
 namespace fs::cuda {
