@@ -85,9 +85,9 @@ __global__ void __launch_bounds__(kScoreThreads)
     index_scores_tiled_kernel(const float* q, const float* keys, std::int64_t S,
                               StepScalar live_keys, std::int64_t heads, std::int64_t dim,
                               float scale, float* out) {
-  // Launched overlapped (session 39): the chain trace showed its ordinary launch holding a QSA
-  // layer's chain beside the index key's append (5.2 us at 1k); q, the key count and the newest
-  // keys are the kernels' before.
+  // Launched overlapped (session 39): launched the ordinary way it could not be resident before
+  // the kernel ahead of it ended (the chain trace saw it only inside the 5.2 us the index key's
+  // append held at 1k). q, the key count and the newest keys are the kernels' before.
   wait_for_inputs();
   release_dependents();
   const std::int64_t B = live_keys.get();
